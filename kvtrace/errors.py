@@ -1,0 +1,49 @@
+"""kvtrace's one error hierarchy. Only ``kvtrace.cli`` turns these into ``Error: ...`` and exit 1."""
+
+from __future__ import annotations
+
+
+class KvtraceError(Exception):
+    """Base class of every error kvtrace raises on purpose."""
+
+    hint: str | None = None
+
+    def __init__(self, message: str, *, hint: str | None = None):
+        super().__init__(message)
+        if hint is not None:
+            self.hint = hint
+
+    def __str__(self) -> str:
+        msg = super().__str__()
+        return f"{msg} ({self.hint})" if self.hint else msg
+
+
+class BadTraceInput(KvtraceError):
+    """An input file (or one line of it) that cannot be read as the format it claims."""
+
+    def __init__(self, path: str, line: int | None, reason: str, *, field: str | None = None,
+                 hint: str | None = None):
+        self.path, self.line, self.reason, self.field = str(path), line, reason, field
+        where = f"{path}:{line}" if line is not None else str(path)
+        what = f"field '{field}': {reason}" if field else reason
+        super().__init__(f"{where}: {what}", hint=hint)
+
+
+class UnknownFormat(KvtraceError):
+    """The input format could not be detected, or an unknown --format was named."""
+
+
+class UnknownQuery(KvtraceError):
+    """A named query that does not exist in ``queries/``."""
+
+
+class SchemaError(KvtraceError):
+    """The warehouse schema is missing, newer than this kvtrace, or inconsistent."""
+
+
+class ConfigError(KvtraceError):
+    """A bad option value, profile, tier list or model name."""
+
+
+class ReportExists(KvtraceError):
+    """A scheduled run's period folder already exists (use --force to replace it)."""

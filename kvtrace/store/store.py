@@ -1,0 +1,136 @@
+"""``Store``: the embedded DuckDB warehouse (default ``./kvtrace.duckdb``, ``KVTRACE_DB`` or ``--db``)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from kvtrace.errors import SchemaError
+from kvtrace.store.queries import load_query, queries_dir
+
+DEFAULT_DB = "kvtrace.duckdb"
+
+
+def default_db_path() -> Path:
+    """``$KVTRACE_DB`` if set, else ``./kvtrace.duckdb``."""
+    return Path(os.environ.get("KVTRACE_DB") or DEFAULT_DB)
+
+
+def _migrations() -> list[tuple[int, str]]:
+    out = []
+    for p in sorted((queries_dir() / "schema").glob("*.sql")):
+        out.append((int(p.stem.split("_", 1)[0]), p.stem))
+    return out
+
+
+class Store:
+    """The warehouse.
+
+    Args:
+        path: database file; ``None`` means :func:`default_db_path`.
+        memory: an in-memory warehouse (tests).
+        read_only: open without migrating or writing (reports beside a running collector).
+        tracer: called with every SQL statement and its parameters (``--trace-sql``).
+    """
+
+    def __init__(self, path: str | Path | None = None, *, memory: bool = False,
+                 read_only: bool = False, tracer: Callable[[str, Any], None] | None = None):
+        self.path = None if memory else Path(path) if path is not None else default_db_path()
+        self.tracer = tracer
+        target = ":memory:" if memory else str(self.path)
+        if read_only and not memory and not self.path.exists():
+            raise SchemaError(f"no warehouse at {self.path}",
+                              hint="run `kvtrace ingest FILE --db PATH` first, or pass --db")
+        try:
+            self.con = duckdb.connect(target, read_only=read_only and not memory)
+        except duckdb.IOException as e:
+            raise SchemaError(f"cannot open warehouse {target}: {e}",
+                              hint="another kvtrace process may hold it for writing; retry shortly") from e
+        self.con.execute("SET TimeZone = 'UTC'")
+        if not read_only:
+            self.migrate()
+        else:
+            self._check_version()
+
+    # -- schema ------------------------------------------------------------------------------
+    def migrate(self) -> list[str]:
+        """Apply every pending ``queries/schema/NNN_*.sql`` in order; return the names applied."""
+        self.con.execute("CREATE TABLE IF NOT EXISTS _migrations (version INTEGER PRIMARY KEY, "
+                         "name VARCHAR NOT NULL, applied_at TIMESTAMP NOT NULL DEFAULT now())")
+        done = {r[0] for r in self.con.execute("SELECT version FROM _migrations").fetchall()}
+        applied = []
+        for version, name in _migrations():
+            if version in done:
+                continue
+            with self.transaction():
+                self.con.execute(load_query(f"schema/{name}").sql)
+                self.con.execute("INSERT INTO _migrations (version, name) VALUES (?, ?)", [version, name])
+            applied.append(name)
+        return applied
+
+    def _check_version(self) -> None:
+        try:
+            have = self.con.execute("SELECT max(version) FROM _migrations").fetchone()[0]
+        except duckdb.CatalogException as e:
+            raise SchemaError(f"{self.path} is not a kvtrace warehouse",
+                              hint="create one with `kvtrace ingest FILE --db PATH`") from e
+        want = max(v for v, _ in _migrations())
+        if have is None or have < want:
+            raise SchemaError(f"{self.path} has schema version {have}, this kvtrace needs {want}",
+                              hint="open it once for writing (e.g. `kvtrace ingest` with no new files) to migrate")
+        if have > want:
+            raise SchemaError(f"{self.path} has schema version {have}, newer than this kvtrace ({want})",
+                              hint="upgrade kvtrace")
+
+    # -- access ------------------------------------------------------------------------------
+    def _trace(self, sql: str, params: Any) -> None:
+        if self.tracer is not None:
+            self.tracer(sql, params)
+
+    def execute(self, sql: str, params: Any = None) -> duckdb.DuckDBPyConnection:
+        """Run a statement (writes); returns the cursor."""
+        self._trace(sql, params)
+        return self.con.execute(sql, params) if params is not None else self.con.execute(sql)
+
+    def query(self, sql: str, params: Any = None) -> list[tuple]:
+        """Run a query and return its rows."""
+        return self.execute(sql, params).fetchall()
+
+    def named(self, name: str, params: dict | None = None) -> duckdb.DuckDBPyConnection:
+        """Run the named query ``queries/<name>.sql`` with ``$named`` parameters."""
+        return self.execute(load_query(name).sql, params or {})
+
+    def to_polars(self, sql: str, params: Any = None):
+        """Run a query (SQL text or a named query) and return a Polars DataFrame."""
+        if "\n" not in sql and " " not in sql.strip():
+            sql = load_query(sql).sql
+        return self.execute(sql, params).pl()
+
+    def to_arrow(self, sql: str, params: Any = None):
+        return self.execute(sql, params).fetch_arrow_table()
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """All or nothing: commit on success, roll back on any exception (Ctrl-C included)."""
+        self.con.execute("BEGIN TRANSACTION")
+        try:
+            yield
+        except BaseException:
+            self.con.execute("ROLLBACK")
+            raise
+        else:
+            self.con.execute("COMMIT")
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
