@@ -24,8 +24,10 @@ class Reject:
     line: int | None
     reason: str
     field: str | None = None
+    path: str | None = None  # set by batch parsers that read several files
 
-    def describe(self, path: str) -> str:
+    def describe(self, path: str | None = None) -> str:
+        path = self.path or path or "<input>"
         where = f"{path}:{self.line}" if self.line is not None else path
         what = f"field '{self.field}': {self.reason}" if self.field else self.reason
         return f"{where}: {what}"

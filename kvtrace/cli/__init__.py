@@ -1,0 +1,38 @@
+"""The ``kvtrace`` command line: thin typer commands over the library.
+
+Each command lives in its own module and imports heavy libraries inside its function, so
+``kvtrace --help`` and ``kvtrace ingest`` do not pay for charting or JIT start-up.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from kvtrace.errors import KvtraceError
+
+app = typer.Typer(
+    name="kvtrace",
+    help="Token telemetry of agentic AI traffic -> token mix, context reuse, KV-cache TTL and tier sizing.\n\n"
+         "Example: kvtrace ingest otel.jsonl ~/.claude/projects && kvtrace report --ttl 5m,1h",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# One line per command module (keep alphabetical).
+from kvtrace.cli import ingest as _ingest  # noqa: E402
+from kvtrace.cli import report as _report  # noqa: E402
+
+_ingest.register(app)
+_report.register(app)
+
+
+def main() -> None:
+    """Console entry point: library errors become one ``Error: ...`` line and exit 1."""
+    try:
+        app()
+    except KvtraceError as e:
+        typer.echo(f"Error: {e}", err=True)
+        sys.exit(1)

@@ -1,0 +1,233 @@
+"""The ingest pipeline: expand inputs, detect formats, parse, merge into the warehouse.
+
+Guarantees: ingesting the same input twice adds nothing (rows are keyed; see
+``queries/ingest/merge_requests.sql``); each file (or each batch of small files read in one
+pass) is one transaction, so an error or Ctrl-C leaves nothing half-written; an unchanged file
+(same path, size and mtime) is not read again.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from kvtrace.errors import BadTraceInput, KvtraceError
+from kvtrace.ingest.base import Parsed, Reject
+from kvtrace.ingest.formats import FORMATS, INGESTIBLE_SUFFIXES, get_format, sniff
+from kvtrace.store import Store, load_query
+
+BATCH_BYTES = 128 << 20  # batch parsers read at most this much per transaction
+MAX_REPORTED_REJECTS = 50
+
+
+@dataclass
+class IngestSummary:
+    """What one ``ingest`` call did (``--json`` prints it)."""
+
+    files: int = 0
+    files_skipped: int = 0           # unchanged since a previous ingest
+    requests_added: int = 0
+    metric_points_added: int = 0
+    block_requests_added: int = 0
+    duplicates_skipped: int = 0
+    lines_rejected: int = 0
+    rejects: list[str] = field(default_factory=list)   # first MAX_REPORTED_REJECTS, "file:line: reason"
+    unknown_records: dict[str, int] = field(default_factory=dict)
+    formats: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# -- inputs --------------------------------------------------------------------------------------
+
+def expand_inputs(paths: Iterable[str | Path], stdin_dir: Path | None = None) -> list[Path]:
+    """Files, folders (recursive), globs and ``-`` (stdin, copied to a temporary file)."""
+    out: list[Path] = []
+    for raw in paths:
+        s = str(raw)
+        if s == "-":
+            if stdin_dir is None:
+                raise KvtraceError("stdin input needs a temporary folder")
+            tmp = stdin_dir / "stdin.jsonl"
+            with open(tmp, "wb") as fh:
+                shutil.copyfileobj(sys.stdin.buffer, fh)
+            out.append(tmp)
+            continue
+        p = Path(s).expanduser()
+        if p.is_dir():
+            found = sorted(q for q in p.rglob("*") if q.is_file() and q.name.endswith(INGESTIBLE_SUFFIXES))
+            out.extend(found)
+        elif p.is_file():
+            out.append(p)
+        elif any(c in s for c in "*?["):
+            matches = sorted(Path(m) for m in glob.glob(os.path.expanduser(s), recursive=True))
+            if not matches:
+                raise KvtraceError(f"{s}: no file matches", hint="check the pattern, or quote it so the shell does not expand it")
+            out.extend(expand_inputs(matches))
+        else:
+            raise KvtraceError(f"{s}: no such file or folder", hint="pass files, folders, globs or - for stdin")
+    seen, unique = set(), []
+    for p in out:
+        key = p.resolve()
+        if key not in seen:
+            seen.add(key)
+            unique.append(p)
+    return unique
+
+
+def _stat(p: Path) -> tuple[str, int, int]:
+    st = p.stat()
+    return str(p.resolve()), st.st_size, st.st_mtime_ns
+
+
+# -- merge ---------------------------------------------------------------------------------------
+
+def _merge(store: Store, parsed: Parsed, summary: IngestSummary) -> None:
+    con = store.con
+    for name, table in parsed.tables().items():
+        con.register("staged_in", table)
+        try:
+            n_in = table.num_rows
+            if name == "requests":
+                before = con.execute("SELECT count(*) FROM requests").fetchone()[0]
+                store.execute(load_query("ingest/merge_requests").sql)
+                after = con.execute("SELECT count(*) FROM requests").fetchone()[0]
+                replaced = con.execute("SELECT count(*) FROM matched WHERE better AND r_key <> s_key").fetchone()[0]
+                added = after - before + replaced
+                summary.requests_added += added - replaced
+                summary.duplicates_skipped += n_in - (added - replaced)
+            else:
+                before = con.execute(f"SELECT count(*) FROM {name}").fetchone()[0]
+                store.execute(f"INSERT INTO {name} BY NAME SELECT * FROM staged_in ON CONFLICT DO NOTHING")
+                added = con.execute(f"SELECT count(*) FROM {name}").fetchone()[0] - before
+                setattr(summary, f"{name}_added", getattr(summary, f"{name}_added") + added)
+                summary.duplicates_skipped += n_in - added
+        finally:
+            con.unregister("staged_in")
+
+
+def _record_rejects(parsed: Parsed, default_path: str, summary: IngestSummary, strict: bool) -> None:
+    if parsed.rejects and strict:
+        r: Reject = parsed.rejects[0]
+        raise BadTraceInput(r.path or default_path, r.line, r.reason, field=r.field,
+                            hint="fix or remove the line, or ingest without --strict to skip bad lines")
+    summary.lines_rejected += len(parsed.rejects)
+    room = MAX_REPORTED_REJECTS - len(summary.rejects)
+    summary.rejects.extend(r.describe(default_path) for r in parsed.rejects[:max(room, 0)])
+    for kind, n in parsed.unknown.items():
+        summary.unknown_records[kind] = summary.unknown_records.get(kind, 0) + n
+
+
+# -- driver --------------------------------------------------------------------------------------
+
+def ingest(store: Store, paths: Iterable[str | Path], *, format: str | None = None,
+           strict: bool = False, progress: bool = False, force: bool = False) -> IngestSummary:
+    """Ingest files, folders, globs or ``-`` into ``store``.
+
+    Args:
+        store: the warehouse (opened for writing).
+        paths: inputs; folders are walked recursively for ``*.jsonl``/``*.json`` (``.gz`` too).
+        format: force a format (see ``kvtrace.ingest.formats.FORMATS``); default: detect per file.
+        strict: a malformed line is fatal (nothing of that file is stored) instead of skipped.
+        progress: show a rich progress bar on stderr.
+        force: read files again even if unchanged since the last ingest (still adds nothing twice).
+
+    Returns:
+        An :class:`IngestSummary`.
+    """
+    summary = IngestSummary()
+    forced = get_format(format) if format else None
+    with tempfile.TemporaryDirectory(prefix="kvtrace-") as tmp:
+        files = expand_inputs(paths, stdin_dir=Path(tmp))
+        summary.files = len(files)
+        ledger = set() if force else {tuple(r) for r in store.query("SELECT path, size, mtime_ns FROM ingested_files")}
+        todo: dict[str, list[tuple[Path, tuple]]] = {}
+        for p in files:
+            st = _stat(p)
+            if st in ledger:
+                summary.files_skipped += 1
+                continue
+            name = forced.name if forced else sniff(p)
+            todo.setdefault(name, []).append((p, st))
+        units = _units(todo)
+        total = sum(st[1] for _, group in units for _, st in group)
+        bar = _progress(progress and total > 0)
+        with bar:
+            task = bar.add_task("ingest", total=total or 1)
+            for fmt_name, group in units:
+                _ingest_unit(store, get_format(fmt_name), group, summary, strict)
+                bar.advance(task, sum(st[1] for _, st in group))
+    return summary
+
+
+def _units(todo: dict[str, list[tuple[Path, tuple]]]) -> list[tuple[str, list[tuple[Path, tuple]]]]:
+    """Split work into transactions: one per file, or size-capped batches for batch parsers."""
+    units = []
+    for name, group in todo.items():
+        if not FORMATS[name].batch:
+            units.extend((name, [item]) for item in group)
+            continue
+        cur, size = [], 0
+        for item in group:
+            cur.append(item)
+            size += item[1][1]
+            if size >= BATCH_BYTES:
+                units.append((name, cur))
+                cur, size = [], 0
+        if cur:
+            units.append((name, cur))
+    return units
+
+
+def _ingest_unit(store: Store, fmt, group, summary: IngestSummary, strict: bool) -> None:
+    parser = fmt.load()
+    paths = [p for p, _ in group]
+    parsed: Parsed = parser(paths) if fmt.batch else parser(paths[0])
+    _record_rejects(parsed, str(paths[0]), summary, strict)
+    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    before = (summary.requests_added, summary.metric_points_added, summary.block_requests_added,
+              summary.duplicates_skipped)
+    with store.transaction():
+        _merge(store, parsed, summary)
+        added = (summary.requests_added - before[0]) + (summary.metric_points_added - before[1]) \
+            + (summary.block_requests_added - before[2])
+        dups = summary.duplicates_skipped - before[3]
+        for i, (p, (path, size, mtime)) in enumerate(group):
+            store.execute(
+                "INSERT INTO ingested_files VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                [path, size, mtime, fmt.name, now, added if i == 0 else 0, dups if i == 0 else 0,
+                 len(parsed.rejects) if i == 0 else 0])
+    summary.formats[fmt.name] = summary.formats.get(fmt.name, 0) + len(group)
+
+
+class _NoBar:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+    def add_task(self, *a, **k):
+        return 0
+
+    def advance(self, *a, **k):
+        pass
+
+
+def _progress(enabled: bool):
+    if not enabled:
+        return _NoBar()
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(),
+                    TimeRemainingColumn(), console=Console(stderr=True), transient=True)
