@@ -21,6 +21,13 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
+
+@app.callback()
+def _root() -> None:
+    """kvtrace: token mix, context reuse, KV-cache TTL and tier sizing for agentic AI traffic."""
+
+
 # One line per command module (keep alphabetical).
 from kvtrace.cli import ingest as _ingest  # noqa: E402
 from kvtrace.cli import report as _report  # noqa: E402
