@@ -1,9 +1,79 @@
-"""``kvtrace report`` (being built: token mix first)."""
+"""``kvtrace report``: token mix, reuse/TTL and tier sections; terminal, JSON, Markdown or HTML."""
 
 from __future__ import annotations
 
+import sys
+from typing import Annotated, Optional
+
 import typer
+
+from kvtrace.cli._options import DbOpt, OutOpt, SinceOpt, UntilOpt, guarded
+from kvtrace.errors import ConfigError
+
+FORMATS = ("table", "json", "md", "html")
+
+
+def report(
+    db: DbOpt = None,
+    format: Annotated[str, typer.Option("--format", "-f", help="table (terminal), json, md or html.")] = "table",
+    out: OutOpt = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
+    group_by: Annotated[Optional[list[str]], typer.Option("--group-by", "-g", help="day, hour, model, user, session, query_source, agent, project (repeat or comma-separate).")] = None,
+    ttl: Annotated[Optional[list[str]], typer.Option("--ttl", help="TTL what-if and required capacity for these idle TTLs: 30s, 5m, 1h, 2d (repeat or comma-separate).")] = None,
+    model: Annotated[Optional[str], typer.Option("--model", help="KV geometry for bytes: a catalog name (kvtrace size --list) or a config.json path.")] = None,
+    tiers: Annotated[Optional[str], typer.Option("--tiers", help="Add a tier replay: a preset name or a tiers TOML file.")] = None,
+    title: Annotated[str, typer.Option("--title", help="Report title.")] = "kvtrace report",
+) -> None:
+    """Report the token mix (and, with --ttl / --tiers, reuse and capacity) of the warehouse.
+
+    Example: kvtrace report --ttl 5m,1h --group-by day --format html --out report.html
+    """
+    from kvtrace.report.build import ReportOptions, build_report
+    from kvtrace.report.window import parse_durations
+    from kvtrace.store import Store
+
+    if format not in FORMATS:
+        raise ConfigError(f"unknown --format '{format}'", hint="choose table, json, md or html")
+    groups = [g.strip() for item in (group_by or []) for g in item.split(",") if g.strip()]
+    opts = ReportOptions(since=since, until=until, group_by=groups, ttls=parse_durations(ttl),
+                         model=model, tiers=tiers, title=title)
+    with Store(db, read_only=True) as store:
+        rep = build_report(store, opts)
+    write_report(rep.data, format, out)
+
+
+def write_report(data: dict, format: str, out) -> None:
+    """Render to ``out`` (a path) or stdout."""
+    from kvtrace.report import render
+
+    if format == "table" and out is None:
+        render.render_terminal(data)
+        return
+    if format == "html":
+        from kvtrace.report.html import render_html
+
+        text = render_html(data)
+    else:
+        import io
+
+        buf = io.StringIO()
+        if format == "json":
+            render.render_json(data, buf)
+        elif format == "md":
+            render.render_markdown(data, buf)
+        else:
+            from rich.console import Console
+
+            render.render_terminal(data, Console(file=buf, width=120))
+        text = buf.getvalue()
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        from kvtrace.report.files import write_atomic
+
+        write_atomic(out, text.encode())
 
 
 def register(app: typer.Typer) -> None:
-    pass
+    app.command("report")(guarded(report))

@@ -13,7 +13,6 @@ import os
 import shutil
 import sys
 import tempfile
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -98,17 +97,17 @@ def _merge(store: Store, parsed: Parsed, summary: IngestSummary) -> None:
         try:
             n_in = table.num_rows
             if name == "requests":
-                before = con.execute("SELECT count(*) FROM requests").fetchone()[0]
-                store.execute(load_query("ingest/merge_requests").sql)
-                after = con.execute("SELECT count(*) FROM requests").fetchone()[0]
-                replaced = con.execute("SELECT count(*) FROM matched WHERE better AND r_key <> s_key").fetchone()[0]
+                before = store.scalar("SELECT count(*) FROM requests")
+                store.run(load_query("ingest/merge_requests").sql)
+                after = store.scalar("SELECT count(*) FROM requests")
+                replaced = store.scalar("SELECT count(*) FROM matched WHERE better AND r_key <> s_key")
                 added = after - before + replaced
                 summary.requests_added += added - replaced
                 summary.duplicates_skipped += n_in - (added - replaced)
             else:
-                before = con.execute(f"SELECT count(*) FROM {name}").fetchone()[0]
-                store.execute(f"INSERT INTO {name} BY NAME SELECT * FROM staged_in ON CONFLICT DO NOTHING")
-                added = con.execute(f"SELECT count(*) FROM {name}").fetchone()[0] - before
+                before = store.scalar(f"SELECT count(*) FROM {name}")
+                store.run(f"INSERT INTO {name} BY NAME SELECT * FROM staged_in ON CONFLICT DO NOTHING")
+                added = store.scalar(f"SELECT count(*) FROM {name}") - before
                 setattr(summary, f"{name}_added", getattr(summary, f"{name}_added") + added)
                 summary.duplicates_skipped += n_in - added
         finally:
@@ -202,7 +201,7 @@ def _ingest_unit(store: Store, fmt, group, summary: IngestSummary, strict: bool)
             + (summary.block_requests_added - before[2])
         dups = summary.duplicates_skipped - before[3]
         for i, (p, (path, size, mtime)) in enumerate(group):
-            store.execute(
+            store.run(
                 "INSERT INTO ingested_files VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
                 [path, size, mtime, fmt.name, now, added if i == 0 else 0, dups if i == 0 else 0,
                  len(parsed.rejects) if i == 0 else 0])

@@ -68,14 +68,14 @@ class Store:
             if version in done:
                 continue
             with self.transaction():
-                self.con.execute(load_query(f"schema/{name}").sql)
+                self.con.execute(load_query(f"schema/{name}").sql).fetchall()
                 self.con.execute("INSERT INTO _migrations (version, name) VALUES (?, ?)", [version, name])
             applied.append(name)
         return applied
 
     def _check_version(self) -> None:
         try:
-            have = self.con.execute("SELECT max(version) FROM _migrations").fetchone()[0]
+            have = self.con.execute("SELECT max(version) FROM _migrations").fetchall()[0][0]
         except duckdb.CatalogException as e:
             raise SchemaError(f"{self.path} is not a kvtrace warehouse",
                               hint="create one with `kvtrace ingest FILE --db PATH`") from e
@@ -97,6 +97,15 @@ class Store:
         self._trace(sql, params)
         return self.con.execute(sql, params) if params is not None else self.con.execute(sql)
 
+    def run(self, sql: str, params: Any = None) -> None:
+        """Run statements (a script, too) to completion, discarding any result rows."""
+        self.execute(sql, params).fetchall()
+
+    def scalar(self, sql: str, params: Any = None) -> Any:
+        """The first column of the first row (None if no rows); the result is fully consumed."""
+        rows = self.execute(sql, params).fetchall()
+        return rows[0][0] if rows else None
+
     def query(self, sql: str, params: Any = None) -> list[tuple]:
         """Run a query and return its rows."""
         return self.execute(sql, params).fetchall()
@@ -109,10 +118,12 @@ class Store:
         """Run a query (SQL text or a named query) and return a Polars DataFrame."""
         if "\n" not in sql and " " not in sql.strip():
             sql = load_query(sql).sql
-        return self.execute(sql, params).pl()
+        import polars as pl
+
+        return pl.from_arrow(self.execute(sql, params).to_arrow_table())
 
     def to_arrow(self, sql: str, params: Any = None):
-        return self.execute(sql, params).fetch_arrow_table()
+        return self.execute(sql, params).to_arrow_table()
 
     @contextmanager
     def transaction(self) -> Iterator[None]:

@@ -1,0 +1,98 @@
+"""Build the report: one result object (a JSON-ready dict) that every renderer reads.
+
+Renderers (terminal, JSON, Markdown, HTML) never recompute: they format ``Report.data``.
+Analyses beyond the token mix (TTL what-if, tier replay) are optional sections, each computed
+only when its options ask for it. The schema is documented in ``docs/report-schema.md``;
+``SCHEMA_VERSION`` changes when a key changes meaning or disappears.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from kvtrace import __version__
+from kvtrace.errors import ConfigError
+from kvtrace.report.window import iso, parse_instant
+from kvtrace.store import Store
+
+SCHEMA_VERSION = "1.0"
+
+
+@dataclass
+class ReportOptions:
+    """What a report covers. Every field has a CLI option of the same name."""
+
+    since: str | None = None
+    until: str | None = None
+    group_by: list[str] = field(default_factory=list)
+    ttls: list[float] = field(default_factory=list)          # seconds; adds the `ttl` section
+    model: str | None = None                                   # KV geometry for bytes (catalog name)
+    tiers: str | None = None                                   # tier preset or file; adds `tiers`
+    capacities: list[float] = field(default_factory=list)     # tokens; grid points for `tiers`/`replay`
+    title: str = "kvtrace report"
+
+
+@dataclass
+class Report:
+    data: dict
+
+    def to_dict(self) -> dict:
+        return self.data
+
+
+# Optional sections: key -> "module:function(store, opts, window) -> dict|list|None".
+# A section is computed when its condition on the options holds.
+SECTIONS: list[tuple[str, str, str]] = [
+    ("ttl", "kvtrace.report.sections:ttl_section", "ttls"),
+    ("tiers", "kvtrace.report.sections:tiers_section", "tiers"),
+]
+
+
+def _window(store: Store, opts: ReportOptions) -> dict:
+    first, last, *_ = store.named("usage_bounds").fetchall()[0]
+    since = parse_instant(opts.since, last)
+    until = parse_instant(opts.until, last)
+    if since and until and since >= until:
+        raise ConfigError(f"--since {opts.since} is not before --until {opts.until}")
+    return {"since": since, "until": until, "first": first, "last": last}
+
+
+def build_report(store: Store, opts: ReportOptions | None = None) -> Report:
+    """Compute the report for a warehouse.
+
+    Args:
+        store: the warehouse (may be opened read-only).
+        opts: window, grouping and optional analyses.
+    """
+    from kvtrace.analyze.token_mix import GROUPS, token_mix, token_mix_by
+
+    opts = opts or ReportOptions()
+    for g in opts.group_by:
+        if g not in GROUPS:
+            raise ConfigError(f"unknown --group-by '{g}'", hint="choose from " + ", ".join(GROUPS))
+    win = _window(store, opts)
+    usage = store.to_polars("usage_window", {"since": win["since"], "until": win["until"]})
+    data: dict = {
+        "schema_version": SCHEMA_VERSION,
+        "generator": f"kvtrace {__version__}",
+        "generated_at": iso(datetime.now(timezone.utc)),
+        "title": opts.title,
+        "window": {
+            "since": iso(win["since"]), "until": iso(win["until"]),
+            "first_request": iso(usage["ts"].min()) if usage.height else None,
+            "last_request": iso(usage["ts"].max()) if usage.height else None,
+        },
+        "requests": usage.height,
+        "sessions": usage["session_id"].n_unique() if usage.height else 0,
+        "token_mix": token_mix(usage),
+        "groups": {g: token_mix_by(usage, g) for g in opts.group_by},
+    }
+    for key, target, cond in SECTIONS:
+        if getattr(opts, cond):
+            mod, fn = target.split(":")
+            value = getattr(importlib.import_module(mod), fn)(store, opts, win)
+            if value is not None:
+                data[key] = value
+    return Report(data)
