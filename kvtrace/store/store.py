@@ -52,6 +52,8 @@ class Store:
             raise SchemaError(f"cannot open warehouse {target}: {e}",
                               hint="another kvtrace process may hold it for writing; retry shortly") from e
         self.con.execute("SET TimeZone = 'UTC'")
+        # Never resolve an unknown table name to a Python variable of the caller's scope.
+        self.con.execute("SET python_enable_replacements = false")
         if not read_only:
             self.migrate()
         else:
@@ -76,7 +78,7 @@ class Store:
     def _check_version(self) -> None:
         try:
             have = self.con.execute("SELECT max(version) FROM _migrations").fetchall()[0][0]
-        except duckdb.CatalogException as e:
+        except duckdb.Error as e:
             raise SchemaError(f"{self.path} is not a kvtrace warehouse",
                               hint="create one with `kvtrace ingest FILE --db PATH`") from e
         want = max(v for v, _ in _migrations())
@@ -118,12 +120,12 @@ class Store:
         """Run a query (SQL text or a named query) and return a Polars DataFrame."""
         if "\n" not in sql and " " not in sql.strip():
             sql = load_query(sql).sql
-        import polars as pl
-
-        return pl.from_arrow(self.execute(sql, params).to_arrow_table())
+        self._trace(sql, params)
+        return self.con.sql(sql, params=params).pl()
 
     def to_arrow(self, sql: str, params: Any = None):
-        return self.execute(sql, params).to_arrow_table()
+        self._trace(sql, params)
+        return self.con.sql(sql, params=params).to_arrow_table()
 
     @contextmanager
     def transaction(self) -> Iterator[None]:

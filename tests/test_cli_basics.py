@@ -1,0 +1,41 @@
+"""CLI plumbing: errors become one line and exit 1; ingest and report round trip."""
+
+import json
+
+from typer.testing import CliRunner
+
+from kvtrace.cli import app
+
+runner = CliRunner()
+
+
+def test_report_without_warehouse_suggests_ingest(tmp_path):
+    r = runner.invoke(app, ["report", "--db", str(tmp_path / "none.duckdb")])
+    assert r.exit_code == 1
+    assert "Error:" in r.output and "kvtrace ingest" in r.output
+
+
+def test_bad_ttl_suggests_the_syntax(tmp_path, monkeypatch):
+    from kvtrace.store import Store
+
+    Store(tmp_path / "kv.duckdb").close()
+    r = runner.invoke(app, ["report", "--db", str(tmp_path / "kv.duckdb"), "--ttl", "5 minutes"])
+    assert r.exit_code == 1 and "30s, 5m, 1h" in r.output
+
+
+def test_ingest_missing_file(tmp_path):
+    r = runner.invoke(app, ["ingest", "--db", str(tmp_path / "kv.duckdb"), str(tmp_path / "nope.jsonl")])
+    assert r.exit_code == 1 and "no such file" in r.output
+
+
+def test_report_json_to_file(tmp_path):
+    from kvtrace.store import Store
+
+    Store(tmp_path / "kv.duckdb").close()
+    out = tmp_path / "r.json"
+    r = runner.invoke(app, ["report", "--db", str(tmp_path / "kv.duckdb"), "--format", "json", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    d = json.loads(out.read_text())
+    assert set(d) >= {"schema_version", "window", "requests", "sessions", "token_mix"}
+    assert set(d["token_mix"]) >= {"cache_read", "cache_write_5m", "cache_write_1h", "cache_write_unknown", "output",
+                                   "input_uncached", "total", "shares"}
