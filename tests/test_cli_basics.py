@@ -39,3 +39,16 @@ def test_report_json_to_file(tmp_path):
     assert set(d) >= {"schema_version", "window", "requests", "sessions", "token_mix"}
     assert set(d["token_mix"]) >= {"cache_read", "cache_write_5m", "cache_write_1h", "cache_write_unknown", "output",
                                    "input_uncached", "total", "shares"}
+
+
+def test_query_list_and_run(tmp_path):
+    from kvtrace.store import Store
+
+    Store(tmp_path / "kv.duckdb").close()
+    r = runner.invoke(app, ["query", "--list"])
+    assert r.exit_code == 0 and "usage_window" in r.output
+    r = runner.invoke(app, ["query", "usage_bounds", "--db", str(tmp_path / "kv.duckdb"), "--format", "csv"])
+    assert r.exit_code == 0, r.output
+    assert r.output.splitlines()[0] == "first_ts,last_ts,requests,metric_points,block_requests"
+    r = runner.invoke(app, ["query", "nope", "--db", str(tmp_path / "kv.duckdb")])
+    assert r.exit_code == 1 and "known queries" in r.output
