@@ -59,6 +59,22 @@ def _window(store: Store, opts: ReportOptions) -> dict:
     return {"since": since, "until": until, "first": first, "last": last}
 
 
+# Windows up to this long are charted per hour, longer ones per day.
+HOURLY_SERIES_MAX_S = 3 * 86400
+
+
+def _series(usage) -> dict:
+    """Time series for charts (``series`` in docs/report-schema.md): the token mix per hour for
+    windows up to three days, else per day, whatever ``--group-by`` asks for."""
+    from kvtrace.analyze.token_mix import token_mix_by
+
+    if usage.height == 0:
+        return {"token_mix": {"bucket": "day", "entries": []}}
+    span = (usage["ts"].max() - usage["ts"].min()).total_seconds()
+    bucket = "hour" if span <= HOURLY_SERIES_MAX_S else "day"
+    return {"token_mix": {"bucket": bucket, "entries": token_mix_by(usage, bucket)}}
+
+
 def build_report(store: Store, opts: ReportOptions | None = None) -> Report:
     """Compute the report for a warehouse.
 
@@ -88,6 +104,7 @@ def build_report(store: Store, opts: ReportOptions | None = None) -> Report:
         "sessions": usage["session_id"].n_unique() if usage.height else 0,
         "token_mix": token_mix(usage),
         "groups": {g: token_mix_by(usage, g) for g in opts.group_by},
+        "series": _series(usage),
     }
     for key, target, cond in SECTIONS:
         if getattr(opts, cond):
