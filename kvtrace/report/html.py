@@ -1,0 +1,221 @@
+"""The HTML report: one self-contained page (charts drawn by Vega, inlined), and PNG/SVG copies.
+
+The page formats ``Report.data`` and never recomputes it: tables use the same helpers as the
+Markdown and terminal renderers, charts come from :mod:`kvtrace.report.charts`. Vega, Vega-Lite
+and vega-embed come from the JavaScript bundle that ``vl-convert-python`` ships (an installed
+package, nothing fetched), so the page opens on a closed network; its Content-Security-Policy
+forbids every load, so a page that tried would fail visibly rather than silently depend on one.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import json
+from importlib import resources
+from pathlib import Path
+from string import Template
+
+from kvtrace.report.render import (TTL_HEADERS, fmt_bytes, fmt_int, fmt_pct, fmt_tokens, mix_rows, ttl_rows,
+                                   window_text)
+
+IMAGE_FORMATS = ("png", "svg")
+PNG_SCALE = 2.0   # pixels per CSS pixel: sharp in chat and on high-density screens
+
+
+def _e(x) -> str:
+    return html.escape(str(x), quote=True)
+
+
+@functools.cache
+def _template() -> Template:
+    return Template((resources.files("kvtrace.report") / "templates" / "report.html").read_text(encoding="utf-8"))
+
+
+@functools.cache
+def js_bundle() -> str:
+    """Vega, Vega-Lite (the version Altair writes) and vega-embed as one script, from vl-convert."""
+    import vl_convert as vlc
+
+    from kvtrace.report.charts import vl_version
+
+    return vlc.javascript_bundle(vl_version=vl_version())
+
+
+def _lib_versions() -> str:
+    import vl_convert as vlc
+
+    from kvtrace.report.charts import vl_version
+
+    return (f"Vega {vlc.get_vega_version()}, Vega-Lite {vl_version() or 'latest'}, "
+            f"vega-embed {vlc.get_vega_embed_version()}")
+
+
+# -- tables ---------------------------------------------------------------------------------------
+
+def _table(headers, rows, foot=None) -> str:
+    out = ["<table><thead><tr>", *(f"<th>{_e(h)}</th>" for h in headers), "</tr></thead><tbody>"]
+    for r in rows:
+        out.append("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>")
+    out.append("</tbody>")
+    if foot:
+        out.append("<tfoot><tr>" + "".join(f"<td>{_e(c)}</td>" for c in foot) + "</tr></tfoot>")
+    out.append("</table>")
+    return "".join(out)
+
+
+def _cards(d: dict) -> str:
+    mix = d["token_mix"]
+    items = [("Requests", fmt_int(d["requests"])), ("Sessions", fmt_int(d["sessions"])),
+             ("Tokens", fmt_tokens(mix["total"])), ("Cache hit ratio (tokens)", fmt_pct(mix["cache_hit_ratio"]))]
+    return '<ul class="cards">' + "".join(
+        f'<li><span class="label">{_e(k)}</span><span class="value">{_e(v)}</span></li>' for k, v in items) + "</ul>"
+
+
+def _shares_line(mix: dict) -> str:
+    """The seed study's four-way split: reads / creation (all write TTLs) / output / uncached input."""
+    s = mix["shares"]
+    parts = [("Cache read", s["cache_read"]),
+             ("Cache creation", s["cache_write_5m"] + s["cache_write_1h"] + s["cache_write_unknown"]),
+             ("Output", s["output"]), ("Uncached input", s["input_uncached"])]
+    return '<p class="shares">' + " · ".join(f"{_e(k)} <b>{_e(fmt_pct(v))}</b>" for k, v in parts) + "</p>"
+
+
+def _group_table(g: str, entries: list[dict]) -> str:
+    rows = []
+    for e in entries:
+        m = e["token_mix"]
+        writes = m["cache_write_5m"] + m["cache_write_1h"] + m["cache_write_unknown"]
+        rows.append((e["key"], fmt_int(e["requests"]), fmt_int(m["total"]), fmt_pct(m["shares"]["cache_read"]),
+                     fmt_int(writes), fmt_int(m["output"]), fmt_pct(m["cache_hit_ratio"])))
+    return _table((g, "Requests", "Total tokens", "Read share", "Cache write", "Output", "Hit ratio"), rows)
+
+
+def _tier_table(tiers: list[dict]) -> str:
+    def mbps(v):
+        return "–" if v is None else f"{v / 1e6:,.1f}"
+
+    rows = [(t.get("name", "tier"), fmt_tokens(t.get("capacity_tokens")), fmt_bytes(t.get("capacity_bytes")),
+             fmt_pct(t.get("hit_ratio_tokens")), mbps(t.get("write_bytes_per_s_mean")),
+             mbps(t.get("write_bytes_per_s_peak")),
+             "–" if t.get("dwpd_per_drive") is None else f"{t['dwpd_per_drive']:.2f}",
+             "–" if t.get("dwpd_rating") is None else f"{t['dwpd_rating']:g}", t.get("fills_at") or "–")
+            for t in tiers]
+    return _table(("Tier", "Capacity (tokens)", "Capacity", "Hit ratio (tokens)", "Writes mean (MB/s)",
+                   "Writes peak (MB/s)", "DWPD per drive", "Drive rating", "First fills"), rows)
+
+
+def _ttft_table(ttft: dict) -> str:
+    rows = []
+    for cohort in ("continuing", "resumed"):
+        q = ttft.get(cohort)
+        if q:
+            rows.append((cohort.capitalize(), *("–" if q.get(k) is None else f"{q[k]:,.0f}"
+                                                for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms"))))
+    return _table(("Session", "p50 (ms)", "p90 (ms)", "p99 (ms)", "max (ms)"), rows) if rows else ""
+
+
+def _spend_table(scenarios: list[dict]) -> str:
+    def usd(v):
+        return "–" if v is None else f"${v:,.2f}"
+
+    rows = [(s.get("label") or s.get("ttl_s"), usd(s.get("input_usd")), usd(s.get("cache_write_usd")),
+             usd(s.get("cache_read_usd")), usd(s.get("output_usd")), usd(s.get("total_usd"))) for s in scenarios]
+    return _table(("Cache TTL", "Uncached input", "Cache write", "Cache read", "Output", "Total"), rows)
+
+
+def _scalars_table(section: dict) -> str:
+    """Scalar entries of a section the page has no dedicated table for (shown, not dropped)."""
+    rows = [(k.replace("_", " "), f"{v:,.4g}" if isinstance(v, float) else v)
+            for k, v in section.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)]
+    return _table(("Measure", "Value"), rows) if rows else ""
+
+
+# -- page -----------------------------------------------------------------------------------------
+
+def _figure(chart) -> str:
+    spec = json.dumps(chart.spec, separators=(",", ":")).replace("<", "\\u003c")  # no "</script>" inside
+    return (f'<figure id="chart-{_e(chart.id)}"><h3>{_e(chart.title)}</h3>'
+            f'<div class="chart" data-chart="{_e(chart.id)}"></div>'
+            f"<figcaption>{_e(chart.caption)}</figcaption>"
+            f'<script type="application/json" id="spec-{_e(chart.id)}">{spec}</script></figure>')
+
+
+def _body(d: dict, charts: dict) -> str:
+    def fig(cid):
+        return _figure(charts[cid]) if cid in charts else ""
+
+    mix = d["token_mix"]
+    out = [_cards(d), "<h2>Token mix</h2>", _shares_line(mix),
+           _table(("Class", "Tokens", "Share"), mix_rows(mix), ("Total", fmt_int(mix["total"]), "100%")),
+           fig("token-mix-over-time")]
+    reuse = d.get("reuse")
+    if reuse:
+        out += ["<h2>Context reuse</h2>", fig("reuse-time-cdf"), _scalars_table(reuse)]
+    if d.get("ttl"):
+        out += ["<h2>TTL what-if and required capacity</h2>",
+                "<p>Unlimited capacity; an idle TTL is refreshed on every use.</p>",
+                _table(TTL_HEADERS, ttl_rows(d)), fig("working-set")]
+    tiers = d.get("tiers")
+    if tiers:
+        out += ["<h2>Tiers</h2>", fig("miss-ratio-curves")]
+        if tiers.get("tiers"):
+            out.append(_tier_table(tiers["tiers"]))
+        out.append(fig("writes-dwpd"))
+        if tiers.get("ttft"):
+            out += [fig("ttft"), _ttft_table(tiers["ttft"])]
+    spend = d.get("spend")
+    if spend and spend.get("scenarios"):
+        out += ["<h2>API spend by cache TTL</h2>", fig("spend"), _spend_table(spend["scenarios"])]
+    for g, entries in (d.get("groups") or {}).items():
+        out += [f"<h2>By {_e(g)}</h2>", _group_table(g, entries)]
+    return "\n".join(x for x in out if x)
+
+
+def render_html(d: dict, charts: list | None = None) -> str:
+    """The report page for ``d`` (``Report.data``) as one self-contained HTML string.
+
+    Args:
+        d: the report dict.
+        charts: chart specs already built from ``d`` (``kvtrace run`` reuses them for images).
+    """
+    from kvtrace.report.charts import build_charts
+
+    charts = build_charts(d) if charts is None else charts
+    by_id = {c.id: c for c in charts}
+    footer = (f"{d.get('generator', 'kvtrace')} · report schema {d.get('schema_version')} · generated "
+              f"{d.get('generated_at')} · charts drawn in this page by {_lib_versions()}, inlined (no network needed)")
+    return _template().substitute(
+        title=_e(d["title"]), generator=_e(d.get("generator", "kvtrace")),
+        window_line=_e(f"Window (UTC): {window_text(d)}"), bundle=js_bundle(),
+        body=_body(d, by_id), footer=_e(footer), n_charts=len(charts))
+
+
+def export_images(d_or_charts, folder: str | Path, formats=IMAGE_FORMATS, scale: float = PNG_SCALE) -> list[Path]:
+    """Write each chart as ``<folder>/<chart id>.png`` / ``.svg`` (vl-convert, no browser).
+
+    Args:
+        d_or_charts: the report dict, or chart specs built from it.
+        folder: created if missing.
+        formats: any of ``png`` and ``svg``.
+        scale: PNG pixels per chart pixel.
+
+    Returns:
+        The files written.
+    """
+    import vl_convert as vlc
+
+    from kvtrace.report.charts import build_charts, vl_version
+    from kvtrace.report.files import write_atomic
+
+    charts = build_charts(d_or_charts) if isinstance(d_or_charts, dict) else d_or_charts
+    folder = Path(folder)
+    written = []
+    for c in charts:
+        if "png" in formats:
+            png = vlc.vegalite_to_png(c.spec, vl_version=vl_version(), scale=scale)
+            written.append(write_atomic(folder / f"{c.id}.png", png))
+        if "svg" in formats:
+            svg = vlc.vegalite_to_svg(c.spec, vl_version=vl_version())
+            written.append(write_atomic(folder / f"{c.id}.svg", svg.encode()))
+    return written
