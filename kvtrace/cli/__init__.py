@@ -29,10 +29,12 @@ def _root() -> None:
 
 
 # One line per command module (keep alphabetical).
+from kvtrace.cli import collect as _collect  # noqa: E402
 from kvtrace.cli import ingest as _ingest  # noqa: E402
 from kvtrace.cli import query as _query  # noqa: E402
 from kvtrace.cli import report as _report  # noqa: E402
 
+_collect.register(app)
 _ingest.register(app)
 _query.register(app)
 _report.register(app)

@@ -1,0 +1,139 @@
+"""OTLP/HTTP front end (Starlette): ``POST /v1/logs|metrics|traces``, ``/healthz``, ``/metrics``.
+
+The protocol contract (reference/telemetry-formats.md §6.1): 200 with an empty
+``Export*ServiceResponse`` in the request's media type, or a partial success; 400 with a
+``google.rpc.Status`` body for an undecodable body; 401 without the bearer token; 404; 405 for
+other methods; 413 over the size limit (checked on the wire and again while decompressing); 415
+for other media types or encodings; 429/503 with ``Retry-After`` when the spool cannot take the
+batch. Request contents are never logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import time
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from kvtrace.collect import otlp
+from kvtrace.collect.spool import SpoolFull, SpoolWriteError
+
+log = logging.getLogger("kvtrace.collect")
+_ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+
+
+def _status(code: int, message: str, media: str | None = None, headers: dict | None = None) -> Response:
+    body, ctype = otlp.status_body(code, message, media)
+    return Response(body, status_code=code, media_type=ctype, headers=headers)
+
+
+def authorized(header: str | None, token: str | None) -> bool:
+    """Constant-time check of ``Authorization: Bearer <token>`` (always true without a token)."""
+    if not token:
+        return True
+    if not header:
+        return False
+    scheme, _, value = header.strip().partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), token.encode())
+
+
+async def _read_capped(request: Request, limit: int) -> bytes | None:
+    """The raw body, or None as soon as it grows past ``limit`` (the rest is never buffered)."""
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def make_app(collector) -> Starlette:
+    """The ASGI app over a running :class:`kvtrace.collect.server.Collector`."""
+    cfg, spool, metrics = collector.config, collector.spool, collector.metrics
+
+    def count(signal: str, code: int) -> None:
+        metrics.inc("kvtrace_collect_requests_total", protocol="http", signal=signal, code=str(code))
+
+    async def export(request: Request) -> Response:
+        name = request.path_params["signal"]
+        signal = otlp.SIGNALS.get(name)
+        if signal is None:
+            return _status(404, f"no such endpoint {request.url.path}; use /v1/logs, /v1/metrics or /v1/traces")
+        response = await _export(request, signal)
+        count(name, response.status_code)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s %s -> %d", request.method, request.url.path, response.status_code)
+        return response
+
+    async def _export(request: Request, signal: otlp.Signal) -> Response:
+        if request.method != "POST":
+            return _status(405, f"{request.method} is not allowed; OTLP exports use POST", headers={"Allow": "POST"})
+        if not authorized(request.headers.get("authorization"), cfg.token):
+            return _status(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
+        media = otlp.media_type_of(request.headers.get("content-type"))
+        if media is None:
+            return _status(415, f"unsupported media type '{request.headers.get('content-type', '')}'; "
+                                "use application/x-protobuf or application/json")
+        length = request.headers.get("content-length")
+        if length and length.isdigit() and int(length) > cfg.max_body:
+            return _status(413, f"body of {length} bytes is over the {cfg.max_body}-byte limit", media,
+                           headers={"Connection": "close"})
+        raw = await _read_capped(request, cfg.max_body)
+        if raw is None:
+            return _status(413, f"body is over the {cfg.max_body}-byte limit", media, headers={"Connection": "close"})
+        try:
+            data = otlp.decompress(raw, request.headers.get("content-encoding"), cfg.max_body)
+            batch = otlp.decode(signal, media, data)
+        except otlp.TooLarge as e:
+            return _status(413, str(e), media)
+        except otlp.UnsupportedEncoding as e:
+            return _status(415, str(e), media)
+        except otlp.BadPayload as e:
+            return _status(400, f"cannot decode {signal.name} request: {e}", media)
+        metrics.inc("kvtrace_collect_received_bytes_total", len(data), signal=signal.name)
+        metrics.inc("kvtrace_collect_received_records_total", batch.records + batch.rejected, signal=signal.name)
+        if batch.rejected:
+            metrics.inc("kvtrace_collect_rejected_records_total", batch.rejected, signal=signal.name)
+        if batch.records:
+            try:
+                fut = spool.submit(batch.frame_kind, batch.payload, batch.records)
+                await asyncio.wrap_future(fut)
+            except SpoolFull as e:
+                return _status(e.status, str(e), media, headers={"Retry-After": str(e.retry_after)})
+            except SpoolWriteError as e:
+                return _status(503, str(e), media, headers={"Retry-After": "5"})
+            metrics.inc("kvtrace_collect_stored_records_total", batch.records, signal=signal.name)
+        return Response(otlp.success_body(signal, media, batch.rejected, batch.message), media_type=media)
+
+    async def healthz(request: Request) -> Response:
+        ok = collector.healthy()
+        last = metrics.get("kvtrace_collect_last_ingest_timestamp_seconds")
+        body = {"status": "ok" if ok else "unhealthy", "spool_bytes": spool.backlog_bytes,
+                "queue_bytes": spool.queue_bytes,
+                "last_ingest_age_s": round(time.time() - last, 3) if last else None}
+        return JSONResponse(body, status_code=200 if ok else 503)
+
+    async def prometheus(request: Request) -> Response:
+        if not authorized(request.headers.get("authorization"), cfg.token):
+            return _status(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
+        collector.update_gauges()
+        return PlainTextResponse(metrics.render(), media_type="text/plain; version=0.0.4")
+
+    async def not_found(request: Request, exc) -> Response:
+        return _status(404, f"no such endpoint {request.url.path}; use /v1/logs, /v1/metrics or /v1/traces")
+
+    async def not_allowed(request: Request, exc) -> Response:
+        return _status(405, f"{request.method} is not allowed here")
+
+    routes = [
+        Route("/v1/{signal}", export, methods=_ALL_METHODS),
+        Route("/healthz", healthz, methods=["GET", "HEAD"]),
+        Route("/metrics", prometheus, methods=["GET"]),
+    ]
+    return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed})

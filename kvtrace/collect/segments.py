@@ -1,0 +1,155 @@
+"""Spool segment files: their frame format, names, crash recovery and conversion to OTLP JSON.
+
+A segment moves through these names in the spool folder (each step is an atomic rename, so a
+crash leaves every segment in exactly one state)::
+
+    seg-<id>.open        being appended to: frames, fsynced before each acknowledgement
+    seg-<id>.sealed      complete frames, waiting to be converted
+    seg-<id>.jsonl       plain OTLP JSON lines (one export request per line): what
+                         ``kvtrace ingest SPOOL_DIR`` reads; ``.open``/``.sealed`` are ignored by it
+    ingested/seg-<id>.jsonl.done   ingested by the collector into its warehouse (kept a while)
+
+A frame is ``b"KV" kind:u8 length:u32 crc32:u32`` (big-endian) + payload; kind ``J`` holds an
+OTLP JSON line, ``L``/``M``/``T`` a protobuf logs/metrics/traces request. The CRC lets recovery
+tell a complete frame from a torn one: only the unacknowledged tail of an ``.open`` segment can be
+torn (every acknowledged frame was written and fsynced first), and recovery cuts it off.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+
+MAGIC = b"KV"
+HEADER = struct.Struct(">2sBII")
+OPEN, SEALED, READY, TMP, DONE = ".open", ".sealed", ".jsonl", ".jsonl.tmp", ".jsonl.done"
+INGESTED_DIR = "ingested"
+
+
+def encode_frame(kind: int, payload: bytes) -> bytes:
+    return HEADER.pack(MAGIC, kind, len(payload), zlib.crc32(payload)) + payload
+
+
+def iter_frames(data: bytes) -> Iterator[tuple[int, int, bytes]]:
+    """Yield ``(end_offset, kind, payload)`` for every intact frame.
+
+    A damaged frame is skipped by searching for the next magic whose CRC checks, so one bad
+    region cannot hide the frames after it.
+    """
+    pos, n = 0, len(data)
+    while pos + HEADER.size <= n:
+        magic, kind, length, crc = HEADER.unpack_from(data, pos)
+        end = pos + HEADER.size + length
+        if magic == MAGIC and end <= n and zlib.crc32(data[pos + HEADER.size:end]) == crc:
+            yield end, kind, data[pos + HEADER.size:end]
+            pos = end
+            continue
+        nxt = data.find(MAGIC, pos + 1)
+        if nxt < 0:
+            return
+        pos = nxt
+
+
+def new_segment_id(now: datetime | None = None, seq: int = 0) -> str:
+    now = now or datetime.now(timezone.utc)
+    return f"seg-{now:%Y%m%dT%H%M%S.%f}Z-{seq:06d}"
+
+
+def segment_id(path: Path) -> str:
+    name = path.name
+    for suffix in (DONE, TMP, READY, SEALED, OPEN):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return path.stem
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def recover_open(path: Path) -> tuple[Path, int, int]:
+    """Seal an ``.open`` segment left by a crash: cut the torn tail, fsync, rename to ``.sealed``.
+
+    Returns:
+        ``(sealed_path, frames_kept, bytes_cut)``.
+    """
+    data = path.read_bytes()
+    frames, good_end = 0, 0
+    for end, _kind, _payload in iter_frames(data):
+        frames, good_end = frames + 1, end
+    cut = len(data) - good_end
+    if cut:
+        with open(path, "r+b") as fh:
+            fh.truncate(good_end)
+            fh.flush()
+            os.fsync(fh.fileno())
+    sealed = path.with_name(segment_id(path) + SEALED)
+    os.replace(path, sealed)
+    fsync_dir(path.parent)
+    return sealed, frames, cut
+
+
+def convert_sealed(sealed: Path) -> tuple[Path | None, int]:
+    """Write a sealed segment's frames as OTLP JSON lines (``.jsonl``), then remove it.
+
+    Crash-safe: the lines go to ``.jsonl.tmp``, which is fsynced and renamed; the ``.sealed``
+    file is removed only after that, and a leftover ``.tmp`` is simply rebuilt.
+
+    Returns:
+        ``(jsonl_path, lines)``; the path is None when the segment held no records.
+    """
+    from kvtrace.collect.otlp import JSON_FRAME, SIGNAL_BY_FRAME
+    from kvtrace.collect.pbjson import protobuf_to_json_line
+
+    sid = segment_id(sealed)
+    ready = sealed.with_name(sid + READY)
+    tmp = sealed.with_name(sid + TMP)
+    data = sealed.read_bytes()
+    lines = 0
+    with open(tmp, "wb") as out:
+        for _end, kind, payload in iter_frames(data):
+            if kind == JSON_FRAME:
+                line = payload
+            elif kind in SIGNAL_BY_FRAME:
+                line = protobuf_to_json_line(SIGNAL_BY_FRAME[kind], payload)
+            else:
+                continue
+            if line:
+                out.write(line)
+                out.write(b"\n")
+                lines += 1
+        out.flush()
+        os.fsync(out.fileno())
+    if not lines:
+        tmp.unlink()
+        sealed.unlink()
+        fsync_dir(sealed.parent)
+        return None, 0
+    os.replace(tmp, ready)
+    fsync_dir(sealed.parent)
+    sealed.unlink()
+    fsync_dir(sealed.parent)
+    return ready, lines
+
+
+def tidy(spool: Path) -> None:
+    """Remove what a crash can leave half-done: stale ``.tmp`` files and sealed twins of ready segments."""
+    for tmp in spool.glob("*" + TMP):
+        tmp.unlink(missing_ok=True)
+    for sealed in spool.glob("*" + SEALED):
+        if sealed.with_name(segment_id(sealed) + READY).exists():
+            # The .jsonl was renamed into place before the crash; the sealed frames are a duplicate.
+            sealed.unlink()
+
+
+def listing(spool: Path, suffix: str) -> list[Path]:
+    """Segments in one state, oldest first (ids sort by time)."""
+    return sorted(spool.glob("seg-*" + suffix))  # a glob matches the whole name: .jsonl is not .jsonl.tmp

@@ -1,0 +1,187 @@
+"""Segment work done in a separate process: converting sealed segments and ingesting them.
+
+Converting protobuf to OTLP JSON and normalising into DuckDB are CPU work; done in the receiving
+process they would hold the GIL and delay acknowledgements. The collector runs them in one
+worker process (a fresh interpreter, so no threads are forked). Each operation takes the spool's ops lock,
+so even a worker orphaned by a ``kill -9`` of its collector cannot race the next collector; on
+Linux the worker also dies with its parent (``PR_SET_PDEATHSIG``).
+
+Exactly once: a ready segment is ingested in one transaction (the pipeline records it in the
+``ingested_files`` ledger in the same transaction) and only then moved to ``ingested/``. A crash
+between the two leaves a segment that the ledger skips (and the keyed merge would add nothing
+anyway).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from kvtrace.collect import segments as seg
+from kvtrace.collect.spool import ops_lock
+
+log = logging.getLogger("kvtrace.collect")
+
+STORE_RETRY_SECONDS = 10.0   # how long one ingest waits for a report to let go of the warehouse
+
+
+def _init_worker(parent: int) -> None:
+    # Shutdown is the collector's job: it still needs this worker to convert and ingest the
+    # last segment after Ctrl-C (sent to the whole process group) or systemd's SIGTERM.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the collector
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # the collector died before prctl took effect
+        os._exit(1)
+
+
+def finish_segments(spool: str) -> list[tuple[str, int]]:
+    """Convert every sealed segment to OTLP JSON lines. Returns ``[(jsonl_path, lines)]``."""
+    out = []
+    with ops_lock(Path(spool)):
+        for sealed in seg.listing(Path(spool), seg.SEALED):
+            ready, lines = seg.convert_sealed(sealed)
+            if ready is not None:
+                out.append((str(ready), lines))
+    return out
+
+
+def _open_store(db: str):
+    from kvtrace.errors import SchemaError
+    from kvtrace.store import Store
+
+    deadline = time.monotonic() + STORE_RETRY_SECONDS
+    while True:
+        try:
+            return Store(db)
+        except SchemaError:
+            # Another process (a report, a manual ingest) holds the file; DuckDB allows one writer.
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def ingest_segments(spool: str, db: str, keep_seconds: float) -> dict:
+    """Ingest every ready segment into ``db`` (one transaction each) and archive it.
+
+    Returns:
+        Totals: ``segments``, ``requests_added``, ``metric_points_added``, ``duplicates_skipped``,
+        ``lines_rejected``, ``rejects`` (first few).
+    """
+    from kvtrace.ingest import ingest
+
+    root = Path(spool)
+    done_dir = root / seg.INGESTED_DIR
+    done_dir.mkdir(exist_ok=True)
+    totals = {"segments": 0, "requests_added": 0, "metric_points_added": 0, "duplicates_skipped": 0,
+              "lines_rejected": 0, "rejects": []}
+    with ops_lock(root):
+        for ready in seg.listing(root, seg.READY):
+            # The warehouse is held for one segment's transaction at a time, so reports can run.
+            store = _open_store(db)
+            try:
+                s = ingest(store, [ready], format="otlp-json")
+            finally:
+                store.close()
+            os.replace(ready, done_dir / (seg.segment_id(ready) + seg.DONE))
+            seg.fsync_dir(root)
+            totals["segments"] += 1
+            for k in ("requests_added", "metric_points_added", "duplicates_skipped", "lines_rejected"):
+                totals[k] += getattr(s, k)
+            totals["rejects"].extend(s.rejects[: max(0, 10 - len(totals["rejects"]))])
+        prune(done_dir, keep_seconds)
+    return totals
+
+
+def prune(done_dir: Path, keep_seconds: float) -> int:
+    """Delete ingested segments older than ``keep_seconds``."""
+    cutoff = time.time() - keep_seconds
+    n = 0
+    for p in done_dir.glob("seg-*" + seg.DONE):
+        try:
+            if p.stat().st_mtime < cutoff:
+                p.unlink()
+                n += 1
+        except FileNotFoundError:
+            pass
+    return n
+
+
+OPS = {"finish": finish_segments, "ingest": ingest_segments}
+
+
+class WorkerError(RuntimeError):
+    """The worker process died or an operation in it failed (the segments stay for a retry)."""
+
+
+class Worker:
+    """The worker process (``python -m kvtrace.collect.worker``), started on first use and after a death.
+
+    Requests and answers are JSON lines on its stdin/stdout. Calls come from one thread (the
+    collector's maintenance thread), which on Linux is also what the worker's life is tied to.
+    """
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen | None = None
+
+    def call(self, op: str, *args):
+        if self._proc is None or self._proc.poll() is not None:
+            self._proc = subprocess.Popen([sys.executable, "-m", "kvtrace.collect.worker", str(os.getpid())],
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        try:
+            self._proc.stdin.write(json.dumps({"op": op, "args": list(args)}).encode() + b"\n")
+            self._proc.stdin.flush()
+            line = self._proc.stdout.readline()
+        except OSError:
+            line = b""
+        if not line:
+            self._proc.kill()
+            self._proc.wait()
+            self._proc = None
+            raise WorkerError(f"the worker process died during '{op}'")
+        answer = json.loads(line)
+        if "error" in answer:
+            raise WorkerError(answer["error"])
+        return answer["ok"]
+
+    def close(self, timeout: float = 60.0) -> None:
+        if self._proc is None:
+            return
+        try:
+            self._proc.stdin.close()
+            self._proc.wait(timeout)
+        except (OSError, subprocess.TimeoutExpired):
+            self._proc.kill()
+            self._proc.wait()
+        self._proc = None
+
+
+def main() -> None:
+    _init_worker(int(sys.argv[1]))
+    proto = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    sys.stdout = sys.stderr  # only answers go to the protocol pipe
+    logging.basicConfig(level=logging.WARNING, format="kvtrace collect worker: %(message)s")
+    for line in sys.stdin.buffer:
+        req = json.loads(line)
+        try:
+            answer = {"ok": OPS[req["op"]](*req["args"])}
+        except Exception as e:  # noqa: BLE001 - reported to the collector, which retries later
+            answer = {"error": f"{type(e).__name__}: {e}"}
+        proto.write(json.dumps(answer).encode() + b"\n")
+        proto.flush()
+
+
+if __name__ == "__main__":
+    main()
