@@ -122,19 +122,20 @@ def reuse_time_cdf(d: dict) -> ChartSpec | None:
     if not points:
         return None
     rows = [{"s": float(p["reuse_time_s"]), "cdf": float(p["cdf_tokens"])} for p in points]
+    x_title = "Reuse time (seconds, log scale)"
     line = alt.Chart(alt.Data(values=rows)).mark_line(interpolate="step-after", color=OKABE_ITO[0],
                                                       strokeWidth=2.5).encode(
-        x=alt.X("s:Q", scale=alt.Scale(type="log"), title="Reuse time (seconds, log scale)"),
+        x=alt.X("s:Q", scale=alt.Scale(type="log"), title=x_title),
         y=alt.Y("cdf:Q", scale=alt.Scale(domain=[0, 1]), title="Share of reused tokens (cumulative)",
                 axis=alt.Axis(format="%")),
         tooltip=[alt.Tooltip("s:Q", title="Reuse time (s)", format=",.1f"),
                  alt.Tooltip("cdf:Q", title="Cumulative share", format=".2%")])
     marks = [{"s": s, "label": label} for s, label in MARKS]
-    rules = alt.Chart(alt.Data(values=marks)).mark_rule(color=OKABE_ITO[5], strokeDash=[6, 4]).encode(x="s:Q")
+    rules = alt.Chart(alt.Data(values=marks)).mark_rule(color=OKABE_ITO[5], strokeDash=[6, 4]).encode(x=alt.X("s:Q", title=x_title))
     # Labels sit above the plot area, where no data can hide them.
     text = alt.Chart(alt.Data(values=marks)).mark_text(align="center", dy=-4, color=OKABE_ITO[5],
                                                        fontSize=12, baseline="bottom").encode(
-        x="s:Q", y=alt.value(0), text="label:N")
+        x=alt.X("s:Q", title=x_title), y=alt.value(0), text="label:N")
     chart = alt.layer(line, rules, text).properties(width=WIDTH, height=HEIGHT)
     return ChartSpec("reuse-time-cdf", "Reuse time",
                      "Share of reused tokens whose block was last used at most this long before; "
@@ -153,8 +154,9 @@ def miss_ratio_curves(d: dict) -> ChartSpec | None:
              "ttl": _ttl_label(g.get("ttl_s")), "ttl_s": g.get("ttl_s") if g.get("ttl_s") is not None else 1e18}
             for g in grid]
     order = [lbl for _, lbl in sorted({(r["ttl_s"], r["ttl"]) for r in rows})]
+    x_title = "Cache capacity (tokens, log scale)"
     lines = alt.Chart(alt.Data(values=rows)).mark_line(point=True, strokeWidth=2).encode(
-        x=alt.X("cap:Q", scale=alt.Scale(type="log"), title="Cache capacity (tokens, log scale)",
+        x=alt.X("cap:Q", scale=alt.Scale(type="log"), title=x_title,
                 axis=alt.Axis(format="~s")),
         y=alt.Y("hit:Q", scale=alt.Scale(domain=[0, 1]), title="Hit ratio (share of prompt tokens)",
                 axis=alt.Axis(format="%")),
@@ -166,10 +168,11 @@ def miss_ratio_curves(d: dict) -> ChartSpec | None:
     depths = _tier_depths(tiers.get("tiers") or [])
     if depths:
         layers.append(alt.Chart(alt.Data(values=depths)).mark_rule(color="#555", strokeDash=[2, 3]).encode(
-            x="depth_tokens:Q", tooltip=["tier:N", alt.Tooltip("depth_tokens:Q", format=",.0f")]))
+            x=alt.X("depth_tokens:Q", title=x_title),
+            tooltip=["tier:N", alt.Tooltip("depth_tokens:Q", format=",.0f", title="Tier ends at (tokens)")]))
         layers.append(alt.Chart(alt.Data(values=depths)).mark_text(angle=270, align="right", dx=-4, dy=-5,
                                                                    fontSize=11, color="#333").encode(
-            x="depth_tokens:Q", y=alt.value(4), text="tier:N"))
+            x=alt.X("depth_tokens:Q", title=x_title), y=alt.value(4), text="tier:N"))
     chart = alt.layer(*layers).properties(width=WIDTH, height=HEIGHT)
     return ChartSpec("miss-ratio-curves", "Hit ratio against capacity",
                      "LRU hit ratio (token-weighted) at each cache capacity, one line per idle TTL; "
@@ -194,9 +197,10 @@ def working_set_over_time(d: dict) -> ChartSpec | None:
     shown = [t for t in depths if t["depth_tokens"] <= 3 * peak]
     hidden = [t for t in depths if t["depth_tokens"] > 3 * peak]
     top = max([peak] + [t["depth_tokens"] for t in shown]) * 1.08 or 1.0
+    y_title = "Working set (tokens)"
     lines = alt.Chart(alt.Data(values=rows)).mark_line(strokeWidth=2, interpolate="step-after").encode(
         x=alt.X("t:T", scale=alt.Scale(type="utc"), title="Time (UTC)"),
-        y=alt.Y("tokens:Q", scale=alt.Scale(domain=[0, top]), title="Working set (tokens)",
+        y=alt.Y("tokens:Q", scale=alt.Scale(domain=[0, top]), title=y_title,
                 axis=alt.Axis(format="~s")),
         color=alt.Color("ttl:N", title="Idle TTL", sort=order),
         tooltip=[alt.Tooltip("t:T", title="Time (UTC)", format="%Y-%m-%d %H:%M"), "ttl:N",
@@ -204,10 +208,11 @@ def working_set_over_time(d: dict) -> ChartSpec | None:
     layers = [lines]
     if shown:
         layers.append(alt.Chart(alt.Data(values=shown)).mark_rule(color="#555", strokeDash=[2, 3]).encode(
-            y="depth_tokens:Q", tooltip=["tier:N", alt.Tooltip("depth_tokens:Q", format=",.0f")]))
+            y=alt.Y("depth_tokens:Q", title=y_title),
+            tooltip=["tier:N", alt.Tooltip("depth_tokens:Q", format=",.0f", title="Tier ends at (tokens)")]))
         layers.append(alt.Chart(alt.Data(values=shown)).mark_text(align="left", dx=4, dy=-7, fontSize=11,
                                                                   color="#333").encode(
-            y="depth_tokens:Q", x=alt.value(0), text="tier:N"))
+            y=alt.Y("depth_tokens:Q", title=y_title), x=alt.value(0), text="tier:N"))
     chart = alt.layer(*layers).properties(width=WIDTH, height=HEIGHT)
     caption = ("Tokens that an idle TTL keeps cached at each moment; dotted lines: tier boundaries "
                "(a tier fills when a line crosses its boundary).")
@@ -234,11 +239,12 @@ def ttft_distributions(d: dict) -> ChartSpec | None:
     if not rows:
         return None
     qs = [label for _, label in TTFT_QUANTILES]
+    x_title = "Time to first token (ms, log scale)"
     base = alt.Chart(alt.Data(values=rows)).encode(
-        x=alt.X("ms:Q", scale=alt.Scale(type="log"), title="Time to first token (ms, log scale)",
+        x=alt.X("ms:Q", scale=alt.Scale(type="log"), title=x_title,
                 axis=alt.Axis(format="~s", labelOverlap="greedy")),
         y=alt.Y("cohort:N", title="Session", sort=["Continuing", "Resumed"]))
-    rule = base.mark_rule(color="#999", strokeWidth=2).encode(x="min(ms):Q", x2="max(ms):Q")
+    rule = base.mark_rule(color="#999", strokeWidth=2).encode(x=alt.X("min(ms):Q", title=x_title), x2="max(ms):Q")
     dots = base.mark_point(size=120, filled=True).encode(
         color=alt.Color("q:N", title="Quantile", sort=qs), shape=alt.Shape("q:N", title="Quantile", sort=qs),
         tooltip=["cohort:N", "q:N", alt.Tooltip("ms:Q", format=",.0f")])
@@ -273,16 +279,17 @@ def writes_and_dwpd(d: dict) -> ChartSpec | None:
     if not dwpd_rows:
         return ChartSpec("writes-dwpd", "Write rate per tier", "Bytes written into each tier per second.",
                          _spec(rates))
+    dwpd_title = "Drive writes per day (DWPD)"
     dwpd_base = alt.Chart(alt.Data(values=dwpd_rows)).encode(
         x=alt.X("tier:N", sort=names, title="Tier", axis=alt.Axis(labelAngle=0)))
     bars = dwpd_base.mark_bar(color=OKABE_ITO[2], size=44).encode(
-        y=alt.Y("dwpd:Q", title="Drive writes per day (DWPD)"),
+        y=alt.Y("dwpd:Q", title=dwpd_title),
         tooltip=["tier:N", alt.Tooltip("dwpd:Q", format=".2f", title="DWPD"),
                  alt.Tooltip("rating:Q", title="Drive rating")])
     rated = dwpd_base.transform_filter("datum.rating != null")
-    rating = rated.mark_tick(color="black", thickness=3, size=64).encode(y="rating:Q")
+    rating = rated.mark_tick(color="black", thickness=3, size=64).encode(y=alt.Y("rating:Q", title=dwpd_title))
     rating_text = rated.transform_calculate(label="'rating ' + format(datum.rating, '.2~f')").mark_text(
-        dy=-8, baseline="bottom", fontSize=11).encode(y="rating:Q", text="label:N")
+        dy=-8, baseline="bottom", fontSize=11).encode(y=alt.Y("rating:Q", title=dwpd_title), text="label:N")
     dwpd = alt.layer(bars, rating, rating_text).properties(width=alt.Step(90), height=HEIGHT,
                                                            title="DWPD per drive (black tick: rating)")
     return ChartSpec("writes-dwpd", "Writes and drive endurance",
@@ -323,7 +330,7 @@ def spend_by_ttl(d: dict) -> ChartSpec | None:
     layers = [bars]
     if totals:
         layers.append(alt.Chart(alt.Data(values=totals)).mark_text(align="left", dx=4, fontSize=12).encode(
-            y=alt.Y("ttl:N", sort=order), x="total:Q", text=alt.Text("total:Q", format="$,.2f")))
+            y=alt.Y("ttl:N", sort=order), x=alt.X("total:Q", title="Spend (USD)"), text=alt.Text("total:Q", format="$,.2f")))
     chart = alt.layer(*layers).properties(width=WIDTH, height=40 * max(2, len(scenarios)))
     return ChartSpec("spend", "API spend by cache TTL",
                      "What the window's requests cost with prompt caching at each TTL (cache writes "

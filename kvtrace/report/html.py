@@ -146,6 +146,8 @@ def _body(d: dict, charts: dict) -> str:
         return _figure(charts[cid]) if cid in charts else ""
 
     mix = d["token_mix"]
+    if not d["requests"]:
+        return _cards(d) + "\n<p>No requests in this window.</p>"
     out = [_cards(d), "<h2>Token mix</h2>", _shares_line(mix),
            _table(("Class", "Tokens", "Share"), mix_rows(mix), ("Total", fmt_int(mix["total"]), "100%")),
            fig("token-mix-over-time")]

@@ -1,0 +1,189 @@
+"""The HTML report: charts appear exactly when their data exists, the page is self-contained, it
+renders in a real (headless, offline) browser, and PNG/SVG copies decode at the expected size."""
+
+from __future__ import annotations
+
+import re
+import struct
+import xml.etree.ElementTree as ET
+import zlib
+
+import pytest
+from typer.testing import CliRunner
+
+from kvtrace.cli import app
+from kvtrace.report import render
+from kvtrace.report.build import ReportOptions, build_report
+from kvtrace.report.charts import OKABE_ITO, build_charts
+from kvtrace.report.html import PNG_SCALE, export_images, js_bundle, render_html
+from kvtrace.store import Store
+from tests.conftest import require_tool
+from tests.headless import Dom, dump_dom
+from tests.report_samples import load_rows, week_rows, with_sections
+
+ALL_CHARTS = ["token-mix-over-time", "reuse-time-cdf", "miss-ratio-curves", "working-set", "ttft",
+              "writes-dwpd", "spend"]
+
+
+@pytest.fixture(scope="module")
+def base_data():
+    with Store(memory=True) as s:
+        load_rows(s, week_rows())
+        return build_report(s, ReportOptions(group_by=["day", "model"], title="Fleet <week> & co")).data
+
+
+@pytest.fixture(scope="module")
+def full_data(base_data):
+    return with_sections(base_data)
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    """Width and height from a PNG's IHDR chunk, after checking the signature and the chunk CRC."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    length, kind = struct.unpack(">I4s", data[8:16])
+    assert kind == b"IHDR" and length == 13
+    body = data[16:16 + 13]
+    (crc,) = struct.unpack(">I", data[29:33])
+    assert zlib.crc32(kind + body) == crc, "IHDR checksum mismatch"
+    width, height = struct.unpack(">II", body[:8])
+    assert data.rstrip(b"\x00").endswith(b"IEND\xaeB`\x82"), "PNG is truncated"
+    return width, height
+
+
+# -- charts follow the data -----------------------------------------------------------------------
+
+def test_every_chart_when_every_section_exists(full_data):
+    assert [c.id for c in build_charts(full_data)] == ALL_CHARTS
+
+
+def test_token_mix_only_report_has_only_the_time_chart(base_data):
+    assert [c.id for c in build_charts(base_data)] == ["token-mix-over-time"]
+
+
+@pytest.mark.parametrize("drop, gone", [
+    ("reuse", {"reuse-time-cdf"}),
+    ("spend", {"spend"}),
+    ("ttl", {"working-set"}),
+    ("tiers", {"miss-ratio-curves", "ttft", "writes-dwpd"}),
+])
+def test_a_chart_disappears_with_its_data(full_data, drop, gone):
+    d = {k: v for k, v in full_data.items() if k != drop}
+    assert {c.id for c in build_charts(d)} == set(ALL_CHARTS) - gone
+
+
+def test_time_chart_falls_back_to_groups(base_data):
+    d = {k: v for k, v in base_data.items() if k != "series"}
+    (chart,) = build_charts(d)
+    rows = [r for node in _walk(chart.spec) if isinstance(node.get("values"), list) for r in node["values"]]
+    days = {e["key"] for e in base_data["groups"]["day"]}
+    assert {r["t"][:10] for r in rows} == days
+
+
+def _walk(node):
+    if isinstance(node, dict):
+        yield node
+        for v in node.values():
+            yield from _walk(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _walk(v)
+
+
+def test_axes_have_titles_and_colours_are_colour_blind_safe(full_data):
+    greys = {"#555", "#333", "#999", "#e6e6e6", "white", "black"}
+    for chart in build_charts(full_data):
+        for node in _walk(chart.spec):
+            enc = node.get("encoding") if isinstance(node.get("encoding"), dict) else {}
+            for ch in ("x", "y"):
+                e = enc.get(ch)
+                if isinstance(e, dict) and e.get("type") in ("quantitative", "temporal") and "field" in e:
+                    assert e.get("title"), f"{chart.id}: {ch} axis of {e['field']} has no title"
+            for key in ("color", "fill", "stroke"):
+                v = node.get(key)
+                if isinstance(v, str) and v.startswith("#") or v in ("white", "black"):
+                    assert v in OKABE_ITO or v in greys, f"{chart.id}: colour {v} is outside the palette"
+        assert chart.spec["config"]["range"]["category"] == OKABE_ITO
+
+
+# -- the page -------------------------------------------------------------------------------------
+
+def test_page_is_self_contained_and_escaped(full_data):
+    page = render_html(full_data)
+    assert "Content-Security-Policy" in page and "default-src 'none'" in page
+    assert js_bundle() in page and "window.vegaEmbed" in js_bundle()   # the libraries are inlined
+    own = page.replace(js_bundle(), "")
+    assert not re.search(r"<(script|img|link|iframe)[^>]+(src|href)=", own), "the page loads an external resource"
+    assert "Fleet &lt;week&gt; &amp; co" in page and "Fleet <week>" not in page
+    for chart in build_charts(full_data):
+        assert f'data-chart="{chart.id}"' in page
+    assert render.fmt_pct(full_data["token_mix"]["shares"]["cache_read"]) in page
+
+
+def test_empty_warehouse_renders_without_charts():
+    with Store(memory=True) as s:
+        d = build_report(s).data
+    page = render_html(d)
+    assert 'data-charts="0"' in page and "No requests in this window." in page
+
+
+@pytest.mark.slow
+def test_page_renders_in_headless_chromium_offline(full_data, tmp_path):
+    chromium = require_tool("chromium")
+    page = tmp_path / "report.html"
+    page.write_text(render_html(full_data), encoding="utf-8")
+    dom_text = dump_dom(chromium, page, tmp_path / "profile")
+    dom = Dom(dom_text)
+    status = dom.by_id["kvtrace-status"]
+    log = re.search(r'<div id="kvtrace-status"[^>]*>(.*?)</div>', dom_text, re.S).group(1)
+    assert status.get("data-done") == "1", "the charts did not finish: " + log
+    assert status["data-errors"] == "0", "errors in the page: " + log
+    assert status["data-warnings"] == "0", "warnings in the page: " + log
+    assert status["data-rendered"] == status["data-charts"] == str(len(ALL_CHARTS))
+    for cid in ALL_CHARTS:
+        assert dom.charts[cid].get("data-rendered") == "ok", cid
+        assert dom.svg_in_chart.get(cid, 0) >= 1, f"{cid}: vega-embed drew no SVG"
+    text = dom.visible_text()
+    mix = full_data["token_mix"]
+    for headline in (render.fmt_int(full_data["requests"]), render.fmt_int(full_data["sessions"]),
+                     render.fmt_pct(mix["cache_hit_ratio"]), render.fmt_pct(mix["shares"]["cache_read"]),
+                     render.fmt_int(mix["total"])):
+        assert headline in text, headline
+
+
+@pytest.mark.slow
+def test_a_broken_chart_is_reported_by_the_page(base_data, tmp_path):
+    chromium = require_tool("chromium")
+    charts = build_charts(base_data)
+    charts[0].spec["mark"] = {"type": "no-such-mark"}   # vega-embed must reject this
+    charts[0].spec.pop("vconcat", None)
+    page = tmp_path / "broken.html"
+    page.write_text(render_html(base_data, charts=charts), encoding="utf-8")
+    dom = Dom(dump_dom(chromium, page, tmp_path / "profile"))
+    assert dom.by_id["kvtrace-status"]["data-errors"] != "0"
+    assert dom.charts[charts[0].id].get("data-rendered") == "error"
+
+
+# -- images ---------------------------------------------------------------------------------------
+
+def test_png_and_svg_copies_decode_at_the_expected_size(full_data, tmp_path):
+    files = export_images(full_data, tmp_path)
+    assert sorted(p.name for p in files) == sorted(f"{c}.{ext}" for c in ALL_CHARTS for ext in ("png", "svg"))
+    for cid in ALL_CHARTS:
+        svg = ET.parse(tmp_path / f"{cid}.svg").getroot()
+        w, h = float(svg.get("width")), float(svg.get("height"))
+        pw, ph = png_size((tmp_path / f"{cid}.png").read_bytes())
+        assert (pw, ph) == (round(w * PNG_SCALE), round(h * PNG_SCALE)), cid
+        assert pw >= 600 * PNG_SCALE, f"{cid} is narrower than the chart width"
+
+
+# -- the command ----------------------------------------------------------------------------------
+
+def test_report_command_writes_html(tmp_path):
+    db = tmp_path / "kv.duckdb"
+    with Store(db) as s:
+        load_rows(s, week_rows(days=2))
+    out = tmp_path / "r.html"
+    res = CliRunner().invoke(app, ["report", "--db", str(db), "--format", "html", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    page = out.read_text()
+    assert page.startswith("<!DOCTYPE html>") and 'data-chart="token-mix-over-time"' in page
