@@ -171,7 +171,8 @@ def _json_record_bad(rec: dict) -> bool:
     if not is_api:
         return False
     for kv in attrs:
-        if isinstance(kv, dict) and kv.get("key") in TOKEN_ATTRIBUTES and _bad_numeric(kv.get("value")):
+        if isinstance(kv, dict) and isinstance(kv.get("key"), str) and kv["key"] in TOKEN_ATTRIBUTES \
+                and _bad_numeric(kv.get("value")):
             return True
     return False
 

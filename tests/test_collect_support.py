@@ -1,0 +1,99 @@
+"""Helpers for the collector tests (no tests here): an in-process collector, payload builders, posts."""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import http.client
+import random
+from pathlib import Path
+
+from kvtrace.collect.config import CollectorConfig
+from kvtrace.collect.server import Collector
+
+TOKEN_KEYS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_creation_tokens")
+
+
+@contextlib.contextmanager
+def running_collector(tmp_path: Path, **overrides):
+    """A collector on free loopback ports, spool under ``tmp_path``; stopped (cleanly) on exit."""
+    cfg = CollectorConfig(spool=tmp_path / "spool", http_port=0, grpc_port=0, ingest_every=0)
+    for k, v in overrides.items():
+        setattr(cfg, k, v)
+    c = Collector(cfg).start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def post(port: int, path: str, body: bytes, headers: dict[str, str] | None = None,
+         method: str = "POST", conn: http.client.HTTPConnection | None = None):
+    """One request; returns ``(status, headers dict, body)``."""
+    own = conn is None
+    conn = conn or http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        r = conn.getresponse()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+    finally:
+        if own:
+            conn.close()
+
+
+def api_request_json(request_id: str, tokens: tuple[int, int, int, int], *, as_string: bool = False,
+                     session: str = "sess-1", model: str = "claude-test") -> dict:
+    """One Claude Code ``api_request`` log record in OTLP JSON."""
+    def num(v):
+        return {"stringValue": str(v)} if as_string else {"intValue": str(v)}
+
+    attrs = [{"key": "event.name", "value": {"stringValue": "api_request"}},
+             {"key": "session.id", "value": {"stringValue": session}},
+             {"key": "model", "value": {"stringValue": model}},
+             {"key": "request_id", "value": {"stringValue": request_id}},
+             {"key": "cost_usd", "value": {"doubleValue": 0.001}},
+             {"key": "duration_ms", "value": {"intValue": "120"}}]
+    attrs += [{"key": k, "value": num(v)} for k, v in zip(TOKEN_KEYS, tokens)]
+    return {"timeUnixNano": "1791447318137000000", "body": {"stringValue": "claude_code.api_request"},
+            "attributes": attrs, "traceId": "5b8efff798038103d269b633813fc60c", "spanId": "eee19b7ec3c1b174"}
+
+
+def logs_request_json(records: list[dict]) -> dict:
+    return {"resourceLogs": [{"resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "claude-code"}}]},
+                              "scopeLogs": [{"scope": {"name": "com.anthropic.claude_code.events", "version": "2.1.0"},
+                                             "logRecords": records}]}]}
+
+
+def logs_request_pb(items: list[tuple[str, tuple[int, int, int, int]]], *, bad: set[str] = frozenset()):
+    """A protobuf ``ExportLogsServiceRequest`` of api_request records; ids in ``bad`` get a non-numeric token."""
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+
+    req = ExportLogsServiceRequest()
+    rl = req.resource_logs.add()
+    rl.resource.attributes.add(key="service.name").value.string_value = "claude-code"
+    sl = rl.scope_logs.add()
+    sl.scope.name = "com.anthropic.claude_code.events"
+    for rid, tokens in items:
+        lr = sl.log_records.add()
+        lr.time_unix_nano = 1791447318137000000
+        lr.body.string_value = "claude_code.api_request"
+        lr.trace_id = bytes.fromhex("5b8efff798038103d269b633813fc60c")
+        lr.span_id = bytes.fromhex("eee19b7ec3c1b174")
+        lr.attributes.add(key="event.name").value.string_value = "api_request"
+        lr.attributes.add(key="request_id").value.string_value = rid
+        lr.attributes.add(key="model").value.string_value = "claude-test"
+        for k, v in zip(TOKEN_KEYS, tokens):
+            if rid in bad and k == "input_tokens":
+                lr.attributes.add(key=k).value.string_value = "lots"
+            else:
+                lr.attributes.add(key=k).value.int_value = v
+    return req
+
+
+def gzip_bomb(size: int) -> bytes:
+    """A small gzip body that inflates to ``size`` zero bytes."""
+    return gzip.compress(b"\0" * size, compresslevel=9)
+
+
+def random_tokens(rng: random.Random) -> tuple[int, int, int, int]:
+    return (rng.randint(0, 5000), rng.randint(1, 900), rng.randint(0, 90000), rng.randint(0, 20000))

@@ -1,0 +1,251 @@
+"""Collector wire handling: decompression caps, decoding, partial success, protobuf -> OTLP JSON, segments."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import os
+import zlib
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvtrace.collect import otlp, segments
+from kvtrace.collect.pbjson import protobuf_to_json_line
+from tests.test_collect_support import api_request_json, gzip_bomb, logs_request_json, logs_request_pb
+
+LOGS = otlp.SIGNALS["logs"]
+
+
+# -- decompression ---------------------------------------------------------------------------
+
+def test_gzip_bomb_stops_at_the_limit():
+    bomb = gzip_bomb(50 << 20)
+    assert len(bomb) < 100_000
+    with pytest.raises(otlp.TooLarge):
+        otlp.decompress(bomb, "gzip", 1 << 20)
+
+
+@pytest.mark.parametrize("encoding,compress", [
+    ("gzip", gzip.compress),
+    ("deflate", zlib.compress),
+    ("deflate", lambda b: zlib.compress(b)[2:-4]),   # raw deflate, as some clients send it
+    ("identity", lambda b: b),
+    (None, lambda b: b),
+])
+def test_decompress_round_trips(encoding, compress):
+    data = os.urandom(1000) + b"x" * 5000
+    assert otlp.decompress(compress(data), encoding, 10_000) == data
+
+
+def test_decompress_exact_limit_and_multi_member_gzip():
+    data = b"a" * 1000
+    assert otlp.decompress(gzip.compress(data), "gzip", 1000) == data
+    with pytest.raises(otlp.TooLarge):
+        otlp.decompress(gzip.compress(data), "gzip", 999)
+    assert otlp.decompress(gzip.compress(b"ab") + gzip.compress(b"cd"), "gzip", 10) == b"abcd"
+
+
+@pytest.mark.parametrize("body", [b"not gzip at all", gzip.compress(b"x" * 100)[:-10], b""])
+def test_corrupt_or_truncated_gzip_is_bad_payload(body):
+    if body == b"":
+        assert otlp.decompress(body, "gzip", 10) == b""
+        return
+    with pytest.raises(otlp.BadPayload):
+        otlp.decompress(body, "gzip", 10_000)
+
+
+def test_unknown_encoding():
+    with pytest.raises(otlp.UnsupportedEncoding):
+        otlp.decompress(b"x", "br", 10)
+
+
+# -- JSON ------------------------------------------------------------------------------------
+
+def test_json_counts_and_keeps_compact_body():
+    body = orjson.dumps(logs_request_json([api_request_json("req_1", (1, 2, 3, 4)),
+                                           api_request_json("req_2", (5, 6, 7, 8))]))
+    b = otlp.decode_json(LOGS, body)
+    assert (b.records, b.rejected, b.frame_kind) == (2, 0, otlp.JSON_FRAME)
+    assert b.payload == body
+
+
+def test_json_partial_success_drops_non_numeric_token_records():
+    recs = [api_request_json("req_ok", (1, 2, 3, 4)), api_request_json("req_bad", (1, 2, 3, 4))]
+    recs[1]["attributes"][-1]["value"] = {"stringValue": "many"}
+    recs.append(api_request_json("req_str", (1, 2, 3, 4), as_string=True))  # numeric strings are fine
+    b = otlp.decode_json(LOGS, orjson.dumps(logs_request_json(recs)))
+    assert (b.records, b.rejected) == (2, 1)
+    kept = orjson.loads(b.payload)["resourceLogs"][0]["scopeLogs"][0]["logRecords"]
+    assert [a["value"]["stringValue"] for r in kept for a in r["attributes"] if a["key"] == "request_id"] == ["req_ok", "req_str"]
+    body = otlp.success_body(LOGS, otlp.JSON_TYPE, b.rejected, b.message)
+    assert orjson.loads(body)["partialSuccess"]["rejectedLogRecords"] == "1"
+
+
+def test_json_multiline_body_becomes_one_line():
+    body = orjson.dumps(logs_request_json([api_request_json("r", (1, 1, 1, 1))]), option=orjson.OPT_INDENT_2)
+    b = otlp.decode_json(LOGS, body)
+    assert b"\n" not in b.payload and orjson.loads(b.payload) == orjson.loads(body)
+
+
+@pytest.mark.parametrize("body", [b"{", b"[]", b'"x"', b'{"resourceLogs": 3}', b'{"resourceLogs": [1]}',
+                                  b'{"resourceLogs": [{"scopeLogs": {}}]}',
+                                  b'{"resourceLogs": [{"scopeLogs": [{"logRecords": [{"attributes": 5}]}]}]}',
+                                  b'{"resource_logs": []}', b"\xff\xfe"])
+def test_json_malformed_is_bad_payload(body):
+    with pytest.raises(otlp.BadPayload):
+        otlp.decode_json(LOGS, body)
+
+
+def test_json_empty_request_stores_nothing():
+    assert otlp.decode_json(LOGS, b"{}").records == 0
+    assert otlp.decode_json(otlp.SIGNALS["metrics"], b'{"resourceMetrics":[]}').payload == b""
+
+
+def test_json_metrics_count_data_points():
+    body = {"resourceMetrics": [{"scopeMetrics": [{"metrics": [
+        {"name": "claude_code.token.usage", "sum": {"aggregationTemporality": 1, "dataPoints": [{"asDouble": 3}, {"asDouble": 4}]}},
+        {"name": "g", "gauge": {"dataPoints": [{"asInt": "1"}]}}]}]}]}
+    assert otlp.decode_json(otlp.SIGNALS["metrics"], orjson.dumps(body)).records == 3
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**63, 2**63 - 1) | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+        st.sampled_from(["resourceLogs", "scopeLogs", "logRecords", "attributes", "key", "value", "body",
+                         "stringValue", "intValue", "eventName", "x"]), inner, max_size=4),
+    max_leaves=30)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_json_values)
+def test_json_decoder_only_ever_raises_bad_payload(value):
+    try:
+        b = otlp.decode_json(LOGS, orjson.dumps({"resourceLogs": value}))
+    except otlp.BadPayload:
+        return
+    if b.records:
+        orjson.loads(b.payload)
+
+
+# -- protobuf --------------------------------------------------------------------------------
+
+def test_protobuf_partial_success_reencodes_without_bad_records():
+    req = logs_request_pb([("req_a", (1, 2, 3, 4)), ("req_b", (1, 2, 3, 4)), ("req_c", (5, 5, 5, 5))], bad={"req_b"})
+    b = otlp.decode_protobuf(LOGS, req.SerializeToString())
+    assert (b.records, b.rejected) == (2, 1)
+    line = orjson.loads(protobuf_to_json_line(LOGS, b.payload))
+    ids = [a["value"]["stringValue"] for r in line["resourceLogs"][0]["scopeLogs"][0]["logRecords"]
+           for a in r["attributes"] if a["key"] == "request_id"]
+    assert ids == ["req_a", "req_c"]
+    resp = LOGS.pb(LOGS.response).FromString(otlp.success_body(LOGS, otlp.PROTOBUF_TYPE, b.rejected, b.message))
+    assert resp.partial_success.rejected_log_records == 1 and "token" in resp.partial_success.error_message
+
+
+def test_protobuf_garbage_is_bad_payload():
+    with pytest.raises(otlp.BadPayload):
+        otlp.decode_protobuf(LOGS, b"\x0a\xff\xff\xff\xff\x0f")
+
+
+def _reference_json(signal, body: bytes) -> dict:
+    """json_format's rendering with its base64 ids turned into hex: an independent reference."""
+    from google.protobuf import json_format
+
+    def fix(node):
+        if isinstance(node, dict):
+            return {k: (base64.b64decode(v).hex() if k in ("traceId", "spanId", "parentSpanId") else fix(v))
+                    for k, v in node.items()}
+        if isinstance(node, list):
+            return [fix(v) for v in node]
+        return node
+
+    return fix(json_format.MessageToDict(signal.pb(signal.request).FromString(body), use_integers_for_enums=True))
+
+
+def _sdk_payloads() -> dict[str, bytes]:
+    """Logs, metrics (sum, histogram) and traces (events, links, array attributes) from the real SDK encoders."""
+    from opentelemetry._logs import SeverityNumber
+    from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
+    from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    lexp = InMemoryLogRecordExporter()
+    lp = LoggerProvider()
+    lp.add_log_record_processor(SimpleLogRecordProcessor(lexp))
+    tp = TracerProvider()
+    sexp = InMemorySpanExporter()
+    tp.add_span_processor(SimpleSpanProcessor(sexp))
+    tracer = tp.get_tracer("t")
+    with tracer.start_as_current_span("outer") as span:
+        span.set_attribute("list", [1, 2, 3])
+        span.add_event("e", {"k": "v"})
+        with tracer.start_as_current_span("inner"):
+            lp.get_logger("com.anthropic.claude_code.events").emit(
+                body="claude_code.api_request", severity_number=SeverityNumber.INFO,
+                attributes={"input_tokens": 7, "cost_usd": 0.5, "flag": True, "tags": ["a", "b"]})
+    reader = InMemoryMetricReader()
+    meter = MeterProvider(metric_readers=[reader]).get_meter("m")
+    meter.create_counter("claude_code.token.usage").add(11, {"type": "input"})
+    meter.create_histogram("latency").record(2.5)
+    return {"logs": encode_logs(lexp.get_finished_logs()).SerializeToString(),
+            "metrics": encode_metrics(reader.get_metrics_data()).SerializeToString(),
+            "traces": encode_spans(sexp.get_finished_spans()).SerializeToString()}
+
+
+def test_protobuf_to_otlp_json_matches_reference_with_hex_ids():
+    payloads = _sdk_payloads()
+    for name, body in payloads.items():
+        sig = otlp.SIGNALS[name]
+        line = protobuf_to_json_line(sig, body)
+        assert b"\n" not in line
+        assert orjson.loads(line) == _reference_json(sig, body), name
+    spans = orjson.loads(protobuf_to_json_line(otlp.SIGNALS["traces"], payloads["traces"]))
+    span = spans["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    assert len(span["traceId"]) == 32 and int(span["traceId"], 16) and len(span["spanId"]) == 16
+    rec = orjson.loads(protobuf_to_json_line(LOGS, payloads["logs"]))["resourceLogs"][0]["scopeLogs"][0]["logRecords"][0]
+    assert len(rec["traceId"]) == 32 and {"key": "input_tokens", "value": {"intValue": "7"}} in rec["attributes"]
+
+
+# -- segments --------------------------------------------------------------------------------
+
+def test_frames_survive_a_damaged_middle_and_a_torn_tail():
+    frames = [segments.encode_frame(otlp.JSON_FRAME, f'{{"n":{i}}}'.encode()) for i in range(5)]
+    data = bytearray(b"".join(frames))
+    start2 = len(frames[0]) + len(frames[1])
+    data[start2 + 12] ^= 0xFF                     # corrupt frame 2's payload
+    data += frames[0][:7]                          # a torn, unacknowledged tail
+    got = [orjson.loads(p)["n"] for _, _, p in segments.iter_frames(bytes(data))]
+    assert got == [0, 1, 3, 4]
+
+
+def test_recover_open_cuts_the_torn_tail_and_convert_writes_otlp_json(tmp_path):
+    pb = logs_request_pb([("req_x", (1, 2, 3, 4))]).SerializeToString()
+    js = orjson.dumps(logs_request_json([api_request_json("req_y", (5, 6, 7, 8))]))
+    good = segments.encode_frame(LOGS.frame_kind, pb) + segments.encode_frame(otlp.JSON_FRAME, js)
+    p = tmp_path / "seg-1.open"
+    p.write_bytes(good + segments.encode_frame(otlp.JSON_FRAME, js)[:20])
+    sealed, frames, cut = segments.recover_open(p)
+    assert (frames, cut, sealed.name, p.exists()) == (2, 20, "seg-1.sealed", False)
+    assert sealed.read_bytes() == good
+    ready, lines = segments.convert_sealed(sealed)
+    assert ready.name == "seg-1.jsonl" and lines == 2 and not sealed.exists()
+    rows = [orjson.loads(x) for x in ready.read_bytes().splitlines()]
+    assert rows[0] == _reference_json(LOGS, pb) and rows[1] == orjson.loads(js)
+
+
+def test_tidy_removes_half_done_conversions(tmp_path):
+    (tmp_path / "seg-1.sealed").write_bytes(b"")
+    (tmp_path / "seg-1.jsonl.tmp").write_bytes(b"partial")
+    (tmp_path / "seg-2.sealed").write_bytes(b"")
+    (tmp_path / "seg-2.jsonl").write_bytes(b"{}\n")
+    segments.tidy(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["seg-1.sealed", "seg-2.jsonl"]
