@@ -1,0 +1,55 @@
+"""``kvtrace run PROFILE``: one period of a report profile (for cron, systemd timers, CronJobs)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from kvtrace.cli._options import guarded
+
+AtOpt = Annotated[Optional[str], typer.Option(
+    "--at", help="Run as if it were this time (ISO, UTC), or a span back from now (1d): reports the period before it.")]
+ProfileDbOpt = Annotated[Optional[Path], typer.Option(
+    "--db", help="Warehouse file; overrides the profile's inputs.warehouse.", show_default=False)]
+OutRootOpt = Annotated[Optional[Path], typer.Option(
+    "--out-root", help="Output root; overrides the profile's output.root.", show_default=False)]
+
+
+def run(
+    profile: Annotated[str, typer.Argument(help="A profile TOML file, or the name of one in reports/profiles (daily, weekly).")],
+    at: AtOpt = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace the period's folder if it exists (atomically).")] = False,
+    db: ProfileDbOpt = None,
+    out_root: OutRootOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print what was written as JSON.")] = False,
+) -> None:
+    """Ingest the profile's new inputs and write the report of its last complete period.
+
+    Writes OUTROOT/<profile>/<period>/ (report.html, .json, .md, charts/*.png); rewrites OUTROOT/index.html.
+
+    An existing period is never overwritten without --force.
+
+    Example: kvtrace run reports/profiles/weekly.toml --at 2026-11-09
+    """
+    from kvtrace.report.window import parse_instant
+    from kvtrace.schedule import load_profile, run_profile
+    from kvtrace.schedule.scheduler import utcnow
+
+    prof = load_profile(profile)
+    when = parse_instant(at, utcnow()) if at else None
+    res = run_profile(prof, at=when, force=force, warehouse=db, output_root=out_root)
+    if as_json:
+        typer.echo(json.dumps({"profile": res.profile, "period": res.period.label, "since": res.period.iso()[0],
+                               "until": res.period.iso()[1], "folder": str(res.folder), "replaced": res.replaced,
+                               "files": [str(f) for f in res.files], "index": str(res.index)}, indent=2))
+        return
+    verb = "replaced" if res.replaced else "wrote"
+    typer.echo(f"{verb} {res.folder}/ ({len(res.files)} files, {res.period.iso()[0]} → {res.period.iso()[1]}); "
+               f"index {res.index}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(guarded(run))

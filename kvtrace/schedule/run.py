@@ -1,0 +1,186 @@
+"""One scheduled run: ingest new inputs, build the period's report, write its folder, update the index.
+
+``OUTROOT/<profile>/<period>/`` holds ``report.html`` (self-contained), ``report.json``,
+``report.md``, ``charts/<chart>.png`` (and ``.svg``) and ``summary.json`` (what the index reads).
+A period folder is never overwritten unless ``force``; then the new folder is built beside it and
+swapped in with one atomic exchange, so a reader sees the old report or the new one, never a mix.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import io
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from kvtrace.errors import ReportExists
+from kvtrace.schedule.periods import Period, period_for
+from kvtrace.schedule.profile import Profile
+
+
+@dataclass
+class RunResult:
+    """What :func:`run_profile` did."""
+
+    profile: str
+    period: Period
+    folder: Path
+    files: list[Path] = field(default_factory=list)
+    replaced: bool = False
+    ingest: dict | None = None
+    index: Path | None = None
+
+
+def period_folder(profile: Profile, period: Period, output_root: Path | None = None) -> Path:
+    return Path(output_root or profile.output_root) / profile.name / period.label
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def _ingest(store, profile: Profile) -> dict | None:
+    from kvtrace.ingest import ingest
+
+    paths = list(profile.files)
+    if profile.spool is not None:
+        try:  # the collector's own reader knows which segments are closed
+            from kvtrace.collect.spool import ingest_spool
+        except ImportError:
+            paths.append(profile.spool)
+        else:
+            ingest_spool(store, profile.spool)
+    return ingest(store, paths).to_dict() if paths else None
+
+
+def _report(store, profile: Profile, period: Period):
+    from kvtrace.report.build import ReportOptions, build_report
+    from kvtrace.report.window import parse_durations
+
+    since, until = period.iso()
+    opts = ReportOptions(since=since, until=until, group_by=list(profile.group_by),
+                         ttls=parse_durations(profile.ttls), model=profile.model, tiers=profile.tiers,
+                         capacities=list(profile.capacities), title=f"{profile.title} · {period.label}")
+    return build_report(store, opts).data
+
+
+def _write_outputs(data: dict, folder: Path, profile: Profile, period: Period, ingest: dict | None) -> list[Path]:
+    from kvtrace.report import render
+    from kvtrace.report.files import write_atomic
+    from kvtrace.schedule.index import summarize
+
+    written = []
+    fmts = set(profile.formats)
+    charts = None
+    if fmts & {"html", "png", "svg"}:
+        from kvtrace.report.charts import build_charts
+
+        charts = build_charts(data)
+    if "html" in fmts:
+        from kvtrace.report.html import render_html
+
+        written.append(write_atomic(folder / "report.html", render_html(data, charts=charts).encode()))
+    for fmt, name, fn in (("json", "report.json", render.render_json), ("md", "report.md", render.render_markdown)):
+        if fmt in fmts:
+            buf = io.StringIO()
+            fn(data, buf)
+            written.append(write_atomic(folder / name, buf.getvalue().encode()))
+    images = [f for f in ("png", "svg") if f in fmts]
+    if images and charts:
+        from kvtrace.report.html import export_images
+
+        written += export_images(charts, folder / "charts", formats=images)
+    since, until = period.iso()
+    summary = {"profile": profile.name, "period": period.label, "since": since, "until": until,
+               "window": profile.window, "generated_at": data["generated_at"],
+               "files": sorted(str(p.relative_to(folder)) for p in written),
+               "ingest": ingest, "summary": summarize(data)}
+    written.append(write_atomic(folder / "summary.json", json.dumps(summary, indent=2).encode()))
+    return written
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two folders atomically (Linux ``renameat2(RENAME_EXCHANGE)``); False if unsupported."""
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def _publish(tmp: Path, final: Path, force: bool) -> bool:
+    """Move the finished ``tmp`` folder to ``final``; returns True if an earlier report was replaced."""
+    if not final.exists():
+        try:
+            os.rename(tmp, final)      # fails if another run published the period meanwhile
+            return False
+        except OSError as e:
+            if not force:
+                raise ReportExists(f"{final} appeared while this run was writing it",
+                                   hint="another run of the same period finished first; pass --force to replace it") from e
+    if _exchange(tmp, final):
+        shutil.rmtree(tmp)             # tmp now holds the old report
+        return True
+    # No atomic exchange on this system: move the old folder aside, then the new one in.
+    aside = Path(tempfile.mkdtemp(prefix=f".{final.name}.old.", dir=final.parent))
+    os.rename(final, aside / final.name)
+    try:
+        os.rename(tmp, final)
+    except BaseException:
+        os.rename(aside / final.name, final)
+        raise
+    shutil.rmtree(aside)
+    return True
+
+
+def run_profile(profile: Profile, *, at: datetime | None = None, force: bool = False,
+                warehouse: Path | None = None, output_root: Path | None = None) -> RunResult:
+    """Report one period of ``profile``: the last complete period before ``at`` (default: now).
+
+    Args:
+        profile: the loaded profile.
+        at: the run's notional time (the schedule's slot; a past time re-runs an old period).
+        force: replace the period's folder if it exists (atomically).
+        warehouse: overrides ``[inputs] warehouse``.
+        output_root: overrides ``[output] root``.
+
+    Raises:
+        ReportExists: the period's folder exists and ``force`` is off.
+    """
+    from kvtrace.schedule.index import write_index
+    from kvtrace.store import Store
+
+    period = period_for(profile.window, at or _now())
+    final = period_folder(profile, period, output_root)
+    if final.exists() and not force:
+        raise ReportExists(f"{final} already exists: the {period.label} report of '{profile.name}' was written before",
+                           hint="pass --force to replace it, or --at to run another period")
+    db = warehouse or profile.warehouse
+    has_inputs = bool(profile.files) or profile.spool is not None
+    with Store(db, read_only=not has_inputs) as store:
+        ingested = _ingest(store, profile) if has_inputs else None
+        data = _report(store, profile, period)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{period.label}.new.", dir=final.parent))
+    os.chmod(tmp, 0o755)   # mkdtemp makes it private; the published folder should read like any other
+    try:
+        files = _write_outputs(data, tmp, profile, period, ingested)
+        replaced = _publish(tmp, final, force)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    files = [final / p.relative_to(tmp) for p in files]
+    index = write_index(Path(output_root or profile.output_root))
+    return RunResult(profile.name, period, final, files, replaced, ingested, index)
