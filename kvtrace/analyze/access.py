@@ -1,0 +1,174 @@
+"""Block accesses grouped into runs: the compact form every reuse analysis reads.
+
+A request touches its prompt's blocks all at once. Consecutive blocks of one request that were
+last touched by the same earlier request, and will next be touched by the same later request,
+behave identically in every TTL question (same age, same next reuse), so they are kept as one
+*run*: cost grows with runs, a few per request, rather than with blocks. Runs come either from
+a block trace's ``hash_ids`` (:func:`runs_from_blocks`, one compiled pass over the blocks) or
+straight from derived prefix chains (``kvtrace.analyze.chains``), which never need the blocks.
+
+Times are compared in integer microseconds, and an age equal to the TTL is still a hit (the
+issue's "not older than the TTL"), so every module and the replay engine agree to the bit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kvtrace.analyze.blocktrace import BlockTrace
+
+NEVER = np.iinfo(np.int64).max   # the age of a first access, the gap to no next access
+
+
+@dataclass
+class AccessRuns:
+    """Runs of block accesses, in request order and within a request in block order.
+
+    Attributes:
+        req: request index (time order) of the run.
+        first: index of the run's first block within its request.
+        blocks: number of blocks in the run.
+        tokens: prompt tokens the run carries: ``min(L, (first+blocks)*B) - min(L, first*B)``
+            with ``L`` the request's input length, so a leading run of ``r`` blocks carries
+            ``min(input_length, r*B)`` tokens, the issue's hit-token rule.
+        prev: request that last touched these blocks before, -1 for a first access.
+        next: request that touches them next, -1 if none.
+        dup: the blocks repeat earlier blocks of the same request (never in prefix-chained
+            traces; such accesses take part in hits but not in the working set).
+    """
+
+    req: np.ndarray
+    first: np.ndarray
+    blocks: np.ndarray
+    tokens: np.ndarray
+    prev: np.ndarray
+    next: np.ndarray
+    dup: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.req)
+
+
+def ts_us(trace: BlockTrace) -> np.ndarray:
+    """Request times as integer microseconds (exact comparisons with a TTL)."""
+    cached = trace.meta.get("_ts_us")
+    if cached is None or len(cached) != trace.n_requests:
+        cached = np.rint(trace.ts * 1e6).astype(np.int64)
+        trace.meta["_ts_us"] = cached
+    return cached
+
+
+def run_tokens(trace: BlockTrace, req: np.ndarray, first: np.ndarray, blocks: np.ndarray) -> np.ndarray:
+    """Tokens carried by runs (see :class:`AccessRuns`)."""
+    B = trace.block_size
+    L = trace.input_length[req]
+    return np.minimum(L, (first + blocks) * B) - np.minimum(L, first * B)
+
+
+def _dense_ids(ids: np.ndarray) -> tuple[np.ndarray, int]:
+    """Ids mapped into ``[0, n)`` (kept as they are when already small and non-negative)."""
+    if ids.size == 0:
+        return ids, 0
+    lo, hi = int(ids.min()), int(ids.max())
+    if lo >= 0 and hi < 4 * ids.size + (1 << 16):
+        return ids, hi + 1
+    uniq, inv = np.unique(ids, return_inverse=True)
+    return inv.astype(np.int64, copy=False), len(uniq)
+
+
+def runs_from_blocks(trace: BlockTrace) -> AccessRuns:
+    """Link every block access to its block's previous and next access, then group runs."""
+    from kvtrace.analyze._kernels import link_accesses
+
+    n, N = trace.n_requests, trace.n_blocks
+    idx_t = np.int32 if n < 2**31 - 1 else np.int64
+    ids, n_ids = _dense_ids(trace.hash_ids)
+    prev = np.empty(N, dtype=idx_t)
+    nxt = np.empty(N, dtype=idx_t)
+    dup = np.empty(N, dtype=np.bool_)
+    if N:
+        link_accesses(ids, trace.offsets, n_ids, prev, nxt, dup)
+    del ids
+    counts = np.diff(trace.offsets)
+    req = np.repeat(np.arange(n, dtype=idx_t), counts)
+    cut = np.ones(N, dtype=bool)
+    if N:
+        cut[1:] = (req[1:] != req[:-1]) | (prev[1:] != prev[:-1]) | (nxt[1:] != nxt[:-1]) | (dup[1:] != dup[:-1])
+    starts = np.flatnonzero(cut)
+    del cut
+    r_req = req[starts].astype(np.int64)
+    del req
+    r_blocks = np.diff(np.append(starts, N)).astype(np.int64)
+    r_first = starts - trace.offsets[r_req]
+    return AccessRuns(req=r_req, first=r_first, blocks=r_blocks,
+                      tokens=run_tokens(trace, r_req, r_first, r_blocks),
+                      prev=prev[starts].astype(np.int64), next=nxt[starts].astype(np.int64),
+                      dup=dup[starts].copy())
+
+
+def access_runs(trace: BlockTrace) -> AccessRuns:
+    """The trace's runs: given by derived chains, else computed once from ``hash_ids`` and kept."""
+    runs = getattr(trace, "runs", None)
+    if runs is None:
+        runs = trace.meta.get("_runs")
+    if runs is None:
+        runs = runs_from_blocks(trace)
+        trace.meta["_runs"] = runs
+    return runs
+
+
+@dataclass
+class RunTimes:
+    """Per-run times in microseconds (``NEVER`` when there is no such access).
+
+    Attributes:
+        age: time since the blocks' previous access (their reuse time).
+        eff_age: the running maximum of ``age`` along the request up to this run: the run is a
+            hit under an idle TTL ``tau`` exactly when ``eff_age <= tau`` (the hit run of a request
+            stops at its first block that is new or older than the TTL).
+        next_gap: time until the blocks' next access.
+    """
+
+    age: np.ndarray
+    eff_age: np.ndarray
+    next_gap: np.ndarray
+
+
+def run_times(trace: BlockTrace, runs: AccessRuns) -> RunTimes:
+    t = ts_us(trace)
+    now = t[runs.req]
+    has_prev = runs.prev >= 0
+    age = np.full(len(runs), NEVER, dtype=np.int64)
+    age[has_prev] = now[has_prev] - t[runs.prev[has_prev]]
+    # Running minimum of the previous-access request index within each request, which is the
+    # running maximum of the age (times are non-decreasing). Offsetting each request by
+    # -req*(n+1) keeps earlier requests' values above every value of later ones.
+    n1 = trace.n_requests + 1
+    shifted = runs.prev - runs.req * n1
+    oldest = np.minimum.accumulate(shifted) + runs.req * n1 if len(runs) else shifted
+    eff = np.full(len(runs), NEVER, dtype=np.int64)
+    ok = oldest >= 0
+    eff[ok] = now[ok] - t[oldest[ok]]
+    has_next = runs.next >= 0
+    gap = np.full(len(runs), NEVER, dtype=np.int64)
+    gap[has_next] = t[runs.next[has_next]] - now[has_next]
+    return RunTimes(age=age, eff_age=eff, next_gap=gap)
+
+
+def times_for(trace: BlockTrace) -> tuple[AccessRuns, RunTimes]:
+    """Runs and their times, computed once per trace."""
+    runs = access_runs(trace)
+    rt = trace.meta.get("_run_times")
+    if rt is None or len(rt.age) != len(runs):
+        rt = run_times(trace, runs)
+        trace.meta["_run_times"] = rt
+    return runs, rt
+
+
+def seconds_to_us(tau: float | None) -> int:
+    """A TTL in seconds as integer microseconds; None or infinity means no TTL."""
+    if tau is None or tau == float("inf"):
+        return NEVER - 1
+    return int(round(float(tau) * 1e6))

@@ -1,0 +1,313 @@
+"""Prefix chains: a replayable block trace derived from token counts.
+
+Telemetry gives counts, not prompt contents. Within a thread an agent's conversation only
+grows, so request *i*'s prompt (``read + write + input`` tokens) starts with the prefix that
+the thread's previous request left in the cache (its ``read + write``). Requests linked that
+way form a *chain*; a chain ends when
+
+- the prompt is shorter than that cached prefix (the conversation was rewritten),
+- the previous request was a compaction (``query_source`` compact) or this one carries a
+  compaction marker,
+- the model changes (the provider's cache is per model), or
+- the request gains or loses the shared head (below).
+
+Chains are kept per thread, model and *lane*: auxiliary requests (titles, quota checks) run in
+a lane of their own, so they neither end nor extend the conversation's chain; a compaction
+request stays in the conversation (it reads the conversation's prefix).
+
+A *head* (system prompt and tools) is identical for all sessions of an organization and model
+(main threads and subagents apart): the most common non-zero cache read at the start of a
+chain, when enough chains agree. Requests whose prompt holds the head share its block ids
+across sessions, so a new session can hit a head another session keeps warm.
+
+Blocks are ``block_size`` tokens; block *k* of a request is named by the request that first
+wrote it, so equal ids mean an equal prefix, as in a Mooncake trace. Only whole blocks are
+shared: a request loses less than one block of its hit to the rounding.
+
+Every assumption is a field of :class:`ChainParams`. The derivation is vectorized (Polars and
+numpy) and yields the access runs directly (``kvtrace.analyze.access``), so reuse analytics on
+10 M requests never build the blocks; the block ids themselves are written by one compiled pass
+only when asked for (export, replay).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+import numpy as np
+
+from kvtrace.analyze.access import AccessRuns, run_tokens
+from kvtrace.analyze.blocktrace import BlockTrace
+from kvtrace.errors import ConfigError
+
+# Re-exported: the report and the CLI load traces through this module.
+from kvtrace.analyze.load import load_block_trace  # noqa: F401,E402
+
+
+def _p(default, help: str):
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class ChainParams:
+    """Assumptions of the chain derivation (each one an option of ``kvtrace reuse``/``export``)."""
+
+    block_size: int = _p(64, "Tokens per block of a derived trace. 64 is the block of public Claude Code "
+                             "block traces; each request loses under one block of hit to rounding.")
+    head_tokens: int | None = _p(None, "Shared head (system prompt + tools) in tokens for every org and model; "
+                                       "None detects it per org, model and thread kind; 0 disables it.")
+    head_min_chains: int = _p(2, "Detect a head only when at least this many chains start by reading it.")
+    head_per_thread_kind: bool = _p(True, "Main threads and subagents have different heads (system prompts).")
+    chain_per_model: bool = _p(True, "Keep one chain per model within a thread: a model change starts a new "
+                                     "chain, and another model's requests in between (auxiliary calls) do not "
+                                     "end it. False: any model change ends the chain for good.")
+    auxiliary_own_chain: bool = _p(True, "Requests whose query source is auxiliary (titles, summaries, quota checks; "
+                                         "not compaction) form chains of their own, so they neither end nor extend "
+                                         "the conversation's chain.")
+    compaction_ends_chain: bool = _p(True, "A compaction request (or a compaction marker) ends the chain.")
+    max_blocks: int = _p(1_500_000_000, "Refuse to write more block ids than this (8 bytes each); "
+                                        "raise block_size or narrow the window.")
+
+    @classmethod
+    def help(cls) -> dict[str, str]:
+        return {f.name: f.metadata["help"] for f in fields(cls)}
+
+    def __post_init__(self) -> None:
+        if self.block_size < 1:
+            raise ConfigError(f"block size {self.block_size} must be a positive number of tokens")
+        if self.head_tokens is not None and self.head_tokens < 0:
+            raise ConfigError("head tokens must be >= 0", hint="0 disables the shared head")
+
+
+def _codes(df, cols: list[str], labels: bool = False):
+    """Dense integer codes of the value combinations of ``cols`` (in sorted order of the
+    combinations); with ``labels`` also the combinations as ``a/b/c`` text, indexed by code."""
+    import polars as pl
+
+    key = df.select(pl.concat_str([pl.col(c).cast(pl.Utf8).fill_null("") for c in cols],
+                                  separator="\x1f").alias("k")).to_series()
+    codes = (key.rank("dense").cast(pl.Int64) - 1).to_numpy()
+    if not labels:
+        return codes
+    return codes, [k.replace("\x1f", "/") for k in key.unique().sort().to_list()]
+
+
+def _with(df, **cols):
+    import polars as pl
+
+    return df.with_columns([pl.Series(k, v) for k, v in cols.items()])
+
+
+def _prev_in_group(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows sorted by (group, row) and each row's predecessor in its group (-1 if first)."""
+    order = np.lexsort((np.arange(len(code)), code))
+    prev = np.full(len(code), -1, dtype=np.int64)
+    same = code[order[1:]] == code[order[:-1]]
+    prev[order[1:][same]] = order[:-1][same]
+    return order, prev
+
+
+def _next_of(prev: np.ndarray) -> np.ndarray:
+    nxt = np.full(len(prev), -1, dtype=np.int64)
+    has = prev >= 0
+    nxt[prev[has]] = np.flatnonzero(has)
+    return nxt
+
+
+def _detect_heads(group: np.ndarray, start: np.ndarray, read: np.ndarray, p: ChainParams) -> np.ndarray:
+    """Head tokens per head group: the most common non-zero read at chain starts."""
+    n_groups = int(group.max()) + 1 if len(group) else 0
+    heads = np.zeros(n_groups, dtype=np.int64)
+    if p.head_tokens is not None:
+        heads[:] = p.head_tokens
+        return heads
+    sel = start & (read > 0)
+    if not sel.any():
+        return heads
+    g, r = group[sel], read[sel]
+    pairs, counts = np.unique(np.stack((g, r)), axis=1, return_counts=True)
+    # Per group the pair with the most chains (the smaller read on a tie).
+    order = np.lexsort((pairs[1], -counts, pairs[0]))
+    pairs, counts = pairs[:, order], counts[order]
+    first = np.append(True, pairs[0, 1:] != pairs[0, :-1])
+    ok = first & (counts >= p.head_min_chains)
+    heads[pairs[0, ok]] = pairs[1, ok]
+    return heads
+
+
+def derive_chains(frame, params: ChainParams | None = None, materialize: bool = True) -> BlockTrace:
+    """A block trace from per-request token counts.
+
+    Args:
+        frame: Polars frame with the columns of ``queries/chain_requests.sql``, in time order.
+        params: the assumptions (see :class:`ChainParams`).
+        materialize: write the block ids (needed by export and replay). Without them the trace
+            still answers every reuse, TTL and working-set question, from its access runs.
+
+    Returns:
+        A :class:`BlockTrace` (name ``derived``) whose ``meta`` also holds the per-request
+        ``requests`` frame, ``chain`` ids, ``thread`` codes, ``cached`` (read + write), ``head``
+        tokens and ``chain_prev`` (the request a chain continues from, -1 at a start).
+    """
+    p = params or ChainParams()
+    B = p.block_size
+    n = frame.height
+    col = lambda c: frame.get_column(c).to_numpy().astype(np.int64)  # noqa: E731
+    ts_us = col("ts_us") if n else np.zeros(0, np.int64)
+    read, write, inp = (col(c) if n else np.zeros(0, np.int64) for c in ("read_tokens", "write_tokens", "input_tokens"))
+    out_len = col("output_tokens") if n else np.zeros(0, np.int64)
+    prompt, cached = read + write + inp, read + write
+    compact_req = frame.get_column("is_compact_request").to_numpy().astype(bool) if n else np.zeros(0, bool)
+    marker = frame.get_column("after_compaction").to_numpy().astype(bool) if n else np.zeros(0, bool)
+
+    thread_cols = ["org_id", "session_id", "thread_id"]
+    thread, thread_names = _codes(frame, thread_cols, labels=True) if n else (np.zeros(0, np.int64), [])
+    session = _codes(frame, ["org_id", "session_id"]) if n else np.zeros(0, np.int64)
+    lane = np.zeros(n, dtype=np.int64)
+    if p.auxiliary_own_chain and n:
+        aux = (frame.get_column("query_source").fill_null("") == "auxiliary").to_numpy()
+        lane = (aux & ~compact_req).astype(np.int64)
+    key_cols = thread_cols + (["model"] if p.chain_per_model else [])
+    key = _codes(_with(frame, _lane=lane), key_cols + ["_lane"]) if n else thread
+    model = _codes(frame, ["model"]) if n else thread
+
+    _, kprev = _prev_in_group(key)
+    has_prev = kprev >= 0
+    pk = np.where(has_prev, kprev, 0)
+    start = ~has_prev | (prompt < cached[pk])
+    if not p.chain_per_model:
+        start |= has_prev & (model != model[pk])
+    if p.compaction_ends_chain:
+        start |= marker | (has_prev & compact_req[pk])
+
+    # Shared heads, per (org, model[, thread kind]).
+    kind = (frame.get_column("thread_id").fill_null("main") != "main").cast(int).to_numpy() if n else thread
+    hcols = ["org_id", "model"]
+    if p.head_per_thread_kind and n:
+        hgroup = _codes(_with(frame, _kind=kind), hcols + ["_kind"])
+    else:
+        hgroup = _codes(frame, hcols) if n else thread
+    heads = _detect_heads(hgroup, start, read, p)
+    H = heads[hgroup] if n else np.zeros(0, np.int64)
+    chain0 = _chain_ids(start, key)
+    first_read = _first_in_chain(chain0, read)
+    head_ok = (first_read == 0) | (first_read >= H)
+    has_head = (H >= B) & head_ok & (prompt >= H)
+    start |= has_prev & (has_head != has_head[pk])
+    chain = _chain_ids(start, key)
+
+    h = np.where(has_head, H // B, 0)
+    n_blocks = -(-prompt // B)
+    chain_prev = np.where(start, -1, kprev)
+    cp = np.where(chain_prev >= 0, chain_prev, 0)
+    inherit = np.where(chain_prev >= 0, np.maximum(h, cached[cp] // B), h)
+    chain_next = _next_of(chain_prev)
+    cn = np.where(chain_next >= 0, chain_next, 0)
+    inherited_by_next = np.where(chain_next >= 0, np.maximum(h, inherit[cn]), h)
+
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(n_blocks, out=offsets[1:])
+    _, hprev = _prev_in_group(np.where(has_head, hgroup, -1 - np.arange(n)))
+    hprev = np.where(has_head, hprev, -1)
+    hnext = _next_of(hprev)
+    trace = BlockTrace(ts_us / 1e6, prompt, out_len, offsets, np.zeros(0, np.int64), B,
+                       session=session, name="derived")
+    trace.meta.update({"_ts_us": ts_us, "requests": frame, "chain": chain, "thread": thread,
+                       "thread_names": thread_names,
+                       "cached": cached, "head": np.where(has_head, H, 0), "chain_prev": chain_prev,
+                       "head_prev": hprev,
+                       "compaction": compact_req | marker, "params": p, "materialized": False})
+    trace.meta["_runs"] = _runs(trace, h, inherit, inherited_by_next, chain_prev, chain_next, hprev, hnext, n_blocks)
+    if materialize:
+        materialize_ids(trace, h, inherit, hgroup, heads)
+    return trace
+
+
+def _chain_ids(start: np.ndarray, key: np.ndarray) -> np.ndarray:
+    order, _ = _prev_in_group(key)
+    ids = np.empty(len(start), dtype=np.int64)
+    ids[order] = np.cumsum(start[order]) - 1
+    return ids
+
+
+def _first_in_chain(chain: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Each row's value at the first request of its chain."""
+    if not len(chain):
+        return values
+    order = np.lexsort((np.arange(len(chain)), chain))
+    head = np.append(True, chain[order[1:]] != chain[order[:-1]])
+    first_row = order[head]                       # chain ids are 0..k-1, in sorted order
+    return values[first_row[chain]]
+
+
+def _runs(trace, h, inherit, inherited_by_next, chain_prev, chain_next, hprev, hnext, n_blocks) -> AccessRuns:
+    """At most four runs per request: head; then the blocks split by what the previous request
+    of the chain left (``inherit``) and by what the next one takes (``inherited_by_next``)."""
+    n = trace.n_requests
+    lo = np.minimum(inherit, inherited_by_next)
+    hi = np.maximum(inherit, inherited_by_next)
+    starts = np.stack((np.zeros(n, np.int64), h, lo, hi), axis=1)
+    ends = np.stack((h, lo, hi, n_blocks), axis=1)
+    prev = np.stack((hprev, chain_prev, np.where(inherit > inherited_by_next, chain_prev, -1),
+                     np.full(n, -1)), axis=1)
+    nxt = np.stack((hnext, chain_next, np.where(inherited_by_next > inherit, chain_next, -1),
+                    np.full(n, -1)), axis=1)
+    req = np.repeat(np.arange(n, dtype=np.int64), 4).reshape(n, 4)
+    keep = (ends > starts).ravel()
+    first = starts.ravel()[keep]
+    blocks = (ends - starts).ravel()[keep]
+    r = req.ravel()[keep]
+    return AccessRuns(req=r, first=first, blocks=blocks, tokens=run_tokens(trace, r, first, blocks),
+                      prev=prev.ravel()[keep].astype(np.int64), next=nxt.ravel()[keep].astype(np.int64),
+                      dup=np.zeros(len(r), dtype=bool))
+
+
+def materialize_ids(trace: BlockTrace, h=None, inherit=None, hgroup=None, heads=None) -> BlockTrace:
+    """Write the block ids of a derived trace (in place); a no-op if they are there."""
+    if trace.meta.get("materialized", True):
+        return trace
+    p: ChainParams = trace.meta["params"]
+    if trace.n_blocks > p.max_blocks:
+        raise ConfigError(
+            f"the derived trace would have {trace.n_blocks:,} blocks of {p.block_size} tokens "
+            f"(limit {p.max_blocks:,})", hint="pass a larger --block-size or a narrower --since/--until")
+    from kvtrace.analyze._kernels import chain_ids
+
+    if h is None:
+        raise ConfigError("this derived trace cannot write its block ids; derive it with materialize=True")
+    B = trace.block_size
+    base = np.zeros(len(heads) + 1, dtype=np.int64)
+    np.cumsum(heads // B, out=base[1:])
+    head_base = base[hgroup] if len(hgroup) else np.zeros(0, np.int64)
+    order, _ = _prev_in_group(trace.meta["chain"])
+    out = np.empty(trace.n_blocks, dtype=np.int64)
+    chain_ids(order, trace.offsets, trace.meta["chain_prev"], h, head_base, inherit, out)
+    trace.hash_ids = out
+    trace.meta["materialized"] = True
+    return trace
+
+
+def chain_reads(trace: BlockTrace, ttl_s: float | None) -> np.ndarray:
+    """Cache-read tokens per request of a derived trace under an idle TTL, token-exact.
+
+    A hosted prompt cache reads a request's whole cached prefix from the previous request of
+    its chain if that one started no more than ``ttl_s`` before; else the shared head if a
+    request holding it did; else nothing. Reads never exceed what the request caches
+    (``read + write``), so an uncacheable request stays uncached.
+    """
+    from kvtrace.analyze.access import seconds_to_us, ts_us
+
+    m = trace.meta
+    if "chain_prev" not in m:
+        raise ConfigError("token-exact cache reads need a trace derived from telemetry",
+                          hint="block-hash traces carry no cache breakpoints; use the block what-if")
+    t, tau = ts_us(trace), seconds_to_us(ttl_s)
+    cached, head, cp, hp = m["cached"], m["head"], m["chain_prev"], m["head_prev"]
+    out = np.zeros(trace.n_requests, dtype=np.int64)
+    has_hp = hp >= 0
+    head_hit = has_hp & (t - t[np.where(has_hp, hp, 0)] <= tau)
+    out[head_hit] = np.minimum(head, cached)[head_hit]
+    has_cp = cp >= 0
+    prefix_hit = has_cp & (t - t[np.where(has_cp, cp, 0)] <= tau)
+    out[prefix_hit] = np.minimum(cached[np.where(has_cp, cp, 0)], cached)[prefix_hit]
+    return out

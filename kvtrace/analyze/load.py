@@ -1,0 +1,147 @@
+"""Block traces from the warehouse or from a file.
+
+``load_block_trace`` reads the ingested block-hash traces (``block_requests``) when there are
+any, else derives prefix chains from the telemetry (``request_usage``): either way the result
+is one :class:`BlockTrace`, so reuse analytics and replay treat both alike.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from kvtrace.analyze.blocktrace import BlockTrace
+from kvtrace.errors import ConfigError
+
+
+def block_trace_from_table(t: pa.Table, name: str = "trace", block_size: int | None = None) -> BlockTrace:
+    """A ``BlockTrace`` from rows shaped like ``block_requests`` (or the ``block_trace`` query).
+
+    Rows must be in time order. Several traces in one table are kept apart: each trace's block
+    ids are shifted past the previous trace's, so equal ids of different traces never meet.
+    Bailian chats are grouped into sessions by following ``parent_chat_id`` to the root.
+    """
+    n = t.num_rows
+    if "ts_us" in t.column_names:
+        ts = t.column("ts_us").to_numpy().astype(np.float64) / 1e6
+    else:
+        ts = t.column("ts").cast(pa.int64()).to_numpy().astype(np.float64) / 1e6
+    sizes = np.unique(t.column("block_size").to_numpy()) if n and "block_size" in t.column_names else []
+    if len(sizes) > 1:
+        raise ConfigError(f"the traces mix block sizes {', '.join(map(str, sizes))}",
+                          hint="analyse one trace at a time with --trace NAME")
+    bs = int(block_size or (sizes[0] if len(sizes) else 512))
+    hl = t.column("hash_ids").combine_chunks() if n else pa.array([], pa.list_(pa.int64()))
+    offsets = hl.offsets.to_numpy().astype(np.int64)
+    offsets = offsets - offsets[0]
+    ids = hl.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
+    session = None
+    traces = t.column("trace").to_numpy(zero_copy_only=False) if "trace" in t.column_names else None
+    if traces is not None and n and len(set(traces)) > 1:
+        ids = _separate_traces(traces, offsets, ids)
+    if "chat_id" in t.column_names and n and t.column("chat_id").null_count < n:
+        session = _bailian_sessions(t, traces)
+    trace = BlockTrace(ts, t.column("input_length").to_numpy(), t.column("output_length").to_numpy(),
+                       offsets, ids, bs, session=session, name=name)
+    return trace
+
+
+def _separate_traces(traces: np.ndarray, offsets: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    names, code = np.unique(traces, return_inverse=True)
+    per_block = np.repeat(code, np.diff(offsets))
+    shift = np.zeros(len(names), dtype=np.int64)
+    lo = ids.min() if ids.size else 0
+    base = 0
+    for c in range(len(names)):
+        sel = per_block == c
+        if sel.any():
+            shift[c] = base - lo
+            base += int(ids[sel].max()) - lo + 1
+    return ids + shift[per_block]
+
+
+def _bailian_sessions(t: pa.Table, traces) -> np.ndarray:
+    """Root chat of each request (a chat whose parent is -1, missing or unknown is a root)."""
+    chat = np.asarray(t.column("chat_id").to_pylist(), dtype=object)
+    parent = np.asarray(t.column("parent_chat_id").to_pylist(), dtype=object)
+    if traces is not None:
+        chat = np.char.add(np.char.add(traces.astype(str), "\x00"), chat.astype(str))
+        parent = np.char.add(np.char.add(traces.astype(str), "\x00"), parent.astype(str))
+    uniq, code = np.unique(chat.astype(str), return_inverse=True)
+    pos = np.searchsorted(uniq, parent.astype(str))
+    pos = np.clip(pos, 0, len(uniq) - 1)
+    found = uniq[pos] == parent.astype(str)
+    up = np.arange(len(uniq))
+    up[code[found]] = pos[found]           # chat -> its parent chat (itself for roots)
+    for _ in range(64):                     # pointer jumping: depth halves every round
+        nxt = up[up]
+        if np.array_equal(nxt, up):
+            break
+        up = nxt
+    return up[code].astype(np.int64)
+
+
+def read_block_trace(path: str | Path, format: str | None = None, block_size: int | None = None) -> BlockTrace:
+    """Parse a Mooncake or Bailian file straight into a ``BlockTrace`` (no warehouse)."""
+    from kvtrace.ingest import block_hash
+
+    path = Path(path)
+    if format is None:
+        from kvtrace.ingest.formats import sniff
+
+        format = sniff(path)
+    if format not in ("mooncake", "bailian"):
+        raise ConfigError(f"{path} is {format}, not a block-hash trace", hint="ingest it and run on the warehouse")
+    kw = {"block_size": block_size} if block_size else {}
+    parsed = (block_hash.parse_mooncake if format == "mooncake" else block_hash.parse_bailian)(path, **kw)
+    t = parsed.block_requests
+    order = np.argsort(t.column("ts").cast(pa.int64()).to_numpy(), kind="stable")
+    return block_trace_from_table(t.take(order), name=block_hash.trace_name(path))
+
+
+def load_block_trace(store, trace: str | None = None, since: datetime | str | None = None,
+                     until: datetime | str | None = None, params=None) -> BlockTrace:
+    """The warehouse's requests as one block trace.
+
+    Args:
+        store: the warehouse.
+        trace: one block-hash trace by name (default: all of them, kept apart).
+        since, until: window (UTC; ``datetime`` or ISO text), inclusive / exclusive.
+        params: :class:`kvtrace.analyze.chains.ChainParams` for derived chains.
+
+    Returns:
+        The ingested block-hash traces if the warehouse has any, else prefix chains derived from
+        the telemetry (see ``kvtrace.analyze.chains``). An empty warehouse gives an empty trace.
+    """
+    since, until = _instant(since), _instant(until)
+    has_blocks = store.scalar("SELECT count(*) FROM block_requests") > 0
+    if trace is not None and not has_blocks:
+        raise ConfigError(f"no block-hash trace named '{trace}': the warehouse has none",
+                          hint="ingest a Mooncake or Bailian file first, or drop --trace")
+    if has_blocks:
+        if trace is not None and not store.scalar("SELECT count(*) FROM block_requests WHERE trace = ?", [trace]):
+            names = ", ".join(r[0] for r in store.query("SELECT DISTINCT trace FROM block_requests ORDER BY 1"))
+            raise ConfigError(f"no block-hash trace named '{trace}'", hint=f"known traces: {names}")
+        t = store.to_arrow(_sql("block_trace"), {"trace": trace, "since": since, "until": until})
+        return block_trace_from_table(t, name=trace or "block_requests")
+    from kvtrace.analyze.chains import ChainParams, derive_chains
+
+    frame = store.to_polars(_sql("chain_requests"), {"since": since, "until": until})
+    return derive_chains(frame, params or ChainParams())
+
+
+def _sql(name: str) -> str:
+    from kvtrace.store import load_query
+
+    return load_query(name).sql
+
+
+def _instant(v):
+    if v is None or isinstance(v, datetime):
+        return v
+    from kvtrace.report.window import parse_instant
+
+    return parse_instant(str(v), None)

@@ -1,0 +1,183 @@
+"""Reuse profile: how soon blocks come back, and how threads pause, resume and compact.
+
+Two reuse times per block access that is not a block's first:
+
+- ``reuse_time``: the block's age, the time since its last access (any request).
+- ``effective_reuse_time``: the running maximum of the ages along the request up to that block.
+  A prefix cache serves a block only if every block before it is served too, so this is the
+  age an idle TTL must cover for the access to hit: the share of it within a TTL is the share
+  of the unlimited-TTL hits that TTL keeps.
+
+Distributions are token-weighted (each access weighs the prompt tokens it carries), with
+block-weighted shares beside them. Threads (a session's main conversation or one subagent)
+come from the trace's sessions: telemetry-derived traces have them, Bailian traces group chats
+by their root, Mooncake traces have none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+import numpy as np
+
+from kvtrace.analyze.access import NEVER, times_for, ts_us
+from kvtrace.analyze.blocktrace import BlockTrace
+
+CDF_POINTS_S = (1, 5, 10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400, 172800, 604800)
+WITHIN = {"1m": 60, "5m": 300, "1h": 3600}
+CAPTURE = (0.9, 0.95, 0.99)
+
+
+@dataclass
+class ReuseParams:
+    """Parameters of the reuse profile (each one an option of ``kvtrace reuse``)."""
+
+    idle_s: float = field(default=300.0, metadata={
+        "help": "A gap between two requests of a thread longer than this is an idle period; the request "
+                "after it is a resumption (default: the 5 min API cache TTL)."})
+    cdf_points_s: tuple[float, ...] = field(default=CDF_POINTS_S, metadata={
+        "help": "Reuse times (seconds) at which the cumulative distributions are given."})
+    top_threads: int = field(default=10, metadata={"help": "Threads listed individually, largest prompt first."})
+
+    @classmethod
+    def help(cls) -> dict[str, str]:
+        return {f.name: f.metadata["help"] for f in fields(cls)}
+
+
+def _distribution(age_us: np.ndarray, tokens: np.ndarray, blocks: np.ndarray, p: ReuseParams,
+                  total_tokens: int) -> dict:
+    ok = age_us < NEVER
+    a, tw, bw = age_us[ok], tokens[ok].astype(np.float64), blocks[ok].astype(np.float64)
+    order = np.argsort(a, kind="stable")
+    a, tw, bw = a[order], tw[order], bw[order]
+    ct, cb = np.cumsum(tw), np.cumsum(bw)
+    T, Bt = (ct[-1] if len(ct) else 0.0), (cb[-1] if len(cb) else 0.0)
+
+    def share(limit_s: float) -> tuple[float, float]:
+        k = int(np.searchsorted(a, int(round(limit_s * 1e6)), side="right"))
+        return (ct[k - 1] / T if k and T else 0.0), (cb[k - 1] / Bt if k and Bt else 0.0)
+
+    def quantile(q: float) -> float | None:
+        if not T:
+            return None
+        k = int(np.searchsorted(ct, q * T - 1e-9 * T, side="left"))
+        return float(a[min(k, len(a) - 1)]) / 1e6
+
+    cdf = []
+    for t in p.cdf_points_s:
+        st, sb = share(t)
+        cdf.append({"t_s": float(t), "share_tokens": st, "share_blocks": sb})
+    return {
+        "reused_tokens": int(T), "reused_blocks": int(Bt),
+        "share_of_prompt_tokens": T / total_tokens if total_tokens else 0.0,
+        "cdf": cdf,
+        "within": {k: share(v)[0] for k, v in WITHIN.items()},
+        "within_blocks": {k: share(v)[1] for k, v in WITHIN.items()},
+        "quantiles_s": {f"p{int(q * 100)}": quantile(q) for q in (0.5, 0.9, 0.99)},
+        "ttl_for_share_s": {str(q): quantile(q) for q in CAPTURE},
+    }
+
+
+def reuse_profile(trace: BlockTrace, params: ReuseParams | None = None) -> dict:
+    """The reuse profile of a block trace (a JSON-ready dict).
+
+    Returns:
+        ``trace`` (sizes and span), ``reuse_time`` and ``effective_reuse_time`` (each with
+        ``cdf`` points, ``within`` 1m/5m/1h shares, ``quantiles_s`` and ``ttl_for_share_s``:
+        the TTL that captures 90/95/99% of the reuse), and ``threads`` (None without sessions).
+    """
+    p = params or ReuseParams()
+    runs, rt = times_for(trace)
+    total = int(trace.input_length.sum())
+    t = ts_us(trace)
+    first = ~runs.dup & (runs.prev < 0)
+    info = {
+        "name": trace.name, "derived": "chain" in trace.meta, "requests": trace.n_requests,
+        "blocks": trace.n_blocks, "block_size": trace.block_size, "prompt_tokens": total,
+        "output_tokens": int(trace.output_length.sum()),
+        "unique_blocks": int(runs.blocks[first].sum()),
+        "span_s": float(t[-1] - t[0]) / 1e6 if len(t) else 0.0,
+    }
+    return {
+        "trace": info,
+        "reuse_time": _distribution(rt.age, runs.tokens, runs.blocks, p, total),
+        "effective_reuse_time": _distribution(rt.eff_age, runs.tokens, runs.blocks, p, total),
+        "threads": thread_summary(trace, p),
+    }
+
+
+def thread_table(trace: BlockTrace, params: ReuseParams | None = None):
+    """One row per thread: requests, span, gaps, idle periods, resumptions, compactions, chains.
+
+    Returns:
+        A Polars frame, or None when the trace has no sessions.
+    """
+    import polars as pl
+
+    p = params or ReuseParams()
+    thread = trace.meta.get("thread", trace.session)
+    if thread is None or trace.n_requests == 0:
+        return None
+    n = trace.n_requests
+    t = ts_us(trace)
+    df = pl.DataFrame({
+        "thread": thread, "session": trace.session if trace.session is not None else thread,
+        "ts_us": t, "prompt": trace.input_length,
+        "compaction": trace.meta.get("compaction", np.zeros(n, bool)),
+        "chain": trace.meta.get("chain", np.zeros(n, np.int64)),
+    }).with_row_index("i")
+    idle_us = int(round(p.idle_s * 1e6))
+    df = df.sort("thread", "i").with_columns(
+        gap=(pl.col("ts_us") - pl.col("ts_us").shift(1).over("thread")) / 1e6)
+    df = df.with_columns(resumed=pl.col("gap") > idle_us / 1e6)
+    tab = df.group_by("thread", maintain_order=True).agg(
+        pl.col("session").first(),
+        pl.len().alias("requests"),
+        ((pl.col("ts_us").max() - pl.col("ts_us").min()) / 1e6).alias("span_s"),
+        pl.col("gap").median().alias("median_gap_s"),
+        pl.col("gap").max().alias("max_gap_s"),
+        pl.col("resumed").sum().alias("idle_periods"),
+        pl.col("gap").filter(pl.col("resumed")).sum().alias("idle_s"),
+        pl.col("prompt").filter(pl.col("resumed")).sum().alias("resumed_prompt_tokens"),
+        pl.col("compaction").sum().alias("compactions"),
+        pl.col("chain").n_unique().alias("chains"),
+        pl.col("prompt").sum().alias("prompt_tokens"),
+    )
+    names = trace.meta.get("thread_names")
+    if names is not None:
+        labels = np.asarray(names, dtype=object)[tab.get_column("thread").to_numpy()]
+        tab = tab.with_columns(pl.Series("name", labels, dtype=pl.Utf8))
+    return tab.sort("prompt_tokens", descending=True)
+
+
+def thread_summary(trace: BlockTrace, params: ReuseParams | None = None) -> dict | None:
+    """Threads and sessions in aggregate: gaps, idle periods, resumptions, compactions."""
+    import polars as pl
+
+    p = params or ReuseParams()
+    tab = thread_table(trace, p)
+    if tab is None:
+        return None
+    t = ts_us(trace)
+    thread = trace.meta.get("thread", trace.session)
+    order = np.lexsort((np.arange(len(thread)), thread))
+    same = thread[order[1:]] == thread[order[:-1]]
+    gaps = (t[order[1:]] - t[order[:-1]])[same] / 1e6
+    q = (lambda a, x: float(np.quantile(a, x)) if len(a) else None)
+    top = tab.head(p.top_threads).drop("thread").to_dicts()
+    return {
+        "threads": tab.height,
+        "sessions": int(tab.get_column("session").n_unique()),
+        "requests_per_thread": {"p50": q(tab["requests"].to_numpy(), 0.5),
+                                "p90": q(tab["requests"].to_numpy(), 0.9),
+                                "max": int(tab["requests"].max())},
+        "gap_s": {"p50": q(gaps, 0.5), "p90": q(gaps, 0.9), "p99": q(gaps, 0.99)},
+        "idle_threshold_s": p.idle_s,
+        "idle_periods": int(tab["idle_periods"].sum()),
+        "idle_s": float(tab["idle_s"].fill_null(0).sum()),
+        "resumptions": int(tab["idle_periods"].sum()),
+        "resumed_prompt_tokens": int(tab["resumed_prompt_tokens"].fill_null(0).sum()),
+        "compactions": int(tab["compactions"].sum()),
+        "chains": int(tab.select(pl.col("chains").sum()).item()),
+        "top": top,
+    }

@@ -1,0 +1,171 @@
+"""API spend what-if for hosted prompt caching: the same traffic under a 5 min and a 1 h TTL.
+
+Per request, the prompt splits into cache read, cache write and uncached input. What a TTL
+changes is only the split of the cacheable part (``read + write``) between read and write:
+
+- a trace derived from telemetry reads token-exactly what its chain model says a provider
+  would have served (``kvtrace.analyze.chains.chain_reads``): the previous request's cached
+  prefix if it is young enough, else the shared head, else nothing;
+- a block-hash trace (no breakpoints) takes a ``model`` for prices, treats its whole prompt as
+  cacheable and reads the what-if's hit tokens.
+
+Spend = base input price x (input + write x write multiplier + read x read multiplier) + output
+x output price. Observed spend prices the reported tokens (writes of unknown TTL as 5 min).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from kvtrace.analyze.blocktrace import BlockTrace
+from kvtrace.errors import ConfigError
+
+WHATIF_TTLS = {"5m": 300.0, "1h": 3600.0}
+
+
+@dataclass(frozen=True)
+class ModelPrice:
+    match: tuple[str, ...]
+    input: float
+    output: float
+    min_cacheable: int
+    note: str | None = None
+
+
+@dataclass
+class Pricing:
+    """Prices per model (USD per million tokens) and the cache multipliers on the input price."""
+
+    models: list[ModelPrice]
+    write_5m: float = 1.25
+    write_1h: float = 2.0
+    read: float = 0.1
+    source: str = "built-in"
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    def price(self, model: str | None) -> ModelPrice | None:
+        """The first entry whose glob matches ``model`` (None if none does)."""
+        if model not in self._cache:
+            self._cache[model] = next((m for m in self.models if model and any(
+                fnmatch.fnmatchcase(model, g) for g in m.match)), None)
+        return self._cache[model]
+
+    def write_multiplier(self, ttl_s: float) -> float:
+        return self.write_1h if ttl_s > WHATIF_TTLS["5m"] else self.write_5m
+
+
+def load_pricing(path: str | Path | None = None) -> Pricing:
+    """Read a pricing TOML (default: the built-in ``kvtrace/analyze/pricing.toml``)."""
+    if path is None:
+        text, source = resources.files("kvtrace.analyze").joinpath("pricing.toml").read_text(), "built-in"
+    else:
+        try:
+            text, source = Path(path).read_text(), str(path)
+        except OSError as e:
+            raise ConfigError(f"cannot read pricing file {path}: {e}") from e
+    try:
+        doc = tomllib.loads(text)
+        mult = doc.get("multipliers", {})
+        models = [ModelPrice(tuple([m["match"]] if isinstance(m["match"], str) else m["match"]),
+                             float(m["input"]), float(m["output"]), int(m.get("min_cacheable", 0)),
+                             m.get("note")) for m in doc.get("model", [])]
+    except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as e:
+        raise ConfigError(f"{source}: not a pricing table ({e})",
+                          hint="each [[model]] needs match, input and output (USD per million tokens)") from e
+    return Pricing(models, float(mult.get("cache_write_5m", 1.25)), float(mult.get("cache_write_1h", 2.0)),
+                   float(mult.get("cache_read", 0.1)), source)
+
+
+def _usd(p_in, p_out, inp, write, read, out, w_mult, r_mult) -> np.ndarray:
+    return (p_in * (inp + write * w_mult + read * r_mult) + p_out * out) / 1e6
+
+
+def spend_whatif(trace: BlockTrace, pricing: Pricing | None = None, model: str | None = None) -> dict:
+    """Spend under a 5 min and a 1 h TTL, and what moving from one to the other changes.
+
+    Args:
+        trace: a derived trace (per-request models and token splits), or a block-hash trace
+            with ``model``.
+        pricing: the price table (default: built-in).
+        model: price every request as this model (required for block-hash traces).
+
+    Returns:
+        ``ttl`` (per TTL: read, write, input, output tokens and ``spend_usd``), ``observed``
+        (derived traces), ``writes_that_would_be_reads`` (5 min writes a 1 h TTL would read),
+        ``net_difference_usd`` (1 h minus 5 min; negative means 1 h is cheaper), ``cheaper``,
+        ``by_model`` and ``unpriced`` (models without a price, with their prompt tokens).
+    """
+    pricing = pricing or load_pricing()
+    n = trace.n_requests
+    derived = "chain_prev" in trace.meta
+    if derived:
+        req = trace.meta["requests"]
+        models = np.asarray(req.get_column("model").to_list() if model is None else [model] * n, dtype=object)
+        cached = trace.meta["cached"]
+    else:
+        if model is None:
+            raise ConfigError("a block-hash trace has no model to price",
+                              hint="pass --price-model NAME (a model of the pricing table)")
+        models = np.asarray([model] * n, dtype=object)
+        cached = trace.input_length.copy()
+    prompt, out = trace.input_length, trace.output_length
+    names, code = np.unique(models.astype(str), return_inverse=True) if n else (np.array([]), np.zeros(0, int))
+    prices = [pricing.price(m) for m in names]
+    priced_m = np.array([p is not None for p in prices], dtype=bool)
+    p_in = np.array([p.input if p else 0.0 for p in prices])[code] if n else np.zeros(0)
+    p_out = np.array([p.output if p else 0.0 for p in prices])[code] if n else np.zeros(0)
+    min_c = np.array([p.min_cacheable if p else 0 for p in prices], dtype=np.int64)[code] if n else np.zeros(0, np.int64)
+    if not derived:
+        cached = np.where(cached >= min_c, cached, 0)
+    priced = priced_m[code] if n else np.zeros(0, bool)
+    inp = prompt - cached
+
+    result: dict = {"pricing": pricing.source, "model": model, "ttl": []}
+    per_ttl = {}
+    for label, ttl in WHATIF_TTLS.items():
+        if derived:
+            from kvtrace.analyze.chains import chain_reads
+
+            read = chain_reads(trace, ttl)
+        else:
+            from kvtrace.analyze.ttl import request_hits
+
+            read = np.minimum(request_hits(trace, ttl)[1], cached)
+        write = cached - read
+        usd = _usd(p_in, p_out, inp, write, read, out, pricing.write_multiplier(ttl), pricing.read)
+        per_ttl[label] = (read, write, usd)
+        result["ttl"].append({"ttl": label, "ttl_s": ttl, "write_multiplier": pricing.write_multiplier(ttl),
+                              "read_tokens": int(read[priced].sum()), "write_tokens": int(write[priced].sum()),
+                              "input_tokens": int(inp[priced].sum()), "output_tokens": int(out[priced].sum()),
+                              "spend_usd": float(usd[priced].sum())})
+    if derived and model is None:
+        r = trace.meta["requests"]
+        col = lambda c: r.get_column(c).to_numpy().astype(np.int64)  # noqa: E731
+        w5 = col("write_5m_tokens") + (col("write_tokens") - col("write_5m_tokens") - col("write_1h_tokens"))
+        usd = (p_in * (col("input_tokens") + w5 * pricing.write_5m + col("write_1h_tokens") * pricing.write_1h
+                       + col("read_tokens") * pricing.read) + p_out * out) / 1e6
+        result["observed"] = {"read_tokens": int(col("read_tokens")[priced].sum()),
+                              "write_tokens": int(col("write_tokens")[priced].sum()),
+                              "spend_usd": float(usd[priced].sum())}
+    w5, w1 = per_ttl["5m"][1], per_ttl["1h"][1]
+    s5, s1 = float(per_ttl["5m"][2][priced].sum()), float(per_ttl["1h"][2][priced].sum())
+    result["writes_that_would_be_reads"] = int((w5 - w1)[priced].sum())
+    result["net_difference_usd"] = s1 - s5
+    result["cheaper"] = "1h" if s1 < s5 else "5m"
+    result["by_model"] = []
+    for k, name in enumerate(names):
+        sel = code == k
+        if not priced_m[k]:
+            continue
+        result["by_model"].append({"model": str(name), "requests": int(sel.sum()),
+                                   "spend_5m_usd": float(per_ttl["5m"][2][sel].sum()),
+                                   "spend_1h_usd": float(per_ttl["1h"][2][sel].sum())})
+    result["unpriced"] = [{"model": str(name), "prompt_tokens": int(prompt[code == k].sum())}
+                          for k, name in enumerate(names) if not priced_m[k]]
+    return result

@@ -1,0 +1,142 @@
+"""Required capacity at an idle TTL: the working set over time, with unlimited capacity.
+
+Under an idle TTL ``tau`` refreshed on every access, a block is held from an access until
+``tau`` after its last access before a gap longer than ``tau`` (or its last access at all).
+So the held set changes only at request times (blocks that are new or expired come in) and
+``tau`` after them (blocks whose next use is further away than ``tau`` go out): two sorted
+event lists per TTL, computed from runs, never from single blocks.
+
+Capacity is counted in blocks and reported in tokens as ``blocks x block_size`` (a KV cache
+allocates whole blocks, a partial last block included) and in bytes as tokens x bytes per token
+(``2 x layers x kv_heads x head_dim x dtype bytes`` for a model; see ``kvtrace size``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import numpy as np
+
+from kvtrace.analyze.access import NEVER, seconds_to_us, times_for, ts_us
+from kvtrace.analyze.blocktrace import BlockTrace
+
+SERIES_POINTS = 240
+
+
+def _events(trace: BlockTrace, tau_us: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Blocks that come in at each request, and that go out ``tau`` after each request."""
+    runs, rt = times_for(trace)
+    live = ~runs.dup
+    n = trace.n_requests
+    come = np.bincount(runs.req, weights=runs.blocks * (live & (rt.age > tau_us)), minlength=n)
+    go = np.bincount(runs.req, weights=runs.blocks * (live & (rt.next_gap > tau_us)), minlength=n)
+    return come.astype(np.int64), go.astype(np.int64), ts_us(trace)
+
+
+def held_after_requests(trace: BlockTrace, ttl_s: float | None) -> np.ndarray:
+    """Blocks held right after each request (the working set's value at its peaks)."""
+    tau = seconds_to_us(ttl_s)
+    come, go, t = _events(trace, tau)
+    held = np.cumsum(come)
+    if tau < NEVER - 1:
+        # A block whose last access was at t_j is still held at t_j + tau (age == TTL hits),
+        # so it has left before request i only when t_j + tau < t_i.
+        gone = np.searchsorted(t + tau, t, side="left")
+        cum_go = np.concatenate(([0], np.cumsum(go)))
+        held = held - cum_go[gone]
+    return held
+
+
+def working_set(trace: BlockTrace, ttl_s: float | None, bytes_per_token: float | None = None,
+                series_points: int = SERIES_POINTS) -> dict:
+    """The working set under one TTL, over the trace's span.
+
+    Args:
+        trace: the block trace.
+        ttl_s: idle TTL in seconds (None: no TTL, everything ever seen is held).
+        bytes_per_token: KV bytes per token of the serving model (None: tokens only).
+        series_points: number of time buckets of the downsampled series (0: no series).
+
+    Returns:
+        ``{mean_tokens, p99_tokens, peak_tokens, peak_at, mean_bytes, p99_bytes, peak_bytes,
+        series}``: mean and p99 are time-weighted over the span from the first to the last
+        request; the series holds per bucket the time-mean and the maximum, in tokens.
+    """
+    B = trace.block_size
+    n = trace.n_requests
+    empty = {"mean_tokens": 0.0, "p99_tokens": 0, "peak_tokens": 0, "peak_at": None,
+             "mean_bytes": None, "p99_bytes": None, "peak_bytes": None, "series": None}
+    if n == 0:
+        return empty
+    tau = seconds_to_us(ttl_s)
+    come, go, t = _events(trace, tau)
+    held_i = held_after_requests(trace, ttl_s)
+    peak_i = int(np.argmax(held_i))
+    t0, t1 = int(t[0]), int(t[-1])
+
+    # The step function over [t0, t1]: +come at t_i, -go at t_j + tau.
+    if tau < NEVER - 1:
+        out_t = t + tau
+        keep = (out_t <= t1) & (go > 0)
+        times = np.concatenate((t, out_t[keep]))
+        delta = np.concatenate((come, -go[keep]))
+        order = np.argsort(times, kind="stable")
+        times, delta = times[order], delta[order]
+    else:
+        times, delta = t, come
+    level = np.cumsum(delta)
+    # Collapse events at equal times: the level after the last one holds until the next time.
+    last_of_time = np.append(times[1:] != times[:-1], True)
+    times, level = times[last_of_time], level[last_of_time]
+    dur = np.diff(np.append(times, t1)).astype(np.float64)
+    span = float(t1 - t0)
+    if span > 0:
+        mean_blocks = float(np.dot(level, dur) / span)
+        p99_blocks = _weighted_quantile(level, dur, 0.99)
+    else:
+        mean_blocks = p99_blocks = float(held_i.max())
+    out = {
+        "mean_tokens": mean_blocks * B,
+        "p99_tokens": int(round(p99_blocks)) * B,
+        "peak_tokens": int(held_i[peak_i]) * B,
+        "peak_at": _iso(t[peak_i]),
+    }
+    for key in ("mean", "p99", "peak"):
+        out[f"{key}_bytes"] = None if bytes_per_token is None else out[f"{key}_tokens"] * float(bytes_per_token)
+    out["series"] = _series(times, level, t0, t1, B, series_points) if series_points else None
+    return out
+
+
+def _weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
+    order = np.argsort(values, kind="stable")
+    cw = np.cumsum(weights[order])
+    if cw[-1] <= 0:
+        return float(values.max())
+    k = int(np.searchsorted(cw, q * cw[-1], side="left"))
+    return float(values[order][min(k, len(order) - 1)])
+
+
+def _series(times: np.ndarray, level: np.ndarray, t0: int, t1: int, B: int, points: int) -> dict:
+    """Per bucket the time-mean and the maximum held tokens (peaks survive downsampling)."""
+    points = max(1, min(points, max(1, len(times))))
+    edges = np.linspace(t0, t1, points + 1) if t1 > t0 else np.array([t0, t0 + 1.0])
+    points = len(edges) - 1
+    # Integral of the step function at each event time, then at the bucket edges.
+    dur = np.diff(np.append(times, t1)).astype(np.float64)
+    integral = np.concatenate(([0.0], np.cumsum(level * dur)))
+    k = np.searchsorted(times, edges, side="right") - 1          # last event at or before edge
+    k = np.clip(k, 0, len(times) - 1)
+    at_edge = integral[k] + level[k] * (edges - times[k])
+    width = np.diff(edges)
+    mean = np.diff(at_edge) / width
+    bucket = np.clip(np.searchsorted(edges, times, side="right") - 1, 0, points - 1)
+    mx = level[k[:-1]].astype(np.float64)                          # level carried into the bucket
+    np.maximum.at(mx, bucket, level)
+    return {"t0": _iso(t0), "step_s": float(width[0]) / 1e6,
+            "mean_tokens": [round(float(x) * B, 1) for x in mean],
+            "max_tokens": [int(x) * B for x in mx]}
+
+
+def _iso(us: int | float) -> str:
+    return datetime.fromtimestamp(int(us) / 1e6, tz=timezone.utc).replace(tzinfo=None).isoformat(
+        timespec="seconds") + "Z"
