@@ -1,0 +1,93 @@
+"""The capacity x TTL grid from one pass: exact hit counts for every (C, tau) at once.
+
+A run (see :mod:`kvtrace.replay.distances`) of ``len`` blocks whose first block has depth ``d``
+and age ``a`` contributes, at capacity ``C`` blocks and TTL ``tau``, ``clamp(C - d + 1, 0, len)``
+hit blocks when ``a <= tau`` and nothing otherwise. Summed over runs that is a sum of ramps
+``max(C - x, 0)``, so every capacity of a sorted grid is read from two cumulative sums per TTL:
+``sum(C - x for x < C) = C * count(x < C) - sum(x for x < C)``. Tokens weigh each block of a
+request of ``L`` input tokens by ``min(L, (k+1)B) - min(L, kB)``: full blocks are a ramp of slope
+``B``, the one partial block a step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kvtrace.replay.distances import Distances
+
+
+def run_token_split(dist: Distances, input_length: np.ndarray, block_size: int):
+    """Per run: blocks carrying a full ``block_size`` tokens (a prefix of the run), and the
+    tokens of the one partial block right after them (0 if none)."""
+    L = input_length[dist.req]
+    full = np.clip(L // block_size - dist.first, 0, dist.blocks)
+    part = np.where(full < dist.blocks, np.clip(L - (dist.first + full) * block_size, 0, block_size), 0)
+    return full, part
+
+
+def _ramp_sums(x: np.ndarray, coef: np.ndarray | int, tb: np.ndarray, caps: np.ndarray, T: int) -> np.ndarray:
+    """``out[t, k] = sum(coef * max(caps[k] - x, 0))`` over runs in TTL bin ``t`` (int64, exact:
+    products may wrap around, the true result fits, and int64 arithmetic is modular)."""
+    K = len(caps)
+    b = np.searchsorted(caps, x, side="right")              # caps[k] > x  <=>  k >= b
+    flat = tb * (K + 1) + b
+    A = np.zeros((T + 1) * (K + 1), dtype=np.int64)
+    S = np.zeros((T + 1) * (K + 1), dtype=np.int64)
+    coef = np.broadcast_to(np.asarray(coef, dtype=np.int64), x.shape)
+    np.add.at(A, flat, coef)
+    np.add.at(S, flat, coef * x)
+    A = A.reshape(T + 1, K + 1)[:T, :K].cumsum(axis=1)
+    S = S.reshape(T + 1, K + 1)[:T, :K].cumsum(axis=1)
+    with np.errstate(over="ignore"):
+        return caps[None, :] * A - S
+
+
+def _steps(y: np.ndarray, w: np.ndarray, tb: np.ndarray, caps: np.ndarray, T: int) -> np.ndarray:
+    """``out[t, k] = sum(w * (caps[k] >= y))`` over runs in TTL bin ``t``."""
+    K = len(caps)
+    b = np.searchsorted(caps, y, side="left")               # caps[k] >= y  <=>  k >= b
+    A = np.zeros((T + 1) * (K + 1), dtype=np.int64)
+    np.add.at(A, tb * (K + 1) + b, w)
+    return A.reshape(T + 1, K + 1)[:T, :K].cumsum(axis=1)
+
+
+def hit_grid(dist: Distances, input_length: np.ndarray, block_size: int,
+             caps_blocks: np.ndarray, ttls_us: np.ndarray, unlimited: bool = True):
+    """Hit blocks and hit tokens for every capacity x TTL.
+
+    Args:
+        dist: runs from :func:`~kvtrace.replay.distances.compute_distances`.
+        input_length: prompt tokens per request.
+        block_size: tokens per block.
+        caps_blocks: sorted, finite capacities in blocks.
+        ttls_us: sorted TTLs in µs (a huge value for "no TTL").
+        unlimited: also compute an unlimited-capacity row, appended last.
+
+    Returns:
+        ``(hit_blocks, hit_tokens)``, int64 arrays of shape ``(len(caps) [+1], len(ttls))``.
+    """
+    caps = np.asarray(caps_blocks, dtype=np.int64)
+    ttls = np.asarray(ttls_us, dtype=np.int64)
+    T = len(ttls)
+    tb = np.searchsorted(ttls, dist.age, side="left")       # ttls[t] >= age  <=>  t >= tb
+    keep = tb < T
+    d, ln, tb = dist.d[keep], dist.blocks[keep], tb[keep]
+    full, part = run_token_split(dist, input_length, block_size)
+    full, part = full[keep], part[keep]
+    x0 = d - 1
+    blocks = _ramp_sums(np.concatenate([x0, x0 + ln]), np.concatenate([np.ones_like(ln), -np.ones_like(ln)]),
+                        np.concatenate([tb, tb]), caps, T)
+    tokens = block_size * _ramp_sums(np.concatenate([x0, x0 + full]),
+                                     np.concatenate([np.ones_like(ln), -np.ones_like(ln)]),
+                                     np.concatenate([tb, tb]), caps, T)
+    has = part > 0
+    tokens += _steps(d[has] + full[has], part[has], tb[has], caps, T)
+    hb, ht = blocks.T.cumsum(axis=1), tokens.T.cumsum(axis=1)   # cumulative over TTL bins
+    if unlimited:
+        ub = np.zeros(T, dtype=np.int64)
+        ut = np.zeros(T, dtype=np.int64)
+        np.add.at(ub, tb, ln)
+        np.add.at(ut, tb, full * block_size + part)
+        hb = np.vstack([hb, ub.cumsum()])
+        ht = np.vstack([ht, ut.cumsum()])
+    return hb, ht
