@@ -249,3 +249,52 @@ def test_tidy_removes_half_done_conversions(tmp_path):
     (tmp_path / "seg-2.jsonl").write_bytes(b"{}\n")
     segments.tidy(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["seg-1.sealed", "seg-2.jsonl"]
+
+
+# -- partial-success check vs. ingest --------------------------------------------------------
+
+def _variants() -> list[dict]:
+    """api_request records that ingest accepts or rejects, and records that are no request at all."""
+    base = api_request_json("req_v", (1, 2, 3, 4))
+    out = []
+
+    def with_attr(key, value, rec=None):
+        r = orjson.loads(orjson.dumps(rec or base))
+        r["attributes"] = [a for a in r["attributes"] if a["key"] != key] + [{"key": key, "value": value}]
+        return r
+
+    for v in ({"stringValue": "12"}, {"stringValue": " 7 "}, {"stringValue": "many"}, {"intValue": "-3"},
+              {"intValue": 5}, {"doubleValue": 2.0}, {"doubleValue": -1.5}, {"stringValue": "NaN"},
+              {"stringValue": "inf"}, {"boolValue": True}, {"arrayValue": {"values": []}}, {},
+              {"kvlistValue": {"values": []}}, {"stringValue": "1e30"}):
+        out.append(with_attr("input_tokens", v))
+    out.append(with_attr("cache_creation_5m_tokens", {"stringValue": "x"}))
+    no_time = {k: v for k, v in base.items() if k != "timeUnixNano"}
+    out.append(no_time)
+    out.append({**no_time, "observedTimeUnixNano": "1791447318137000000"})
+    out.append(with_attr("event.timestamp", {"stringValue": "2026-08-01T10:00:00.000Z"}, no_time))
+    other = with_attr("input_tokens", {"stringValue": "many"})
+    other["body"] = {"stringValue": "claude_code.user_prompt"}
+    out.append(other)
+    by_attr = with_attr("input_tokens", {"stringValue": "many"})
+    by_attr["body"] = {"stringValue": "something"}
+    out.append(by_attr)
+    return out
+
+
+def test_partial_success_check_agrees_with_ingest():
+    otlp_json = pytest.importorskip("kvtrace.ingest.otlp_json")
+    for i, rec in enumerate(_variants()):
+        rec = orjson.loads(orjson.dumps(rec).replace(b"req_v", f"req_v{i}".encode()))
+        line = orjson.dumps(logs_request_json([rec]))
+        parsed = otlp_json.parse_lines(line, "t")
+        ingest_rejects = len(parsed.rejects)
+        b = otlp.decode_json(LOGS, line)
+        assert b.rejected == ingest_rejects, (i, rec, parsed.rejects)
+        # the protobuf path decides the same (JSON -> protobuf through json_format)
+        from google.protobuf import json_format
+
+        msg = json_format.Parse(line.replace(b'"traceId":"5b8efff798038103d269b633813fc60c"', b'"traceId":"W47/95gDgQPSabYzgT/GDA=="')
+                                .replace(b'"spanId":"eee19b7ec3c1b174"', b'"spanId":"7uGbfsPBsXQ="'),
+                                LOGS.pb(LOGS.request)(), ignore_unknown_fields=True)
+        assert otlp.decode_protobuf(LOGS, msg.SerializeToString()).rejected == ingest_rejects, (i, rec)

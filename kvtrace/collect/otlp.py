@@ -7,9 +7,9 @@ the validated protobuf bytes and converted to OTLP JSON when their segment is se
 (:mod:`kvtrace.collect.pbjson`), which keeps the slow per-attribute Python work off the
 acknowledgement path.
 
-The one check done per record is the one that makes a record impossible to normalise: a Claude
-Code ``api_request`` event whose token counts are not numbers. Such records are dropped from the
-stored batch and reported back as an OTLP partial success.
+The one check done per record (:mod:`kvtrace.collect.validate`) finds Claude Code ``api_request``
+events that ingest would reject (a token count that is not a count, no time). Such records are
+dropped from the stored batch and reported back as an OTLP partial success.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from importlib import import_module
 
 import orjson
+
+from kvtrace.collect.validate import json_record_problem, pb_record_problem, reject_message
 
 # What each signal looks like on the wire (OTLP JSON keys; protobuf classes by module).
 @dataclass(frozen=True)
@@ -56,9 +58,6 @@ JSON_TYPE = "application/json"
 PROTOBUF_TYPE = "application/x-protobuf"
 MEDIA_TYPES = (JSON_TYPE, PROTOBUF_TYPE)
 
-# Claude Code api_request attributes that must be numbers for the request to be counted.
-TOKEN_ATTRIBUTES = frozenset({"input_tokens", "output_tokens", "cache_read_tokens", "cache_creation_tokens"})
-API_REQUEST_BODY = "claude_code.api_request"
 _METRIC_DATA = ("gauge", "sum", "histogram", "exponentialHistogram", "summary")
 
 
@@ -132,51 +131,6 @@ def decompress(body: bytes, encoding: str | None, limit: int) -> bytes:
 
 # -- JSON ------------------------------------------------------------------------------------
 
-def _bad_numeric(value: object) -> bool:
-    """True when an OTLP AnyValue (JSON form) cannot be read as a number."""
-    if not isinstance(value, dict):
-        return True
-    for key in ("intValue", "doubleValue", "stringValue"):
-        if key in value:
-            v = value[key]
-            if isinstance(v, bool):
-                return True
-            if isinstance(v, (int, float)):
-                return False
-            if isinstance(v, str):
-                try:
-                    float(v)
-                    return False
-                except ValueError:
-                    return True
-            return True
-    return True
-
-
-def _json_record_bad(rec: dict) -> bool:
-    body = rec.get("body")
-    is_api = (isinstance(body, dict) and body.get("stringValue") == API_REQUEST_BODY) \
-        or rec.get("eventName") == API_REQUEST_BODY
-    attrs = rec.get("attributes")
-    if not isinstance(attrs, list):
-        if attrs is not None:
-            raise BadPayload("field 'attributes' must be an array")
-        return False
-    if not is_api:
-        for kv in attrs:
-            if isinstance(kv, dict) and kv.get("key") == "event.name":
-                v = kv.get("value")
-                is_api = isinstance(v, dict) and v.get("stringValue") == "api_request"
-                break
-    if not is_api:
-        return False
-    for kv in attrs:
-        if isinstance(kv, dict) and isinstance(kv.get("key"), str) and kv["key"] in TOKEN_ATTRIBUTES \
-                and _bad_numeric(kv.get("value")):
-            return True
-    return False
-
-
 def _list(node: object, where: str) -> list:
     if node is None:
         return []
@@ -208,6 +162,7 @@ def decode_json(signal: Signal, body: bytes) -> Batch:
         raise BadPayload(f"'{snake}' is not OTLP JSON; keys are lowerCamelCase ('{signal.resource_key}')")
     resources = _list(obj.get(signal.resource_key), signal.resource_key)
     records = rejected = 0
+    first_problem = None
     for i, res in enumerate(resources):
         res = _dict(res, f"{signal.resource_key}[{i}]")
         for j, scope in enumerate(_list(res.get(signal.scope_key), f"{signal.resource_key}[{i}].{signal.scope_key}")):
@@ -223,10 +178,13 @@ def decode_json(signal: Signal, body: bytes) -> Batch:
             if signal.name == "logs":
                 kept = []
                 for rec in items:
-                    if _json_record_bad(_dict(rec, "logRecords[]")):
-                        rejected += 1
-                    else:
+                    _list(_dict(rec, "logRecords[]").get("attributes"), "logRecords[].attributes")
+                    problem = json_record_problem(rec)
+                    if problem is None:
                         kept.append(rec)
+                    else:
+                        rejected += 1
+                        first_problem = first_problem or problem
                 if len(kept) != len(items):
                     scope[signal.items_key] = kept
                 records += len(kept)
@@ -240,35 +198,10 @@ def decode_json(signal: Signal, body: bytes) -> Batch:
         line = orjson.dumps({signal.resource_key: resources})
     else:
         line = body.strip()
-    return Batch(signal, JSON_FRAME, line, records, rejected, _reject_message(rejected))
+    return Batch(signal, JSON_FRAME, line, records, rejected, reject_message(rejected, first_problem))
 
 
 # -- protobuf --------------------------------------------------------------------------------
-
-def _pb_record_bad(rec) -> bool:
-    is_api = rec.body.string_value == API_REQUEST_BODY or rec.event_name == API_REQUEST_BODY
-    if not is_api:
-        for kv in rec.attributes:
-            if kv.key == "event.name":
-                is_api = kv.value.string_value == "api_request"
-                break
-    if not is_api:
-        return False
-    for kv in rec.attributes:
-        if kv.key in TOKEN_ATTRIBUTES:
-            v = kv.value
-            kind = v.WhichOneof("value")
-            if kind in ("int_value", "double_value"):
-                continue
-            if kind == "string_value":
-                try:
-                    float(v.string_value)
-                    continue
-                except ValueError:
-                    return True
-            return True
-    return False
-
 
 def decode_protobuf(signal: Signal, body: bytes) -> Batch:
     """Validate a protobuf export request; the frame keeps its bytes (re-encoded only if records were dropped).
@@ -283,10 +216,16 @@ def decode_protobuf(signal: Signal, body: bytes) -> Batch:
     except (DecodeError, RuntimeError, ValueError) as e:
         raise BadPayload(f"body is not a protobuf {signal.request}: {e}") from None
     records = rejected = 0
+    first_problem = None
     if signal.name == "logs":
         for rl in msg.resource_logs:
             for sl in rl.scope_logs:
-                bad = [i for i, rec in enumerate(sl.log_records) if _pb_record_bad(rec)]
+                bad = []
+                for i, rec in enumerate(sl.log_records):
+                    problem = pb_record_problem(rec)
+                    if problem is not None:
+                        bad.append(i)
+                        first_problem = first_problem or problem
                 for i in reversed(bad):
                     del sl.log_records[i]
                 rejected += len(bad)
@@ -303,19 +242,12 @@ def decode_protobuf(signal: Signal, body: bytes) -> Batch:
             for ss in rs.scope_spans:
                 records += len(ss.spans)
     payload = b"" if records == 0 else msg.SerializeToString() if rejected else body
-    return Batch(signal, signal.frame_kind, payload, records, rejected, _reject_message(rejected))
+    return Batch(signal, signal.frame_kind, payload, records, rejected, reject_message(rejected, first_problem))
 
 
 def decode(signal: Signal, media_type: str, body: bytes) -> Batch:
     """Decode a (decompressed) body of ``media_type`` (``application/json`` or ``application/x-protobuf``)."""
     return decode_json(signal, body) if media_type == JSON_TYPE else decode_protobuf(signal, body)
-
-
-def _reject_message(rejected: int) -> str | None:
-    if not rejected:
-        return None
-    return (f"{rejected} api_request record(s) dropped: token attributes "
-            f"({', '.join(sorted(TOKEN_ATTRIBUTES))}) must be numbers")
 
 
 # -- answers ---------------------------------------------------------------------------------

@@ -1,0 +1,146 @@
+"""The cheap per-record check behind OTLP partial success: records ingest would have to reject.
+
+It mirrors the rules of the OTLP JSON normalization (``queries/ingest/otlp_logs.sql``) for the
+one record kind that matters, Claude Code's ``api_request`` event: a token count that is present
+but not a non-negative integer (text, negative, NaN, infinite, boolean) and a record without any
+time make the request impossible to normalize. Such records are dropped from the stored batch
+and counted in the answer, so the client learns of them instead of ingest skipping them later.
+Values that ingest drops silently (an object or array where a number belongs) pass.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+
+TOKEN_ATTRIBUTES = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_creation_tokens",
+                    "cache_creation_5m_tokens", "cache_creation_1h_tokens")
+_TOKEN_SET = frozenset(TOKEN_ATTRIBUTES)
+_PREFIX = "claude_code."
+_INT64_MAX = 2**63 - 1
+
+
+def _bad_count_text(text: str) -> bool:
+    t = text.strip()
+    if t.startswith(("{", "[")):
+        return False   # dropped by ingest, not rejected
+    try:
+        x = float(t)
+    except ValueError:
+        return True
+    return not math.isfinite(x) or round(x) < 0 or round(x) > _INT64_MAX
+
+
+def _event(body: object, event_name: object, attr_event: object) -> object:
+    """Ingest's rule: the body's ``claude_code.<name>``, else ``eventName``, else attribute ``event.name``."""
+    if isinstance(body, str) and body.startswith(_PREFIX):
+        return body[len(_PREFIX):]
+    if event_name is not None:
+        return event_name[len(_PREFIX):] if isinstance(event_name, str) and event_name.startswith(_PREFIX) else event_name
+    return attr_event
+
+
+def _ns_present(x: object) -> bool:
+    try:
+        return int(float(x)) > 0 if isinstance(x, (str, int, float)) and not isinstance(x, bool) else False
+    except (ValueError, OverflowError):
+        return False
+
+
+def _iso_present(x: object) -> bool:
+    if not isinstance(x, str):
+        return False
+    try:
+        datetime.fromisoformat(x.strip())
+        return True
+    except ValueError:
+        return False
+
+
+# -- OTLP JSON -------------------------------------------------------------------------------
+
+def _json_text(value: object) -> str | None:
+    """An AnyValue as ingest reads it (stringValue, intValue, doubleValue, boolValue; arrays as '[')."""
+    if not isinstance(value, dict):
+        return None
+    for key in ("stringValue", "intValue", "doubleValue", "boolValue"):
+        v = value.get(key)
+        if v is not None:
+            if isinstance(v, bool):
+                return "true" if v else "false"
+            return v if isinstance(v, str) else ("[" if isinstance(v, (list, dict)) else repr(v))
+    if value.get("arrayValue") is not None or value.get("kvlistValue") is not None:
+        return "["
+    return None
+
+
+def json_record_problem(rec: dict) -> str | None:
+    """Why an OTLP JSON log record cannot become a request row, or None if it can (or is no request)."""
+    attrs = rec.get("attributes")
+    attrs = attrs if isinstance(attrs, list) else []
+    first: dict[str, object] = {}
+    for kv in attrs:
+        if isinstance(kv, dict):
+            k = kv.get("key")
+            if isinstance(k, str) and k not in first and (k in _TOKEN_SET or k in ("event.name", "event.timestamp")):
+                first[k] = kv.get("value")
+    body = rec.get("body")
+    event = _event(body.get("stringValue") if isinstance(body, dict) else None, rec.get("eventName"),
+                   _json_text(first.get("event.name")))
+    if event != "api_request":
+        return None
+    for k in TOKEN_ATTRIBUTES:
+        if k in first:
+            text = _json_text(first[k])
+            if text is not None and _bad_count_text(text):
+                return f"field '{k}': not a token count"
+    if not (_ns_present(rec.get("timeUnixNano")) or _ns_present(rec.get("observedTimeUnixNano"))
+            or _iso_present(_json_text(first.get("event.timestamp")))):
+        return "no time (timeUnixNano, observedTimeUnixNano or event.timestamp)"
+    return None
+
+
+# -- protobuf --------------------------------------------------------------------------------
+
+def _pb_bad_count(v) -> bool:
+    kind = v.WhichOneof("value")
+    if kind == "int_value":
+        return v.int_value < 0
+    if kind == "double_value":
+        x = v.double_value
+        return not math.isfinite(x) or round(x) < 0 or round(x) > _INT64_MAX
+    if kind == "string_value":
+        return _bad_count_text(v.string_value)
+    return kind == "bool_value"
+
+
+def pb_record_problem(rec) -> str | None:
+    """:func:`json_record_problem` for a protobuf ``LogRecord``."""
+    body = rec.body.string_value if rec.body.WhichOneof("value") == "string_value" else None
+    event = None
+    if body is not None and body.startswith(_PREFIX):
+        event = body[len(_PREFIX):]
+    elif rec.event_name:
+        event = _event(None, rec.event_name, None)
+    first: dict[str, object] = {}
+    for kv in rec.attributes:
+        if kv.key not in first and (kv.key in _TOKEN_SET or kv.key in ("event.name", "event.timestamp")):
+            first[kv.key] = kv.value
+    if event is None and "event.name" in first:
+        event = first["event.name"].string_value
+    if event != "api_request":
+        return None
+    for k in TOKEN_ATTRIBUTES:
+        if k in first and _pb_bad_count(first[k]):
+            return f"field '{k}': not a token count"
+    ts = first.get("event.timestamp")
+    if not (rec.time_unix_nano or rec.observed_time_unix_nano
+            or (ts is not None and _iso_present(ts.string_value))):
+        return "no time (timeUnixNano, observedTimeUnixNano or event.timestamp)"
+    return None
+
+
+def reject_message(rejected: int, first_problem: str | None) -> str | None:
+    if not rejected:
+        return None
+    return f"{rejected} api_request record(s) cannot be normalized and were dropped; first: {first_problem}"
