@@ -1,0 +1,199 @@
+"""Claude Code transcripts (``~/.claude/projects/**/*.jsonl``) -> one ``requests`` row per API response.
+
+A batch parser: the pipeline hands it many files at once (up to ``BATCH_BYTES``), read by DuckDB
+on a private in-memory connection, because a Python loop over the lines is several times slower
+than the files take to read. The files are split into one group per core; each group's lines
+are filtered and parsed on its own connection in parallel (``queries/ingest/transcripts_lines.sql``),
+then one query de-duplicates the whole batch (``queries/ingest/transcripts_requests.sql``).
+
+Only lines containing the JSON token ``"assistant"`` (or ``"compact_boundary"``) are parsed;
+the match does not depend on whitespace, and a line is used only if its parsed top-level
+``type`` is ``assistant`` (a ``progress`` line embedding a subagent's message is not).
+
+De-duplication (``telemetry-formats.md`` §3.3): a response is written as one line per content
+block, each with a full copy of ``usage``, so lines are grouped by ``message.id`` and a group
+counts once with its largest ``output_tokens``; a copy of the same response in a subagent or
+``/btw`` file (a sidechain replay, often under a new ``requestId``) or in a resumed/branched
+session file counts once, the main-thread copy winning. Across batches the warehouse merge
+(``queries/ingest/merge_requests.sql``) applies the same rules.
+
+Counted in ``Parsed.unknown`` and not stored: synthetic and API-error records, assistant records
+without usage, an unterminated (torn) last line of a file still being written, and
+``compact_boundary`` markers. A malformed candidate line anywhere else is a ``Reject``. Lines that
+are not candidates (user, progress, snapshot records: most of the bytes) are never parsed, so a
+malformed one of those is not reported.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import threading
+from pathlib import Path
+
+import pyarrow as pa
+
+from kvtrace.ingest.base import REQUEST_SCHEMA, Parsed, Reject
+from kvtrace.store import load_query
+
+# Why a parsed candidate line was not used: a problem (-> Reject) ...
+_REJECTS = {
+    "malformed": ("malformed JSON", None),
+    "negative": ("negative token count", "message.usage"),
+    "bad_timestamp": ("missing or unreadable timestamp (want ISO 8601)", "timestamp"),
+    "no_id": ("an assistant record with usage but neither message.id nor requestId", "message.id"),
+}
+# ... or a record kind counted in Parsed.unknown.
+_COUNTED = ("torn_last_line", "synthetic", "api_error", "assistant_without_usage", "compact_boundary")
+
+# Below this many bytes one connection is quicker than starting threads.
+_PARALLEL_BYTES = 16 << 20
+
+
+def parse(paths: list[Path]) -> Parsed:
+    """Read a batch of transcript files into one ``requests`` table, de-duplicated by message id.
+
+    Args:
+        paths: transcript files (``.jsonl``; ``.jsonl.gz`` too), typically a whole
+            ``~/.claude/projects`` tree or a part of it.
+
+    Returns:
+        A :class:`~kvtrace.ingest.base.Parsed` with ``requests`` (REQUEST_SCHEMA columns),
+        the rejected lines (each naming its file) and counts of records not used.
+    """
+    import duckdb
+
+    paths = [Path(p) for p in paths]
+    parsed = Parsed()
+    con = duckdb.connect()
+    try:
+        con.execute("SET TimeZone = 'UTC'")
+        con.register("tx_files", _files_table(paths))
+        try:
+            parsed.lines, n_groups = _parse_fast(con, paths)
+        except (OSError, duckdb.IOException, duckdb.InvalidInputException, duckdb.ConversionException):
+            # A gzip file, a file that vanished, or bytes that are not UTF-8: read each file in
+            # Python instead, so one bad file does not sink the batch.
+            parsed.lines, n_groups = _parse_slow(con, paths, parsed), 1
+        con.execute("CREATE OR REPLACE TEMP VIEW tx_rec AS "
+                    + " UNION ALL ".join(f"SELECT * FROM main.tx_rec_{k}" for k in range(n_groups)))
+        _collect(con, parsed, paths)
+    finally:
+        con.close()
+    return parsed
+
+
+def _parse_group(cur, k: int, paths: list[Path], idx: list[int]) -> int:
+    """Filter and parse one group of plain files on its own connection; returns its line count."""
+    cur.execute("SET TimeZone = 'UTC'")
+    cur.execute("SET VARIABLE tx_group = ?", [[str(paths[i]) for i in idx]])
+    cur.execute("SET VARIABLE tx_idx = ?", [idx])
+    # read_text gives filenames back as given: map them to their index in the batch.
+    cur.execute("CREATE OR REPLACE TEMP VIEW tx_raw AS "
+                "SELECT m.file_idx, r.content FROM read_text(getvariable('tx_group')) r "
+                "JOIN (SELECT unnest(getvariable('tx_group')) AS path, unnest(getvariable('tx_idx')) AS file_idx) m "
+                "ON m.path = r.filename")
+    return _run_lines(cur, k)
+
+
+def _run_lines(cur, k: int) -> int:
+    """Parse tx_raw's candidate lines into table ``tx_rec_<k>``; return the lines read."""
+    cur.execute(load_query("ingest/transcripts_lines").sql)
+    cur.execute(f"CREATE OR REPLACE TABLE main.tx_rec_{k} AS SELECT file_idx, lineno, j, kind FROM tx_part")
+    # Lines read: pieces of the split minus the empty piece after a final newline.
+    n = cur.execute("SELECT coalesce(sum(len(string_split(content, chr(10))) "
+                    "- CASE WHEN ends_with(content, chr(10)) THEN 1 ELSE 0 END), 0) FROM tx_raw").fetchone()[0]
+    cur.execute("DROP TABLE tx_part")
+    return int(n)
+
+
+def _parse_fast(con, paths: list[Path]) -> tuple[int, int]:
+    """DuckDB reads the files itself, one group per core in parallel (plain UTF-8 files only)."""
+    if any(p.name.endswith(".gz") for p in paths):
+        raise OSError("gzip input: read in Python")
+    sizes = [p.stat().st_size for p in paths]   # OSError if a file vanished: read in Python
+    n_groups = min(os.cpu_count() or 1, 4, len(paths)) if sum(sizes) >= _PARALLEL_BYTES else 1
+    groups: list[list[int]] = [[] for _ in range(max(n_groups, 1))]
+    load = [0] * len(groups)
+    for i in sorted(range(len(paths)), key=lambda i: -sizes[i]):  # largest first, to the lightest group
+        g = load.index(min(load))
+        groups[g].append(i)
+        load[g] += sizes[i]
+    groups = [g for g in groups if g] or [[]]
+    if len(groups) == 1:
+        return _parse_group(con, 0, paths, groups[0]), 1
+    results: list[int | BaseException] = [0] * len(groups)
+
+    def work(k: int) -> None:
+        cur = con.cursor()
+        try:
+            results[k] = _parse_group(cur, k, paths, groups[k])
+        except BaseException as e:  # re-raised in the calling thread
+            results[k] = e
+        finally:
+            cur.close()
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(groups))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
+    return sum(results), len(groups)
+
+
+def _parse_slow(con, paths: list[Path], parsed: Parsed) -> int:
+    idx, texts = [], []
+    for i, p in enumerate(paths):
+        try:
+            with gzip.open(p, "rb") if p.name.endswith(".gz") else open(p, "rb") as fh:
+                data = fh.read()
+        except (OSError, EOFError) as e:
+            parsed.rejects.append(Reject(None, f"cannot read: {e}", path=str(p)))
+            continue
+        idx.append(i)
+        texts.append(data.decode("utf-8", errors="replace"))
+    con.execute("DROP VIEW IF EXISTS tx_raw")
+    con.register("tx_raw", pa.table({"file_idx": pa.array(idx, pa.int32()),
+                                     "content": pa.array(texts, pa.large_string())}))
+    try:
+        return _run_lines(con, 0)
+    finally:
+        con.unregister("tx_raw")
+
+
+def _collect(con, parsed: Parsed, paths: list[Path]) -> None:
+    """Rejects and counts from the parsed lines, then the de-duplicated requests."""
+    for file_idx, lineno, kind in con.execute(
+            "SELECT file_idx, lineno, kind FROM tx_rec WHERE kind IN ('malformed', 'negative', "
+            "'bad_timestamp', 'no_id') ORDER BY file_idx, lineno").fetchall():
+        reason, field = _REJECTS[kind]
+        parsed.rejects.append(Reject(lineno, reason, field=field, path=str(paths[file_idx])))
+    for kind, n in con.execute("SELECT kind, count(*) FROM tx_rec GROUP BY kind").fetchall():
+        if kind in _COUNTED:
+            parsed.unknown[kind] += n
+    con.execute(load_query("ingest/transcripts_requests").sql)
+    parsed.requests = con.sql("SELECT * FROM tx_requests").to_arrow_table().cast(REQUEST_SCHEMA)
+
+
+def _files_table(paths: list[Path]) -> pa.Table:
+    """Per file: the project folder under ``projects/`` and, for a subagent file, its agent id."""
+    projects, agent_ids, is_agent = [], [], []
+    for p in paths:
+        parts = p.parts
+        project = None
+        for i in range(len(parts) - 2, -1, -1):   # the nearest ``projects`` folder above the file
+            if parts[i] == "projects":
+                project = parts[i + 1] if i + 1 < len(parts) - 1 else None
+                break
+        projects.append(project)
+        stem = p.name.split(".", 1)[0]
+        is_agent.append(stem.startswith("agent-") or p.parent.name == "subagents")
+        agent_ids.append(stem[len("agent-"):] if stem.startswith("agent-") else None)
+    return pa.table({"file_idx": pa.array(range(len(paths)), pa.int32()),
+                     "path": pa.array([str(p) for p in paths], pa.string()),
+                     "project": pa.array(projects, pa.string()),
+                     "file_agent_id": pa.array(agent_ids, pa.string()),
+                     "file_is_agent": pa.array(is_agent, pa.bool_())})

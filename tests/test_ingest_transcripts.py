@@ -1,0 +1,334 @@
+"""Claude Code transcripts: one row per API response, de-duplicated as telemetry-formats.md §3.3 says."""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+from datetime import datetime
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kvtrace.ingest import ingest
+from kvtrace.ingest.base import REQUEST_SCHEMA
+from kvtrace.ingest.claude_transcripts import parse
+
+SESSION = "2b9d8116-e1de-4038-a101-5fd575fdcb0e"
+PROJECT = "-home-dev-work-kvtrace"
+_uuids = itertools.count()
+
+
+def usage(inp=2, read=9982, w5=0, w1=0, out=412, total=None, split=True) -> dict:
+    u = {"input_tokens": inp, "cache_creation_input_tokens": w5 + w1 if total is None else total,
+         "cache_read_input_tokens": read, "output_tokens": out, "service_tier": "standard"}
+    if split:
+        u["cache_creation"] = {"ephemeral_5m_input_tokens": w5, "ephemeral_1h_input_tokens": w1}
+    return u
+
+
+def assistant(msg="msg_1", req="req_1", out=412, ts="2026-08-01T04:50:42.628Z", sidechain=False,
+              agent=None, block="text", model="claude-opus-4-8", **usage_kw) -> dict:
+    d = {"parentUuid": None, "isSidechain": sidechain, "userType": "external", "cwd": "/home/dev/work/kvtrace",
+         "sessionId": SESSION, "version": "2.1.220", "gitBranch": "main"}
+    if agent:
+        d["agentId"] = agent
+    d.update({"message": {"model": model, "id": msg, "type": "message", "role": "assistant",
+                          "content": [{"type": block, block: "…"}], "stop_reason": "tool_use",
+                          "usage": usage(out=out, **usage_kw)},
+              "requestId": req, "type": "assistant", "uuid": f"u-{next(_uuids)}", "timestamp": ts})
+    if req is None:
+        del d["requestId"]
+    return d
+
+
+def user(text="please look", tool_result_bytes=0) -> dict:
+    content = [{"tool_use_id": "toolu_1", "type": "tool_result", "content": "x" * tool_result_bytes}] \
+        if tool_result_bytes else text
+    return {"parentUuid": None, "isSidechain": False, "type": "user", "sessionId": SESSION,
+            "message": {"role": "user", "content": content}, "uuid": f"u-{next(_uuids)}",
+            "timestamp": "2026-08-01T04:50:40.000Z"}
+
+
+def progress_with_agent_message(inner: dict) -> dict:
+    """A parent's progress line that embeds a subagent's assistant record (it must not count)."""
+    return {"type": "progress", "sessionId": SESSION, "data": {"type": "agent_progress", "message": inner},
+            "uuid": f"u-{next(_uuids)}", "timestamp": "2026-08-01T04:50:43.000Z"}
+
+
+def write(path: Path, records: list, *, sep=(",", ":"), tail: str | None = None) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = "".join((r if isinstance(r, str) else json.dumps(r, separators=sep, ensure_ascii=False)) + "\n"
+                   for r in records)
+    path.write_text(text + (tail or ""))
+    return path
+
+
+def main_file(root: Path, name=SESSION) -> Path:
+    return root / "projects" / PROJECT / f"{name}.jsonl"
+
+
+def agent_file(root: Path, agent="a08bf6deeb6ef7e1f") -> Path:
+    return root / "projects" / PROJECT / SESSION / "subagents" / f"agent-{agent}.jsonl"
+
+
+def rows(parsed) -> dict[str, dict]:
+    return {r["message_id"]: r for r in parsed.requests.to_pylist()}
+
+
+def stored(store) -> list[dict]:
+    return store.to_arrow("SELECT * FROM requests ORDER BY message_id").to_pylist()
+
+
+# -- one row per response ------------------------------------------------------------------------
+
+def test_a_response_written_as_several_lines_counts_once_with_its_largest_output(tmp_path):
+    f = write(main_file(tmp_path), [
+        user(),
+        assistant(out=3, block="thinking", ts="2026-08-01T04:50:41.000Z"),
+        assistant(out=388, block="text", ts="2026-08-01T04:50:42.000Z"),
+        assistant(out=12, block="tool_use", ts="2026-08-01T04:50:43.000Z"),  # a later line may read less
+        user(tool_result_bytes=5000),
+    ])
+    p = parse([f])
+    assert p.requests.num_rows == 1 and not p.rejects
+    r = p.requests.to_pylist()[0]
+    assert r["output_tokens"] == 388
+    assert (r["input_tokens"], r["cache_read_tokens"]) == (2, 9982)
+    assert r["ts"] == datetime(2026, 8, 1, 4, 50, 41)   # the response's first line
+    assert r["request_key"] == "req_1" and r["request_id"] == "req_1" and r["message_id"] == "msg_1"
+    assert (r["source"], r["agent"], r["query_source"], r["thread_id"]) == ("claude-transcript", "claude-code", "main", "main")
+    assert r["session_id"] == SESSION and r["project"] == PROJECT and r["model"] == "claude-opus-4-8"
+    assert r["ingested_from"] == f"{f}:3"
+    assert json.loads(r["attributes"])["version"] == "2.1.220"
+    assert p.requests.schema == REQUEST_SCHEMA
+
+
+def test_progress_lines_embedding_a_subagent_message_do_not_count(tmp_path):
+    inner = assistant(msg="msg_sub", req="req_sub", out=50, sidechain=True, agent="a1")
+    f = write(main_file(tmp_path), [assistant(), progress_with_agent_message(inner)])
+    assert set(rows(parse([f]))) == {"msg_1"}
+
+
+def test_request_key_falls_back_to_message_id(tmp_path):
+    f = write(main_file(tmp_path), [assistant(req=None)])
+    r = parse([f]).requests.to_pylist()[0]
+    assert r["request_key"] == "msg_1" and r["request_id"] is None
+
+
+def test_cache_write_split_is_preferred_even_when_the_total_reads_zero(tmp_path):
+    f = write(main_file(tmp_path), [
+        assistant(msg="m_split", req="r1", w5=100, w1=40, total=0),    # pre-2.1.152 quirk
+        assistant(msg="m_nosplit", req="r2", w5=70, split=False),        # older builds: total only
+    ])
+    got = rows(parse([f]))
+    s, n = got["m_split"], got["m_nosplit"]
+    assert (s["cache_write_5m_tokens"], s["cache_write_1h_tokens"], s["cache_write_unknown_tokens"]) == (100, 40, 0)
+    assert (n["cache_write_5m_tokens"], n["cache_write_1h_tokens"], n["cache_write_unknown_tokens"]) == (0, 0, 70)
+
+
+def test_timestamps_are_utc(tmp_path):
+    f = write(main_file(tmp_path), [assistant(ts="2026-08-01T06:50:42.500+02:00")])
+    assert parse([f]).requests.to_pylist()[0]["ts"] == datetime(2026, 8, 1, 4, 50, 42, 500000)
+
+
+# -- replays -------------------------------------------------------------------------------------
+
+def test_sidechain_replay_counts_once_and_the_main_copy_wins_in_one_batch(tmp_path):
+    m = write(main_file(tmp_path), [assistant(out=400)])
+    a = write(agent_file(tmp_path), [
+        assistant(req="req_replayed", out=400, sidechain=True, agent="a08bf6deeb6ef7e1f"),
+        assistant(msg="msg_sub", req="req_sub", out=77, sidechain=True, agent="a08bf6deeb6ef7e1f"),
+    ])
+    for order in ([m, a], [a, m]):
+        got = rows(parse(order))
+        assert set(got) == {"msg_1", "msg_sub"}
+        assert got["msg_1"]["is_sidechain"] is False and got["msg_1"]["request_key"] == "req_1"
+        assert got["msg_1"]["thread_id"] == "main"
+        sub = got["msg_sub"]
+        assert (sub["is_sidechain"], sub["thread_id"], sub["query_source"]) == (True, "a08bf6deeb6ef7e1f", "subagent")
+
+
+@pytest.mark.parametrize("subagent_first", [True, False])
+def test_sidechain_replay_counts_once_whatever_the_ingest_order(store, tmp_path, subagent_first):
+    m = write(main_file(tmp_path), [assistant(out=400)])
+    a = write(agent_file(tmp_path), [assistant(req="req_replayed", out=400, sidechain=True, agent="a1"),
+                                     assistant(msg="msg_sub", req="req_sub", out=77, sidechain=True, agent="a1")])
+    first, second = (a, m) if subagent_first else (m, a)
+    ingest(store, [first])
+    s2 = ingest(store, [second])
+    got = {r["message_id"]: r for r in stored(store)}
+    assert set(got) == {"msg_1", "msg_sub"}
+    assert got["msg_1"]["is_sidechain"] is False and got["msg_1"]["request_key"] == "req_1"
+    assert got["msg_1"]["output_tokens"] == 400
+    assert s2.duplicates_skipped == 1   # the replay, or the stored replay the main copy replaced
+
+
+def test_a_subagent_file_without_flags_is_still_a_sidechain(tmp_path):
+    rec = assistant(msg="msg_sub", req="req_sub")
+    del rec["isSidechain"]
+    got = rows(parse([write(agent_file(tmp_path, "abc"), [rec])]))["msg_sub"]
+    assert (got["is_sidechain"], got["thread_id"], got["query_source"]) == (True, "abc", "subagent")
+
+
+def test_resumed_session_copies_count_once(store, tmp_path):
+    history = [assistant(msg="m1", req="r1", out=10), assistant(msg="m2", req="r2", out=20)]
+    old = write(main_file(tmp_path, "old-session"), history)
+    new = write(main_file(tmp_path, "new-session"), history + [assistant(msg="m3", req="r3", out=30)])
+    p = parse([old, new])
+    assert sorted(rows(p)) == ["m1", "m2", "m3"]
+    assert sum(r["output_tokens"] for r in p.requests.to_pylist()) == 60
+    ingest(store, [old])
+    s = ingest(store, [new])
+    assert (s.requests_added, s.duplicates_skipped) == (1, 2)
+    assert store.scalar("SELECT sum(output_tokens) FROM requests") == 60
+
+
+def test_reingest_adds_nothing(store, tmp_path):
+    write(main_file(tmp_path), [assistant(msg="m1", req="r1"), assistant(msg="m1", req="r1", out=500),
+                                assistant(msg="m2", req="r2")])
+    write(agent_file(tmp_path), [assistant(msg="m3", req="r3", sidechain=True, agent="a1"),
+                                 assistant(msg="m1", req="r9", sidechain=True, agent="a1")])
+    s1 = ingest(store, [tmp_path / "projects"])
+    before = stored(store)
+    assert s1.requests_added == 3
+    s2 = ingest(store, [tmp_path / "projects"])
+    s3 = ingest(store, [tmp_path / "projects"], force=True)
+    assert s2.requests_added == s3.requests_added == 0 and s2.files_skipped == 2
+    assert stored(store) == before
+
+
+# -- robustness ----------------------------------------------------------------------------------
+
+def test_whitespace_does_not_matter(tmp_path):
+    recs = [user(), assistant(msg="m1", req="r1", out=5), assistant(msg="m1", req="r1", out=90),
+            assistant(msg="m2", req="r2", w5=300, w1=12, sidechain=False)]
+    compact = parse([write(tmp_path / "a" / "projects" / PROJECT / "s.jsonl", recs)])
+    spaced = parse([write(tmp_path / "b" / "projects" / PROJECT / "s.jsonl", recs, sep=(", ", ": "))])
+    pretty_ish = parse([write(tmp_path / "c" / "projects" / PROJECT / "s.jsonl",
+                              [json.dumps(r, indent=None, separators=(" ,  ", " :\t")) for r in recs])])
+    drop = ["ingested_from"]
+    want = compact.requests.drop(drop).to_pylist()
+    assert len(want) == 2
+    assert spaced.requests.drop(drop).to_pylist() == want
+    assert pretty_ish.requests.drop(drop).to_pylist() == want
+
+
+def test_torn_last_line_is_skipped_but_a_bad_line_elsewhere_is_rejected(tmp_path):
+    good = json.dumps(assistant(msg="m2", req="r2"), separators=(",", ":"))
+    torn = good[: good.index('"usage"')]   # cut after "role":"assistant", so it is a candidate line
+    assert '"assistant"' in torn
+    f = write(main_file(tmp_path), [assistant(), torn, user()], tail=torn)   # no final newline
+    p = parse([f])
+    assert set(rows(p)) == {"msg_1"}
+    assert p.unknown["torn_last_line"] == 1
+    assert [(r.path, r.line) for r in p.rejects] == [(str(f), 2)]
+    assert p.rejects[0].describe().startswith(f"{f}:2: malformed JSON")
+    assert p.lines == 4
+
+
+def test_a_complete_last_line_without_newline_counts(tmp_path):
+    f = write(main_file(tmp_path), [], tail=json.dumps(assistant()))
+    p = parse([f])
+    assert set(rows(p)) == {"msg_1"} and not p.rejects and not p.unknown
+
+
+def test_synthetic_and_api_error_records_are_skipped_and_counted(tmp_path):
+    err = assistant(msg="e1", req=None, model="<synthetic>", out=0)
+    err["isApiErrorMessage"] = True
+    syn = assistant(msg="s1", req=None, model="<synthetic>", out=0)
+    no_usage = assistant(msg="n1", req="rn")
+    del no_usage["message"]["usage"]
+    compact = {"type": "system", "subtype": "compact_boundary", "sessionId": SESSION, "uuid": "c1",
+               "timestamp": "2026-08-01T05:00:00Z", "compactMetadata": {"trigger": "auto", "preTokens": 155000}}
+    p = parse([write(main_file(tmp_path), [err, syn, no_usage, compact, assistant()])])
+    assert set(rows(p)) == {"msg_1"} and not p.rejects
+    assert (p.unknown["api_error"], p.unknown["synthetic"], p.unknown["assistant_without_usage"],
+            p.unknown["compact_boundary"]) == (1, 1, 1, 1)
+
+
+def test_bad_values_are_rejected_with_their_field(tmp_path):
+    neg = assistant(msg="m_neg", req="r_neg", inp=-4)
+    no_ts = assistant(msg="m_ts", req="r_ts")
+    no_ts["timestamp"] = "yesterday"
+    f = write(main_file(tmp_path), [neg, no_ts, assistant()])
+    p = parse([f])
+    assert set(rows(p)) == {"msg_1"}
+    assert sorted((r.line, r.field) for r in p.rejects) == [(1, "message.usage"), (2, "timestamp")]
+
+
+def _plain(tmp_path) -> Path:
+    recs = [user(), assistant(msg="m1", req="r1", out=7), assistant(msg="m1", req="r1", out=70)]
+    return write(main_file(tmp_path, "plain"), recs)
+
+
+def test_gzip_files_read_like_plain_ones(tmp_path):
+    gz = tmp_path / "projects" / PROJECT / "zipped.jsonl.gz"
+    gz.parent.mkdir(parents=True)
+    gz.write_bytes(gzip.compress(b"\n" + json.dumps(assistant(msg="m2", req="r2")).encode() + b"\n"))
+    got = rows(parse([_plain(tmp_path), gz]))
+    assert set(got) == {"m1", "m2"} and got["m1"]["output_tokens"] == 70
+    assert got["m2"]["ingested_from"] == f"{gz}:2" and got["m2"]["project"] == PROJECT
+
+
+def test_a_file_with_bytes_that_are_not_utf8_is_still_read(tmp_path):
+    latin = main_file(tmp_path, "latin")
+    latin.parent.mkdir(parents=True)
+    latin.write_bytes(b'{"type":"user","message":{"content":"caf\xe9"}}\n'
+                      + json.dumps(assistant(msg="m3", req="r3")).encode() + b"\n")
+    got = rows(parse([_plain(tmp_path), latin]))
+    assert set(got) == {"m1", "m3"} and got["m1"]["output_tokens"] == 70
+    assert got["m3"]["ingested_from"] == f"{latin}:2"
+
+
+def test_a_vanished_file_is_reported_and_the_rest_is_read(tmp_path):
+    ok = write(main_file(tmp_path), [assistant()])
+    p = parse([ok, tmp_path / "projects" / PROJECT / "gone.jsonl"])
+    assert set(rows(p)) == {"msg_1"}
+    assert len(p.rejects) == 1 and p.rejects[0].line is None and "gone.jsonl" in p.rejects[0].path
+
+
+def test_many_files_in_parallel_groups_match_one_group(tmp_path, monkeypatch):
+    import kvtrace.ingest.claude_transcripts as ct
+
+    files = []
+    for s in range(12):
+        recs = [assistant(msg=f"m{s}-{i}", req=f"r{s}-{i}", out=i + s) for i in range(5)]
+        recs.append(assistant(msg="m0-0", req=f"replay{s}", out=0, sidechain=True, agent=f"a{s}"))
+        files.append(write(main_file(tmp_path, f"s{s}") if s % 3 else agent_file(tmp_path, f"a{s}"), recs))
+    monkeypatch.setattr(ct, "_PARALLEL_BYTES", 0)
+    many = parse(files)
+    monkeypatch.setattr(ct, "_PARALLEL_BYTES", 1 << 60)
+    one = parse(files)
+    assert many.requests.num_rows == one.requests.num_rows == 60
+    assert many.requests.to_pylist() == one.requests.to_pylist()
+    assert many.lines == one.lines == 72
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=False) | st.text(max_size=8)
+    | st.sampled_from(["assistant", "user", "<synthetic>", "compact_boundary", "2026-08-01T04:50:42Z"]),
+    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(
+        st.sampled_from(["type", "message", "usage", "id", "requestId", "timestamp", "isSidechain",
+                         "input_tokens", "output_tokens", "cache_creation", "ephemeral_5m_input_tokens",
+                         "model", "subtype", "x"]) | st.text(max_size=5), kids, max_size=6),
+    max_leaves=20)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(records=st.lists(json_values, min_size=1, max_size=6), torn=st.booleans())
+def test_arbitrary_json_lines_never_crash(tmp_path_factory, records, torn):
+    d = tmp_path_factory.mktemp("fuzz") / "projects" / PROJECT
+    lines = [json.dumps(r) for r in records] + [json.dumps(assistant())]
+    if torn:
+        lines.append(lines[0][:-1])
+    f = d / "s.jsonl"
+    d.mkdir(parents=True)
+    f.write_text("\n".join(lines))
+    p = parse([f])
+    assert isinstance(p.requests, pa.Table) and p.requests.schema == REQUEST_SCHEMA
+    assert "msg_1" in {r["message_id"] for r in p.requests.to_pylist()}
+    assert all(r.path == str(f) for r in p.rejects)
