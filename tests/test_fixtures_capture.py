@@ -342,3 +342,24 @@ def test_capture_runs_the_real_cli(tmp_path):
     expected = json.loads((tmp_path / "retry" / "expected.json").read_text())
     assert [r["status"] for r in (expected["requests"] | expected["errors"]).values()]
     assert len(expected["requests"]) == 2 and len(expected["errors"]) == 4
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_ccusage_reads_the_fixture_transcripts_as_served(scenario, tmp_path):
+    """ccusage (the reference transcript reader) agrees with the stub, compaction aside."""
+    ccusage = REPO / "node_modules" / ".bin" / "ccusage"
+    if not ccusage.exists():
+        pytest.skip("node_modules/.bin/ccusage missing: run `make tools`")
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path),
+           "CLAUDE_CONFIG_DIR": str(FIXTURES / scenario)}
+    proc = subprocess.run([str(ccusage), "daily", "--json", "--offline"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    totals = json.loads(proc.stdout)["totals"]
+    expected = json.loads((FIXTURES / scenario / "expected.json").read_text())
+    # a compaction answer is never written as an assistant record, so transcripts miss it
+    rows = [r for r in expected["requests"].values() if r["lane"] != "compact"]
+    assert (totals["inputTokens"], totals["cacheReadTokens"], totals["cacheCreationTokens"],
+            totals["outputTokens"]) == (
+        sum(r["input_tokens"] for r in rows), sum(r["cache_read_tokens"] for r in rows),
+        sum(r["cache_creation_tokens"] for r in rows), sum(r["output_tokens"] for r in rows))
