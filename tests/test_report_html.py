@@ -19,22 +19,28 @@ from kvtrace.report.html import PNG_SCALE, export_images, js_bundle, render_html
 from kvtrace.store import Store
 from tests.conftest import require_tool
 from tests.headless import Dom, dump_dom
-from tests.report_samples import load_rows, week_rows, with_sections
+from tests.report_samples import load_rows, week_rows, with_tiers
 
 ALL_CHARTS = ["token-mix-over-time", "reuse-time-cdf", "miss-ratio-curves", "working-set", "ttft",
               "writes-dwpd", "spend"]
 
 
 @pytest.fixture(scope="module")
-def base_data():
+def store_week():
     with Store(memory=True) as s:
         load_rows(s, week_rows())
-        return build_report(s, ReportOptions(group_by=["day", "model"], title="Fleet <week> & co")).data
+        yield s
 
 
 @pytest.fixture(scope="module")
-def full_data(base_data):
-    return with_sections(base_data)
+def base_data(store_week):
+    return build_report(store_week, ReportOptions(group_by=["day", "model"], title="Fleet <week> & co")).data
+
+
+@pytest.fixture(scope="module")
+def full_data(store_week):
+    opts = ReportOptions(group_by=["day", "model"], ttls=[300.0, 3600.0], title="Fleet <week> & co")
+    return with_tiers(build_report(store_week, opts).data)
 
 
 def png_size(data: bytes) -> tuple[int, int]:

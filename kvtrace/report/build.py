@@ -46,6 +46,8 @@ class Report:
 # A section is computed when its condition on the options holds.
 SECTIONS: list[tuple[str, str, str]] = [
     ("ttl", "kvtrace.report.sections:ttl_section", "ttls"),
+    ("reuse", "kvtrace.report.sections:reuse_section", "ttls"),
+    ("spend", "kvtrace.report.sections:spend_section", "ttls"),
     ("tiers", "kvtrace.report.sections:tiers_section", "tiers"),
 ]
 
@@ -106,7 +108,7 @@ def build_report(store: Store, opts: ReportOptions | None = None) -> Report:
         "groups": {g: token_mix_by(usage, g) for g in opts.group_by},
         "series": _series(usage),
     }
-    for key, target, cond in SECTIONS:
+    for key, target, cond in SECTIONS:  # they share `win` (and the block trace cached in it)
         if getattr(opts, cond):
             mod, fn = target.split(":")
             value = getattr(importlib.import_module(mod), fn)(store, opts, win)

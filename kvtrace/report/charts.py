@@ -113,33 +113,45 @@ def token_mix_over_time(d: dict) -> ChartSpec | None:
                      _spec(alt.vconcat(top, rest).resolve_scale(y="independent")))
 
 
+REUSE_KINDS = (("reuse_time", "Block age (since last use)"),
+               ("effective_reuse_time", "Effective (prefix) reuse time"))
+
+
 def reuse_time_cdf(d: dict) -> ChartSpec | None:
-    """Token-weighted CDF of reuse time (age of a block when it is used again), 5 min and 1 h marked."""
+    """Token-weighted CDFs of reuse time (``reuse.reuse_time.cdf`` and the effective one), with the
+    5 min and 1 h TTLs marked."""
     import altair as alt
 
-    points = ((d.get("reuse") or {}).get("reuse_time_cdf")) or []
-    points = [p for p in points if p.get("reuse_time_s") and p["reuse_time_s"] > 0]
-    if not points:
+    reuse = d.get("reuse") or {}
+    rows = [{"s": float(p["t_s"]), "cdf": float(p["share_tokens"]), "kind": label}
+            for key, label in REUSE_KINDS for p in (reuse.get(key) or {}).get("cdf") or [] if p.get("t_s")]
+    if not rows:
         return None
-    rows = [{"s": float(p["reuse_time_s"]), "cdf": float(p["cdf_tokens"])} for p in points]
     x_title = "Reuse time (seconds, log scale)"
-    line = alt.Chart(alt.Data(values=rows)).mark_line(interpolate="step-after", color=OKABE_ITO[0],
-                                                      strokeWidth=2.5).encode(
+    kinds = [label for _, label in REUSE_KINDS]
+    line = alt.Chart(alt.Data(values=rows)).mark_line(point=True, strokeWidth=2.5).encode(
         x=alt.X("s:Q", scale=alt.Scale(type="log"), title=x_title),
         y=alt.Y("cdf:Q", scale=alt.Scale(domain=[0, 1]), title="Share of reused tokens (cumulative)",
                 axis=alt.Axis(format="%")),
-        tooltip=[alt.Tooltip("s:Q", title="Reuse time (s)", format=",.1f"),
+        color=alt.Color("kind:N", title="Reuse time", sort=kinds,
+                        scale=alt.Scale(domain=kinds, range=[OKABE_ITO[0], OKABE_ITO[1]]),
+                        legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=400)),
+        strokeDash=alt.StrokeDash("kind:N", sort=kinds, legend=None),
+        tooltip=["kind:N", alt.Tooltip("s:Q", title="Reuse time (s)", format=",.0f"),
                  alt.Tooltip("cdf:Q", title="Cumulative share", format=".2%")])
     marks = [{"s": s, "label": label} for s, label in MARKS]
-    rules = alt.Chart(alt.Data(values=marks)).mark_rule(color=OKABE_ITO[5], strokeDash=[6, 4]).encode(x=alt.X("s:Q", title=x_title))
+    rules = alt.Chart(alt.Data(values=marks)).mark_rule(color=OKABE_ITO[5], strokeDash=[6, 4]).encode(
+        x=alt.X("s:Q", title=x_title))
     # Labels sit above the plot area, where no data can hide them.
     text = alt.Chart(alt.Data(values=marks)).mark_text(align="center", dy=-4, color=OKABE_ITO[5],
                                                        fontSize=12, baseline="bottom").encode(
         x=alt.X("s:Q", title=x_title), y=alt.value(0), text="label:N")
     chart = alt.layer(line, rules, text).properties(width=WIDTH, height=HEIGHT)
     return ChartSpec("reuse-time-cdf", "Reuse time",
-                     "Share of reused tokens whose block was last used at most this long before; "
-                     "dashed lines: the 5 min and 1 h cache TTLs.", _spec(chart))
+                     "Share of reused prompt tokens whose reuse time is at most the given time; dashed "
+                     "lines: the 5 min and 1 h cache TTLs. Effective reuse time is the largest block age "
+                     "along the prefix up to the block, since a prefix cache serves a block only if it "
+                     "serves every block before it.", _spec(chart))
 
 
 def miss_ratio_curves(d: dict) -> ChartSpec | None:
@@ -183,12 +195,20 @@ def working_set_over_time(d: dict) -> ChartSpec | None:
     """Working set (tokens held under each TTL) over time, against the tier boundaries."""
     import altair as alt
 
+    from datetime import datetime, timedelta
+
     rows = []
     peak = 0.0
     for e in d.get("ttl") or []:
-        for p in (e.get("working_set") or {}).get("series") or []:
-            rows.append({"t": p["t"], "tokens": float(p["tokens"]), "ttl": _ttl_label(e.get("ttl_s"))})
-            peak = max(peak, float(p["tokens"]))
+        series = (e.get("working_set") or {}).get("series") or {}
+        if not series.get("max_tokens"):
+            continue
+        # The series is compact (start, step, values); each value is its bucket's maximum.
+        t0 = datetime.fromisoformat(series["t0"].replace("Z", "+00:00"))
+        for i, v in enumerate(series["max_tokens"]):
+            t = (t0 + timedelta(seconds=i * float(series["step_s"]))).isoformat().replace("+00:00", "Z")
+            rows.append({"t": t, "tokens": float(v), "ttl": _ttl_label(e.get("ttl_s"))})
+            peak = max(peak, float(v))
     if not rows:
         return None
     order = [_ttl_label(e.get("ttl_s")) for e in d.get("ttl") or []]
@@ -214,8 +234,8 @@ def working_set_over_time(d: dict) -> ChartSpec | None:
                                                                   color="#333").encode(
             y=alt.Y("depth_tokens:Q", title=y_title), x=alt.value(0), text="tier:N"))
     chart = alt.layer(*layers).properties(width=WIDTH, height=HEIGHT)
-    caption = ("Tokens that an idle TTL keeps cached at each moment; dotted lines: tier boundaries "
-               "(a tier fills when a line crosses its boundary).")
+    caption = ("Tokens that an idle TTL keeps cached (the maximum of each time bucket), with unlimited "
+               "capacity; dotted lines: tier boundaries (a tier fills when a line crosses its boundary).")
     if hidden:
         caption += " Beyond the peak working set: " + ", ".join(
             f"{t['tier']} ends at {fmt_tokens(t['depth_tokens'])} tokens" for t in hidden) + "."
@@ -298,43 +318,31 @@ def writes_and_dwpd(d: dict) -> ChartSpec | None:
                      _spec(alt.hconcat(rates, dwpd).resolve_scale(color="independent")))
 
 
-SPEND_PARTS = (("input_usd", "Uncached input"), ("cache_write_usd", "Cache write"),
-               ("cache_read_usd", "Cache read"), ("output_usd", "Output"))
-
-
 def spend_by_ttl(d: dict) -> ChartSpec | None:
-    """API spend under each cache TTL (hosted prompt caching), stacked by token class."""
+    """API spend of the window's requests under a 5 min and a 1 h cache TTL (and as observed)."""
     import altair as alt
 
-    scenarios = (d.get("spend") or {}).get("scenarios") or []
-    rows = []
-    for s in scenarios:
-        label = s.get("label") or _ttl_label(s.get("ttl_s"))
-        for i, (key, part) in enumerate(SPEND_PARTS):
-            if s.get(key):
-                rows.append({"ttl": label, "part": part, "order": i, "usd": float(s[key])})
+    spend = d.get("spend") or {}
+    rows = [{"scenario": f"{_ttl_label(t.get('ttl_s'))} TTL", "kind": "what-if", "usd": float(t["spend_usd"])}
+            for t in spend.get("ttl") or [] if t.get("spend_usd") is not None]
     if not rows:
         return None
-    parts = [p for _, p in SPEND_PARTS]
-    order = [s.get("label") or _ttl_label(s.get("ttl_s")) for s in scenarios]
-    totals = [{"ttl": s.get("label") or _ttl_label(s.get("ttl_s")), "total": float(s["total_usd"])}
-              for s in scenarios if s.get("total_usd") is not None]
-    bars = alt.Chart(alt.Data(values=rows)).mark_bar().encode(
-        y=alt.Y("ttl:N", title="Cache TTL", sort=order),
-        x=alt.X("sum(usd):Q", title="Spend (USD)", axis=alt.Axis(format="$,.0f")),
-        color=alt.Color("part:N", title="Billed as", sort=parts,
-                        scale=alt.Scale(domain=parts, range=[CLASS_COLORS["input_uncached"], CLASS_COLORS["cache_write_5m"],
-                                                             CLASS_COLORS["cache_read"], CLASS_COLORS["output"]])),
-        order=alt.Order("order:Q"),
-        tooltip=["ttl:N", "part:N", alt.Tooltip("usd:Q", format="$,.2f")])
-    layers = [bars]
-    if totals:
-        layers.append(alt.Chart(alt.Data(values=totals)).mark_text(align="left", dx=4, fontSize=12).encode(
-            y=alt.Y("ttl:N", sort=order), x=alt.X("total:Q", title="Spend (USD)"), text=alt.Text("total:Q", format="$,.2f")))
-    chart = alt.layer(*layers).properties(width=WIDTH, height=40 * max(2, len(scenarios)))
+    if (spend.get("observed") or {}).get("spend_usd") is not None:
+        rows.append({"scenario": "as observed", "kind": "observed", "usd": float(spend["observed"]["spend_usd"])})
+    order = [r["scenario"] for r in rows]
+    base = alt.Chart(alt.Data(values=rows)).encode(
+        y=alt.Y("scenario:N", title="Cache TTL", sort=order),
+        x=alt.X("usd:Q", title="Spend (USD)", axis=alt.Axis(format="$,.2~f")))
+    bars = base.mark_bar(size=26).encode(
+        color=alt.Color("kind:N", title=None, sort=["what-if", "observed"],
+                        scale=alt.Scale(domain=["what-if", "observed"], range=[OKABE_ITO[0], "#999"])),
+        tooltip=["scenario:N", alt.Tooltip("usd:Q", format="$,.2f", title="Spend")])
+    text = base.mark_text(align="left", dx=4, fontSize=12).encode(text=alt.Text("usd:Q", format="$,.2f"))
+    chart = alt.layer(bars, text).properties(width=WIDTH, height=44 * len(rows))
     return ChartSpec("spend", "API spend by cache TTL",
-                     "What the window's requests cost with prompt caching at each TTL (cache writes "
-                     "×1.25 for 5 min, ×2 for 1 h, reads ×0.1 of the base input price).", _spec(chart))
+                     "What the window's requests cost with hosted prompt caching at each TTL (cache "
+                     "writes ×1.25 of the base input price for 5 min, ×2 for 1 h; reads ×0.1), against "
+                     "the spend the telemetry reported.", _spec(chart))
 
 
 BUILDERS = (token_mix_over_time, reuse_time_cdf, miss_ratio_curves, working_set_over_time,

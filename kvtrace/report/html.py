@@ -16,8 +16,8 @@ from importlib import resources
 from pathlib import Path
 from string import Template
 
-from kvtrace.report.render import (TTL_HEADERS, fmt_bytes, fmt_int, fmt_pct, fmt_tokens, mix_rows, ttl_rows,
-                                   window_text)
+from kvtrace.report.render import (TTL_HEADERS, fmt_bytes, fmt_duration, fmt_int, fmt_pct, fmt_tokens, mix_rows,
+                                   ttl_rows, window_text)
 
 IMAGE_FORMATS = ("png", "svg")
 PNG_SCALE = 2.0   # pixels per CSS pixel: sharp in chat and on high-density screens
@@ -115,20 +115,54 @@ def _ttft_table(ttft: dict) -> str:
     return _table(("Session", "p50 (ms)", "p90 (ms)", "p99 (ms)", "max (ms)"), rows) if rows else ""
 
 
-def _spend_table(scenarios: list[dict]) -> str:
-    def usd(v):
-        return "–" if v is None else f"${v:,.2f}"
-
-    rows = [(s.get("label") or s.get("ttl_s"), usd(s.get("input_usd")), usd(s.get("cache_write_usd")),
-             usd(s.get("cache_read_usd")), usd(s.get("output_usd")), usd(s.get("total_usd"))) for s in scenarios]
-    return _table(("Cache TTL", "Uncached input", "Cache write", "Cache read", "Output", "Total"), rows)
+def _usd(v) -> str:
+    return "–" if v is None else f"${v:,.2f}"
 
 
-def _scalars_table(section: dict) -> str:
-    """Scalar entries of a section the page has no dedicated table for (shown, not dropped)."""
-    rows = [(k.replace("_", " "), f"{v:,.4g}" if isinstance(v, float) else v)
-            for k, v in section.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)]
-    return _table(("Measure", "Value"), rows) if rows else ""
+def _spend_block(spend: dict) -> str:
+    rows = [(f"{fmt_duration(t['ttl_s'])} TTL", f"×{t['write_multiplier']:g}", fmt_int(t["read_tokens"]),
+             fmt_int(t["write_tokens"]), fmt_int(t["input_tokens"]), fmt_int(t["output_tokens"]), _usd(t["spend_usd"]))
+            for t in spend.get("ttl") or []]
+    obs = spend.get("observed")
+    if obs:
+        rows.append(("As observed", "", fmt_int(obs.get("read_tokens")), fmt_int(obs.get("write_tokens")), "", "",
+                     _usd(obs.get("spend_usd"))))
+    out = [_table(("Scenario", "Cache write price", "Cache read tokens", "Cache write tokens", "Uncached input",
+                   "Output", "Spend"), rows)]
+    if spend.get("net_difference_usd") is not None:
+        diff = spend["net_difference_usd"]
+        out.append(f"<p>1 h TTL minus 5 min TTL: <b>{_e(('+' if diff >= 0 else '−') + _usd(abs(diff)))}</b> "
+                   f"({_e(spend.get('cheaper', '?'))} is cheaper); "
+                   f"{_e(fmt_int(spend.get('writes_that_would_be_reads')))} tokens written under 5 min would be "
+                   "cache reads under 1 h.</p>")
+    if spend.get("unpriced"):
+        names = ", ".join(str(u.get("model")) for u in spend["unpriced"])
+        out.append(f"<p>Not priced (no entry in the price table): {_e(names)}.</p>")
+    return "".join(out)
+
+
+def _reuse_table(reuse: dict) -> str:
+    def dur(v):
+        if v is None:
+            return "–"
+        for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+            if v >= 1.5 * size:
+                return f"{v / size:.3g} {unit}"
+        return f"{v:.3g} s"
+
+    rows = []
+    for key, label in (("reuse_time", "Block age"), ("effective_reuse_time", "Effective")):
+        r = reuse.get(key)
+        if not r:
+            continue
+        w, q, c = r.get("within", {}), r.get("quantiles_s", {}), r.get("ttl_for_share_s", {})
+        rows.append((label, *(fmt_pct(w.get(k)) for k in ("1m", "5m", "1h")),
+                     *(dur(q.get(k)) for k in ("p50", "p90", "p99")),
+                     *(dur(c.get(k)) for k in ("0.9", "0.95", "0.99"))))
+    if not rows:
+        return ""
+    return _table(("Reuse time", "Within 1 min", "Within 5 min", "Within 1 h", "p50", "p90", "p99",
+                   "TTL for 90% of reuse", "95%", "99%"), rows)
 
 
 # -- page -----------------------------------------------------------------------------------------
@@ -153,7 +187,7 @@ def _body(d: dict, charts: dict) -> str:
            fig("token-mix-over-time")]
     reuse = d.get("reuse")
     if reuse:
-        out += ["<h2>Context reuse</h2>", fig("reuse-time-cdf"), _scalars_table(reuse)]
+        out += ["<h2>Context reuse</h2>", fig("reuse-time-cdf"), _reuse_table(reuse)]
     if d.get("ttl"):
         out += ["<h2>TTL what-if and required capacity</h2>",
                 "<p>Unlimited capacity; an idle TTL is refreshed on every use.</p>",
@@ -167,8 +201,8 @@ def _body(d: dict, charts: dict) -> str:
         if tiers.get("ttft"):
             out += [fig("ttft"), _ttft_table(tiers["ttft"])]
     spend = d.get("spend")
-    if spend and spend.get("scenarios"):
-        out += ["<h2>API spend by cache TTL</h2>", fig("spend"), _spend_table(spend["scenarios"])]
+    if spend and spend.get("ttl"):
+        out += ["<h2>API spend by cache TTL</h2>", fig("spend"), _spend_block(spend)]
     for g, entries in (d.get("groups") or {}).items():
         out += [f"<h2>By {_e(g)}</h2>", _group_table(g, entries)]
     return "\n".join(x for x in out if x)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 
 def _trace(store, win):
-    from kvtrace.analyze.chains import load_block_trace
+    # Loaded once per report: every section of one build_report call shares the window dict.
+    if "_trace" not in win:
+        from kvtrace.analyze.chains import load_block_trace
 
-    return load_block_trace(store, since=win["since"], until=win["until"])
+        win["_trace"] = load_block_trace(store, since=win["since"], until=win["until"])
+    return win["_trace"]
 
 
 def _bytes_per_token(model: str | None) -> float | None:
@@ -24,7 +27,7 @@ def ttl_section(store, opts, win) -> list[dict] | None:
     trace = _trace(store, win)
     if trace.n_requests == 0:
         return []
-    return compute(trace, opts.ttls, bytes_per_token=_bytes_per_token(opts.model))
+    return compute(trace, opts.ttls, bytes_per_token=_bytes_per_token(opts.model), series=True)
 
 
 def tiers_section(store, opts, win) -> dict | None:
@@ -35,3 +38,27 @@ def tiers_section(store, opts, win) -> dict | None:
     if trace.n_requests == 0:
         return None
     return tiers_report(trace, tiers=opts.tiers, model=opts.model, ttls=opts.ttls, capacities=opts.capacities)
+
+
+# -- sections added for the HTML charts (reuse-time CDF, spend by TTL) ----------------------------
+
+def reuse_section(store, opts, win) -> dict | None:
+    """The ``reuse`` section: the reuse profile (reuse-time CDF, shares within 1 min / 5 min / 1 h,
+    the TTL that captures 90/95/99% of reuse) of the window's block trace."""
+    from kvtrace.analyze.reuse import reuse_profile
+
+    trace = _trace(store, win)
+    if trace.n_requests == 0:
+        return None
+    return reuse_profile(trace)
+
+
+def spend_section(store, opts, win) -> dict | None:
+    """The ``spend`` section: API spend under a 5 min and a 1 h TTL. Only for telemetry (derived
+    traces carry each request's model; a block-hash trace has no model to price)."""
+    from kvtrace.analyze.spend import spend_whatif
+
+    trace = _trace(store, win)
+    if trace.n_requests == 0 or "chain_prev" not in trace.meta:
+        return None
+    return spend_whatif(trace)
