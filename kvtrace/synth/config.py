@@ -55,7 +55,7 @@ class SynthConfig:
     tail_tokens: tuple[int, int] = _f((1, 10), "Uncached input: tokens after the last cache breakpoint.")
     tool_time_s: tuple[float, float, float] = _f((5.0, 0.9, 60.0), "Tool/think time between requests of a prompt.")
     user_think_s: tuple[float, float, float] = _f((30.0, 1.1, 1_800.0), "User time between prompts.")
-    subagent_prob: float = _f(0.04, "Probability that a tool turn spawns subagents.")
+    subagent_prob: float = _f(0.03, "Probability that a tool turn spawns subagents.")
     subagent_parallel: tuple[int, int] = _f((1, 3), "Subagents spawned at once (uniform).")
     subagent_turns: tuple[int, int] = _f((3, 12), "Requests per subagent thread.")
     subagent_task_tokens: tuple[int, int] = _f((150, 600), "Tokens of the task a subagent receives.")

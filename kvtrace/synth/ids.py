@@ -81,6 +81,7 @@ def corpus() -> str:
 def filler(rng: random.Random, tokens: int) -> str:
     """About ``tokens`` tokens of filler text."""
     c = corpus()
-    n = min(max(tokens, 1) * CHARS_PER_TOKEN, len(c) - 1)
-    i = rng.randrange(0, len(c) - n)
+    n = min(max(tokens, 1) * CHARS_PER_TOKEN, len(c) // 2)
+    i = rng.randrange(0, len(c) - n - 64)
+    i = c.find(" ", i, i + 64) + 1         # start on a word
     return c[i:i + n]
