@@ -280,6 +280,7 @@ def generate(root: Path, target_bytes: int = 300 << 20, seed: int = 7, projects:
         done.append((project, s))
     summary = summarize(truth)
     summary["bytes"] = total
+    summary["files"] = sum(1 for _ in (root / "projects").rglob("*.jsonl"))
     (root / "truth.json").write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
     return summary
 
@@ -298,10 +299,10 @@ def summarize(truth: dict[str, dict]) -> dict:
             "subagent_responses": sum(1 for v in truth.values() if v["subagent"])}
 
 
-def add_session(root: Path, seed: int) -> Path:
-    """Write one more session file (the 'new file' of a repeat run); return its path."""
+def add_session(root: Path, seed: int) -> tuple[Path, dict]:
+    """Write one more session file (the 'new file' of a repeat run); return its path and truth map."""
     g = _Gen(seed)
     truth: dict = {}
     t = START + timedelta(days=DAYS - 1, hours=1)
-    _, s = _run_session(g, truth, root, "-home-dev-work-kvtrace", "/home/dev/work/kvtrace", t)
-    return root / "projects" / "-home-dev-work-kvtrace" / f"{s.session_id}.jsonl"
+    _, s = _run_session(g, truth, root, "-home-dev-work-kvtrace", "/home/dev/work/kvtrace", t, session_id=g.uid())
+    return root / "projects" / "-home-dev-work-kvtrace" / f"{s.session_id}.jsonl", truth

@@ -123,21 +123,29 @@ def _parse_fast(con, paths: list[Path]) -> tuple[int, int]:
     if len(groups) == 1:
         return _parse_group(con, 0, paths, groups[0]), 1
     results: list[int | BaseException] = [0] * len(groups)
+    cursors = [con.cursor() for _ in groups]
 
     def work(k: int) -> None:
-        cur = con.cursor()
         try:
-            results[k] = _parse_group(cur, k, paths, groups[k])
+            results[k] = _parse_group(cursors[k], k, paths, groups[k])
         except BaseException as e:  # re-raised in the calling thread
             results[k] = e
-        finally:
-            cur.close()
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(groups))]
+    threads = [threading.Thread(target=work, args=(k,), daemon=True) for k in range(len(groups))]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
+    try:
+        for t in threads:
+            t.join()
+    except BaseException:           # Ctrl-C: stop the queries still running, then give up
+        for c in cursors:
+            c.interrupt()
+        for t in threads:
+            t.join()
+        raise
+    finally:
+        for c in cursors:
+            c.close()
     for r in results:
         if isinstance(r, BaseException):
             raise r

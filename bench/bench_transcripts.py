@@ -1,0 +1,294 @@
+"""Claude Code transcripts: kvtrace side by side with ccusage on a generated ~300 MB tree.
+
+Measures, as whole processes with repeats (min / median of N, after a warm-up, page cache warm):
+
+* **first run**: ``kvtrace ingest <tree>/projects`` into a fresh warehouse + ``kvtrace report
+  --group-by day --format json``, against ``ccusage daily --json --offline``;
+* **repeat**: one new session file is added, then the same kvtrace pair on the kept warehouse
+  (unchanged files are skipped), against ccusage again (it re-reads everything);
+* **totals**: both tools' per-day and overall token totals against the generator's truth;
+* where a repeat's time goes: ``python -X importtime`` of the ingest command and the report.
+
+ccusage is ``node_modules/.bin/ccusage`` (``make tools``); without it only kvtrace is measured.
+Environment: ``KVTRACE_BENCH_QUICK=1`` (a 20 MB tree, 2 repeats), ``KVTRACE_BENCH_MB``,
+``KVTRACE_BENCH_REPEATS``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.transcript_tree import add_session, generate, summarize
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO / "bench" / "data"
+CCUSAGE = REPO / "node_modules" / ".bin" / "ccusage"
+_SCRIPT = Path(sys.executable).parent / "kvtrace"
+KVTRACE = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "kvtrace"]
+SEED = 7
+KEYS = ("input", "cache_read", "cache_write", "output")
+
+
+# -- processes -----------------------------------------------------------------------------------
+
+def _run(argv: list[str], env: dict | None = None) -> tuple[float, int | None, bytes]:
+    """Run a process; return (wall seconds, peak RSS in KiB if /usr/bin/time is there, stdout)."""
+    timer = ["/usr/bin/time", "-f", "maxrss_kb=%M"] if Path("/usr/bin/time").exists() else []
+    t = time.perf_counter()
+    p = subprocess.run(timer + [str(a) for a in argv], capture_output=True, env=env, cwd=REPO)
+    wall = time.perf_counter() - t
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(map(str, argv))} exited {p.returncode}: {p.stderr.decode(errors='replace')[-2000:]}")
+    rss = None
+    for line in p.stderr.decode(errors="replace").splitlines()[::-1]:
+        if line.startswith("maxrss_kb="):
+            rss = int(line.split("=", 1)[1])
+            break
+    return wall, rss, p.stdout
+
+
+def _stats(times: list[float]) -> dict:
+    return {"min_s": round(min(times), 3), "median_s": round(statistics.median(times), 3),
+            "mean_s": round(statistics.fmean(times), 3), "runs": len(times)}
+
+
+def _kvtrace_pair(tree: Path, db: Path) -> tuple[float, dict, float, int | None]:
+    """ingest + daily report as two processes; returns (total wall, report, ingest wall, peak RSS KiB)."""
+    t_ingest, rss1, _ = _run(KVTRACE + ["ingest", str(tree / "projects"), "--db", str(db), "--quiet"])
+    t_report, rss2, out = _run(KVTRACE + ["report", "--db", str(db), "--group-by", "day", "--format", "json"])
+    return t_ingest + t_report, json.loads(out), t_ingest, max(rss1 or 0, rss2 or 0) or None
+
+
+def _ccusage(tree: Path, home: Path) -> tuple[float, dict, int | None]:
+    # An empty HOME so ccusage finds no other agent's logs; UTC days like kvtrace's.
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(home), "CLAUDE_CONFIG_DIR": str(tree), "TZ": "UTC"}
+    wall, rss, out = _run([str(CCUSAGE), "daily", "--json", "--offline", "--timezone", "UTC"], env=env)
+    return wall, json.loads(out), rss
+
+
+def _ccusage_version() -> str:
+    return subprocess.run([str(CCUSAGE), "--version"], capture_output=True, text=True).stdout.strip()
+
+
+# -- totals --------------------------------------------------------------------------------------
+
+def _truth_days(truth: dict) -> dict[str, dict]:
+    return {d: {"input": v["input"], "cache_read": v["cache_read"],
+                "cache_write": v["cache_write_5m"] + v["cache_write_1h"], "output": v["output"]}
+            for d, v in truth["days"].items()}
+
+
+def _kvtrace_days(report: dict) -> dict[str, dict]:
+    out = {}
+    for g in report["groups"]["day"]:
+        m = g["token_mix"]
+        out[str(g["key"])[:10]] = {"input": m["input_uncached"], "cache_read": m["cache_read"],
+                                   "cache_write": m["cache_write_5m"] + m["cache_write_1h"] + m["cache_write_unknown"],
+                                   "output": m["output"]}
+    return out
+
+
+def _ccusage_days(doc: dict) -> dict[str, dict]:
+    return {d["period"]: {"input": d["inputTokens"], "cache_read": d["cacheReadTokens"],
+                          "cache_write": d["cacheCreationTokens"], "output": d["outputTokens"]}
+            for d in doc["daily"]}
+
+
+def _compare(got: dict[str, dict], want: dict[str, dict]) -> dict:
+    tot = {k: sum(v[k] for v in got.values()) for k in KEYS}
+    want_tot = {k: sum(v[k] for v in want.values()) for k in KEYS}
+    bad_days = sorted(d for d in set(got) | set(want) if got.get(d) != want.get(d))
+    return {"exact": not bad_days, "days": len(got), "days_differing": len(bad_days),
+            "totals": tot, "diff_vs_truth": {k: tot[k] - want_tot[k] for k in KEYS},
+            "ratio_vs_truth": {k: round(tot[k] / want_tot[k], 6) if want_tot[k] else None for k in KEYS}}
+
+
+# -- where a repeat's time goes ------------------------------------------------------------------
+
+def _importtime(argv: list[str]) -> dict:
+    """Import time of a kvtrace command: the total and the heaviest imports (cumulative ms, depth <= 2)."""
+    p = subprocess.run([sys.executable, "-X", "importtime", "-m", "kvtrace", *argv], cwd=REPO,
+                       capture_output=True, text=True)
+    rows = []
+    for line in p.stderr.splitlines():
+        parts = line[len("import time:"):].split("|") if line.startswith("import time:") else []
+        if len(parts) != 3 or not parts[1].strip().isdigit():
+            continue
+        raw = parts[2].rstrip()
+        depth = (len(raw) - len(raw.lstrip()) - 1) // 2
+        rows.append((raw.strip(), int(parts[1]) / 1000, depth))
+    total = sum(ms for _, ms, d in rows if d == 0)
+    heavy = sorted((r for r in rows if r[2] <= 2), key=lambda r: -r[1])[:12]
+    return {"imports_total_ms": round(total, 1),
+            "heaviest_ms": [{"module": m, "cumulative_ms": round(ms, 1), "depth": d} for m, ms, d in heavy]}
+
+
+_PHASES = """
+import json, sys, time
+t0 = time.perf_counter()
+from kvtrace.ingest import ingest
+from kvtrace.store import Store
+t1 = time.perf_counter()
+store = Store(sys.argv[1])
+t2 = time.perf_counter()
+s = ingest(store, [sys.argv[2]])
+t3 = time.perf_counter()
+store.close()
+t4 = time.perf_counter()
+print(json.dumps({"import_s": t1 - t0, "open_s": t2 - t1, "ingest_s": t3 - t2, "close_s": t4 - t3,
+                  "files": s.files, "files_skipped": s.files_skipped, "requests_added": s.requests_added}))
+"""
+
+
+def _phases(tree: Path, db: Path) -> dict:
+    """In-process phases of a repeat ingest (library imports, warehouse open, ingest, close)."""
+    _, _, out = _run([sys.executable, "-c", _PHASES, str(db), str(tree / "projects")])
+    d = json.loads(out)
+    return {k: round(v, 3) if isinstance(v, float) else v for k, v in d.items()}
+
+
+# -- main ----------------------------------------------------------------------------------------
+
+def _tree(mb: int) -> tuple[Path, dict]:
+    root = DATA / f"transcripts-{mb}mb-seed{SEED}"
+    truth_file = root / "truth.json"
+    if truth_file.is_file():
+        return root, json.loads(truth_file.read_text())
+    shutil.rmtree(root, ignore_errors=True)
+    t = time.perf_counter()
+    truth = generate(root, mb << 20, seed=SEED)
+    print(f"   generated {truth['bytes'] / 1e6:.0f} MB in {time.perf_counter() - t:.1f}s: {root}", file=sys.stderr)
+    return root, truth
+
+
+def main() -> dict:
+    quick = os.environ.get("KVTRACE_BENCH_QUICK") == "1"
+    mb = int(os.environ.get("KVTRACE_BENCH_MB", "20" if quick else "300"))
+    reps = int(os.environ.get("KVTRACE_BENCH_REPEATS", "2" if quick else "5"))
+    tree, truth = _tree(mb)
+    want = _truth_days(truth)
+    have_ccusage = CCUSAGE.exists()
+    result: dict = {
+        "benchmark": "transcripts",
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "tree": {"path": str(tree.relative_to(REPO)), "bytes": truth["bytes"], "files": truth.get("files"),
+                 "responses": truth["totals"]["responses"], "subagent_responses": truth["subagent_responses"]},
+        "repeats": reps,
+        "ccusage": _ccusage_version() if have_ccusage else "not installed (make tools)",
+    }
+    added: list[Path] = []
+    before_files = set((tree / "projects").rglob("*.jsonl"))
+    work = Path(tempfile.mkdtemp(prefix="kvtrace-bench-"))
+    try:
+        home = work / "home"
+        home.mkdir()
+        # -- first run: a fresh warehouse each time; one warm-up of each tool first.
+        db = work / "first.duckdb"
+        first_kv, first_ingest, first_cc = [], [], []
+        rss_kv = rss_cc = 0
+        for i in range(reps + 1):
+            db.unlink(missing_ok=True)
+            wall, report, t_ingest, rss = _kvtrace_pair(tree, db)
+            rss_kv = max(rss_kv, rss or 0)
+            if i:
+                first_kv.append(wall)
+                first_ingest.append(t_ingest)
+            if have_ccusage:
+                cc_wall, cc_doc, rss = _ccusage(tree, home)
+                rss_cc = max(rss_cc, rss or 0)
+                if i:
+                    first_cc.append(cc_wall)
+        result["first_run"] = {"kvtrace_ingest_plus_report": _stats(first_kv), "kvtrace_ingest_only": _stats(first_ingest),
+                               "kvtrace_peak_rss_mb": round(rss_kv / 1024) if rss_kv else None}
+        result["totals"] = {"truth": {k: sum(v[k] for v in want.values()) for k in KEYS} | {"responses": truth["totals"]["responses"]},
+                            "kvtrace": _compare(_kvtrace_days(report), want) | {"requests": report["requests"]}}
+        if have_ccusage:
+            result["first_run"]["ccusage_daily"] = _stats(first_cc)
+            result["first_run"]["ccusage_peak_rss_mb"] = round(rss_cc / 1024) if rss_cc else None
+            result["first_run"]["ratio_kvtrace_over_ccusage_median"] = round(
+                statistics.median(first_kv) / statistics.median(first_cc), 2)
+            result["totals"]["ccusage"] = _compare(_ccusage_days(cc_doc), want)
+
+        # -- repeat: the warehouse is kept; each round adds one new session file.
+        rep_kv, rep_ingest, rep_cc = [], [], []
+        extra: dict = {}
+        for i in range(reps):
+            path, t = add_session(tree, seed=10_000 + i)
+            extra.update(t)
+            added.append(path)
+            wall, report, t_ingest, _ = _kvtrace_pair(tree, db)
+            rep_kv.append(wall)
+            rep_ingest.append(t_ingest)
+            if have_ccusage:
+                cc_wall, cc_doc, _ = _ccusage(tree, home)
+                rep_cc.append(cc_wall)
+        want_now = _add_days(want, _truth_days(summarize(extra)))
+        result["repeat_after_one_new_file"] = {"kvtrace_ingest_plus_report": _stats(rep_kv),
+                                               "kvtrace_ingest_only": _stats(rep_ingest)}
+        result["totals"]["kvtrace_after_repeats"] = _compare(_kvtrace_days(report), want_now)
+        if have_ccusage:
+            result["repeat_after_one_new_file"]["ccusage_daily"] = _stats(rep_cc)
+            result["repeat_after_one_new_file"]["speedup_ccusage_over_kvtrace_median"] = round(
+                statistics.median(rep_cc) / statistics.median(rep_kv), 2)
+            result["totals"]["ccusage_after_repeats"] = _compare(_ccusage_days(cc_doc), want_now)
+
+        # -- where the repeat's time goes.
+        path, t = add_session(tree, seed=20_000)
+        added.append(path)
+        phases = _phases(tree, db)
+        py = min(_run([sys.executable, "-c", "pass"])[0] for _ in range(3))
+        help_t = min(_run(KVTRACE + ["--help"])[0] for _ in range(3))
+        result["startup"] = {
+            "python_bare_s": round(py, 3), "kvtrace_help_s": round(help_t, 3),
+            "repeat_ingest_phases_in_process": phases,
+            "ingest_unchanged_tree": _importtime(["ingest", str(tree / "projects"), "--db", str(db), "--quiet"]),
+            "report_day_json": _importtime(["report", "--db", str(db), "--group-by", "day", "--format", "json"]),
+        }
+    finally:
+        for p in set((tree / "projects").rglob("*.jsonl")) - before_files:
+            p.unlink()
+        for d in sorted((tree / "projects").rglob("*"), reverse=True):
+            if d.is_dir() and not any(d.iterdir()):
+                d.rmdir()
+        shutil.rmtree(work, ignore_errors=True)
+    _print(result)
+    return result
+
+
+def _add_days(a: dict[str, dict], b: dict[str, dict]) -> dict[str, dict]:
+    out = {d: dict(v) for d, v in a.items()}
+    for d, v in b.items():
+        cur = out.setdefault(d, dict.fromkeys(KEYS, 0))
+        for k in KEYS:
+            cur[k] += v[k]
+    return out
+
+
+def _print(r: dict) -> None:
+    f, rep, tot = r["first_run"], r["repeat_after_one_new_file"], r["totals"]
+    line = lambda name, d: f"{name:<34}{d['median_s']:>7.3f}s median  {d['min_s']:>7.3f}s min"  # noqa: E731
+    print(f"tree: {r['tree']['bytes'] / 1e6:.0f} MB, {r['tree']['files']} files, {r['tree']['responses']} responses", file=sys.stderr)
+    print("first run", file=sys.stderr)
+    print("  " + line("kvtrace ingest + report", f["kvtrace_ingest_plus_report"]), file=sys.stderr)
+    if "ccusage_daily" in f:
+        print("  " + line("ccusage daily --json --offline", f["ccusage_daily"]), file=sys.stderr)
+    print("repeat after one new file", file=sys.stderr)
+    print("  " + line("kvtrace ingest + report", rep["kvtrace_ingest_plus_report"]), file=sys.stderr)
+    if "ccusage_daily" in rep:
+        print("  " + line("ccusage daily --json --offline", rep["ccusage_daily"]), file=sys.stderr)
+    for tool in ("kvtrace", "ccusage"):
+        if tool in tot:
+            print(f"totals {tool}: exact={tot[tool]['exact']} diff={tot[tool]['diff_vs_truth']}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(), indent=2))
