@@ -32,17 +32,21 @@ def _root() -> None:
 from kvtrace.cli import collect as _collect  # noqa: E402
 from kvtrace.cli import ingest as _ingest  # noqa: E402
 from kvtrace.cli import query as _query  # noqa: E402
+from kvtrace.cli import replay as _replay  # noqa: E402
 from kvtrace.cli import report as _report  # noqa: E402
 from kvtrace.cli import run as _run  # noqa: E402
 from kvtrace.cli import schedule as _schedule  # noqa: E402
+from kvtrace.cli import size as _size  # noqa: E402
 from kvtrace.cli import synth as _synth  # noqa: E402
 
 _collect.register(app)
 _ingest.register(app)
 _query.register(app)
+_replay.register(app)
 _report.register(app)
 _run.register(app)
 _schedule.register(app)
+_size.register(app)
 _synth.register(app)
 
 

@@ -147,13 +147,15 @@ def _catalog() -> dict[str, dict]:
     for entry in tomllib.loads(text)["model"]:
         entry = dict(entry)
         for alias in [entry["name"], *entry.pop("aliases", [])]:
-            out[alias.lower()] = entry
+            # A model is named as asked (MiniMax-M2.7 shares MiniMax-M2's geometry), HF ids aside.
+            out[alias.lower()] = {**entry, "name": entry["name"] if "/" in alias else alias}
+        out[entry["name"].lower()]["_canonical"] = True
     return out
 
 
 def catalog_names() -> list[str]:
     """The catalog's model names (aliases left out)."""
-    return sorted({e["name"] for e in _catalog().values()}, key=str.lower)
+    return sorted((e["name"] for e in _catalog().values() if e.get("_canonical")), key=str.lower)
 
 
 def load_model(spec: str, kv_dtype: str = "bf16") -> KVModel:
@@ -167,7 +169,7 @@ def load_model(spec: str, kv_dtype: str = "bf16") -> KVModel:
         raise ConfigError(f"unknown KV dtype {kv_dtype!r}", hint="use bf16 or fp8")
     entry = _catalog().get(spec.strip().lower())
     if entry is not None:
-        return KVModel(**entry, kv_dtype=dtype)
+        return KVModel(**{k: v for k, v in entry.items() if k != "_canonical"}, kv_dtype=dtype)
     path = Path(spec)
     if path.is_dir():
         path = path / "config.json"
@@ -175,6 +177,14 @@ def load_model(spec: str, kv_dtype: str = "bf16") -> KVModel:
         return replace(model_from_hf_config(path), kv_dtype=dtype)
     raise ConfigError(f"unknown model {spec!r}",
                       hint="use one of " + ", ".join(catalog_names()) + ", or a config.json path")
+
+
+def resolve_model(spec: str, kv_dtype: str | None = None) -> KVModel:
+    """Like :func:`load_model`, also taking the dtype as a suffix: ``"MiniMax-M2.7:fp8"``."""
+    name, sep, dtype = spec.rpartition(":")
+    if sep and dtype.lower() in DTYPE_BYTES and not Path(spec).exists():
+        return load_model(name, kv_dtype or dtype)
+    return load_model(spec, kv_dtype or "bf16")
 
 
 def model_from_hf_config(path: str | Path) -> KVModel:

@@ -1,0 +1,187 @@
+"""``replay()``: one pass over a block trace -> capacity x TTL grid, tiers, TTFT (a result object).
+
+The library entry point of ``kvtrace replay``. It never prints; :class:`ReplayResult.to_dict`
+is what the JSON output and the report layer render.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kvtrace.analyze.blocktrace import BlockTrace
+from kvtrace.errors import ConfigError
+from kvtrace.replay.catalog import KVModel
+from kvtrace.replay.distances import NO_TTL, compute_distances, ts_us
+from kvtrace.replay.grid import hit_grid
+from kvtrace.replay.tiers import TierSet, resolve
+from kvtrace.replay.traffic import tier_traffic
+from kvtrace.replay.ttft import TTFTConfig, ttft_report
+
+DEFAULT_TTLS = (30.0, 60.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, None)
+DEFAULT_POINTS = 64
+
+ASSUMPTIONS = [
+    "LRU eviction with an idle TTL refreshed on every access; an age equal to the TTL still hits.",
+    "Prefix semantics: a request's hit run stops at its first missing or expired block; "
+    "hit tokens = min(input_length, run x block_size).",
+    "After its lookup a request touches all its blocks at its time, tail first (the head is most recent).",
+    "Capacities hold whole blocks: C tokens = floor(C / block_size) blocks; bytes via the model's bytes per block.",
+]
+TIER_ASSUMPTIONS = {
+    "exclusive": "Tiers are depth bands of one LRU stack (exclusive, demote on evict): a hit is read from its "
+                 "band's tier and promoted to the first; each block brought up across a boundary pushes one "
+                 "block down across it (a write into the tier below).",
+    "inclusive": "Tiers are write-through (inclusive, LMCache / Dynamo KVBM style): each tier holds the top of "
+                 "the LRU stack up to its size; every block a tier lacks is written to it.",
+}
+
+
+def default_capacities(trace: BlockTrace, points: int = DEFAULT_POINTS) -> list[int | None]:
+    """``points`` log-spaced capacities (tokens, whole blocks) from one block up to the trace's
+    block accesses, and unlimited (``None``)."""
+    bs = trace.block_size
+    grid = np.unique(np.round(np.geomspace(1, max(trace.n_blocks, 2), points)).astype(np.int64))
+    return [int(b) * bs for b in grid] + [None]
+
+
+@dataclass
+class ReplayResult:
+    """Everything one replay computed (see ``to_dict`` for the JSON shape)."""
+
+    trace: dict
+    grid: list[dict]
+    working_set: list[dict]
+    model: dict | None = None
+    tiers: dict | None = None
+    ttft: dict | None = None
+    engine: dict = field(default_factory=dict)
+    assumptions: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"trace": self.trace, "model": self.model, "grid": self.grid, "working_set": self.working_set,
+                "tiers": self.tiers, "ttft": self.ttft, "engine": self.engine, "assumptions": self.assumptions}
+
+    def tiers_section(self) -> dict:
+        """The report's ``tiers`` section: the tier replay with the grid, TTFT and assumptions."""
+        return {**(self.tiers or {}), "grid": self.grid, "ttft": self.ttft, "working_set": self.working_set,
+                "model": self.model, "engine": self.engine, "assumptions": self.assumptions}
+
+    def hit_ratio(self, capacity_tokens: int | None, ttl_s: float | None, weight: str = "tokens") -> float:
+        """The grid value at one point (``None`` = unlimited / no TTL)."""
+        for g in self.grid:
+            if g["capacity_tokens"] == capacity_tokens and g["ttl_s"] == ttl_s:
+                return g[f"hit_ratio_{weight}"]
+        raise KeyError((capacity_tokens, ttl_s))
+
+    def first_full_s(self, tier: str) -> float | None:
+        """Seconds from the trace's start until ``tier`` first filled (None: it never did)."""
+        for t in (self.tiers or {}).get("tiers", []):
+            if t["name"].lower() == tier.lower():
+                return t["first_full_s"]
+        raise KeyError(tier)
+
+
+def _ttl_us(ttl: float | None) -> int:
+    return NO_TTL if ttl is None or math.isinf(ttl) else int(round(ttl * 1e6))
+
+
+def replay(trace: BlockTrace, capacities: list[int | None] | None = None, ttls: list[float | None] | None = None,
+           model: KVModel | None = None, tiers: TierSet | None = None, tier_ttl: float | None = None,
+           ttft: TTFTConfig | None = None, engine: str = "auto", points: int = 480) -> ReplayResult:
+    """Replay a block trace through LRU caches of every capacity x TTL, and through a tier hierarchy.
+
+    Args:
+        trace: requests in time order.
+        capacities: cache sizes in tokens (``None`` = unlimited); default: 64 log-spaced sizes.
+        ttls: idle TTLs in seconds (``None`` = no TTL); default: 30 s .. 2 h and none.
+        model: KV geometry, for bytes (and needed by tiers sized in bytes and by TTFT).
+        tiers: a hierarchy to replay through (at ``tier_ttl``).
+        tier_ttl: the idle TTL of the hierarchy, seconds (None: no TTL).
+        ttft: TTFT model options (computed when ``tiers`` and ``model`` are given).
+        engine: ``auto``, ``numpy``, ``numba`` or ``blocks`` (see ``compute_distances``).
+        points: at most this many time buckets in the tier time series.
+    """
+    clock = {}
+    t0 = time.perf_counter()
+    caps_tok = list(capacities) if capacities else default_capacities(trace)
+    if any(c is not None and c < 0 for c in caps_tok):
+        raise ConfigError("a capacity is negative", hint="capacities are token counts such as 1M")
+    ttl_list = list(ttls) if ttls else list(DEFAULT_TTLS)
+    if any(t is not None and t < 0 for t in ttl_list):
+        raise ConfigError("a TTL is negative", hint="TTLs are durations such as 5m")
+    bs = trace.block_size
+    need = {_ttl_us(t) for t in ttl_list} | {_ttl_us(tier_ttl)}
+    dist = compute_distances(trace, sorted(need), engine=engine)
+    clock["distances_s"] = time.perf_counter() - t0
+
+    t1 = time.perf_counter()
+    finite = sorted({int(c) // bs for c in caps_tok if c is not None})
+    ttl_sorted = sorted({_ttl_us(t) for t in ttl_list})
+    hb, ht = hit_grid(dist, trace.input_length, bs, np.array(finite, dtype=np.int64),
+                      np.array(ttl_sorted, dtype=np.int64))
+    total_b, total_t = max(trace.n_blocks, 1), max(int(trace.input_length.sum()), 1)
+    bpb = model.bytes_per_block(bs) if model is not None else None
+    grid = []
+    for ttl in ttl_list:
+        j = ttl_sorted.index(_ttl_us(ttl))
+        for c in caps_tok:
+            k = len(finite) if c is None else finite.index(int(c) // bs)
+            blocks = None if c is None else int(c) // bs
+            grid.append({"capacity_tokens": None if c is None else int(c), "capacity_blocks": blocks,
+                         "capacity_bytes": None if c is None or bpb is None else blocks * bpb,
+                         "ttl_s": None if ttl is None or math.isinf(ttl) else float(ttl),
+                         "hit_ratio_tokens": int(ht[k, j]) / total_t, "hit_ratio_blocks": int(hb[k, j]) / total_b,
+                         "hit_tokens": int(ht[k, j]), "hit_blocks": int(hb[k, j])})
+    working = []
+    for ttl in ttl_list:
+        tau = _ttl_us(ttl)
+        ok = dist.age <= tau
+        live_hit = np.bincount(dist.req[ok], weights=dist.blocks[ok], minlength=trace.n_requests)
+        after = dist.live[tau] + dist.unique - live_hit.astype(np.int64)
+        peak = int(after.max()) if len(after) else 0
+        working.append({"ttl_s": None if tau == NO_TTL else ttl, "peak_tokens": peak * bs,
+                        "peak_bytes": None if bpb is None else peak * bpb})
+    clock["grid_s"] = time.perf_counter() - t1
+
+    tier_out = ttft_out = None
+    assumptions = list(ASSUMPTIONS)
+    if dist.kernel == "numba-blocks":
+        assumptions.append("The trace is not prefix-closed (a block id follows different parents), so the "
+                           "block-by-block engine ran; hits are exact, tier traffic uses running maxima of depth.")
+    if tiers is not None:
+        t2 = time.perf_counter()
+        resolved = resolve(tiers, model, bs)
+        t_us = ts_us(trace)
+        tau = _ttl_us(tier_ttl)
+        bpt = model.bytes_per_token if model is not None else 0
+        per_tier, hit_b, hit_t, info = tier_traffic(dist, t_us, trace.input_length, bs, resolved, tiers.mode,
+                                                    tau, bpt, points=points)
+        hit_all = int(hit_t.sum())
+        tier_out = {"name": tiers.name, "description": tiers.description, "mode": tiers.mode,
+                    "ttl_s": None if tau == NO_TTL else float(tier_ttl), "window_s": info["window_s"],
+                    "span_s": info["span_s"], "hit_ratio_tokens": hit_all / total_t,
+                    "miss_tokens": int(trace.input_length.sum()) - hit_all, "tiers": per_tier}
+        assumptions.append(TIER_ASSUMPTIONS[tiers.mode])
+        clock["tiers_s"] = time.perf_counter() - t2
+        if model is not None:
+            t3 = time.perf_counter()
+            ttft_out = ttft_report(t_us, trace.input_length, trace.session, dist, hit_b, hit_t, resolved, model,
+                                   tiers.compute, ttft or TTFTConfig(), bs)
+            assumptions.append("TTFT = reload of hit bytes at each tier's read bandwidth (+ latency) and "
+                               "re-prefill of missed tokens, overlapped or summed; no queueing.")
+            clock["ttft_s"] = time.perf_counter() - t3
+    span = float(trace.ts[-1] - trace.ts[0]) if trace.n_requests else 0.0
+    info_trace = {"name": trace.name, "requests": trace.n_requests, "blocks": trace.n_blocks, "block_size": bs,
+                  "input_tokens": int(trace.input_length.sum()), "span_s": span,
+                  "distinct_blocks": int(dist.live[NO_TTL][-1] + dist.unique[-1] - (
+                      dist.blocks[dist.req == trace.n_requests - 1].sum() if trace.n_requests else 0))
+                  if trace.n_requests else 0}
+    clock["total_s"] = time.perf_counter() - t0
+    return ReplayResult(trace=info_trace, grid=grid, working_set=working,
+                        model=None if model is None else model.to_dict(bs), tiers=tier_out, ttft=ttft_out,
+                        engine={"kernel": dist.kernel, "runs": len(dist), **{k: round(v, 4) for k, v in clock.items()}},
+                        assumptions=assumptions)

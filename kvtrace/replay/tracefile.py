@@ -1,0 +1,109 @@
+"""Trace files for ``kvtrace replay FILE``: Mooncake JSONL read fast, ``.npz`` arrays, the rest
+through the block-hash ingest (``kvtrace.analyze.load.read_block_trace``).
+
+The Mooncake reader is a plain ``orjson`` loop: for the files replay is typically pointed at it
+is several times faster than starting DuckDB, and a replay's whole-process time is what users
+wait for. An ``.npz`` holds the ``BlockTrace`` arrays (``ts`` in seconds, ``input_length``,
+``output_length``, ``offsets``, ``hash_ids``, optional ``session``, scalar ``block_size``): the
+format for traces too large for JSON (see ``save_npz``).
+"""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import numpy as np
+
+from kvtrace.analyze.blocktrace import BlockTrace
+from kvtrace.errors import BadTraceInput
+
+MOONCAKE_BLOCK_SIZE = 512
+
+
+def read_trace(path: str | Path, block_size: int | None = None) -> BlockTrace:
+    """A block trace from a Mooncake JSONL, an ``.npz``, or any block-hash format kvtrace ingests."""
+    path = Path(path)
+    if not path.exists():
+        raise BadTraceInput(path, None, "no such file", hint="give a Mooncake .jsonl trace, an .npz, or --db")
+    if path.suffix == ".npz":
+        return load_npz(path)
+    data = path.read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        data = gzip.decompress(data)
+    first = next((ln for ln in data.split(b"\n", 64)[:64] if ln.strip()), b"")
+    if b'"hash_ids"' in first and b'"chat_id"' not in first:
+        return _mooncake(data, path, block_size or MOONCAKE_BLOCK_SIZE)
+    from kvtrace.analyze.load import read_block_trace
+    return read_block_trace(path, block_size=block_size)
+
+
+def _mooncake(data: bytes, path: Path, block_size: int) -> BlockTrace:
+    import orjson
+
+    ts, inp, out, lists = [], [], [], []
+    for no, line in enumerate(data.split(b"\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            r = orjson.loads(line)
+            ts.append(float(r["timestamp"]))
+            inp.append(int(r["input_length"]))
+            out.append(int(r.get("output_length", 0)))
+            h = r["hash_ids"]
+        except orjson.JSONDecodeError as e:
+            raise BadTraceInput(path, no, f"not JSON ({e})", hint="one JSON object per line") from e
+        except KeyError as e:
+            raise BadTraceInput(path, no, "missing", field=e.args[0],
+                                hint="Mooncake lines carry timestamp, input_length, output_length, hash_ids") from e
+        except (TypeError, ValueError) as e:
+            raise BadTraceInput(path, no, f"not a number ({e})", hint="timestamp and lengths are numbers") from e
+        if not isinstance(h, list):
+            raise BadTraceInput(path, no, "not a list", field="hash_ids", hint="hash_ids is a list of integers")
+        lists.append(h)
+    t = np.asarray(ts) / 1000.0                      # Mooncake timestamps are milliseconds
+    order = np.argsort(t, kind="stable")
+    if np.any(order != np.arange(len(order))):
+        t = t[order]
+        inp, out, lists = [inp[k] for k in order], [out[k] for k in order], [lists[k] for k in order]
+    try:
+        return BlockTrace.from_lists(t, inp, out, lists, block_size, name=_stem(path))
+    except (TypeError, ValueError, OverflowError) as e:
+        raise BadTraceInput(path, None, f"hash_ids are not all integers ({e})", field="hash_ids",
+                            hint="block ids are integers") from e
+
+
+def _stem(path: Path) -> str:
+    name = path.name
+    for suffix in (".gz", ".jsonl", ".ndjson", ".json", ".npz"):
+        name = name.removesuffix(suffix)
+    return name or "trace"
+
+
+def save_npz(trace: BlockTrace, path: str | Path) -> None:
+    """Write a trace as ``.npz`` (ids as int32 when they fit, to halve the file)."""
+    ids = trace.hash_ids
+    if ids.size and ids.min() >= 0 and ids.max() < 2**31:
+        ids = ids.astype(np.int32)
+    arrays = dict(ts=trace.ts, input_length=trace.input_length, output_length=trace.output_length,
+                  offsets=trace.offsets, hash_ids=ids, block_size=np.int64(trace.block_size))
+    if trace.session is not None:
+        arrays["session"] = trace.session
+    np.savez(path, **arrays)
+
+
+def load_npz(path: str | Path) -> BlockTrace:
+    path = Path(path)
+    try:
+        z = np.load(path)
+        kw = {k: z[k] for k in ("ts", "input_length", "output_length", "offsets", "hash_ids")}
+        session = z["session"] if "session" in z.files else None
+        bs = int(z["block_size"])
+    except (OSError, ValueError, KeyError) as e:
+        raise BadTraceInput(path, None, f"not a kvtrace .npz trace ({e})",
+                            hint="it needs ts, input_length, output_length, offsets, hash_ids, block_size") from e
+    try:
+        return BlockTrace(kw["ts"], kw["input_length"], kw["output_length"], kw["offsets"], kw["hash_ids"], bs,
+                          session=session, name=_stem(path))
+    except ValueError as e:
+        raise BadTraceInput(path, None, str(e), hint="offsets has one more entry than requests") from e

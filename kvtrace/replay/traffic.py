@@ -1,0 +1,169 @@
+"""Tier traffic: which tier serves each hit, what is written where, occupancy and endurance.
+
+Tiers are depth bands of the one LRU stack (see ``kvtrace.replay.distances``).
+
+- **exclusive** (demote on evict): tier *k* holds depths ``(B[k-1], B[k]]`` with ``B`` the
+  cumulative capacities. A hit at depth ``d`` is read from the tier whose band holds ``d`` and
+  moves to the top (tier 1). Every block a request brings to the top from below ``B[k]`` pushes one
+  block across that boundary: a write into tier *k+1* (an eviction from the last tier). Per request
+  that is ``max(0, (u - a) - room)`` blocks, with ``u`` its distinct blocks, ``a`` those already
+  above ``B[k]`` and ``room`` the free space above ``B[k]`` while the stack is still filling. This
+  is the exact net flow when a request has at most ``B[k]`` blocks (a longer one spills its own
+  tail across the boundary and is counted as it arrives).
+- **inclusive** (write-through, LMCache / Dynamo KVBM): tier *k* holds the top ``C[k]`` blocks;
+  a hit is read from the fastest tier that has it; every block a tier lacks is written to it.
+
+With an idle TTL, expired blocks are neither hits nor demoted, and the stack's live size is the
+number of blocks not older than the TTL. Occupancy is the live stack clipped to each band.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kvtrace.replay.distances import Distances
+from kvtrace.replay.grid import run_token_split
+from kvtrace.replay.tiers import ResolvedTier
+
+_NICE_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200, 86400)
+
+
+def band_hits(dist: Distances, input_length: np.ndarray, block_size: int, bounds: np.ndarray,
+              ok: np.ndarray, n: int):
+    """Per request and band ``(bounds[k], bounds[k+1]]``: hit blocks and hit tokens (runs with ``ok``)."""
+    K = len(bounds) - 1
+    full, part = run_token_split(dist, input_length, block_size)
+    req, x0, ln = dist.req[ok], dist.d[ok] - 1, dist.blocks[ok]
+    full, part = full[ok], part[ok]
+    blocks = np.zeros((n, K), dtype=np.int64)
+    tokens = np.zeros((n, K), dtype=np.int64)
+    prev_b = prev_t = 0
+    for k in range(K):
+        B = bounds[k + 1]
+        upto_b = np.clip(B - x0, 0, ln)
+        upto_t = block_size * np.clip(B - x0, 0, full) + np.where(B - x0 > full, part, 0)
+        np.add.at(blocks[:, k], req, upto_b - prev_b)
+        np.add.at(tokens[:, k], req, upto_t - prev_t)
+        prev_b, prev_t = upto_b, upto_t
+    return blocks, tokens
+
+
+def nice_window(span_s: float, points: int) -> float:
+    """A round bucket width (s) giving at most about ``points`` buckets over ``span_s``."""
+    want = span_s / max(points, 1)
+    for s in _NICE_STEPS:
+        if s >= want:
+            return float(s)
+    return float(np.ceil(want / 86400) * 86400)
+
+
+def tier_traffic(dist: Distances, t_us: np.ndarray, input_length: np.ndarray, block_size: int,
+                 tiers: list[ResolvedTier], mode: str, ttl_us: int, bytes_per_token: int,
+                 points: int = 480) -> tuple[list[dict], np.ndarray, np.ndarray, dict]:
+    """Per-tier hits, reads, writes, occupancy and endurance under one idle TTL.
+
+    Returns:
+        ``(per-tier dicts, hit blocks (n, K), hit tokens (n, K), window info)``.
+    """
+    n = len(t_us)
+    K = len(tiers)
+    caps = np.array([t.capacity_blocks for t in tiers], dtype=np.int64)
+    bounds = np.concatenate([[0], np.cumsum(caps) if mode == "exclusive" else caps])
+    ok = dist.age <= ttl_us
+    hit_b, hit_t = band_hits(dist, input_length, block_size, bounds, ok, n)
+    u = dist.unique
+    live_hit = np.zeros(n, dtype=np.int64)
+    np.add.at(live_hit, dist.req[ok], dist.blocks[ok])
+    before = dist.live[ttl_us]
+    above = np.cumsum(hit_b, axis=1)                     # blocks of the request above each bound
+    writes = np.zeros((n, K + 1), dtype=np.int64)        # column K: evicted from the last tier
+    if mode == "exclusive":
+        writes[:, 0] = u - above[:, 0]
+        for k in range(K):
+            room = np.maximum(bounds[k + 1] - before, 0)
+            writes[:, k + 1] = np.maximum((u - above[:, k]) - room, 0)
+    else:
+        for k in range(K):
+            writes[:, k] = u - above[:, k]
+        writes[:, K] = np.maximum((u - above[:, K - 1]) - np.maximum(bounds[K] - before, 0), 0)
+    after = before + u - live_hit                       # live blocks after each request
+    t0 = int(t_us[0]) if n else 0
+    span_s = (int(t_us[-1]) - t0) / 1e6 if n else 0.0
+    w = nice_window(span_s, points)
+    nb = int(span_s // w) + 1
+    bucket = ((t_us - t0) // int(w * 1e6)).astype(np.int64) if n else np.zeros(0, dtype=np.int64)
+    total_tokens = float(input_length.sum())
+    out = []
+    for k, rt in enumerate(tiers):
+        t = rt.tier
+        bpb = rt.bytes_per_block
+        extra = bpb - block_size * bytes_per_token           # window / state a block carries
+        read = hit_t[:, k].astype(np.float64) * bytes_per_token + hit_b[:, k] * extra
+        write = writes[:, k].astype(np.float64) * bpb
+        if mode == "exclusive":
+            occ = np.clip(np.minimum(after, bounds[K]) - bounds[k], 0, caps[k])
+        else:
+            occ = np.minimum(after, caps[k])
+        rb, wb = np.zeros(nb), np.zeros(nb)
+        ob = np.zeros(nb, dtype=np.int64)
+        np.add.at(rb, bucket, read)
+        np.add.at(wb, bucket, write)
+        np.maximum.at(ob, bucket, occ)
+        full_at = np.flatnonzero(occ >= caps[k]) if caps[k] > 0 else np.zeros(0, dtype=np.int64)
+        mean_w = float(write.sum()) / span_s if span_s > 0 else None
+        peak_w = float(wb.max()) / w if nb else 0.0
+        item = {
+            "name": t.name, "kind": t.kind,
+            "capacity_blocks": int(caps[k]), "capacity_tokens": int(caps[k]) * block_size,
+            "capacity_bytes": float(caps[k]) * bpb, "depth_tokens": int(bounds[k + 1]) * block_size,
+            "hit_blocks": int(hit_b[:, k].sum()), "hit_tokens": int(hit_t[:, k].sum()),
+            "hit_ratio_tokens": float(hit_t[:, k].sum()) / total_tokens if total_tokens else 0.0,
+            "read_bytes": float(read.sum()), "write_bytes": float(write.sum()),
+            "read_bytes_per_s_mean": float(read.sum()) / span_s if span_s > 0 else None,
+            "read_bytes_per_s_peak": float(rb.max()) / w if nb else 0.0,
+            "write_bytes_per_s_mean": mean_w, "write_bytes_per_s_peak": peak_w,
+            "read_gbps": t.read_gbps, "write_gbps": t.write_gbps, "latency_us": t.latency_us,
+            "occupancy_peak_bytes": float(occ.max()) * bpb if n else 0.0,
+            "occupancy_end_bytes": float(occ[-1]) * bpb if n else 0.0,
+            "first_full_s": float(t_us[full_at[0]] - t0) / 1e6 if len(full_at) else None,
+            "fills_at": _when(int(t_us[full_at[0]]), t0) if len(full_at) else None,
+            "capex_usd": _capex(t, float(caps[k]) * bpb),
+            **_drives(t, mean_w, peak_w),
+            "series": {"step_s": w, "read_bytes_per_s": [round(x / w, 1) for x in rb],
+                       "write_bytes_per_s": [round(x / w, 1) for x in wb],
+                       "occupancy_bytes": [float(x) * bpb for x in ob]},
+        }
+        out.append(item)
+    if out:
+        out[-1]["evicted_bytes"] = float(writes[:, K].sum()) * tiers[-1].bytes_per_block
+    info = {"window_s": w, "span_s": span_s, "ttl_us": ttl_us}
+    return out, hit_b, hit_t, info
+
+
+def _capex(t, kv_bytes: float) -> float | None:
+    if t.usd_per_tb is None:
+        return None
+    raw = t.drives.count * t.drives.size_bytes if t.drives is not None else kv_bytes
+    return raw / 1e12 * float(t.usd_per_tb)
+
+
+def _drives(t, mean_w: float | None, peak_w: float) -> dict:
+    d = t.drives
+    if d is None:
+        return {}
+    mean = d.dwpd(mean_w) if mean_w is not None else None
+    return {"drives": d.count, "drive_size_bytes": d.size_bytes, "raid": d.raid, "waf": d.waf,
+            "usable_bytes": d.usable_bytes, "dwpd_rating": d.dwpd_rating,
+            "dwpd_per_drive": mean, "dwpd_per_drive_at_peak": d.dwpd(peak_w),
+            "within_rating": None if d.dwpd_rating is None or mean is None else mean <= d.dwpd_rating}
+
+
+def _when(us: int, t0: int) -> str:
+    """When a tier filled: a UTC time for wall-clock traces, else the offset from the start."""
+    from datetime import datetime, timezone
+
+    from kvtrace.replay.units import fmt_duration
+
+    if t0 > 10**15:                      # after 2001-09: the trace carries real times
+        return datetime.fromtimestamp(us / 1e6, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return "+" + fmt_duration((us - t0) / 1e6)
