@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.transcript_tree import add_session, generate, summarize
+from bench.transcript_tree import GENERATOR_VERSION, add_session, generate, summarize
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "bench" / "data"
@@ -47,7 +47,9 @@ def _run(argv: list[str], env: dict | None = None) -> tuple[float, int | None, b
     p = subprocess.run(timer + [str(a) for a in argv], capture_output=True, env=env, cwd=REPO)
     wall = time.perf_counter() - t
     if p.returncode != 0:
-        raise RuntimeError(f"{' '.join(map(str, argv))} exited {p.returncode}: {p.stderr.decode(errors='replace')[-2000:]}")
+        err = "\n".join(x for x in p.stderr.decode(errors="replace").splitlines()
+                        if not x.startswith(("maxrss_kb=", "Command exited")))
+        raise RuntimeError(f"{' '.join(map(str, argv))} exited {p.returncode}: {err[-2000:]}")
     rss = None
     for line in p.stderr.decode(errors="replace").splitlines()[::-1]:
         if line.startswith("maxrss_kb="):
@@ -61,9 +63,28 @@ def _stats(times: list[float]) -> dict:
             "mean_s": round(statistics.fmean(times), 3), "runs": len(times)}
 
 
+INGEST_FORMAT: list[str] = []   # ["--format", "claude-transcript"] if auto-detection fails on the tree
+
+
+def _auto_detect_fails(tree: Path, work: Path) -> str | None:
+    """Whether ``kvtrace ingest`` of a projects tree needs --format (the error, if so)."""
+    sample = next((tree / "projects").rglob("agent-*.meta.json"), None)
+    if sample is None:
+        return None
+    probe = work / "probe" / "projects" / "p" / "s" / "subagents"
+    probe.mkdir(parents=True)
+    shutil.copy(sample, probe / sample.name)
+    shutil.copy(sample.with_name(sample.name.replace(".meta.json", ".jsonl")), probe)
+    try:
+        _run(KVTRACE + ["ingest", str(work / "probe" / "projects"), "--db", str(work / "probe.duckdb"), "--quiet"])
+    except RuntimeError as e:
+        return str(e).strip().splitlines()[-1][-300:]
+    return None
+
+
 def _kvtrace_pair(tree: Path, db: Path) -> tuple[float, dict, float, int | None]:
     """ingest + daily report as two processes; returns (total wall, report, ingest wall, peak RSS KiB)."""
-    t_ingest, rss1, _ = _run(KVTRACE + ["ingest", str(tree / "projects"), "--db", str(db), "--quiet"])
+    t_ingest, rss1, _ = _run(KVTRACE + ["ingest", str(tree / "projects"), "--db", str(db), "--quiet", *INGEST_FORMAT])
     t_report, rss2, out = _run(KVTRACE + ["report", "--db", str(db), "--group-by", "day", "--format", "json"])
     return t_ingest + t_report, json.loads(out), t_ingest, max(rss1 or 0, rss2 or 0) or None
 
@@ -140,7 +161,7 @@ from kvtrace.store import Store
 t1 = time.perf_counter()
 store = Store(sys.argv[1])
 t2 = time.perf_counter()
-s = ingest(store, [sys.argv[2]])
+s = ingest(store, [sys.argv[2]], format=sys.argv[3] or None)
 t3 = time.perf_counter()
 store.close()
 t4 = time.perf_counter()
@@ -151,7 +172,8 @@ print(json.dumps({"import_s": t1 - t0, "open_s": t2 - t1, "ingest_s": t3 - t2, "
 
 def _phases(tree: Path, db: Path) -> dict:
     """In-process phases of a repeat ingest (library imports, warehouse open, ingest, close)."""
-    _, _, out = _run([sys.executable, "-c", _PHASES, str(db), str(tree / "projects")])
+    fmt = INGEST_FORMAT[1] if INGEST_FORMAT else ""
+    _, _, out = _run([sys.executable, "-c", _PHASES, str(db), str(tree / "projects"), fmt])
     d = json.loads(out)
     return {k: round(v, 3) if isinstance(v, float) else v for k, v in d.items()}
 
@@ -159,7 +181,7 @@ def _phases(tree: Path, db: Path) -> dict:
 # -- main ----------------------------------------------------------------------------------------
 
 def _tree(mb: int) -> tuple[Path, dict]:
-    root = DATA / f"transcripts-{mb}mb-seed{SEED}"
+    root = DATA / f"transcripts-{mb}mb-seed{SEED}-v{GENERATOR_VERSION}"
     truth_file = root / "truth.json"
     if truth_file.is_file():
         return root, json.loads(truth_file.read_text())
@@ -191,6 +213,10 @@ def main() -> dict:
     try:
         home = work / "home"
         home.mkdir()
+        failure = _auto_detect_fails(tree, work)
+        if failure:
+            INGEST_FORMAT[:] = ["--format", "claude-transcript"]
+        result["kvtrace_ingest_needs_format"] = failure
         # -- first run: a fresh warehouse each time; one warm-up of each tool first.
         db = work / "first.duckdb"
         first_kv, first_ingest, first_cc = [], [], []
@@ -250,7 +276,8 @@ def main() -> dict:
         result["startup"] = {
             "python_bare_s": round(py, 3), "kvtrace_help_s": round(help_t, 3),
             "repeat_ingest_phases_in_process": phases,
-            "ingest_unchanged_tree": _importtime(["ingest", str(tree / "projects"), "--db", str(db), "--quiet"]),
+            "ingest_unchanged_tree": _importtime(["ingest", str(tree / "projects"), "--db", str(db), "--quiet",
+                                                  *INGEST_FORMAT]),
             "report_day_json": _importtime(["report", "--db", str(db), "--group-by", "day", "--format", "json"]),
         }
     finally:

@@ -4,9 +4,10 @@ It writes compact JSON lines as the CLI does: user prompts, bulky tool results (
 in ``message.content`` and ``toolUseResult``), each API response as 1-3 lines (one per content
 block, each with a full copy of ``usage``; older builds put a placeholder ``output_tokens`` on the
 first lines), progress lines (about 44% of all lines, some embedding a subagent's assistant
-message), subagent files under ``<session>/subagents/`` that replay a few parent messages under
-new request ids, resumed sessions that copy an earlier session's history into a new file,
-compaction markers, synthetic and API-error records.
+message), subagent files under ``<session>/subagents/`` (beside the ``agent-<id>.meta.json``
+sidecar the CLI writes) that replay a few parent messages under new request ids, resumed sessions
+that copy an earlier session's history into a new file, compaction markers, synthetic and
+API-error records.
 
 The generator knows the truth: every unique response once, with its final output count, by UTC
 day. ``generate`` returns it (and writes ``truth.json`` beside ``projects/``).
@@ -23,6 +24,7 @@ from pathlib import Path
 import orjson
 
 MODELS = ["claude-sonnet-4-5-20250929", "claude-opus-4-1-20250805", "claude-haiku-4-5-20251001"]
+GENERATOR_VERSION = 2  # bump when the shape of the tree changes (cached trees are keyed by it)
 VERSIONS = ["2.0.62", "2.1.88", "2.1.197", "2.1.220"]
 START = datetime(2026, 7, 1, tzinfo=timezone.utc)
 DAYS = 30
@@ -249,7 +251,12 @@ def _run_subagent(g: _Gen, truth: dict, root: Path, project: str, parent: _Sessi
             break
     parent.t = a.t + timedelta(seconds=1)
     sub = root / "projects" / project / parent.session_id / "subagents" / f"agent-{agent_id}.jsonl"
-    return _write(sub, a.lines)
+    n = _write(sub, a.lines)
+    # The CLI writes a small JSON sidecar beside each subagent transcript (not a transcript).
+    meta = orjson.dumps({"agentType": "general-purpose", "description": g.txt(5, 30), "toolUseId": tool_id,
+                         "spawnDepth": 1})
+    sub.with_name(f"agent-{agent_id}.meta.json").write_bytes(meta)
+    return n + len(meta)
 
 
 def generate(root: Path, target_bytes: int = 300 << 20, seed: int = 7, projects: int = 12) -> dict:
