@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from kvtrace.analyze.access import AccessRuns, run_tokens
+from kvtrace.analyze.access import AccessRuns, merge_runs, run_tokens
 from kvtrace.analyze.blocktrace import BlockTrace
 from kvtrace.errors import ConfigError
 
@@ -218,8 +218,9 @@ def derive_chains(frame, params: ChainParams | None = None, materialize: bool = 
                        "head_prev": hprev,
                        "compaction": compact_req | marker, "params": p, "materialized": False})
     trace.meta["_runs"] = _runs(trace, h, inherit, inherited_by_next, chain_prev, chain_next, hprev, hnext, n_blocks)
+    trace.meta["_ids_plan"] = (h, inherit, hgroup, heads)
     if materialize:
-        materialize_ids(trace, h, inherit, hgroup, heads)
+        materialize_ids(trace)
     return trace
 
 
@@ -257,12 +258,12 @@ def _runs(trace, h, inherit, inherited_by_next, chain_prev, chain_next, hprev, h
     first = starts.ravel()[keep]
     blocks = (ends - starts).ravel()[keep]
     r = req.ravel()[keep]
-    return AccessRuns(req=r, first=first, blocks=blocks, tokens=run_tokens(trace, r, first, blocks),
-                      prev=prev.ravel()[keep].astype(np.int64), next=nxt.ravel()[keep].astype(np.int64),
-                      dup=np.zeros(len(r), dtype=bool))
+    return merge_runs(AccessRuns(req=r, first=first, blocks=blocks, tokens=run_tokens(trace, r, first, blocks),
+                                 prev=prev.ravel()[keep].astype(np.int64), next=nxt.ravel()[keep].astype(np.int64),
+                                 dup=np.zeros(len(r), dtype=bool)))
 
 
-def materialize_ids(trace: BlockTrace, h=None, inherit=None, hgroup=None, heads=None) -> BlockTrace:
+def materialize_ids(trace: BlockTrace) -> BlockTrace:
     """Write the block ids of a derived trace (in place); a no-op if they are there."""
     if trace.meta.get("materialized", True):
         return trace
@@ -273,8 +274,7 @@ def materialize_ids(trace: BlockTrace, h=None, inherit=None, hgroup=None, heads=
             f"(limit {p.max_blocks:,})", hint="pass a larger --block-size or a narrower --since/--until")
     from kvtrace.analyze._kernels import chain_ids
 
-    if h is None:
-        raise ConfigError("this derived trace cannot write its block ids; derive it with materialize=True")
+    h, inherit, hgroup, heads = trace.meta["_ids_plan"]
     B = trace.block_size
     base = np.zeros(len(heads) + 1, dtype=np.int64)
     np.cumsum(heads // B, out=base[1:])

@@ -76,3 +76,23 @@ def _write_lines(reader, fh) -> int:
             fh.write("\n")
             n += len(lines)
     return n
+
+
+EXPORT_FORMATS = ("mooncake",)
+
+
+def export_warehouse(store, out: str | Path | IO[str] | None, format: str = "mooncake", trace: str | None = None,
+                     since=None, until=None, params=None, absolute: bool = False) -> dict:
+    """Export the warehouse's block trace (ingested, or derived from telemetry) to ``out``.
+
+    Returns:
+        ``{"requests", "blocks", "block_size", "trace"}`` of what was written.
+    """
+    from kvtrace.analyze.load import load_block_trace
+    from kvtrace.errors import ConfigError
+
+    if format not in EXPORT_FORMATS:
+        raise ConfigError(f"unknown export format '{format}'", hint="choose one of " + ", ".join(EXPORT_FORMATS))
+    bt = load_block_trace(store, trace=trace, since=since, until=until, params=params)
+    n = write_mooncake(bt, out, absolute=absolute)
+    return {"requests": n, "blocks": bt.n_blocks, "block_size": bt.block_size, "trace": bt.name}

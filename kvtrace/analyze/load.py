@@ -103,7 +103,7 @@ def read_block_trace(path: str | Path, format: str | None = None, block_size: in
 
 
 def load_block_trace(store, trace: str | None = None, since: datetime | str | None = None,
-                     until: datetime | str | None = None, params=None) -> BlockTrace:
+                     until: datetime | str | None = None, params=None, materialize: bool = True) -> BlockTrace:
     """The warehouse's requests as one block trace.
 
     Args:
@@ -111,13 +111,15 @@ def load_block_trace(store, trace: str | None = None, since: datetime | str | No
         trace: one block-hash trace by name (default: all of them, kept apart).
         since, until: window (UTC; ``datetime`` or ISO text), inclusive / exclusive.
         params: :class:`kvtrace.analyze.chains.ChainParams` for derived chains.
+        materialize: write the block ids of derived chains. Reuse, TTL and working-set analyses
+            do not need them (they read the chains' access runs), export and replay do.
 
     Returns:
         The ingested block-hash traces if the warehouse has any, else prefix chains derived from
         the telemetry (see ``kvtrace.analyze.chains``). An empty warehouse gives an empty trace.
     """
-    since, until = _instant(since), _instant(until)
     has_blocks = store.scalar("SELECT count(*) FROM block_requests") > 0
+    since, until = _instant(store, since, has_blocks), _instant(store, until, has_blocks)
     if trace is not None and not has_blocks:
         raise ConfigError(f"no block-hash trace named '{trace}': the warehouse has none",
                           hint="ingest a Mooncake or Bailian file first, or drop --trace")
@@ -126,11 +128,13 @@ def load_block_trace(store, trace: str | None = None, since: datetime | str | No
             names = ", ".join(r[0] for r in store.query("SELECT DISTINCT trace FROM block_requests ORDER BY 1"))
             raise ConfigError(f"no block-hash trace named '{trace}'", hint=f"known traces: {names}")
         t = store.to_arrow(_sql("block_trace"), {"trace": trace, "since": since, "until": until})
-        return block_trace_from_table(t, name=trace or "block_requests")
+        names = set(t.column("trace").unique().to_pylist()) if t.num_rows else set()
+        name = trace or (next(iter(names)) if len(names) == 1 else "block_requests")
+        return block_trace_from_table(t, name=name)
     from kvtrace.analyze.chains import ChainParams, derive_chains
 
     frame = store.to_polars(_sql("chain_requests"), {"since": since, "until": until})
-    return derive_chains(frame, params or ChainParams())
+    return derive_chains(frame, params or ChainParams(), materialize=materialize)
 
 
 def _sql(name: str) -> str:
@@ -139,9 +143,11 @@ def _sql(name: str) -> str:
     return load_query(name).sql
 
 
-def _instant(v):
+def _instant(store, v, blocks: bool):
+    """A bound as a datetime; a span such as ``7d`` counts back from the last request."""
     if v is None or isinstance(v, datetime):
         return v
     from kvtrace.report.window import parse_instant
 
-    return parse_instant(str(v), None)
+    table = "block_requests" if blocks else "request_usage"
+    return parse_instant(str(v), store.scalar(f"SELECT max(ts) FROM {table}"))

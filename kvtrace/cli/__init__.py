@@ -30,20 +30,24 @@ def _root() -> None:
 
 # One line per command module (keep alphabetical).
 from kvtrace.cli import collect as _collect  # noqa: E402
+from kvtrace.cli import export as _export  # noqa: E402
 from kvtrace.cli import ingest as _ingest  # noqa: E402
 from kvtrace.cli import query as _query  # noqa: E402
 from kvtrace.cli import replay as _replay  # noqa: E402
 from kvtrace.cli import report as _report  # noqa: E402
+from kvtrace.cli import reuse as _reuse  # noqa: E402
 from kvtrace.cli import run as _run  # noqa: E402
 from kvtrace.cli import schedule as _schedule  # noqa: E402
 from kvtrace.cli import size as _size  # noqa: E402
 from kvtrace.cli import synth as _synth  # noqa: E402
 
 _collect.register(app)
+_export.register(app)
 _ingest.register(app)
 _query.register(app)
 _replay.register(app)
 _report.register(app)
+_reuse.register(app)
 _run.register(app)
 _schedule.register(app)
 _size.register(app)

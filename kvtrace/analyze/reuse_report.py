@@ -1,0 +1,78 @@
+"""What ``kvtrace reuse`` shows: the reuse profile, the TTL what-if with the capacity each TTL
+needs, and (for telemetry, or with a price model) the API spend under 5 min and 1 h TTLs."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from kvtrace.analyze.chains import ChainParams
+from kvtrace.analyze.reuse import ReuseParams
+from kvtrace.errors import ConfigError
+
+DEFAULT_TTLS: tuple[float | None, ...] = (60.0, 300.0, 3600.0, None)
+
+
+@dataclass
+class ReuseOptions:
+    """Inputs and assumptions of a reuse report (every field is a ``kvtrace reuse`` option)."""
+
+    file: Path | None = None            # a Mooncake/Bailian file instead of the warehouse
+    trace: str | None = None            # one block-hash trace of the warehouse
+    since: str | None = None
+    until: str | None = None
+    ttls: list[float | None] = field(default_factory=lambda: list(DEFAULT_TTLS))
+    chain: ChainParams = field(default_factory=ChainParams)
+    reuse: ReuseParams = field(default_factory=ReuseParams)
+    bytes_per_token: float | None = None
+    model: str | None = None            # KV geometry from the replay catalog, for bytes
+    pricing: Path | None = None
+    price_model: str | None = None      # price every request as this model (block-hash traces)
+    series: bool = False                # working-set time series per TTL (charts)
+
+
+def kv_bytes_per_token(model: str | None, bytes_per_token: float | None) -> float | None:
+    """Bytes per token from an explicit number or a model of the replay catalog."""
+    if bytes_per_token is not None:
+        return float(bytes_per_token)
+    if not model:
+        return None
+    try:
+        from kvtrace.replay.catalog import resolve_model
+    except ImportError:
+        raise ConfigError("the model catalog is not available in this build",
+                          hint="pass --bytes-per-token (2 x layers x kv_heads x head_dim x dtype bytes)") from None
+    return float(resolve_model(model).bytes_per_token)
+
+
+def reuse_report(store, opts: ReuseOptions | None = None) -> dict:
+    """Compute the reuse report of a warehouse (or of ``opts.file``; ``store`` may then be None)."""
+    from kvtrace.analyze.load import load_block_trace, read_block_trace
+    from kvtrace.analyze.reuse import reuse_profile
+    from kvtrace.analyze.spend import load_pricing, spend_whatif
+    from kvtrace.analyze.ttl import ttl_section
+
+    opts = opts or ReuseOptions()
+    bpt = kv_bytes_per_token(opts.model, opts.bytes_per_token)
+    if opts.file is not None:
+        trace = read_block_trace(opts.file)
+        source = str(opts.file)
+    else:
+        if store is None:
+            raise ConfigError("no warehouse and no trace file", hint="pass --db or a trace FILE")
+        trace = load_block_trace(store, trace=opts.trace, since=opts.since, until=opts.until,
+                                 params=opts.chain, materialize=False)
+        source = str(store.path) if store.path else "memory"
+    derived = "chain" in trace.meta
+    out = {"source": source, "derived": derived,
+           "params": {"ttls_s": list(opts.ttls), "idle_s": opts.reuse.idle_s, "bytes_per_token": bpt,
+                      **({"chains": asdict(opts.chain)} if derived else {})}}
+    if trace.n_requests == 0:
+        out.update(trace=None, reuse_time=None, effective_reuse_time=None, threads=None, ttl=[], spend=None)
+        return out
+    out.update(reuse_profile(trace, opts.reuse))
+    out["ttl"] = ttl_section(trace, opts.ttls, bytes_per_token=bpt, series=opts.series)
+    out["spend"] = None
+    if derived or opts.price_model:
+        out["spend"] = spend_whatif(trace, load_pricing(opts.pricing), model=opts.price_model)
+    return out

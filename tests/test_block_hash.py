@@ -1,0 +1,162 @@
+"""Block-hash traces in (Mooncake, Bailian) and out (Mooncake JSONL for Dynamo replay / AIPerf)."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+
+from kvtrace.analyze.export import write_mooncake
+from kvtrace.analyze.load import load_block_trace, read_block_trace
+from kvtrace.analyze.ttl import hit_ratios
+from kvtrace.ingest.block_hash import parse_bailian, parse_mooncake, sniff, trace_name
+
+TRACES = Path("/work/shared/traces")
+CONVERSATION = TRACES / "mooncake-fast25-conversation/conversation_trace.jsonl"
+SYNTHETIC = TRACES / "mooncake-fast25-synthetic/synthetic_trace.jsonl"
+
+BAILIAN_LINES = [
+    {"chat_id": 1, "parent_chat_id": -1, "timestamp": 0.5, "input_length": 40, "output_length": 7,
+     "type": "text", "turn": 1, "hash_ids": [10, 11, 12]},
+    {"chat_id": 2, "parent_chat_id": -1, "timestamp": 1.25, "input_length": 20, "output_length": 3,
+     "type": "search", "turn": 1, "hash_ids": [20, 21]},
+    {"chat_id": 3, "parent_chat_id": 1, "timestamp": 61.0, "input_length": 70, "output_length": 9,
+     "type": "text", "turn": 2, "hash_ids": [10, 11, 12, 13, 14]},
+    {"chat_id": 4, "parent_chat_id": 3, "timestamp": 90.0, "input_length": 90, "output_length": 9,
+     "type": "text", "turn": 3, "hash_ids": [10, 11, 12, 13, 14, 15]},
+]
+
+
+def _write(path: Path, lines: list, raw: bool = False) -> Path:
+    data = "\n".join(x if raw else orjson.dumps(x).decode() for x in lines) + "\n"
+    if path.name.endswith(".gz"):
+        path.write_bytes(gzip.compress(data.encode(), mtime=0))
+    else:
+        path.write_text(data)
+    return path
+
+
+def need(path: Path) -> Path:
+    if not path.exists():
+        pytest.skip(f"{path} not present")
+    return path
+
+
+@pytest.mark.parametrize("path, rows", [(CONVERSATION, 12031), (SYNTHETIC, 3993)])
+def test_mooncake_real_traces(path, rows):
+    p = parse_mooncake(need(path))
+    t = p.block_requests
+    assert t.num_rows == rows == p.lines and not p.rejects
+    assert t.column("seq").to_pylist()[:3] == [0, 1, 2]
+    assert set(t.column("block_size").to_pylist()) == {512}
+    assert set(t.column("trace").to_pylist()) == {trace_name(path)}
+    lens = np.array([len(h) for h in t.column("hash_ids").to_pylist()])
+    assert (lens == -(-t.column("input_length").to_numpy() // 512)).all()
+    first = orjson.loads(path.read_bytes().split(b"\n", 1)[0])
+    assert t.column("hash_ids")[0].as_py() == first["hash_ids"]
+    assert t.column("ingested_from")[1].as_py().endswith(":2")
+
+
+def test_mooncake_timestamps_are_milliseconds_from_the_epoch(tmp_path):
+    f = _write(tmp_path / "t.jsonl", [{"timestamp": 1500, "input_length": 10, "output_length": 1, "hash_ids": [1]}])
+    ts = parse_mooncake(f, block_size=16).block_requests.column("ts")[0].as_py()
+    assert ts.isoformat() == "1970-01-01T00:00:01.500000"
+
+
+def test_bad_lines_are_rejected_with_line_numbers(tmp_path):
+    good = {"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}
+    f = _write(tmp_path / "bad.jsonl", [
+        orjson.dumps(good).decode(), "",
+        '{"timestamp": 5, "input_length": "12", "output_length": 1, "hash_ids": [1, 2]}',
+        '{"timestamp": 7, "input_length": 12, "hash_ids": [1, 2]}',
+        '{"timestamp": 7, "input_length": -3, "output_length": 1, "hash_ids": [1]}',
+        '{"timestamp": 7, "input_length": 12, "output_length": 1, "hash_ids": [1, "x"]}',
+        "{not json"], raw=True)
+    p = parse_mooncake(f)
+    assert p.block_requests.column("input_length").to_pylist() == [10, 12]   # "12": numbers by name
+    assert p.block_requests.column("ingested_from").to_pylist()[1].endswith(":3")
+    assert [(r.line, r.field) for r in p.rejects] == [(4, "output_length"), (5, "input_length"),
+                                                      (6, "hash_ids"), (7, None)]
+    assert "bad.jsonl:4: field 'output_length'" in p.rejects[0].describe(str(f))
+
+
+def test_blank_lines_keep_line_numbers_on_the_fast_path(tmp_path):
+    rec = {"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}
+    f = _write(tmp_path / "gaps.jsonl", [orjson.dumps(rec).decode(), "", "  ", orjson.dumps(rec).decode()], raw=True)
+    p = parse_mooncake(f)
+    assert not p.rejects
+    assert [x.rsplit(":", 1)[1] for x in p.block_requests.column("ingested_from").to_pylist()] == ["1", "4"]
+
+
+def test_bailian(tmp_path):
+    f = _write(tmp_path / "qwen_traceA_blksz_16.jsonl.gz", BAILIAN_LINES)
+    p = parse_bailian(f)
+    t = p.block_requests
+    assert t.num_rows == 4 and not p.rejects
+    assert t.column("trace")[0].as_py() == "qwen_traceA_blksz_16"
+    assert t.column("block_size").to_pylist() == [16] * 4
+    assert t.column("chat_id").to_pylist() == ["1", "2", "3", "4"]
+    assert t.column("parent_chat_id").to_pylist() == ["-1", "-1", "1", "3"]
+    assert t.column("turn").to_pylist() == [1, 1, 2, 3]
+    assert t.column("ts")[2].as_py().isoformat() == "1970-01-01T00:01:01"
+    tr = read_block_trace(f)
+    assert tr.session.tolist() == [0, 1, 0, 0]          # chats 3 and 4 belong to root chat 1
+
+
+def test_sniff():
+    assert sniff({"timestamp": 0, "input_length": 1, "hash_ids": [1]}) == "mooncake"
+    assert sniff(BAILIAN_LINES[0]) == "bailian"
+    assert sniff({"resourceLogs": []}) is None
+    assert sniff([1, 2]) is None
+
+
+def test_export_round_trips_a_mooncake_trace(tmp_path):
+    src = need(CONVERSATION)
+    out = tmp_path / "out.jsonl"
+    n = write_mooncake(read_block_trace(src), out)
+    assert n == 12031
+    # Same records, compact JSON, in the same order (the source's times start at 0).
+    assert [orjson.loads(x) for x in out.read_bytes().splitlines()] == \
+        [orjson.loads(x) for x in src.read_bytes().splitlines()]
+    assert b" " not in out.read_bytes()[:200]
+
+
+def test_export_of_a_derived_trace_is_a_valid_mooncake_trace(tmp_path):
+    from tests.test_chains import frame
+    from kvtrace.analyze.chains import ChainParams, derive_chains
+
+    tr = derive_chains(frame(dict(t=100, read=0, write=1000), dict(t=100.5, read=1000, write=250),
+                             dict(t=160, read=1250, write=10)), ChainParams(block_size=64, head_tokens=0),
+                       materialize=False)
+    out = tmp_path / "derived.jsonl"
+    write_mooncake(tr, out)
+    recs = [orjson.loads(x) for x in out.read_bytes().splitlines()]
+    assert [r["timestamp"] for r in recs] == [0, 500, 60000]
+    assert [list(r) for r in recs] == [["timestamp", "input_length", "output_length", "hash_ids"]] * 3
+    for r in recs:
+        assert len(r["hash_ids"]) == -(-r["input_length"] // 64)
+    assert recs[1]["hash_ids"][:15] == recs[0]["hash_ids"][:15]      # 1000 cached tokens = 15 whole blocks
+    back = read_block_trace(out, block_size=64)
+    assert hit_ratios(back, [None]) == hit_ratios(tr, [None])
+
+
+def test_ingest_then_load_from_the_warehouse(store, tmp_path):
+    from kvtrace.ingest import ingest
+
+    src = need(SYNTHETIC)
+    s1 = ingest(store, [src])
+    assert s1.block_requests_added == 3993
+    assert ingest(store, [src], force=True).block_requests_added == 0          # idempotent
+    bailian = _write(tmp_path / "b.jsonl", BAILIAN_LINES)
+    ingest(store, [bailian])
+    with pytest.raises(Exception, match="block sizes"):
+        load_block_trace(store)
+    tr = load_block_trace(store, trace="synthetic_trace")
+    direct = read_block_trace(src)
+    assert tr.n_requests == 3993
+    assert hit_ratios(tr, [None, 300]) == hit_ratios(direct, [None, 300])
+    with pytest.raises(Exception, match="no block-hash trace named 'nope'"):
+        load_block_trace(store, trace="nope")
