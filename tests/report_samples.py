@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+import struct
+import zlib
 
 from kvtrace.ingest.pipeline import IngestSummary, _merge
 from tests.builders import parsed
@@ -62,3 +64,16 @@ def fake_tiers() -> dict:
 def with_tiers(d: dict) -> dict:
     """``d`` plus a ``tiers`` section (the tier replay is not part of these tests)."""
     return {**d, "tiers": fake_tiers()}
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    """Width and height from a PNG's IHDR chunk, after checking the signature and the chunk CRC."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    length, kind = struct.unpack(">I4s", data[8:16])
+    assert kind == b"IHDR" and length == 13
+    body = data[16:16 + 13]
+    (crc,) = struct.unpack(">I", data[29:33])
+    assert zlib.crc32(kind + body) == crc, "IHDR checksum mismatch"
+    width, height = struct.unpack(">II", body[:8])
+    assert data.rstrip(b"\x00").endswith(b"IEND\xaeB`\x82"), "PNG is truncated"
+    return width, height

@@ -4,9 +4,7 @@ renders in a real (headless, offline) browser, and PNG/SVG copies decode at the 
 from __future__ import annotations
 
 import re
-import struct
 import xml.etree.ElementTree as ET
-import zlib
 
 import pytest
 from typer.testing import CliRunner
@@ -19,7 +17,7 @@ from kvtrace.report.html import PNG_SCALE, export_images, js_bundle, render_html
 from kvtrace.store import Store
 from tests.conftest import require_tool
 from tests.headless import Dom, dump_dom
-from tests.report_samples import load_rows, week_rows, with_tiers
+from tests.report_samples import load_rows, png_size, week_rows, with_tiers
 
 ALL_CHARTS = ["token-mix-over-time", "reuse-time-cdf", "miss-ratio-curves", "working-set", "ttft",
               "writes-dwpd", "spend"]
@@ -41,19 +39,6 @@ def base_data(store_week):
 def full_data(store_week):
     opts = ReportOptions(group_by=["day", "model"], ttls=[300.0, 3600.0], title="Fleet <week> & co")
     return with_tiers(build_report(store_week, opts).data)
-
-
-def png_size(data: bytes) -> tuple[int, int]:
-    """Width and height from a PNG's IHDR chunk, after checking the signature and the chunk CRC."""
-    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
-    length, kind = struct.unpack(">I4s", data[8:16])
-    assert kind == b"IHDR" and length == 13
-    body = data[16:16 + 13]
-    (crc,) = struct.unpack(">I", data[29:33])
-    assert zlib.crc32(kind + body) == crc, "IHDR checksum mismatch"
-    width, height = struct.unpack(">II", body[:8])
-    assert data.rstrip(b"\x00").endswith(b"IEND\xaeB`\x82"), "PNG is truncated"
-    return width, height
 
 
 # -- charts follow the data -----------------------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import html
 import json
+import os
 from importlib import resources
 from pathlib import Path
 from string import Template
@@ -32,14 +33,36 @@ def _template() -> Template:
     return Template((resources.files("kvtrace.report") / "templates" / "report.html").read_text(encoding="utf-8"))
 
 
+def _cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kvtrace"
+
+
 @functools.cache
 def js_bundle() -> str:
-    """Vega, Vega-Lite (the version Altair writes) and vega-embed as one script, from vl-convert."""
+    """Vega, Vega-Lite (the version Altair writes) and vega-embed as one script, from vl-convert.
+
+    Bundling starts vl-convert's JavaScript runtime (2-4 s), so the result is kept in the user's
+    cache folder, keyed by the vl-convert and Vega-Lite versions; an unwritable cache is skipped.
+    """
     import vl_convert as vlc
 
     from kvtrace.report.charts import vl_version
 
-    return vlc.javascript_bundle(vl_version=vl_version())
+    cached = _cache_dir() / f"vega-bundle-{getattr(vlc, '__version__', 'x')}-vl{vl_version() or 'default'}.js"
+    try:
+        text = cached.read_text(encoding="utf-8")
+        if "window.vegaEmbed" in text:
+            return text
+    except OSError:
+        pass
+    text = vlc.javascript_bundle(vl_version=vl_version())
+    try:
+        from kvtrace.report.files import write_atomic
+
+        write_atomic(cached, text.encode("utf-8"))
+    except OSError:
+        pass
+    return text
 
 
 def _lib_versions() -> str:

@@ -111,6 +111,10 @@ HEADERS = ("Period", "Requests", "Δ requests", "Tokens", "Δ tokens", "Cache re
            "Hit ratio", "Δ hit ratio", "Required capacity (peak)", "Δ capacity", "Files")
 
 
+def _pct(ch: dict | None, key: str) -> float | None:
+    return None if not ch or ch[key] is None else 100 * ch[key]
+
+
 def _row(r: dict) -> str:
     s, ch = r["summary"], r["changes"]
     links = " · ".join(f'<a href="{_e(r["path"])}/{_e(f)}">{_e(f.rsplit(".", 1)[-1])}</a>'
@@ -118,8 +122,8 @@ def _row(r: dict) -> str:
     cells = [
         f'<a href="{_e(r["path"])}/report.html">{_e(r["period"])}</a>' if "report.html" in r.get("files", [])
         else _e(r["period"]),
-        _e(fmt_int(s["requests"])), _e(_signed(ch and ch["requests"] and 100 * ch["requests"], ".1f", "%")),
-        _e(fmt_tokens(s["total_tokens"])), _e(_signed(ch and ch["total_tokens"] and 100 * ch["total_tokens"], ".1f", "%")),
+        _e(fmt_int(s["requests"])), _e(_signed(_pct(ch, "requests"), ".1f", "%")),
+        _e(fmt_tokens(s["total_tokens"])), _e(_signed(_pct(ch, "total_tokens"), ".1f", "%")),
         _e(fmt_pct(s["shares"]["cache_read"])), _e(_signed(ch and ch["shares_pp"]["cache_read"], ".2f", " pp")),
         _e(fmt_pct(s["cache_hit_ratio"])), _e(_signed(ch and ch["cache_hit_ratio_pp"], ".2f", " pp")),
         _capacity_cell(s), _capacity_change(ch), links or "–",
@@ -147,7 +151,8 @@ body {{ font: 15px/1.45 "Liberation Sans", "DejaVu Sans", Helvetica, Arial, sans
        max-width: 1200px; padding: 0 24px; color: #1a1a1a; }}
 table {{ border-collapse: collapse; font-variant-numeric: tabular-nums; margin-bottom: 24px; }}
 th, td {{ border-bottom: 1px solid #d0d0d0; padding: 4px 8px; text-align: right; vertical-align: top; }}
-th:first-child, td:first-child, td:last-child {{ text-align: left; }}
+td {{ white-space: nowrap; }}
+th:first-child, td:first-child, th:last-child, td:last-child {{ text-align: left; }}
 thead th {{ border-bottom: 2px solid #1a1a1a; }}
 .meta {{ color: #555; }}
 </style></head><body>

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from kvtrace.errors import ReportExists
+from kvtrace.errors import ConfigError, ReportExists
 from kvtrace.schedule.periods import Period, period_for
 from kvtrace.schedule.profile import Profile
 
@@ -33,7 +33,7 @@ class RunResult:
     folder: Path
     files: list[Path] = field(default_factory=list)
     replaced: bool = False
-    ingest: dict | None = None
+    ingest: dict = field(default_factory=dict)   # "files" and/or "spool" summaries
     index: Path | None = None
 
 
@@ -45,18 +45,24 @@ def _now() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
-def _ingest(store, profile: Profile) -> dict | None:
+def _ingest_spool(spool: Path, db: Path | None) -> dict:
+    """Ingest the closed segments of a ``kvtrace collect`` spool, as the collector's own worker does
+    (under the spool's lock, so a running collector and this run never ingest the same segment)."""
+    from kvtrace.collect.config import CollectorConfig
+    from kvtrace.collect.worker import finish_segments, ingest_segments
+    from kvtrace.store.store import default_db_path
+
+    if not spool.is_dir():
+        raise ConfigError(f"spool folder {spool} does not exist",
+                          hint="point inputs.spool at the --spool folder of `kvtrace collect`, or remove it")
+    finish_segments(str(spool))
+    return ingest_segments(str(spool), str(db or default_db_path()), CollectorConfig().keep_ingested)
+
+
+def _ingest_files(store, profile: Profile) -> dict:
     from kvtrace.ingest import ingest
 
-    paths = list(profile.files)
-    if profile.spool is not None:
-        try:  # the collector's own reader knows which segments are closed
-            from kvtrace.collect.spool import ingest_spool
-        except ImportError:
-            paths.append(profile.spool)
-        else:
-            ingest_spool(store, profile.spool)
-    return ingest(store, paths).to_dict() if paths else None
+    return ingest(store, profile.files).to_dict()
 
 
 def _report(store, profile: Profile, period: Period):
@@ -70,7 +76,7 @@ def _report(store, profile: Profile, period: Period):
     return build_report(store, opts).data
 
 
-def _write_outputs(data: dict, folder: Path, profile: Profile, period: Period, ingest: dict | None) -> list[Path]:
+def _write_outputs(data: dict, folder: Path, profile: Profile, period: Period, ingest: dict) -> list[Path]:
     from kvtrace.report import render
     from kvtrace.report.files import write_atomic
     from kvtrace.schedule.index import summarize
@@ -168,9 +174,12 @@ def run_profile(profile: Profile, *, at: datetime | None = None, force: bool = F
         raise ReportExists(f"{final} already exists: the {period.label} report of '{profile.name}' was written before",
                            hint="pass --force to replace it, or --at to run another period")
     db = warehouse or profile.warehouse
-    has_inputs = bool(profile.files) or profile.spool is not None
-    with Store(db, read_only=not has_inputs) as store:
-        ingested = _ingest(store, profile) if has_inputs else None
+    ingested = {}
+    if profile.spool is not None:
+        ingested["spool"] = _ingest_spool(profile.spool, db)
+    with Store(db, read_only=not (profile.files or profile.spool)) as store:
+        if profile.files:
+            ingested["files"] = _ingest_files(store, profile)
         data = _report(store, profile, period)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{period.label}.new.", dir=final.parent))
