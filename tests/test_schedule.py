@@ -233,3 +233,30 @@ def test_a_profile_without_cron_is_refused(tmp_path):
     prof = profile_from_dict({"output": {"root": str(tmp_path)}}, name="x")
     with pytest.raises(ConfigError, match="no \\[schedule\\] cron"):
         schedule([prof], run=lambda *a, **k: None, once=True)
+
+
+# -- the deployment examples stay in step with the profiles ---------------------------------------
+
+SCHEDULED = Path(__file__).resolve().parents[1] / "collectors" / "scheduled"
+
+
+def test_cron_example_matches_the_profiles():
+    from croniter import croniter
+
+    lines = [ln for ln in (SCHEDULED / "kvtrace.cron").read_text().splitlines()
+             if ln.strip() and not ln.startswith("#") and "=" not in ln.split()[0]]
+    assert len(lines) == 2
+    for ln in lines:
+        fields = ln.split()
+        expr, name = " ".join(fields[:5]), Path(fields[fields.index("run") + 1]).stem
+        assert croniter.is_valid(expr) and expr == load_profile(name).cron, ln
+
+
+def test_kubernetes_example_embeds_a_valid_profile():
+    import tomllib
+
+    text = (SCHEDULED / "kubernetes-cronjob.yaml").read_text()
+    block = text.split("daily.toml: |\n", 1)[1]
+    toml = "\n".join(ln[4:] for ln in block.splitlines() if ln.startswith("    ") or not ln.strip())
+    prof = profile_from_dict(tomllib.loads(toml), name="daily")
+    assert f'schedule: "{prof.cron}"' in text and prof.window == "last 1d"
