@@ -65,18 +65,21 @@ def _separate_traces(traces: np.ndarray, offsets: np.ndarray, ids: np.ndarray) -
 
 def _bailian_sessions(t: pa.Table, traces) -> np.ndarray:
     """Root chat of each request (a chat whose parent is -1, missing or unknown is a root)."""
-    chat = np.asarray(t.column("chat_id").to_pylist(), dtype=object)
-    parent = np.asarray(t.column("parent_chat_id").to_pylist(), dtype=object)
-    if traces is not None:
-        chat = np.char.add(np.char.add(traces.astype(str), "\x00"), chat.astype(str))
-        parent = np.char.add(np.char.add(traces.astype(str), "\x00"), parent.astype(str))
-    uniq, code = np.unique(chat.astype(str), return_inverse=True)
-    pos = np.searchsorted(uniq, parent.astype(str))
-    pos = np.clip(pos, 0, len(uniq) - 1)
-    found = uniq[pos] == parent.astype(str)
-    up = np.arange(len(uniq))
-    up[code[found]] = pos[found]           # chat -> its parent chat (itself for roots)
-    for _ in range(64):                     # pointer jumping: depth halves every round
+    import polars as pl
+
+    tr = pl.Series("t", traces if traces is not None else np.zeros(t.num_rows, dtype=object), dtype=pl.Utf8)
+    df = pl.DataFrame({"t": tr, "chat": pl.Series(t.column("chat_id").combine_chunks()),
+                       "parent": pl.Series(t.column("parent_chat_id").combine_chunks())})
+    df = df.with_columns(c=pl.concat_str("t", "chat", separator="\x00", ignore_nulls=True),
+                         p=pl.concat_str("t", "parent", separator="\x00", ignore_nulls=True))
+    chats = df.select(pl.col("c").unique(maintain_order=True)).with_row_index("ci")
+    code = df.join(chats, on="c", how="left", maintain_order="left").get_column("ci").to_numpy()
+    parent = df.join(chats.rename({"c": "p", "ci": "pi"}), on="p", how="left",
+                     maintain_order="left").get_column("pi").to_numpy()
+    up = np.arange(chats.height)
+    has = ~np.isnan(parent.astype(np.float64))
+    up[code[has]] = parent[has].astype(np.int64)       # chat -> its parent chat (itself for roots)
+    for _ in range(64):                                 # pointer jumping: depth halves every round
         nxt = up[up]
         if np.array_equal(nxt, up):
             break
