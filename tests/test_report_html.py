@@ -178,3 +178,22 @@ def test_report_command_writes_html(tmp_path):
     assert res.exit_code == 0, res.output
     page = out.read_text()
     assert page.startswith("<!DOCTYPE html>") and 'data-chart="token-mix-over-time"' in page
+
+
+# -- the documented schema ------------------------------------------------------------------------
+
+def test_schema_doc_names_every_key_of_the_dict(full_data):
+    from pathlib import Path
+
+    from kvtrace.report.build import SCHEMA_VERSION
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "report-schema.md").read_text()
+    assert f"**Schema version:** `{SCHEMA_VERSION}`" in doc
+    d = full_data
+    leaves = set(d) | set(d["window"]) | set(d["token_mix"]) | set(d["token_mix"]["shares"]) | set(d["series"])
+    leaves |= set(d["ttl"][0]) | set(d["ttl"][0]["working_set"]) | set(d["ttl"][0]["working_set"]["series"])
+    leaves |= set(d["reuse"]) | set(d["reuse"]["reuse_time"]) | set(d["reuse"]["trace"])
+    leaves |= set(d["spend"]) | set(d["spend"]["ttl"][0])
+    # A key is documented when it appears as a name: in backticks, a {list}, or after a dot.
+    missing = sorted(k for k in leaves if not re.search(r"[`{ .]" + re.escape(k) + r"[`}, :.\]]", doc))
+    assert not missing, f"undocumented report keys: {missing}"
