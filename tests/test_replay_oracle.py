@@ -5,53 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from kvtrace.analyze.blocktrace import BlockTrace
 from kvtrace.replay.distances import NO_TTL, compute_distances
 from kvtrace.replay.grid import hit_grid
 
-from tests.replay_oracle import simulate
+from tests.replay_oracle import BS, any_trace, prefix_trace, simulate
 
-BS = 4
 CAPS = [0, 1, 2, 3, 5, 8, 13, 40]
 TTLS_MS = [0, 1, 3, 10, None]
-
-
-def _trace(gaps_ms, hash_lists, extra):
-    ts = np.cumsum(gaps_ms) / 1000.0
-    lengths = [max(0, len(h) * BS - e) for h, e in zip(hash_lists, extra)]
-    return BlockTrace.from_lists(ts, lengths, [1] * len(hash_lists), hash_lists, BS)
-
-
-@st.composite
-def any_trace(draw):
-    """Arbitrary block lists: repeats within a request, shared ids at different depths."""
-    n = draw(st.integers(1, 25))
-    lists = [draw(st.lists(st.integers(0, 12), max_size=7)) for _ in range(n)]
-    gaps = draw(st.lists(st.integers(0, 4), min_size=n, max_size=n))
-    extra = draw(st.lists(st.integers(-3, 2 * BS), min_size=n, max_size=n))
-    return _trace(gaps, lists, extra)
-
-
-@st.composite
-def prefix_trace(draw):
-    """Prefix-closed traces (every block-hash format): each request extends a prefix of an
-    earlier request (or starts fresh) with new ids."""
-    n = draw(st.integers(1, 30))
-    lists: list[list[int]] = []
-    fresh = 0
-    for _ in range(n):
-        base: list[int] = []
-        if lists and draw(st.booleans()):
-            parent = lists[draw(st.integers(0, len(lists) - 1))]
-            base = parent[:draw(st.integers(0, len(parent)))]
-        new = draw(st.integers(0 if base else 1, 5))
-        lists.append(base + list(range(fresh, fresh + new)))
-        fresh += new
-    gaps = draw(st.lists(st.integers(0, 4), min_size=n, max_size=n))
-    extra = draw(st.lists(st.integers(-3, 2 * BS), min_size=n, max_size=n))
-    return _trace(gaps, lists, extra)
 
 
 def _check(trace, engine):

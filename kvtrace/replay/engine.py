@@ -44,7 +44,12 @@ def default_capacities(trace: BlockTrace, points: int = DEFAULT_POINTS) -> list[
     """``points`` log-spaced capacities (tokens, whole blocks) from one block up to the trace's
     block accesses, and unlimited (``None``)."""
     bs = trace.block_size
-    grid = np.unique(np.round(np.geomspace(1, max(trace.n_blocks, 2), points)).astype(np.int64))
+    top = max(trace.n_blocks, 2)
+    k = points
+    grid = np.unique(np.round(np.geomspace(1, top, k)).astype(np.int64))
+    while len(grid) < min(points, top) and k < 4 * points:     # rounding merges the smallest sizes
+        k += 1
+        grid = np.unique(np.round(np.geomspace(1, top, k)).astype(np.int64))
     return [int(b) * bs for b in grid] + [None]
 
 

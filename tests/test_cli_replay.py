@@ -1,0 +1,71 @@
+"""``kvtrace replay`` end to end: trace files, the warehouse, JSON shape, errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from kvtrace.cli import app
+
+CONV = "/work/shared/traces/mooncake-fast25-conversation/conversation_trace.jsonl"
+SYNTH = "/work/shared/traces/mooncake-fast25-synthetic/synthetic_trace.jsonl"
+
+
+def _run(*args):
+    return CliRunner().invoke(app, ["replay", *args])
+
+
+def test_json_grid_and_tiers():
+    r = _run(SYNTH, "-c", "1M,3M", "-c", "none", "--ttl", "5m", "--ttl", "none", "--tiers", "seed-testbed",
+             "--model", "MiniMax-M2.7", "--kv-dtype", "fp8", "--format", "json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert len(out["grid"]) == 6
+    assert set(out["grid"][0]) >= {"capacity_tokens", "ttl_s", "hit_ratio_tokens", "hit_ratio_blocks"}
+    assert [(g["capacity_tokens"], g["ttl_s"]) for g in out["grid"][:3]] == [(1_000_000, 300.0), (3_000_000, 300.0),
+                                                                              (None, 300.0)]
+    assert [t["name"] for t in out["tiers"]["tiers"]] == ["HBM", "DRAM", "NVMe"]
+    assert out["tiers"]["tiers"][2]["dwpd_per_drive"] is not None
+    assert out["ttft"]["all"]["count"] == 3993
+    assert out["model"]["bytes_per_token"] == 126_976
+
+
+def test_byte_capacities_convert_through_the_model():
+    r = _run(SYNTH, "-c", "512GB", "--ttl", "none", "--model", "MiniMax-M2.7", "--kv-dtype", "fp8", "--format", "json")
+    assert r.exit_code == 0, r.output
+    g = json.loads(r.output)["grid"][0]
+    assert g["capacity_tokens"] == int(512e9 // (512 * 126_976)) * 512
+    r = _run(SYNTH, "-c", "512GB")
+    assert r.exit_code == 1 and "--model" in r.output
+
+
+def test_table_output():
+    r = _run(CONV, "-c", "1M", "--ttl", "5m")
+    assert r.exit_code == 0, r.output
+    assert "Hit ratio" in r.output and "5.43%" in r.output
+
+
+def test_bad_inputs_name_the_line(tmp_path):
+    bad = tmp_path / "t.jsonl"
+    bad.write_text('{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1]}\n{"timestamp": 1,\n')
+    r = _run(str(bad))
+    assert r.exit_code == 1 and "t.jsonl:2" in r.output
+    r = _run(str(tmp_path / "missing.jsonl"))
+    assert r.exit_code == 1 and "no such file" in r.output
+    r = _run(SYNTH, "--ttl", "soon")
+    assert r.exit_code == 1 and "duration" in r.output
+    r = _run(SYNTH, "--tiers", "nope")
+    assert r.exit_code == 1 and "seed-testbed" in r.output
+
+
+def test_the_warehouse_replays_like_the_file(tmp_path):
+    db = str(tmp_path / "w.duckdb")
+    r = CliRunner().invoke(app, ["ingest", "--db", db, SYNTH])
+    assert r.exit_code == 0, r.output
+    from_db = _run("--db", db, "-c", "3M", "--ttl", "none", "--format", "json")
+    from_file = _run(SYNTH, "-c", "3M", "--ttl", "none", "--format", "json")
+    assert from_db.exit_code == 0, from_db.output
+    a, b = json.loads(from_db.output)["grid"], json.loads(from_file.output)["grid"]
+    assert [g["hit_tokens"] for g in a] == [g["hit_tokens"] for g in b]
