@@ -35,6 +35,10 @@ FORMATS: dict[str, Format] = {f.name: f for f in [
            "OTLP JSON lines: one Export{Logs,Metrics,Trace}ServiceRequest per line"),
     Format("claude-transcript", "kvtrace.ingest.claude_transcripts:parse", True,
            "Claude Code transcripts (~/.claude/projects/**/*.jsonl)"),
+    Format("codex-rollout", "kvtrace.ingest.codex_rollout:parse", True,
+           "Codex CLI rollout files (~/.codex/sessions/**/rollout-*.jsonl)"),
+    Format("gemini-chat", "kvtrace.ingest.gemini_chats:parse", True,
+           "Gemini CLI chat logs (~/.gemini/tmp/*/chats/session-*.json[l])"),
     Format("mooncake", "kvtrace.ingest.block_hash:parse_mooncake", False,
            "Mooncake block-hash trace JSONL (timestamp ms, input_length, output_length, hash_ids)"),
     Format("bailian", "kvtrace.ingest.block_hash:parse_bailian", False,
@@ -50,9 +54,28 @@ def open_text(path: Path):
     return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
 
 
+# Top-level record types of Codex rollout lines ({"timestamp", "type", "payload"}).
+_CODEX_TYPES = {"session_meta", "turn_context", "event_msg", "response_item", "compacted",
+                "token_usage_record", "world_state"}
+
+
 def _classify(obj: object) -> str | None:
+    if isinstance(obj, list):
+        # Gemini CLI's prompt log (logs.json): an array of {sessionId, messageId, type, message}
+        first = obj[0] if obj else None
+        if isinstance(first, dict) and "sessionId" in first and "messageId" in first:
+            return "gemini-chat"
+        return None
     if not isinstance(obj, dict):
         return None
+    if obj.get("type") in _CODEX_TYPES and "payload" in obj:
+        return "codex-rollout"
+    if "instructions" in obj and "id" in obj and "timestamp" in obj and "type" not in obj:
+        return "codex-rollout"   # the first line of a 2025 rollout
+    if "sessionId" in obj and ("projectHash" in obj or isinstance(obj.get("messages"), list)):
+        return "gemini-chat"
+    if "$set" in obj and isinstance(obj["$set"], dict):
+        return "gemini-chat"
     if any(k in obj for k in ("resourceLogs", "resourceMetrics", "resourceSpans",
                                "resource_logs", "resource_metrics", "resource_spans")):
         return "otlp-json"
@@ -80,10 +103,24 @@ def sniff(path: Path, max_lines: int = 50) -> str:
                 kind = _classify(obj)
                 if kind:
                     return kind
+        kind = _classify_whole(path)
+        if kind:
+            return kind
     except (OSError, EOFError, gzip.BadGzipFile) as e:
         raise UnknownFormat(f"{path}: cannot read: {e}") from e
     raise UnknownFormat(f"{path}: cannot detect the format from its first {max_lines} lines",
                         hint="force one with --format " + "|".join(FORMATS))
+
+
+def _classify_whole(path: Path, max_bytes: int = 64 << 20) -> str | None:
+    """A file that is one (pretty-printed) JSON document, as older Gemini CLI chat logs are."""
+    if not path.name.endswith((".json", ".json.gz")) or path.stat().st_size > max_bytes:
+        return None
+    with open_text(path) as fh:
+        try:
+            return _classify(orjson.loads(fh.read()))
+        except orjson.JSONDecodeError:
+            return None
 
 
 def get_format(name: str) -> Format:

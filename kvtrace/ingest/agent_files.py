@@ -1,0 +1,48 @@
+"""Plumbing shared by the agent file parsers (Codex rollouts, Gemini chat logs).
+
+Both read many small local files per batch and do the per-record work in DuckDB
+(``queries/ingest/codex_rollout.sql``, ``queries/ingest/gemini_chats.sql``): Python only reads
+the bytes (``.gz`` too) and hands DuckDB one row per file, ``(file_idx, path, content)``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from pathlib import Path
+
+import pyarrow as pa
+
+from kvtrace.ingest.base import Reject
+
+
+def read_files(paths: list[Path]) -> tuple[pa.Table, list[Reject]]:
+    """The files of a batch as an Arrow table ``(file_idx, path, content)``.
+
+    A file that cannot be read (vanished, damaged gzip) is a ``Reject`` naming it, and the rest
+    of the batch is still read. Bytes that are not UTF-8 become U+FFFD, so such a line fails
+    its JSON parse and is reported by line instead of failing the whole file.
+    """
+    idx, names, texts, rejects = [], [], [], []
+    for i, p in enumerate(paths):
+        try:
+            with gzip.open(p, "rb") if p.name.endswith(".gz") else open(p, "rb") as fh:
+                data = fh.read()
+        except (OSError, EOFError, zlib.error) as e:
+            rejects.append(Reject(None, f"cannot read: {e}", path=str(p)))
+            continue
+        idx.append(i)
+        names.append(str(p))
+        texts.append(data.decode("utf-8", errors="replace"))
+    table = pa.table({"file_idx": pa.array(idx, pa.int32()), "path": pa.array(names, pa.string()),
+                      "content": pa.array(texts, pa.large_string())})
+    return table, rejects
+
+
+def connect():
+    """A private in-memory DuckDB (the parsers never touch the warehouse)."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    return con
