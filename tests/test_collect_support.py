@@ -6,6 +6,7 @@ import contextlib
 import gzip
 import http.client
 import random
+import socket
 from pathlib import Path
 
 from kvtrace.collect.config import CollectorConfig
@@ -27,11 +28,23 @@ def running_collector(tmp_path: Path, **overrides):
         c.stop()
 
 
+class Connection(http.client.HTTPConnection):
+    """A loopback HTTP connection with TCP_NODELAY: http.client sends headers and body in two
+    writes, and Nagle + delayed ACK would add 40 ms to every request (real exporters set it too)."""
+
+    def __init__(self, port: int, timeout: float = 30):
+        super().__init__("127.0.0.1", port, timeout=timeout)
+
+    def connect(self):
+        super().connect()
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
 def post(port: int, path: str, body: bytes, headers: dict[str, str] | None = None,
          method: str = "POST", conn: http.client.HTTPConnection | None = None):
     """One request; returns ``(status, headers dict, body)``."""
     own = conn is None
-    conn = conn or http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn = conn or Connection(port)
     try:
         conn.request(method, path, body=body, headers=headers or {})
         r = conn.getresponse()

@@ -106,9 +106,12 @@ def test_json_empty_request_stores_nothing():
 
 def test_json_metrics_count_data_points():
     body = {"resourceMetrics": [{"scopeMetrics": [{"metrics": [
-        {"name": "claude_code.token.usage", "sum": {"aggregationTemporality": 1, "dataPoints": [{"asDouble": 3}, {"asDouble": 4}]}},
+        {"name": "claude_code.token.usage", "sum": {"aggregationTemporality": 1, "dataPoints": [
+            {"asDouble": 3, "timeUnixNano": "5", "attributes": [{"key": "type", "value": {"stringValue": "input"}}]},
+            {"asDouble": 4}]}},
         {"name": "g", "gauge": {"dataPoints": [{"asInt": "1"}]}}]}]}]}
-    assert otlp.decode_json(otlp.SIGNALS["metrics"], orjson.dumps(body)).records == 3
+    b = otlp.decode_json(otlp.SIGNALS["metrics"], orjson.dumps(body))
+    assert (b.records, b.rejected) == (2, 1)   # the second token.usage point has no time and no type
 
 
 _json_values = st.recursive(
@@ -298,3 +301,44 @@ def test_partial_success_check_agrees_with_ingest():
                                 .replace(b'"spanId":"eee19b7ec3c1b174"', b'"spanId":"7uGbfsPBsXQ="'),
                                 LOGS.pb(LOGS.request)(), ignore_unknown_fields=True)
         assert otlp.decode_protobuf(LOGS, msg.SerializeToString()).rejected == ingest_rejects, (i, rec)
+
+
+def _point_variants() -> list[tuple[object, dict]]:
+    good = {"attributes": [{"key": "type", "value": {"stringValue": "input"}}], "timeUnixNano": "1791447318137000000",
+            "asDouble": 12}
+    out = [(1, good), (2, good), (None, good), (3, good), ("AGGREGATION_TEMPORALITY_DELTA", good)]
+    for change in ({"asDouble": -1}, {"asDouble": "x"}, {"asInt": "7", "asDouble": None}, {"asDouble": {}},
+                   {"timeUnixNano": "0"}, {"attributes": []}, {"attributes": [{"key": "type", "value": {}}]},
+                   {"attributes": [{"key": "type", "value": {"intValue": 3}}]}):
+        out.append((1, {**good, **change}))
+    return out
+
+
+def test_partial_success_check_agrees_with_ingest_for_points_and_spans():
+    otlp_json = pytest.importorskip("kvtrace.ingest.otlp_json")
+    from google.protobuf import json_format
+
+    metrics = otlp.SIGNALS["metrics"]
+    for i, (temporality, point) in enumerate(_point_variants()):
+        s = {"dataPoints": [point], **({} if temporality is None else {"aggregationTemporality": temporality})}
+        line = orjson.dumps({"resourceMetrics": [{"scopeMetrics": [{"metrics": [{"name": "claude_code.token.usage", "sum": s}]}]}]})
+        expected = len(otlp_json.parse_lines(line, "t").rejects)
+        assert otlp.decode_json(metrics, line).rejected == expected, (i, temporality, point)
+        try:
+            msg = json_format.Parse(line, metrics.pb(metrics.request)(), ignore_unknown_fields=True)
+        except json_format.ParseError:
+            continue   # not representable in protobuf
+        assert otlp.decode_protobuf(metrics, msg.SerializeToString()).rejected == expected, (i, temporality, point)
+    traces = otlp.SIGNALS["traces"]
+    base = {"name": "claude_code.llm_request", "startTimeUnixNano": "1791447318137000000",
+            "attributes": [{"key": "request_id", "value": {"stringValue": "req_s"}},
+                           {"key": "input_tokens", "value": {"intValue": "4"}}]}
+    for i, span in enumerate([base, {**base, "startTimeUnixNano": "0"},
+                              {**base, "attributes": base["attributes"][:1] + [{"key": "input_tokens", "value": {"stringValue": "x"}}]},
+                              {**base, "attributes": base["attributes"][1:] + [{"key": "output_tokens", "value": {"stringValue": "x"}}]},
+                              {**base, "name": "other", "startTimeUnixNano": "0"}]):
+        line = orjson.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]})
+        expected = len(otlp_json.parse_lines(line, "t").rejects)
+        assert otlp.decode_json(traces, line).rejected == expected, (i, span)
+        msg = json_format.Parse(line, traces.pb(traces.request)(), ignore_unknown_fields=True)
+        assert otlp.decode_protobuf(traces, msg.SerializeToString()).rejected == expected, (i, span)

@@ -133,6 +133,7 @@ def make_app(collector) -> Starlette:
 
     routes = [
         Route("/v1/{signal}", export, methods=_ALL_METHODS),
+        Route("/v1/{signal}/", export, methods=_ALL_METHODS),   # a trailing slash: no redirect for a POST
         Route("/healthz", healthz, methods=["GET", "HEAD"]),
         Route("/metrics", prometheus, methods=["GET"]),
     ]

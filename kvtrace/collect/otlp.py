@@ -20,7 +20,8 @@ from importlib import import_module
 
 import orjson
 
-from kvtrace.collect.validate import json_record_problem, pb_record_problem, reject_message
+from kvtrace.collect.validate import (TOKEN_METRIC, json_point_problem, json_record_problem, json_span_problem,
+                                      pb_point_problem, pb_record_problem, pb_span_problem, reject_message)
 
 # What each signal looks like on the wire (OTLP JSON keys; protobuf classes by module).
 @dataclass(frozen=True)
@@ -145,6 +146,46 @@ def _dict(node: object, where: str) -> dict:
     return node
 
 
+def _keep(items: list, problem_of) -> tuple[list, int, str | None]:
+    """Split items into those ingest can store and a count (and first reason) of the others."""
+    kept, first = [], None
+    for item in items:
+        problem = problem_of(item)
+        if problem is None:
+            kept.append(item)
+        else:
+            first = first or problem
+    return kept, len(items) - len(kept), first
+
+
+def _json_records(signal: Signal, scope: dict, items: list) -> tuple[int, int, str | None]:
+    for rec in items:
+        _list(_dict(rec, f"{signal.items_key}[]").get("attributes"), f"{signal.items_key}[].attributes")
+    kept, bad, first = _keep(items, json_record_problem if signal.name == "logs" else json_span_problem)
+    if bad:
+        scope[signal.items_key] = kept
+    return len(kept), bad, first
+
+
+def _json_metrics(signal: Signal, scope: dict, items: list) -> tuple[int, int, str | None]:
+    records = rejected = 0
+    first = None
+    for m in items:
+        m = _dict(m, "metrics[]")
+        for k in _METRIC_DATA:
+            if k not in m:
+                continue
+            points = _list(_dict(m[k], k).get("dataPoints"), f"{k}.dataPoints")
+            if k == "sum" and m.get("name") == TOKEN_METRIC:
+                temporality = m[k].get("aggregationTemporality")
+                kept, bad, problem = _keep(points, lambda p: json_point_problem(temporality, p))
+                if bad:
+                    m[k]["dataPoints"] = points = kept
+                    rejected, first = rejected + bad, first or problem
+            records += len(points)
+    return records, rejected, first
+
+
 def decode_json(signal: Signal, body: bytes) -> Batch:
     """Validate an OTLP JSON export request and make its spool line.
 
@@ -168,30 +209,9 @@ def decode_json(signal: Signal, body: bytes) -> Batch:
         for j, scope in enumerate(_list(res.get(signal.scope_key), f"{signal.resource_key}[{i}].{signal.scope_key}")):
             scope = _dict(scope, f"{signal.scope_key}[{j}]")
             items = _list(scope.get(signal.items_key), f"{signal.scope_key}[{j}].{signal.items_key}")
-            if signal.name == "metrics":
-                for m in items:
-                    m = _dict(m, "metrics[]")
-                    for k in _METRIC_DATA:
-                        if k in m:
-                            records += len(_list(_dict(m[k], k).get("dataPoints"), f"{k}.dataPoints"))
-                continue
-            if signal.name == "logs":
-                kept = []
-                for rec in items:
-                    _list(_dict(rec, "logRecords[]").get("attributes"), "logRecords[].attributes")
-                    problem = json_record_problem(rec)
-                    if problem is None:
-                        kept.append(rec)
-                    else:
-                        rejected += 1
-                        first_problem = first_problem or problem
-                if len(kept) != len(items):
-                    scope[signal.items_key] = kept
-                records += len(kept)
-                continue
-            for span in items:
-                _dict(span, "spans[]")
-            records += len(items)
+            n, bad, problem = (_json_metrics if signal.name == "metrics" else _json_records)(signal, scope, items)
+            records, rejected = records + n, rejected + bad
+            first_problem = first_problem or problem
     if records == 0:
         line = b""
     elif rejected or len(obj) != 1 or b"\n" in body or b"\r" in body:
@@ -235,11 +255,27 @@ def decode_protobuf(signal: Signal, body: bytes) -> Batch:
             for sm in rm.scope_metrics:
                 for m in sm.metrics:
                     kind = m.WhichOneof("data")
-                    if kind:
-                        records += len(getattr(m, kind).data_points)
+                    if not kind:
+                        continue
+                    points = getattr(m, kind).data_points
+                    if kind == "sum" and m.name == TOKEN_METRIC:
+                        temporality = m.sum.aggregation_temporality
+                        bad = [i for i, p in enumerate(points) if pb_point_problem(temporality, p)]
+                        if bad:
+                            first_problem = first_problem or pb_point_problem(temporality, points[bad[0]])
+                        for i in reversed(bad):
+                            del points[i]
+                        rejected += len(bad)
+                    records += len(points)
     else:
         for rs in msg.resource_spans:
             for ss in rs.scope_spans:
+                bad = [i for i, span in enumerate(ss.spans) if pb_span_problem(span)]
+                if bad:
+                    first_problem = first_problem or pb_span_problem(ss.spans[bad[0]])
+                for i in reversed(bad):
+                    del ss.spans[i]
+                rejected += len(bad)
                 records += len(ss.spans)
     payload = b"" if records == 0 else msg.SerializeToString() if rejected else body
     return Batch(signal, signal.frame_kind, payload, records, rejected, reject_message(rejected, first_problem))

@@ -1,9 +1,10 @@
 """The cheap per-record check behind OTLP partial success: records ingest would have to reject.
 
-It mirrors the rules of the OTLP JSON normalization (``queries/ingest/otlp_logs.sql``) for the
-one record kind that matters, Claude Code's ``api_request`` event: a token count that is present
-but not a non-negative integer (text, negative, NaN, infinite, boolean) and a record without any
-time make the request impossible to normalize. Such records are dropped from the stored batch
+It mirrors the rules of the OTLP JSON normalization (``queries/ingest/otlp_{logs,metrics,spans}.sql``)
+for the records kvtrace reads: Claude Code's ``api_request`` event, ``token.usage`` point and
+``llm_request`` span. A token count that is present but not a non-negative integer (text,
+negative, NaN, infinite, boolean), a missing time, a token.usage point without its ``type`` or with
+an unknown temporality make the record impossible to normalize. Such records are dropped from the stored batch
 and counted in the answer, so the client learns of them instead of ingest skipping them later.
 Values that ingest drops silently (an object or array where a number belongs) pass.
 """
@@ -140,7 +141,91 @@ def pb_record_problem(rec) -> str | None:
     return None
 
 
+# -- token.usage points and llm_request spans ----------------------------------------------
+
+TOKEN_METRIC = "claude_code.token.usage"
+LLM_SPAN = "claude_code.llm_request"
+_TEMPORALITIES = {None, "0", "1", "2", "AGGREGATION_TEMPORALITY_UNSPECIFIED", "AGGREGATION_TEMPORALITY_DELTA",
+                  "AGGREGATION_TEMPORALITY_CUMULATIVE"}
+
+
+def json_point_problem(temporality: object, point: object) -> str | None:
+    """Why a ``claude_code.token.usage`` sum point (OTLP JSON) cannot be stored, or None."""
+    t = None if temporality is None else str(temporality) if not isinstance(temporality, (dict, list)) else "?"
+    if t not in _TEMPORALITIES:
+        return f"unknown temporality {t}"
+    if not isinstance(point, dict):
+        return None   # ingest reads nothing from it
+    value = point.get("asDouble")
+    value = point.get("asInt") if value is None else value
+    value = None if value is None else _json_text({"stringValue": value})
+    if value is None or value.lstrip().startswith(("{", "[")) or _bad_count_text(value):
+        return "data point without a token count (asDouble or asInt)"
+    if not _ns_present(point.get("timeUnixNano")):
+        return "data point without a time"
+    attrs = point.get("attributes")
+    for kv in attrs if isinstance(attrs, list) else []:
+        if isinstance(kv, dict) and kv.get("key") == "type":
+            if _json_text(kv.get("value")) is None:
+                break
+            return None
+    return "token.usage point without a type attribute"
+
+
+def pb_point_problem(temporality: int, point) -> str | None:
+    """:func:`json_point_problem` for a protobuf ``NumberDataPoint``."""
+    if temporality not in (0, 1, 2):
+        return f"unknown temporality {temporality}"
+    kind = point.WhichOneof("value")
+    if kind is None or (kind == "as_int" and point.as_int < 0) or (
+            kind == "as_double" and _bad_count_text(repr(point.as_double))):
+        return "data point without a token count (asDouble or asInt)"
+    if not point.time_unix_nano:
+        return "data point without a time"
+    for kv in point.attributes:
+        if kv.key == "type":
+            if kv.value.WhichOneof("value") in (None, "bytes_value"):
+                break
+            return None
+    return "token.usage point without a type attribute"
+
+
+def json_span_problem(span: dict) -> str | None:
+    """Why a ``claude_code.llm_request`` span (OTLP JSON) cannot become a request row, or None."""
+    if span.get("name") != LLM_SPAN:
+        return None
+    attrs = span.get("attributes")
+    first: dict[str, object] = {}
+    for kv in attrs if isinstance(attrs, list) else []:
+        if isinstance(kv, dict) and isinstance(kv.get("key"), str) and kv["key"] not in first:
+            first[kv["key"]] = kv.get("value")
+    if not _json_text(first.get("request_id")):
+        return None   # only counted by ingest
+    for k in TOKEN_ATTRIBUTES:
+        text = _json_text(first.get(k)) if k in first else None
+        if text is not None and _bad_count_text(text):
+            return f"field '{k}': not a token count"
+    return None if _ns_present(span.get("startTimeUnixNano")) else "llm_request span without a start time"
+
+
+def pb_span_problem(span) -> str | None:
+    """:func:`json_span_problem` for a protobuf ``Span``."""
+    if span.name != LLM_SPAN:
+        return None
+    first: dict[str, object] = {}
+    for kv in span.attributes:
+        first.setdefault(kv.key, kv.value)
+    rid = first.get("request_id")
+    if rid is None or rid.WhichOneof("value") in (None, "bytes_value") or (
+            rid.WhichOneof("value") == "string_value" and not rid.string_value):
+        return None
+    for k in TOKEN_ATTRIBUTES:
+        if k in first and _pb_bad_count(first[k]):
+            return f"field '{k}': not a token count"
+    return None if span.start_time_unix_nano else "llm_request span without a start time"
+
+
 def reject_message(rejected: int, first_problem: str | None) -> str | None:
     if not rejected:
         return None
-    return f"{rejected} api_request record(s) cannot be normalized and were dropped; first: {first_problem}"
+    return f"{rejected} record(s) cannot be normalized and were dropped; first: {first_problem}"
