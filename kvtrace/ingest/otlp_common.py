@@ -1,0 +1,143 @@
+"""Plumbing shared by the OTLP parsers: input lines as Arrow, and the private DuckDB connection.
+
+The per-record work of OTLP normalization runs in DuckDB (``queries/ingest/otlp_*.sql``), not in
+Python loops: a Python loop building columns reaches about a sixth of the speed of merely
+parsing the JSON. Python only cuts the input into lines (a zero-copy Arrow string array over
+the bytes read) and hands them over in record batches of a few MB, because DuckDB spreads work
+over its threads batch by batch: a file of a thousand 400 KB lines given as one batch would
+be normalized on one core.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+import numpy as np
+import pyarrow as pa
+
+from kvtrace.ingest.base import Reject, query_source_sql
+
+CHUNK_BYTES = 128 << 20   # lines are read and normalized this much at a time (bounds memory)
+BATCH_BYTES = 2 << 20     # an Arrow record batch: the unit DuckDB hands to a thread
+BATCH_LINES = 2048
+
+
+@dataclass
+class Lines:
+    """One chunk of input lines: an Arrow table ``(line_no, line)`` and what could not be decoded."""
+
+    table: pa.Table
+    first: int                      # line number of the first line
+    count: int                      # lines in the chunk
+    rejects: list[Reject] = field(default_factory=list)
+
+
+def iter_chunks(fh: BinaryIO, size: int = CHUNK_BYTES) -> Iterator[bytes]:
+    """Read ``fh`` in pieces of about ``size`` bytes that end at a line end (except the last)."""
+    carry = b""
+    while True:
+        block = fh.read(size)
+        if not block:
+            if carry:
+                yield carry
+            return
+        data = carry + block if carry else block
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            carry = data
+            continue
+        yield data if cut == len(data) - 1 else data[:cut + 1]
+        carry = data[cut + 1:]
+
+
+def join_lines(lines: Iterable[bytes | str]) -> bytes:
+    """In-memory lines (with or without their newline) as one newline-separated buffer."""
+    out = []
+    for line in lines:
+        b = line.encode() if isinstance(line, str) else bytes(line)
+        out.append(b if b.endswith(b"\n") else b + b"\n")
+    return b"".join(out)
+
+
+def _line_starts(data: bytes) -> np.ndarray:
+    """Offsets of every line start plus ``len(data)``: the Arrow offsets of the line array."""
+    n = data.count(b"\n")
+    if n > 20_000:
+        starts = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10) + 1
+    else:
+        starts, pos = [], 0
+        find = data.find
+        while (i := find(b"\n", pos)) >= 0:
+            pos = i + 1
+            starts.append(pos)
+        starts = np.asarray(starts, dtype=np.int64)
+    if len(starts) and starts[-1] == len(data):
+        starts = starts[:-1]          # the final newline does not start a line
+    return np.concatenate([[0], starts, [len(data)]]).astype(np.int64)
+
+
+def lines_table(data: bytes, first: int) -> Lines:
+    """Cut ``data`` into lines numbered from ``first``, as Arrow strings sharing ``data``'s memory.
+
+    Each line keeps its trailing newline (JSON whitespace). Lines that are not UTF-8 are
+    rejected here and replaced by blanks, since DuckDB refuses a whole batch with one of them.
+    """
+    if not data:
+        return Lines(pa.table({"line_no": pa.array([], pa.int64()), "line": pa.array([], pa.large_string())}),
+                     first, 0)
+    offsets = _line_starts(data)
+    n = len(offsets) - 1
+    rejects: list[Reject] = []
+    arr = pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data))
+    try:
+        arr.validate(full=True)
+    except pa.ArrowInvalid:
+        data, rejects = _blank_non_utf8(data, offsets, first)
+        offsets = _line_starts(data)
+        arr = pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data))
+    line_no = pa.array(np.arange(first, first + n, dtype=np.int64))
+    batches = []
+    for lo, hi in _batch_bounds(offsets):
+        batches.append(pa.RecordBatch.from_arrays([line_no.slice(lo, hi - lo), arr.slice(lo, hi - lo)],
+                                                  names=["line_no", "line"]))
+    return Lines(pa.Table.from_batches(batches), first, n, rejects)
+
+
+def _batch_bounds(offsets: np.ndarray) -> Iterator[tuple[int, int]]:
+    n = len(offsets) - 1
+    lo = 0
+    while lo < n:
+        # the first line whose end passes the byte budget closes the batch
+        hi = int(np.searchsorted(offsets, offsets[lo] + BATCH_BYTES, side="left"))
+        hi = max(lo + 1, min(hi, lo + BATCH_LINES, n))
+        yield lo, hi
+        lo = hi
+
+
+def _blank_non_utf8(data: bytes, offsets: np.ndarray, first: int) -> tuple[bytes, list[Reject]]:
+    rejects, parts = [], []
+    for i in range(len(offsets) - 1):
+        line = data[offsets[i]:offsets[i + 1]]
+        try:
+            line.decode("utf-8")
+            parts.append(line)
+        except UnicodeDecodeError as e:
+            rejects.append(Reject(first + i, f"not UTF-8 text (byte {e.start + 1} of the line)"))
+            parts.append(b"\n" if line.endswith(b"\n") else b" ")   # keep the line count
+    return b"".join(parts), rejects
+
+
+def connect():
+    """A private in-memory DuckDB with the OTLP macros; the parsers never touch the warehouse."""
+    import duckdb
+
+    from kvtrace.store import load_query
+
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute("SET preserve_insertion_order = false")   # rows carry their line numbers
+    con.execute(f"CREATE OR REPLACE MACRO otlp_qs(x) AS {query_source_sql('x')}")
+    con.execute(load_query("ingest/otlp_macros").sql)
+    return con

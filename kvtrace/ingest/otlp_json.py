@@ -1,0 +1,146 @@
+"""OTLP JSON lines: one ``Export{Logs,Metrics,Trace}ServiceRequest`` per line.
+
+This is what the OpenTelemetry Collector ``file`` exporter, ``opentelemetry-exporter-otlp-json-file``
+and ``kvtrace collect``'s spool write. From Claude Code's telemetry it reads:
+
+- ``claude_code.api_request`` log events: one ``requests`` row each, keyed by ``request_id``
+  (else a hash of the normalized record, so a re-sent record still de-duplicates);
+- ``claude_code.token.usage`` metric points: ``metric_points`` rows with their temporality,
+  which the warehouse uses only for sessions without request rows;
+- ``claude_code.llm_request`` spans (traces beta): request rows under the same key as the
+  event of the same request, so the two merge instead of counting twice.
+
+Everything else is counted in ``Parsed.unknown`` by kind (``event:user_prompt``,
+``metric:claude_code.cost.usage``, ``span:claude_code.tool``, ``log:<name>``). A line that is
+not valid JSON or not an export request, and a record whose token count is not a number, is a
+``Reject`` naming the line and the field; the rest of the input is still read.
+
+The normalization is SQL (``queries/ingest/otlp_*.sql``) run by a private in-memory DuckDB
+over the lines; see ``kvtrace.ingest.otlp_common`` for why.
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import pyarrow as pa
+
+from kvtrace.ingest.base import METRIC_POINT_SCHEMA, REQUEST_SCHEMA, Parsed, Reject
+from kvtrace.ingest.formats import open_text
+from kvtrace.ingest.otlp_common import CHUNK_BYTES, connect, iter_chunks, join_lines, lines_table
+from kvtrace.store import load_query
+
+# (bit in otlp_line_class.signals, normalization query, the temp table its rows go to). Every
+# query runs on every chunk, on no lines when the chunk has none of its signal, so the final
+# queries always find their tables.
+_SIGNALS = ((1, "ingest/otlp_logs", "otlp_log_rows"), (2, "ingest/otlp_metrics", "otlp_metric_rows"),
+            (4, "ingest/otlp_spans", "otlp_span_rows"))
+
+
+def parse(path: Path) -> Parsed:
+    """Parse an OTLP JSON lines file (``.gz`` too).
+
+    Args:
+        path: the file.
+
+    Returns:
+        A :class:`Parsed` with ``requests`` and ``metric_points``; provenance is ``path:line``.
+    """
+    path = Path(path)
+    with open_text(path) as fh:
+        return _parse(_read(fh, path.name.endswith(".gz")), str(path))
+
+
+def parse_lines(data: bytes | Iterable[bytes | str], origin: str) -> Parsed:
+    """Parse OTLP JSON lines held in memory (the collector's accepted batches).
+
+    Args:
+        data: newline-separated export requests, or an iterable of lines.
+        origin: what provenance names instead of a file (rows get ``origin:line``).
+    """
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        data = join_lines(data)
+    return _parse(iter([(bytes(data), None)]), origin)
+
+
+def _read(fh, compressed: bool) -> Iterator[tuple[bytes, str | None]]:
+    """Chunks of whole lines; a gzip stream that ends early yields what it had and says so."""
+    try:
+        for chunk in iter_chunks(fh, CHUNK_BYTES):
+            yield chunk, None
+    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+        if not compressed:
+            raise
+        yield b"", f"the gzip stream is damaged or ends early ({e}); lines after this point are lost"
+
+
+def _parse(chunks: Iterator[tuple[bytes, str | None]], origin: str) -> Parsed:
+    con = connect()
+    try:
+        parsed = Parsed()
+        problems: list[Reject] = []
+        first, ends_with_newline = 1, True
+        for data, problem in chunks:
+            if problem:
+                problems.append(Reject(first, problem))
+            if not data:
+                continue
+            lines = lines_table(data, first)
+            problems.extend(lines.rejects)
+            _normalize(con, lines, append=first > 1)
+            first += lines.count
+            ends_with_newline = data.endswith(b"\n")
+        parsed.lines = first - 1
+        if parsed.lines == 0:
+            parsed.rejects = problems
+            return parsed
+        torn = None if ends_with_newline else parsed.lines
+        parsed.rejects = sorted(problems + _rejects(con, torn), key=lambda r: r.line or 0)
+        parsed.unknown = Counter({k: int(n) for k, n in con.execute(load_query("ingest/otlp_unknown").sql).fetchall()})
+        params = {"origin": origin}
+        parsed.requests = _as(con.sql(load_query("ingest/otlp_requests").sql, params=params), REQUEST_SCHEMA)
+        parsed.metric_points = _as(con.sql(load_query("ingest/otlp_points").sql, params=params), METRIC_POINT_SCHEMA)
+        return parsed
+    finally:
+        con.close()
+
+
+def _normalize(con, lines, append: bool) -> None:
+    """Classify a chunk's lines, then normalize the lines of each signal; rows go to temp tables."""
+    import numpy as np
+
+    con.register("otlp_lines", lines.table)
+    _into(con, "otlp_line_class", load_query("ingest/otlp_lines").sql, append)
+    cls = con.execute("SELECT line_no, signals FROM otlp_line_class WHERE line_no >= ?", [lines.first]).fetchnumpy()
+    signals = np.zeros(lines.count, dtype=np.int64)
+    signals[cls["line_no"] - lines.first] = cls["signals"]
+    for bit, query, table in _SIGNALS:
+        mask = (signals & bit) != 0
+        con.register("otlp_lines", lines.table if mask.all() else lines.table.filter(pa.array(mask)))
+        _into(con, table, load_query(query).sql, append)
+    con.unregister("otlp_lines")
+
+
+def _into(con, table: str, select: str, append: bool) -> None:
+    if append:
+        con.execute(f"INSERT INTO {table} {select}")
+    else:
+        con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS {select}")
+
+
+def _rejects(con, torn_line: int | None) -> list[Reject]:
+    out = []
+    for line, reason, fld in con.execute(load_query("ingest/otlp_rejects").sql).fetchall():
+        if line == torn_line and reason == "invalid JSON":
+            reason = "invalid JSON: the last line is torn (no newline at the end; was a writer interrupted?)"
+        out.append(Reject(int(line), reason, fld))
+    return out
+
+
+def _as(relation, schema: pa.Schema) -> pa.Table:
+    table = relation.to_arrow_table()
+    return table.select(schema.names).cast(schema)

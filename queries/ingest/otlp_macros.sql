@@ -1,0 +1,52 @@
+-- title: OTLP JSON helper macros
+-- description: scalar helpers shared by the OTLP JSON normalization queries (created in the
+--   parser's private in-memory connection, never in the warehouse). ``otlp_qs`` (query source
+--   normalization) is created from kvtrace.ingest.base.query_source_sql next to these.
+
+-- An AnyValue (decoded with every scalar field as VARCHAR) as text, whatever its wire type:
+-- intValue as a JSON number or an int64 string, stringValue, doubleValue, boolValue.
+CREATE OR REPLACE MACRO otlp_text(v) AS
+    coalesce(v.stringValue, v.intValue, v.doubleValue, v.boolValue,
+             CAST(v.arrayValue AS VARCHAR), CAST(v.kvlistValue AS VARCHAR));
+
+-- An object or array where a number belongs (the Desktop app has sent {"doubleValue":{}}):
+-- the value is dropped, not rejected.
+CREATE OR REPLACE MACRO otlp_dropped(x) AS starts_with(x, '{') OR starts_with(x, '[');
+
+-- A count or measure from text, NULL when absent or dropped.
+CREATE OR REPLACE MACRO otlp_num(x) AS
+    CASE WHEN x IS NULL OR otlp_dropped(x) THEN NULL ELSE TRY_CAST(trim(x) AS DOUBLE) END;
+
+-- A count from text: a non-negative integer, NULL when absent, dropped, or not a count.
+CREATE OR REPLACE MACRO otlp_int(x) AS TRY_CAST(round(otlp_num(x)) AS BIGINT);
+
+-- Present, not dropped, and not a count (text, NaN, infinite, negative, beyond int64): the
+-- record is rejected, naming the attribute.
+CREATE OR REPLACE MACRO otlp_bad_count(x) AS
+    x IS NOT NULL AND NOT otlp_dropped(x) AND coalesce(otlp_int(x) < 0, true);
+
+-- fixed64 nanoseconds (decimal string or JSON number) → BIGINT; 0 means unset in proto3, and a
+-- negative time is no time either.
+CREATE OR REPLACE MACRO otlp_ns(x) AS
+    CASE WHEN coalesce(TRY_CAST(x AS BIGINT), TRY_CAST(TRY_CAST(x AS DOUBLE) AS BIGINT)) > 0
+         THEN coalesce(TRY_CAST(x AS BIGINT), TRY_CAST(TRY_CAST(x AS DOUBLE) AS BIGINT)) END;
+
+CREATE OR REPLACE MACRO otlp_ts(ns) AS make_timestamp(ns // 1000);
+
+-- The members of a JSON object (without braces) holding an attribute list's entries, except the
+-- keys in ``skip``, as text values; '' for none. Built as text rather than a MAP: duplicate or
+-- NULL keys must not fail the whole batch.
+CREATE OR REPLACE MACRO otlp_members(attrs, skip) AS
+    array_to_string(list_transform(
+        list_filter(attrs, lambda a: NOT list_contains(skip, a.key)),
+        lambda a: to_json(a.key) || ':' || coalesce(to_json(otlp_text(a.value)), 'null')), ',');
+
+-- Record attributes not in a column, then the resource attributes the record does not repeat.
+CREATE OR REPLACE MACRO otlp_attributes(attrs, skip, rattrs, keys) AS
+    '{' || concat_ws(',', nullif(otlp_members(attrs, skip), ''),
+                     nullif(otlp_members(rattrs, keys), '')) || '}';
+
+-- A content hash of an attribute list that does not depend on attribute order.
+CREATE OR REPLACE MACRO otlp_attrs_key(attrs) AS
+    array_to_string(list_sort(list_transform(attrs,
+        lambda a: coalesce(a.key, '') || '=' || coalesce(otlp_text(a.value), ''))), chr(31));
