@@ -6,7 +6,8 @@
 SELECT
     u.request_key,
     epoch_us(u.ts) AS ts_us,
-    coalesce(u.org_id, '') AS org_id,
+    -- A session's organization from any of its rows (transcripts do not carry it, telemetry does).
+    coalesce(u.org_id, max(u.org_id) OVER (PARTITION BY u.session_id), '') AS org_id,
     coalesce(u.session_id, '') AS session_id,
     coalesce(u.thread_id, 'main') AS thread_id,
     coalesce(u.model, '') AS model,

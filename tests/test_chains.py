@@ -75,8 +75,24 @@ def test_auxiliary_requests_and_other_models_do_not_break_the_conversation():
     tr = derive_chains(frame(*rows), ChainParams(block_size=100, head_tokens=0))
     assert tr.meta["chain_prev"].tolist() == [-1, -1, -1, 0]
     strict = derive_chains(frame(*rows), ChainParams(block_size=100, head_tokens=0, chain_per_model=False,
-                                                     auxiliary_own_chain=False))
+                                                     auxiliary_own_chain=False, link_window=1))
     assert strict.meta["chain_prev"][3] == -1
+    # With parallel chains allowed, the exact read of request 0's cached prefix links them anyway.
+    loose = derive_chains(frame(*rows), ChainParams(block_size=100, head_tokens=0, chain_per_model=False,
+                                                    auxiliary_own_chain=False))
+    assert loose.meta["chain_prev"][3] == 0
+
+
+def test_parallel_subagents_under_one_thread_id_are_told_apart_by_their_reads():
+    # Two subagents interleave under the thread id "subagent"; each reads its own previous prefix.
+    rows = [dict(t=0, read=0, write=3000, thread_id="subagent"), dict(t=1, read=0, write=5000, thread_id="subagent"),
+            dict(t=2, read=3000, write=400, thread_id="subagent"), dict(t=3, read=5000, write=300, thread_id="subagent"),
+            dict(t=4, read=3400, write=100, thread_id="subagent")]
+    tr = derive_chains(frame(*rows), ChainParams(block_size=100, head_tokens=0))
+    assert tr.meta["chain_prev"].tolist() == [-1, -1, 0, 1, 2]
+    assert chain_reads(tr, 300).tolist() == [0, 0, 3000, 5000, 3400]
+    one = derive_chains(frame(*rows), ChainParams(block_size=100, head_tokens=0, link_window=1))
+    assert one.meta["chain_prev"].tolist() == [-1, 0, -1, 2, -1]
 
 
 def test_shared_head_is_detected_and_shared_across_sessions():

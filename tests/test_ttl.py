@@ -156,3 +156,44 @@ def test_working_set_series_covers_the_peak():
     assert ws["peak_bytes"] == 96.0
     # Held 0-20 s: 2 blocks, 20-80 s: 3 blocks, then nothing until the last request at 400 s.
     assert ws["mean_tokens"] == pytest.approx((20 * 2 + 60 * 3) * 16 / 400)
+
+
+def _held_over_time_oracle(trace: BlockTrace, tau: float | None):
+    """Held blocks on each interval between event times, by brute force at interval midpoints."""
+    t = np.rint(trace.ts * 1e6).astype(np.int64)
+    tau_us = None if tau is None else int(round(tau * 1e6))
+    t0, t1 = int(t[0]), int(t[-1])
+    cuts = set(t.tolist()) | ({int(x + tau_us) for x in t} if tau_us is not None else set())
+    cuts = sorted(c for c in cuts if t0 <= c <= t1) + [t1]
+    accesses: dict[int, list[int]] = {}
+    for i in range(trace.n_requests):
+        for b in set(trace.blocks(i).tolist()):
+            accesses.setdefault(b, []).append(int(t[i]))
+    values, lengths = [], []
+    for a, b in zip(cuts, cuts[1:]):
+        if b <= a:
+            continue
+        mid = (a + b) / 2
+        held = sum(1 for times in accesses.values()
+                   if any(x <= mid and (tau_us is None or mid - x <= tau_us) for x in times))
+        values.append(held)
+        lengths.append(b - a)
+    return np.array(values), np.array(lengths, dtype=float), t1 - t0
+
+
+@settings(max_examples=60, deadline=None)
+@given(block_traces(max_requests=25))
+def test_time_weighted_mean_and_p99_equal_brute_force(trace):
+    if trace.n_requests < 2:
+        return
+    for tau in (5.0, 60.0, None):
+        ws = working_set(trace, tau, series_points=0)
+        values, lengths, span = _held_over_time_oracle(trace, tau)
+        if span == 0:
+            continue
+        B = trace.block_size
+        assert ws["mean_tokens"] == pytest.approx(float(np.dot(values, lengths)) / span * B)
+        order = np.argsort(values, kind="stable")
+        cw = np.cumsum(lengths[order])
+        p99 = values[order][np.searchsorted(cw, 0.99 * cw[-1], side="left")]
+        assert ws["p99_tokens"] == p99 * B

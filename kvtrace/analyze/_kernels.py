@@ -76,3 +76,54 @@ def chain_ids(order, offsets, chain_prev, head_blocks, head_base, inherit, out):
             out[o + k] = fresh
             fresh += 1
             k += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def link_chains(order, key, model, read, cached, prompt, stop_after, force_start, window, pred):  # pragma: no cover
+    """Find each request's chain predecessor (``pred``, -1 for a chain start), in place.
+
+    Requests are visited in ``order`` (by key, then time). A request continues, most recent
+    first among the key's last ``window`` requests, one whose cached prefix equals exactly what
+    this request read (the provider's own evidence: a *strong* link); else the key's previous
+    request, if its cached prefix fits in this prompt (a *weak* link). A strong link may take a
+    predecessor from a weak one (which then starts a chain): parallel subagents reported under
+    one thread id interleave, and only their reads tell them apart. Requests of another model,
+    and chains whose last request was a compaction, are not continued.
+    """
+    n = len(pred)
+    succ = np.full(n, -1, dtype=np.int64)
+    strong = np.zeros(n, dtype=np.bool_)
+    win = np.empty(window, dtype=np.int64)
+    n_win = 0
+    cur = -1
+    for t in range(len(order)):
+        i = order[t]
+        if key[i] != cur:
+            cur = key[i]
+            n_win = 0
+        p = -1
+        if not force_start[i]:
+            if read[i] > 0:
+                for j in range(n_win - 1, -1, -1):
+                    c = win[j]
+                    if cached[c] == read[i] and model[c] == model[i] and not stop_after[c] \
+                            and not (succ[c] >= 0 and strong[c]):
+                        p = c
+                        if succ[c] >= 0:
+                            pred[succ[c]] = -1          # the weak successor starts a chain instead
+                        strong[c] = True
+                        break
+            if p < 0 and n_win > 0:
+                c = win[n_win - 1]
+                if succ[c] < 0 and model[c] == model[i] and not stop_after[c] and prompt[i] >= cached[c]:
+                    p = c
+                    strong[c] = False
+        pred[i] = p
+        if p >= 0:
+            succ[p] = i
+        if n_win == window:
+            for j in range(n_win - 1):
+                win[j] = win[j + 1]
+            n_win -= 1
+        win[n_win] = i
+        n_win += 1

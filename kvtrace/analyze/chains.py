@@ -11,6 +11,10 @@ way form a *chain*; a chain ends when
 - the model changes (the provider's cache is per model), or
 - the request gains or loses the shared head (below).
 
+A thread may carry several chains at once: parallel subagents that telemetry reports under one
+thread id interleave, so a request continues the open chain whose cached prefix equals its own
+cache read (the provider's evidence), else the thread's previous request.
+
 Chains are kept per thread, model and *lane*: auxiliary requests (titles, quota checks) run in
 a lane of their own, so they neither end nor extend the conversation's chain; a compaction
 request stays in the conversation (it reads the conversation's prefix).
@@ -65,6 +69,10 @@ class ChainParams:
                                          "not compaction) form chains of their own, so they neither end nor extend "
                                          "the conversation's chain.")
     compaction_ends_chain: bool = _p(True, "A compaction request (or a compaction marker) ends the chain.")
+    link_window: int = _p(16, "A request continues the most recent of its thread's last this-many requests "
+                              "whose cached prefix equals its cache read (parallel subagents reported under one "
+                              "thread id interleave), else the thread's previous request. 1: strictly the "
+                              "previous request.")
     max_blocks: int = _p(1_500_000_000, "Refuse to write more block ids than this (8 bytes each); "
                                         "raise block_size or narrow the window.")
 
@@ -80,16 +88,22 @@ class ChainParams:
 
 
 def _codes(df, cols: list[str], labels: bool = False):
-    """Dense integer codes of the value combinations of ``cols`` (in sorted order of the
-    combinations); with ``labels`` also the combinations as ``a/b/c`` text, indexed by code."""
+    """Dense integer codes of the value combinations of ``cols``; with ``labels`` also each
+    combination as ``a/b/c`` text, indexed by code.
+
+    Combinations are told apart by a 64-bit hash (4x faster than ranking joined strings at
+    10 M rows; two of 10 M distinct keys collide with odds of about 1 in 300,000).
+    """
     import polars as pl
 
-    key = df.select(pl.concat_str([pl.col(c).cast(pl.Utf8).fill_null("") for c in cols],
-                                  separator="\x1f").alias("k")).to_series()
-    codes = (key.rank("dense").cast(pl.Int64) - 1).to_numpy()
+    h = df.select(pl.struct([pl.col(c).cast(pl.Utf8).fill_null("") for c in cols]).hash(seed=0)).to_series()
+    _, first, codes = np.unique(h.to_numpy(), return_index=True, return_inverse=True)
+    codes = codes.astype(np.int64).ravel()
     if not labels:
         return codes
-    return codes, [k.replace("\x1f", "/") for k in key.unique().sort().to_list()]
+    names = df[first].select(pl.concat_str([pl.col(c).cast(pl.Utf8).fill_null("") for c in cols],
+                                           separator="/")).to_series().to_list()
+    return codes, names
 
 
 def _with(df, **cols):
@@ -171,14 +185,16 @@ def derive_chains(frame, params: ChainParams | None = None, materialize: bool = 
     key = _codes(_with(frame, _lane=lane), key_cols + ["_lane"]) if n else thread
     model = _codes(frame, ["model"]) if n else thread
 
-    _, kprev = _prev_in_group(key)
-    has_prev = kprev >= 0
-    pk = np.where(has_prev, kprev, 0)
-    start = ~has_prev | (prompt < cached[pk])
-    if not p.chain_per_model:
-        start |= has_prev & (model != model[pk])
-    if p.compaction_ends_chain:
-        start |= marker | (has_prev & compact_req[pk])
+    # Chain predecessors: one compiled pass per key (see _kernels.link_chains).
+    order, _ = _prev_in_group(key)
+    stop_after = compact_req if p.compaction_ends_chain else np.zeros(n, bool)
+    force = marker if p.compaction_ends_chain else np.zeros(n, bool)
+    pred = np.full(n, -1, dtype=np.int64)
+    if n:
+        from kvtrace.analyze._kernels import link_chains
+
+        link_chains(order, key, model, read, cached, prompt, stop_after, force, max(1, p.link_window), pred)
+    start = pred < 0
 
     # Shared heads, per (org, model[, thread kind]).
     kind = (frame.get_column("thread_id").fill_null("main") != "main").cast(int).to_numpy() if n else thread
@@ -189,16 +205,17 @@ def derive_chains(frame, params: ChainParams | None = None, materialize: bool = 
         hgroup = _codes(frame, hcols) if n else thread
     heads = _detect_heads(hgroup, start, read, p)
     H = heads[hgroup] if n else np.zeros(0, np.int64)
-    chain0 = _chain_ids(start, key)
-    first_read = _first_in_chain(chain0, read)
+    first_read = read[_chain_root(pred)]
     head_ok = (first_read == 0) | (first_read >= H)
     has_head = (H >= B) & head_ok & (prompt >= H)
-    start |= has_prev & (has_head != has_head[pk])
-    chain = _chain_ids(start, key)
+    pp = np.where(pred >= 0, pred, 0)
+    pred = np.where((pred >= 0) & (has_head != has_head[pp]), -1, pred)
+    root = _chain_root(pred)
+    chain = np.unique(root, return_inverse=True)[1].astype(np.int64) if n else root
+    chain_prev = pred
 
     h = np.where(has_head, H // B, 0)
     n_blocks = -(-prompt // B)
-    chain_prev = np.where(start, -1, kprev)
     cp = np.where(chain_prev >= 0, chain_prev, 0)
     inherit = np.where(chain_prev >= 0, np.maximum(h, cached[cp] // B), h)
     chain_next = _next_of(chain_prev)
@@ -224,21 +241,14 @@ def derive_chains(frame, params: ChainParams | None = None, materialize: bool = 
     return trace
 
 
-def _chain_ids(start: np.ndarray, key: np.ndarray) -> np.ndarray:
-    order, _ = _prev_in_group(key)
-    ids = np.empty(len(start), dtype=np.int64)
-    ids[order] = np.cumsum(start[order]) - 1
-    return ids
-
-
-def _first_in_chain(chain: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Each row's value at the first request of its chain."""
-    if not len(chain):
-        return values
-    order = np.lexsort((np.arange(len(chain)), chain))
-    head = np.append(True, chain[order[1:]] != chain[order[:-1]])
-    first_row = order[head]                       # chain ids are 0..k-1, in sorted order
-    return values[first_row[chain]]
+def _chain_root(pred: np.ndarray) -> np.ndarray:
+    """The first request of each request's chain (pointer jumping; predecessors come earlier)."""
+    root = np.where(pred >= 0, pred, np.arange(len(pred)))
+    while True:
+        nxt = root[root]
+        if np.array_equal(nxt, root):
+            return root
+        root = nxt
 
 
 def _runs(trace, h, inherit, inherited_by_next, chain_prev, chain_next, hprev, hnext, n_blocks) -> AccessRuns:

@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from kvtrace.analyze.access import NEVER, seconds_to_us, times_for
+from kvtrace.analyze.access import seconds_to_us, times_for
 from kvtrace.analyze.blocktrace import BlockTrace
 
 
@@ -64,17 +64,26 @@ def hit_ratios(trace: BlockTrace, ttls: list[float | None]) -> list[dict]:
         (of all block accesses).
     """
     runs, rt = times_for(trace)
-    order = np.argsort(rt.eff_age, kind="stable")
-    ages = rt.eff_age[order]
-    cum_tok = np.concatenate(([0], np.cumsum(runs.tokens[order])))
-    cum_blk = np.concatenate(([0], np.cumsum(runs.blocks[order])))
     total_tok = int(trace.input_length.sum())
     total_blk = trace.n_blocks
+    ttls = list(ttls)
+    if len(ttls) <= 16:
+        # A few TTLs: one pass over the runs each beats sorting them.
+        def counts(tau_us):
+            hit = rt.eff_age <= tau_us
+            return int(runs.tokens[hit].sum()), int(runs.blocks[hit].sum())
+    else:
+        order = np.argsort(rt.eff_age, kind="stable")
+        ages = rt.eff_age[order]
+        cum_tok = np.concatenate(([0], np.cumsum(runs.tokens[order])))
+        cum_blk = np.concatenate(([0], np.cumsum(runs.blocks[order])))
+
+        def counts(tau_us):
+            k = int(np.searchsorted(ages, tau_us, side="right"))
+            return int(cum_tok[k]), int(cum_blk[k])
     out = []
     for ttl in ttls:
-        k = int(np.searchsorted(ages, seconds_to_us(ttl), side="right"))
-        k = min(k, int(np.searchsorted(ages, NEVER, side="left")))   # first accesses never hit
-        ht, hb = int(cum_tok[k]), int(cum_blk[k])
+        ht, hb = counts(seconds_to_us(ttl))
         out.append({"ttl_s": _ttl_value(ttl), "hit_tokens": ht, "hit_blocks": hb,
                     "hit_ratio_tokens": ht / total_tok if total_tok else 0.0,
                     "hit_ratio_blocks": hb / total_blk if total_blk else 0.0})

@@ -36,7 +36,10 @@ def _events(trace: BlockTrace, tau_us: int) -> tuple[np.ndarray, np.ndarray, np.
 def held_after_requests(trace: BlockTrace, ttl_s: float | None) -> np.ndarray:
     """Blocks held right after each request (the working set's value at its peaks)."""
     tau = seconds_to_us(ttl_s)
-    come, go, t = _events(trace, tau)
+    return _held(tau, *_events(trace, tau))
+
+
+def _held(tau: int, come: np.ndarray, go: np.ndarray, t: np.ndarray) -> np.ndarray:
     held = np.cumsum(come)
     if tau < NEVER - 1:
         # A block whose last access was at t_j is still held at t_j + tau (age == TTL hits),
@@ -70,18 +73,22 @@ def working_set(trace: BlockTrace, ttl_s: float | None, bytes_per_token: float |
         return empty
     tau = seconds_to_us(ttl_s)
     come, go, t = _events(trace, tau)
-    held_i = held_after_requests(trace, ttl_s)
+    held_i = _held(tau, come, go, t)
     peak_i = int(np.argmax(held_i))
     t0, t1 = int(t[0]), int(t[-1])
 
-    # The step function over [t0, t1]: +come at t_i, -go at t_j + tau.
+    # The step function over [t0, t1]: +come at t_i, -go at t_j + tau (two sorted lists, merged).
     if tau < NEVER - 1:
-        out_t = t + tau
-        keep = (out_t <= t1) & (go > 0)
-        times = np.concatenate((t, out_t[keep]))
-        delta = np.concatenate((come, -go[keep]))
-        order = np.argsort(times, kind="stable")
-        times, delta = times[order], delta[order]
+        keep = go > 0
+        out_t = (t + tau)[keep]
+        keep_in = out_t <= t1
+        out_t, out_d = out_t[keep_in], -go[keep][keep_in]
+        times = np.empty(n + len(out_t), dtype=np.int64)
+        delta = np.empty(len(times), dtype=np.int64)
+        pos_in = np.arange(n) + np.searchsorted(out_t, t, side="left")
+        pos_out = np.arange(len(out_t)) + np.searchsorted(t, out_t, side="right")
+        times[pos_in], delta[pos_in] = t, come
+        times[pos_out], delta[pos_out] = out_t, out_d
     else:
         times, delta = t, come
     level = np.cumsum(delta)
@@ -108,6 +115,14 @@ def working_set(trace: BlockTrace, ttl_s: float | None, bytes_per_token: float |
 
 
 def _weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
+    """The smallest value whose cumulative weight reaches ``q`` of the total (values >= 0)."""
+    vmax = int(values.max()) if len(values) else 0
+    if vmax <= max(4 * len(values), 1 << 20):
+        # Held block counts are small integers: a weighted histogram instead of a sort.
+        cw = np.cumsum(np.bincount(values.astype(np.int64), weights=weights, minlength=vmax + 1))
+        if cw[-1] <= 0:
+            return float(vmax)
+        return float(np.searchsorted(cw, q * cw[-1], side="left"))
     order = np.argsort(values, kind="stable")
     cw = np.cumsum(weights[order])
     if cw[-1] <= 0:
