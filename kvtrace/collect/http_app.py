@@ -42,15 +42,25 @@ def authorized(header: str | None, token: str | None) -> bool:
     return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), token.encode())
 
 
+DRAIN_FACTOR = 4   # read (and drop) an oversized body up to this many times the limit
+
+
 async def _read_capped(request: Request, limit: int) -> bytes | None:
-    """The raw body, or None as soon as it grows past ``limit`` (the rest is never buffered)."""
+    """The raw body, or None if it is over ``limit``.
+
+    An oversized body is read on and dropped (never buffered) up to ``DRAIN_FACTOR x limit``, so
+    the client gets to read the 413 instead of a broken pipe, which exporters would retry.
+    """
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            return None
+            chunks = []
+            if size > DRAIN_FACTOR * limit:
+                return None
+            continue
         chunks.append(chunk)
-    return b"".join(chunks)
+    return None if size > limit else b"".join(chunks)
 
 
 def make_app(collector) -> Starlette:
@@ -81,7 +91,7 @@ def make_app(collector) -> Starlette:
             return _status(415, f"unsupported media type '{request.headers.get('content-type', '')}'; "
                                 "use application/x-protobuf or application/json")
         length = request.headers.get("content-length")
-        if length and length.isdigit() and int(length) > cfg.max_body:
+        if length and length.isdigit() and int(length) > DRAIN_FACTOR * cfg.max_body:
             return _status(413, f"body of {length} bytes is over the {cfg.max_body}-byte limit", media,
                            headers={"Connection": "close"})
         raw = await _read_capped(request, cfg.max_body)

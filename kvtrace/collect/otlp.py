@@ -20,8 +20,10 @@ from importlib import import_module
 
 import orjson
 
-from kvtrace.collect.validate import (TOKEN_METRIC, json_point_problem, json_record_problem, json_span_problem,
-                                      pb_point_problem, pb_record_problem, pb_span_problem, reject_message)
+from kvtrace.collect.validate import (TOKEN_METRIC, has_time_json, json_point_problem, json_record_problem,
+                                      json_span_problem, pb_point_problem, pb_record_problem, pb_span_problem,
+                                      reject_message, tokens_clean_json, tokens_clean_pb)
+from kvtrace.collect.validate import _ns_present as _ns_ok
 
 # What each signal looks like on the wire (OTLP JSON keys; protobuf classes by module).
 @dataclass(frozen=True)
@@ -158,16 +160,20 @@ def _keep(items: list, problem_of) -> tuple[list, int, str | None]:
     return kept, len(items) - len(kept), first
 
 
-def _json_records(signal: Signal, scope: dict, items: list) -> tuple[int, int, str | None]:
+def _json_records(signal: Signal, scope: dict, items: list, clean: bool) -> tuple[int, int, str | None]:
     for rec in items:
         _list(_dict(rec, f"{signal.items_key}[]").get("attributes"), f"{signal.items_key}[].attributes")
-    kept, bad, first = _keep(items, json_record_problem if signal.name == "logs" else json_span_problem)
+    if signal.name == "logs":
+        check = lambda r: None if clean and has_time_json(r) else json_record_problem(r)  # noqa: E731
+    else:
+        check = lambda r: None if clean and _ns_ok(r.get("startTimeUnixNano")) else json_span_problem(r)  # noqa: E731
+    kept, bad, first = _keep(items, check)
     if bad:
         scope[signal.items_key] = kept
     return len(kept), bad, first
 
 
-def _json_metrics(signal: Signal, scope: dict, items: list) -> tuple[int, int, str | None]:
+def _json_metrics(signal: Signal, scope: dict, items: list, clean: bool) -> tuple[int, int, str | None]:
     records = rejected = 0
     first = None
     for m in items:
@@ -204,12 +210,13 @@ def decode_json(signal: Signal, body: bytes) -> Batch:
     resources = _list(obj.get(signal.resource_key), signal.resource_key)
     records = rejected = 0
     first_problem = None
+    clean = signal.name != "metrics" and tokens_clean_json(body)
     for i, res in enumerate(resources):
         res = _dict(res, f"{signal.resource_key}[{i}]")
         for j, scope in enumerate(_list(res.get(signal.scope_key), f"{signal.resource_key}[{i}].{signal.scope_key}")):
             scope = _dict(scope, f"{signal.scope_key}[{j}]")
             items = _list(scope.get(signal.items_key), f"{signal.scope_key}[{j}].{signal.items_key}")
-            n, bad, problem = (_json_metrics if signal.name == "metrics" else _json_records)(signal, scope, items)
+            n, bad, problem = (_json_metrics if signal.name == "metrics" else _json_records)(signal, scope, items, clean)
             records, rejected = records + n, rejected + bad
             first_problem = first_problem or problem
     if records == 0:
@@ -237,11 +244,14 @@ def decode_protobuf(signal: Signal, body: bytes) -> Batch:
         raise BadPayload(f"body is not a protobuf {signal.request}: {e}") from None
     records = rejected = 0
     first_problem = None
+    clean = signal.name != "metrics" and tokens_clean_pb(body)
     if signal.name == "logs":
         for rl in msg.resource_logs:
             for sl in rl.scope_logs:
                 bad = []
                 for i, rec in enumerate(sl.log_records):
+                    if clean and (rec.time_unix_nano or rec.observed_time_unix_nano):
+                        continue
                     problem = pb_record_problem(rec)
                     if problem is not None:
                         bad.append(i)
@@ -270,7 +280,8 @@ def decode_protobuf(signal: Signal, body: bytes) -> Batch:
     else:
         for rs in msg.resource_spans:
             for ss in rs.scope_spans:
-                bad = [i for i, span in enumerate(ss.spans) if pb_span_problem(span)]
+                bad = [i for i, span in enumerate(ss.spans)
+                       if not (clean and span.start_time_unix_nano) and pb_span_problem(span)]
                 if bad:
                     first_problem = first_problem or pb_span_problem(ss.spans[bad[0]])
                 for i in reversed(bad):

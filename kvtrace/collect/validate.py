@@ -12,6 +12,7 @@ Values that ingest drops silently (an object or array where a number belongs) pa
 from __future__ import annotations
 
 import math
+import re
 from datetime import datetime
 
 TOKEN_ATTRIBUTES = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_creation_tokens",
@@ -56,6 +57,42 @@ def _iso_present(x: object) -> bool:
         return True
     except ValueError:
         return False
+
+
+# -- fast path: a whole batch's token counts checked by regular expressions -------------------
+#
+# Walking ~20 attributes per record in Python costs 15 ms per 512-record batch. Almost every batch
+# is clean, and that can be proved over the raw bytes in C: every occurrence of a token key must
+# be the key of an attribute whose value is a plain non-negative integer. When the counts differ
+# (odd encodings, other values, escapes), the exact per-record check runs instead.
+
+_KEYS_RE = "|".join(k.replace(".", r"\.") for k in TOKEN_ATTRIBUTES)
+_JSON_KEY = re.compile(('"(?:' + _KEYS_RE + ')"').encode())
+_JSON_CLEAN = re.compile((r'"key"\s*:\s*"(?:' + _KEYS_RE + r')"\s*,\s*"value"\s*:\s*\{\s*"(?:intValue|stringValue)"'
+                          r'\s*:\s*(?:"\d{1,18}"|\d{1,18})\s*\}').encode())
+_PB_KEY = re.compile(("(?:" + _KEYS_RE + ")").encode())
+# KeyValue{key=1, value=2: AnyValue{int_value=3 (varint)}}, with AnyValue's length = 1 + varint length
+# (a non-negative int64 takes at most 9 varint bytes; a negative one takes 10 and fails the match).
+_PB_INT = b"(?:" + b"|".join(bytes([n + 1]) + b"\x18" + b"[\x80-\xff]" * (n - 1) + b"[\x00-\x7f]"
+                             for n in range(1, 10)) + b")"
+_PB_CLEAN = re.compile(b"(?:" + b"|".join(b"\n" + re.escape(bytes([len(k)])) + re.escape(k.encode()) + b"\x12" + _PB_INT
+                                           for k in TOKEN_ATTRIBUTES) + b")", re.DOTALL)
+
+
+def tokens_clean_json(body: bytes) -> bool:
+    """True when every token attribute in an OTLP JSON body is a plain non-negative integer."""
+    if b"\\u" in body:
+        return False   # an escaped key could hide from the patterns
+    return len(_JSON_KEY.findall(body)) == len(_JSON_CLEAN.findall(body))
+
+
+def tokens_clean_pb(body: bytes) -> bool:
+    """True when every token attribute in a protobuf body is an ``int_value`` >= 0."""
+    return len(_PB_KEY.findall(body)) == len(_PB_CLEAN.findall(body))
+
+
+def has_time_json(rec: dict) -> bool:
+    return _ns_present(rec.get("timeUnixNano")) or _ns_present(rec.get("observedTimeUnixNano"))
 
 
 # -- OTLP JSON -------------------------------------------------------------------------------
