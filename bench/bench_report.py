@@ -42,10 +42,12 @@ def build_warehouse(path: Path, n: int) -> dict:
     if path.exists():
         try:
             with duckdb.connect(str(path), read_only=True) as con:
-                if con.execute("SELECT count(*) FROM requests").fetchone()[0] == n:
-                    return {"reused": True}
+                same = con.execute("SELECT count(*) FROM requests").fetchone()[0] == n
         except duckdb.Error:
-            pass
+            same = False
+        if same:
+            Store(path).close()          # apply any newer migration
+            return {"reused": True}
         path.unlink()
     from bench.bench_reuse import make_telemetry
 

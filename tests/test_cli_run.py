@@ -198,3 +198,30 @@ def test_published_folders_are_readable(setup):
     mode = (tmp / "out" / "nightly" / "2026-11-03").stat().st_mode & 0o777
     assert mode & 0o055 == 0o055, oct(mode)             # not mkdtemp's private 0700
     assert os.access(tmp / "out" / "index.html", os.R_OK) and Path(tmp / "out" / "index.json").exists()
+
+
+@pytest.mark.slow
+def test_schedule_runs_until_sigterm(setup):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    tmp, prof = setup
+    proc = subprocess.Popen([sys.executable, "-m", "kvtrace", "schedule", str(prof)], cwd=tmp,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not any((tmp / "out" / "nightly").glob("*/summary.json")):   # the catch-up run
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < deadline, "no catch-up run within 120 s"
+            time.sleep(0.2)
+        time.sleep(0.5)
+        assert proc.poll() is None                       # still waiting for the next slot
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0 and "stopped" in err
+    assert "nightly: wrote" in out

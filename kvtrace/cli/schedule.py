@@ -41,14 +41,19 @@ def schedule(
         else:
             typer.echo(f"{stamp} {prof.name}: failed: {what}", err=True)
 
-    # SIGTERM (systemd stop, Kubernetes) ends the loop like Ctrl-C does.
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    def stop(signum, frame):
+        raise KeyboardInterrupt   # a run in progress removes its temporary folder on the way out
+
+    # SIGTERM (systemctl stop, a Kubernetes pod shutting down) ends the loop like Ctrl-C does.
+    previous = signal.signal(signal.SIGTERM, stop)
     kwargs = {k: v for k, v in (("warehouse", db), ("output_root", out_root)) if v is not None}
     try:
         n = loop(profs, once=once, max_runs=max_runs, on_event=report, **kwargs)
     except KeyboardInterrupt:
         typer.echo("stopped", err=True)
         return
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     typer.echo(f"{n} run(s)")
 
 
