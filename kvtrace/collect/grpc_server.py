@@ -64,7 +64,8 @@ def _handler(collector, signal: otlp.Signal):
                 metrics.inc("kvtrace_collect_stored_records_total", batch.records, signal=signal.name)
             return otlp.response_message(signal, batch.rejected, batch.message)
         finally:
-            metrics.inc("kvtrace_collect_requests_total", protocol="grpc", signal=signal.name, code=code.name)
+            metrics.inc("kvtrace_collect_requests_total", protocol="grpc", encoding="protobuf", signal=signal.name,
+                        code=code.name)
 
     return grpc.unary_unary_rpc_method_handler(export, request_deserializer=None,
                                                response_serializer=lambda m: m.SerializeToString())

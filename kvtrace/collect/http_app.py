@@ -67,8 +67,11 @@ def make_app(collector) -> Starlette:
     """The ASGI app over a running :class:`kvtrace.collect.server.Collector`."""
     cfg, spool, metrics = collector.config, collector.spool, collector.metrics
 
-    def count(signal: str, code: int) -> None:
-        metrics.inc("kvtrace_collect_requests_total", protocol="http", signal=signal, code=str(code))
+    def count(signal: str, code: int, content_type: str | None) -> None:
+        media = otlp.media_type_of(content_type)
+        encoding = "json" if media == otlp.JSON_TYPE else "protobuf" if media else "other"
+        metrics.inc("kvtrace_collect_requests_total", protocol="http", encoding=encoding, signal=signal,
+                    code=str(code))
 
     async def export(request: Request) -> Response:
         name = request.path_params["signal"]
@@ -76,7 +79,7 @@ def make_app(collector) -> Starlette:
         if signal is None:
             return _status(404, f"no such endpoint {request.url.path}; use /v1/logs, /v1/metrics or /v1/traces")
         response = await _export(request, signal)
-        count(name, response.status_code)
+        count(name, response.status_code, request.headers.get("content-type"))
         if log.isEnabledFor(logging.DEBUG):
             log.debug("%s %s -> %d", request.method, request.url.path, response.status_code)
         return response

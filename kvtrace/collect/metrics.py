@@ -7,7 +7,7 @@ from collections import defaultdict
 
 # name -> (type, help); every series the collector exports is declared here once.
 METRICS: dict[str, tuple[str, str]] = {
-    "kvtrace_collect_requests_total": ("counter", "Export requests answered, by protocol, signal and status code."),
+    "kvtrace_collect_requests_total": ("counter", "Export requests answered, by protocol, encoding, signal and status code."),
     "kvtrace_collect_received_records_total": ("counter", "Records (log records, data points, spans) in decoded requests."),
     "kvtrace_collect_stored_records_total": ("counter", "Records written and fsynced to the spool (acknowledged)."),
     "kvtrace_collect_rejected_records_total": ("counter", "Records dropped as impossible to normalise (partial success)."),
