@@ -127,3 +127,56 @@ def link_chains(order, key, model, read, cached, prompt, stop_after, force_start
             n_win -= 1
         win[n_win] = i
         n_win += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _chain_segments(i, h, inherit, by_next, chain_prev, chain_next, hprev, hnext, n_blocks, seg):  # pragma: no cover
+    """The (first, end, prev, next) segments of request ``i`` of a derived chain, in block order."""
+    lo = min(inherit[i], by_next[i])
+    hi = max(inherit[i], by_next[i])
+    seg[0, 0], seg[0, 1], seg[0, 2], seg[0, 3] = 0, h[i], hprev[i], hnext[i]
+    seg[1, 0], seg[1, 1], seg[1, 2], seg[1, 3] = h[i], lo, chain_prev[i], chain_next[i]
+    seg[2, 0], seg[2, 1] = lo, hi
+    seg[2, 2] = chain_prev[i] if inherit[i] > by_next[i] else -1
+    seg[2, 3] = chain_next[i] if by_next[i] > inherit[i] else -1
+    seg[3, 0], seg[3, 1], seg[3, 2], seg[3, 3] = hi, n_blocks[i], -1, -1
+
+
+@numba.njit(cache=True, nogil=True)
+def chain_runs(h, inherit, by_next, chain_prev, chain_next, hprev, hnext, n_blocks):  # pragma: no cover
+    """Access runs of a derived trace straight from its chain structure (two passes: count,
+    then fill exactly), neighbouring segments with equal ``prev`` and ``next`` merged.
+
+    Returns:
+        ``(req, first, blocks, prev, next)`` arrays.
+    """
+    n = len(h)
+    seg = np.empty((4, 4), dtype=np.int64)
+    count = 0
+    for i in range(n):
+        _chain_segments(i, h, inherit, by_next, chain_prev, chain_next, hprev, hnext, n_blocks, seg)
+        lp, ln, have = -2, -2, False
+        for s in range(4):
+            if seg[s, 1] > seg[s, 0]:
+                if not (have and seg[s, 2] == lp and seg[s, 3] == ln):
+                    count += 1
+                lp, ln, have = seg[s, 2], seg[s, 3], True
+    req = np.empty(count, dtype=np.int64)
+    first = np.empty(count, dtype=np.int64)
+    blocks = np.empty(count, dtype=np.int64)
+    prev = np.empty(count, dtype=np.int64)
+    nxt = np.empty(count, dtype=np.int64)
+    k = -1
+    for i in range(n):
+        _chain_segments(i, h, inherit, by_next, chain_prev, chain_next, hprev, hnext, n_blocks, seg)
+        lp, ln, have = -2, -2, False
+        for s in range(4):
+            if seg[s, 1] > seg[s, 0]:
+                if have and seg[s, 2] == lp and seg[s, 3] == ln:
+                    blocks[k] += seg[s, 1] - seg[s, 0]
+                else:
+                    k += 1
+                    req[k], first[k], blocks[k] = i, seg[s, 0], seg[s, 1] - seg[s, 0]
+                    prev[k], nxt[k] = seg[s, 2], seg[s, 3]
+                lp, ln, have = seg[s, 2], seg[s, 3], True
+    return req, first, blocks, prev, nxt

@@ -108,21 +108,6 @@ def runs_from_blocks(trace: BlockTrace) -> AccessRuns:
                       dup=dup[starts].copy())
 
 
-def merge_runs(runs: AccessRuns) -> AccessRuns:
-    """Merge neighbouring runs of one request that agree on ``prev``, ``next`` and ``dup``."""
-    if len(runs) < 2:
-        return runs
-    cut = np.ones(len(runs), dtype=bool)
-    cut[1:] = ((runs.req[1:] != runs.req[:-1]) | (runs.prev[1:] != runs.prev[:-1])
-               | (runs.next[1:] != runs.next[:-1]) | (runs.dup[1:] != runs.dup[:-1]))
-    if cut.all():
-        return runs
-    at = np.flatnonzero(cut)
-    return AccessRuns(req=runs.req[at], first=runs.first[at], blocks=np.add.reduceat(runs.blocks, at),
-                      tokens=np.add.reduceat(runs.tokens, at), prev=runs.prev[at], next=runs.next[at],
-                      dup=runs.dup[at])
-
-
 def access_runs(trace: BlockTrace) -> AccessRuns:
     """The trace's runs: given by derived chains, else computed once from ``hash_ids`` and kept."""
     runs = getattr(trace, "runs", None)

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from kvtrace.analyze.access import AccessRuns, merge_runs, run_tokens
+from kvtrace.analyze.access import AccessRuns, run_tokens
 from kvtrace.analyze.blocktrace import BlockTrace
 from kvtrace.errors import ConfigError
 
@@ -254,23 +254,12 @@ def _chain_root(pred: np.ndarray) -> np.ndarray:
 def _runs(trace, h, inherit, inherited_by_next, chain_prev, chain_next, hprev, hnext, n_blocks) -> AccessRuns:
     """At most four runs per request: head; then the blocks split by what the previous request
     of the chain left (``inherit``) and by what the next one takes (``inherited_by_next``)."""
-    n = trace.n_requests
-    lo = np.minimum(inherit, inherited_by_next)
-    hi = np.maximum(inherit, inherited_by_next)
-    starts = np.stack((np.zeros(n, np.int64), h, lo, hi), axis=1)
-    ends = np.stack((h, lo, hi, n_blocks), axis=1)
-    prev = np.stack((hprev, chain_prev, np.where(inherit > inherited_by_next, chain_prev, -1),
-                     np.full(n, -1)), axis=1)
-    nxt = np.stack((hnext, chain_next, np.where(inherited_by_next > inherit, chain_next, -1),
-                    np.full(n, -1)), axis=1)
-    req = np.repeat(np.arange(n, dtype=np.int64), 4).reshape(n, 4)
-    keep = (ends > starts).ravel()
-    first = starts.ravel()[keep]
-    blocks = (ends - starts).ravel()[keep]
-    r = req.ravel()[keep]
-    return merge_runs(AccessRuns(req=r, first=first, blocks=blocks, tokens=run_tokens(trace, r, first, blocks),
-                                 prev=prev.ravel()[keep].astype(np.int64), next=nxt.ravel()[keep].astype(np.int64),
-                                 dup=np.zeros(len(r), dtype=bool)))
+    from kvtrace.analyze._kernels import chain_runs
+
+    req, first, blocks, prev, nxt = chain_runs(h, inherit, inherited_by_next, chain_prev, chain_next,
+                                               hprev, hnext, n_blocks)
+    return AccessRuns(req=req, first=first, blocks=blocks, tokens=run_tokens(trace, req, first, blocks),
+                      prev=prev, next=nxt, dup=np.zeros(len(req), dtype=bool))
 
 
 def materialize_ids(trace: BlockTrace) -> BlockTrace:
