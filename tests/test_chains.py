@@ -245,3 +245,12 @@ def test_sample_week_from_the_warehouse_reproduces_the_generators_reads():
     assert abs(int(chain_reads(tr, 300).sum()) / observed - 1) < 0.01
     assert abs(int(request_hits(tr, 300)[1].sum()) / observed - 1) < 0.01
     assert tr.meta["compaction"].sum() >= 1
+
+
+def test_chain_settings_from_text():
+    p = ChainParams.from_settings(["link_window=1", "chain-per-model=false", "head_tokens=none"], block_size=32)
+    assert (p.link_window, p.chain_per_model, p.head_tokens, p.block_size) == (1, False, None, 32)
+    with pytest.raises(Exception, match="not NAME=VALUE"):
+        ChainParams.from_settings(["nonsense=1"])
+    with pytest.raises(Exception, match="not a valid"):
+        ChainParams.from_settings(["link_window=many"])

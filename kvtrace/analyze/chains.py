@@ -80,6 +80,32 @@ class ChainParams:
     def help(cls) -> dict[str, str]:
         return {f.name: f.metadata["help"] for f in fields(cls)}
 
+    @classmethod
+    def from_settings(cls, settings: list[str] | None = None, **given) -> "ChainParams":
+        """Build from ``name=value`` texts (the CLI's ``--chain``) over keyword values."""
+        kinds = {f.name: f.type for f in fields(cls)}
+        for item in settings or []:
+            name, sep, raw = item.partition("=")
+            name = name.strip().replace("-", "_")
+            if not sep or name not in kinds:
+                raise ConfigError(f"--chain '{item}' is not NAME=VALUE of a chain parameter",
+                                  hint="names: " + ", ".join(kinds))
+            raw = raw.strip()
+            kind = str(kinds[name])
+            try:
+                if "bool" in kind:
+                    if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                        raise ValueError(raw)
+                    value = raw.lower() in ("true", "1", "yes")
+                elif raw.lower() in ("none", "") and "None" in kind:
+                    value = None
+                else:
+                    value = int(raw)
+            except ValueError:
+                raise ConfigError(f"--chain {name}: '{raw}' is not a valid {kind}") from None
+            given[name] = value
+        return cls(**given)
+
     def __post_init__(self) -> None:
         if self.block_size < 1:
             raise ConfigError(f"block size {self.block_size} must be a positive number of tokens")
