@@ -22,7 +22,7 @@ def synth(
     rate: Annotated[Optional[float], typer.Option("--rate", help="Session arrivals per minute while active (overrides the preset).")] = None,
     users: Annotated[Optional[int], typer.Option("--users", help="Size of the user pool (overrides the preset).")] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override any model parameter: name=value (JSON value), repeatable; see --params.")] = None,
-    endpoint: Annotated[Optional[str], typer.Option("--endpoint", help="Send OTLP live to this OTLP/HTTP base URL (e.g. http://127.0.0.1:4318) instead of writing otlp/.")] = None,
+    endpoint: Annotated[Optional[str], typer.Option("--endpoint", help="Send OTLP live to this OTLP/HTTP base URL (e.g. http://127.0.0.1:4318) instead of writing otlp/ (transcripts only with --out).")] = None,
     gzip: Annotated[bool, typer.Option("--gzip", help="Write .jsonl.gz files (deterministic headers).")] = False,
     params: Annotated[bool, typer.Option("--params", help="List every model parameter with its default and exit.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
@@ -57,9 +57,10 @@ def synth(
         raise ConfigError(f"bad synth parameter: {e}", hint="see kvtrace synth --params") from None
     formats = tuple(f.strip() for f in format.split(",") if f.strip())
     if endpoint:
-        formats = tuple(f for f in formats if f != "otlp")
-    if out is None and (formats or not endpoint):
-        raise ConfigError("no output folder", hint="pass --out DIR (or --endpoint URL with --format '')")
+        # OTLP goes to the endpoint; transcripts are files, written only when there is a folder.
+        formats = tuple(f for f in formats if f != "otlp" and out is not None)
+    if out is None and not endpoint:
+        raise ConfigError("no output folder", hint="pass --out DIR (or --endpoint URL to send OTLP live)")
 
     with _bar(not quiet and not as_json) as progress:
         result = generate(config, out, formats=formats, endpoint=endpoint, gzip=gzip, progress=progress)

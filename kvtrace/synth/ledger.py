@@ -6,6 +6,9 @@ has a prompt that starts with the previous request's ``cached_prefix_tokens`` (i
 ``chain_reason`` names why a new chain starts (``start``: first request of a session or subagent,
 ``compaction``, ``model_change``). ``read_source`` says what the cache served: the previous
 prefix, only the shared head, nothing, or the prompt was too short to cache.
+
+Times: the cache's TTL clock runs from a request's *start* (``start_ms``); telemetry and
+transcripts stamp the *end* (``end_ms`` = start + ``duration_ms``), which is the ``ts`` column.
 """
 
 from __future__ import annotations
@@ -77,7 +80,7 @@ class Ledger:
         return [dict(zip(COLUMNS, row)) for row in self.rows]
 
     def to_arrow(self):
-        """The rows as a ``pyarrow.Table`` (``start_ms``/``end_ms`` as epoch ms, plus ``ts`` UTC)."""
+        """The rows as a ``pyarrow.Table``: ``start_ms``/``end_ms`` epoch ms, plus ``ts`` (the end, UTC)."""
         import pyarrow as pa
 
         cols = list(zip(*self.rows)) if self.rows else [[] for _ in COLUMNS]
