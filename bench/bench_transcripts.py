@@ -170,6 +170,51 @@ print(json.dumps({"import_s": t1 - t0, "open_s": t2 - t1, "ingest_s": t3 - t2, "
 """
 
 
+_FIRST_PHASES = """
+import json, sys, time
+from collections import defaultdict
+t0 = time.perf_counter()
+import kvtrace.ingest.claude_transcripts as ct
+import kvtrace.ingest.pipeline as pl
+from kvtrace.store import Store
+spent = defaultdict(float)
+depth = [0]
+def timed(name, fn, outer_only=False):
+    def wrapper(*a, **k):
+        if outer_only and depth[0]:
+            return fn(*a, **k)
+        depth[0] += 1
+        t = time.perf_counter()
+        try:
+            return fn(*a, **k)
+        finally:
+            depth[0] -= 1
+            spent[name] += time.perf_counter() - t
+    return wrapper
+ct.parse = timed("parse_s", ct.parse)
+pl._merge = timed("merge_s", pl._merge)
+pl.expand_inputs = timed("walk_s", pl.expand_inputs)
+pl.sniff = timed("sniff_s", pl.sniff)
+Store.run = timed("ledger_rows_s", Store.run, outer_only=True)  # the runs outside _merge
+t1 = time.perf_counter()
+store = Store(sys.argv[1])
+s = pl.ingest(store, [sys.argv[2]], format=sys.argv[3] or None)
+t2 = time.perf_counter()
+store.close()
+out = {"import_s": t1 - t0, "ingest_s": t2 - t1, **spent}
+out["other_s"] = out["ingest_s"] - sum(spent.values())
+print(json.dumps({k: round(v, 3) for k, v in out.items()}))
+"""
+
+
+def _first_phases(tree: Path, db: Path) -> dict:
+    """In-process phases of a first ingest: walk, sniff, parse, merge, per-file ledger rows."""
+    db.unlink(missing_ok=True)
+    fmt = INGEST_FORMAT[1] if INGEST_FORMAT else ""
+    _, _, out = _run([sys.executable, "-c", _FIRST_PHASES, str(db), str(tree / "projects"), fmt])
+    return json.loads(out)
+
+
 def _phases(tree: Path, db: Path) -> dict:
     """In-process phases of a repeat ingest (library imports, warehouse open, ingest, close)."""
     fmt = INGEST_FORMAT[1] if INGEST_FORMAT else ""
@@ -234,6 +279,7 @@ def main() -> dict:
                 if i:
                     first_cc.append(cc_wall)
         result["first_run"] = {"kvtrace_ingest_plus_report": _stats(first_kv), "kvtrace_ingest_only": _stats(first_ingest),
+                               "kvtrace_ingest_phases_in_process": _first_phases(tree, work / "phases.duckdb"),
                                "kvtrace_peak_rss_mb": round(rss_kv / 1024) if rss_kv else None}
         result["totals"] = {"truth": {k: sum(v[k] for v in want.values()) for k in KEYS} | {"responses": truth["totals"]["responses"]},
                             "kvtrace": _compare(_kvtrace_days(report), want) | {"requests": report["requests"]}}
