@@ -37,8 +37,10 @@ def base_data(store_week):
 
 @pytest.fixture(scope="module")
 def full_data(store_week):
-    opts = ReportOptions(group_by=["day", "model"], ttls=[300.0, 3600.0], title="Fleet <week> & co")
-    return with_tiers(build_report(store_week, opts).data)
+    """Every section, from the real analyses: reuse, TTL, spend and the tier replay."""
+    opts = ReportOptions(group_by=["day", "model"], ttls=[300.0, 3600.0], tiers="seed-testbed",
+                         model="MiniMax-M2.7:fp8", title="Fleet <week> & co")
+    return build_report(store_week, opts).data
 
 
 # -- charts follow the data -----------------------------------------------------------------------
@@ -60,6 +62,20 @@ def test_token_mix_only_report_has_only_the_time_chart(base_data):
 def test_a_chart_disappears_with_its_data(full_data, drop, gone):
     d = {k: v for k, v in full_data.items() if k != drop}
     assert {c.id for c in build_charts(d)} == set(ALL_CHARTS) - gone
+
+
+def test_ttft_falls_back_to_quantiles_without_cdfs(base_data):
+    (chart,) = [c for c in build_charts(with_tiers(base_data)) if c.id == "ttft"]
+    rows = [r for node in _walk(chart.spec) if isinstance(node.get("values"), list) for r in node["values"]]
+    assert {r["q"] for r in rows} == {"p50", "p90", "p99", "max"}
+    assert {r["cohort"] for r in rows} == {"Continuing", "Resumed after idle"}
+
+
+def test_tier_boundaries_are_depths_in_the_lru_stack(full_data):
+    (chart,) = [c for c in build_charts(full_data) if c.id == "miss-ratio-curves"]
+    rows = [r for node in _walk(chart.spec) if isinstance(node.get("values"), list) for r in node["values"]
+            if "depth_tokens" in r]
+    assert sorted({r["depth_tokens"] for r in rows}) == [t["depth_tokens"] for t in full_data["tiers"]["tiers"]]
 
 
 def test_time_chart_falls_back_to_groups(base_data):
@@ -194,6 +210,8 @@ def test_schema_doc_names_every_key_of_the_dict(full_data):
     leaves |= set(d["ttl"][0]) | set(d["ttl"][0]["working_set"]) | set(d["ttl"][0]["working_set"]["series"])
     leaves |= set(d["reuse"]) | set(d["reuse"]["reuse_time"]) | set(d["reuse"]["trace"])
     leaves |= set(d["spend"]) | set(d["spend"]["ttl"][0])
+    leaves |= set(d["tiers"]) | set(d["tiers"]["grid"][0]) | set(d["tiers"]["ttft"]) | set(d["tiers"]["ttft"]["all"])
+    leaves |= {k for t in d["tiers"]["tiers"] for k in t} | set(d["tiers"]["tiers"][0]["series"])
     # A key is documented when it appears as a name: in backticks, a {list}, or after a dot.
-    missing = sorted(k for k in leaves if not re.search(r"[`{ .]" + re.escape(k) + r"[`}, :.\]]", doc))
+    missing = sorted(k for k in leaves if not re.search(r"[`{\s.]" + re.escape(k) + r"[`}, :.\]]", doc))
     assert not missing, f"undocumented report keys: {missing}"

@@ -243,35 +243,57 @@ def working_set_over_time(d: dict) -> ChartSpec | None:
 
 
 TTFT_QUANTILES = (("p50_ms", "p50"), ("p90_ms", "p90"), ("p99_ms", "p99"), ("max_ms", "max"))
+TTFT_COHORTS = (("continuing", "Continuing"), ("resumed", "Resumed after idle"), ("new", "New session"))
 
 
 def ttft_distributions(d: dict) -> ChartSpec | None:
-    """Modelled time to first token for continuing and resumed sessions (quantiles, log scale)."""
+    """Modelled time to first token per session cohort: CDFs when the replay gives them
+    (``cdf_ms`` at ``cdf_quantiles``), else the p50/p90/p99/max quantiles."""
     import altair as alt
 
     ttft = (d.get("tiers") or {}).get("ttft") or {}
+    x_title = "Time to first token (ms, log scale)"
+    x_axis = alt.Axis(format="~s", labelOverlap="greedy")
+    levels = ttft.get("cdf_quantiles") or []
     rows = []
-    for cohort in ("continuing", "resumed"):
-        q = ttft.get(cohort) or {}
-        for key, label in TTFT_QUANTILES:
-            if q.get(key) is not None and q[key] > 0:
-                rows.append({"cohort": cohort.capitalize(), "q": label, "ms": float(q[key])})
+    for key, label in TTFT_COHORTS:
+        c = ttft.get(key) or {}
+        if c.get("count") == 0:
+            continue
+        for q, ms in zip(levels, c.get("cdf_ms") or []):
+            if ms and ms > 0:
+                rows.append({"cohort": label, "ms": float(ms), "share": float(q)})
+    order = [label for _, label in TTFT_COHORTS]
+    caption = ("Modelled TTFT: reload of cached KV from each tier at its bandwidth plus re-prefill of "
+               "missed tokens. Resumed sessions come back after an idle gap.")
+    if rows:
+        chart = alt.Chart(alt.Data(values=rows)).mark_line(strokeWidth=2.5, interpolate="monotone").encode(
+            x=alt.X("ms:Q", scale=alt.Scale(type="log"), title=x_title, axis=x_axis),
+            y=alt.Y("share:Q", scale=alt.Scale(domain=[0, 1]), title="Share of requests (cumulative)",
+                    axis=alt.Axis(format="%")),
+            color=alt.Color("cohort:N", title="Session", sort=order),
+            strokeDash=alt.StrokeDash("cohort:N", sort=order, legend=None),
+            tooltip=["cohort:N", alt.Tooltip("ms:Q", format=",.1f", title="TTFT (ms)"),
+                     alt.Tooltip("share:Q", format=".1%", title="Share at or below")]
+        ).properties(width=WIDTH, height=HEIGHT)
+        return ChartSpec("ttft", "Time to first token", caption, _spec(chart))
+    for key, label in TTFT_COHORTS:
+        q = ttft.get(key) or {}
+        for k, name in TTFT_QUANTILES:
+            if q.get(k) is not None and q[k] > 0:
+                rows.append({"cohort": label, "q": name, "ms": float(q[k])})
     if not rows:
         return None
-    qs = [label for _, label in TTFT_QUANTILES]
-    x_title = "Time to first token (ms, log scale)"
+    qs = [name for _, name in TTFT_QUANTILES]
     base = alt.Chart(alt.Data(values=rows)).encode(
-        x=alt.X("ms:Q", scale=alt.Scale(type="log"), title=x_title,
-                axis=alt.Axis(format="~s", labelOverlap="greedy")),
-        y=alt.Y("cohort:N", title="Session", sort=["Continuing", "Resumed"]))
+        x=alt.X("ms:Q", scale=alt.Scale(type="log"), title=x_title, axis=x_axis),
+        y=alt.Y("cohort:N", title="Session", sort=order))
     rule = base.mark_rule(color="#999", strokeWidth=2).encode(x=alt.X("min(ms):Q", title=x_title), x2="max(ms):Q")
     dots = base.mark_point(size=120, filled=True).encode(
         color=alt.Color("q:N", title="Quantile", sort=qs), shape=alt.Shape("q:N", title="Quantile", sort=qs),
         tooltip=["cohort:N", "q:N", alt.Tooltip("ms:Q", format=",.0f")])
-    chart = alt.layer(rule, dots).properties(width=WIDTH, height=120)
-    return ChartSpec("ttft", "Time to first token",
-                     "Modelled TTFT (reload of cached KV at each tier's bandwidth plus re-prefill of "
-                     "missed tokens); resumed sessions come back after an idle gap.", _spec(chart))
+    chart = alt.layer(rule, dots).properties(width=WIDTH, height=40 * len({r["cohort"] for r in rows}) + 40)
+    return ChartSpec("ttft", "Time to first token", caption, _spec(chart))
 
 
 def writes_and_dwpd(d: dict) -> ChartSpec | None:

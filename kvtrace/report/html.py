@@ -129,13 +129,46 @@ def _tier_table(tiers: list[dict]) -> str:
 
 
 def _ttft_table(ttft: dict) -> str:
+    def ms(q, k):
+        return "–" if not q or q.get(k) is None else f"{q[k]:,.1f}"
+
     rows = []
-    for cohort in ("continuing", "resumed"):
-        q = ttft.get(cohort)
+    for key, label in (("all", "All requests"), ("continuing", "Continuing"), ("resumed", "Resumed after idle"),
+                       ("new", "New session")):
+        q = ttft.get(key)
         if q:
-            rows.append((cohort.capitalize(), *("–" if q.get(k) is None else f"{q[k]:,.0f}"
-                                                for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms"))))
-    return _table(("Session", "p50 (ms)", "p90 (ms)", "p99 (ms)", "max (ms)"), rows) if rows else ""
+            nc = q.get("no_cache")
+            rows.append((label, fmt_int(q.get("count")), *(ms(q, k) for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms")),
+                         ms(nc, "p50_ms"), ms(nc, "p99_ms")))
+    if not rows:
+        return ""
+    out = _table(("Session", "Requests", "p50 (ms)", "p90 (ms)", "p99 (ms)", "max (ms)", "p50 without cache (ms)",
+                  "p99 without cache (ms)"), rows)
+    if ttft.get("gpu_seconds_avoided"):
+        avoided = ", ".join(f"{k} {v:,.0f}" for k, v in ttft["gpu_seconds_avoided"].items())
+        out += f"<p>GPU-seconds of prefill avoided per tier: {_e(avoided)}.</p>"
+    return out
+
+
+def _tiers_intro(t: dict) -> str:
+    bits = [f"Tier set <b>{_e(t['name'])}</b>" if t.get("name") else "Tier replay"]
+    if t.get("description"):
+        bits.append(f"({_e(t['description'])})")
+    if t.get("mode"):
+        bits.append(f"· {_e(t['mode'])} mode")
+    bits.append(f"· idle TTL {_e(fmt_duration(t['ttl_s']) if t.get('ttl_s') else 'none')}")
+    if t.get("hit_ratio_tokens") is not None:
+        bits.append(f"· hit ratio through the tiers <b>{_e(fmt_pct(t['hit_ratio_tokens']))}</b>")
+    if t.get("miss_tokens") is not None:
+        bits.append(f"· {_e(fmt_tokens(t['miss_tokens']))} tokens re-prefilled")
+    return "<p>" + " ".join(bits) + ".</p>"
+
+
+def _assumptions(items: list) -> str:
+    if not items:
+        return ""
+    return ("<details><summary>Assumptions of the replay</summary><ul>"
+            + "".join(f"<li>{_e(a)}</li>" for a in items) + "</ul></details>")
 
 
 def _usd(v) -> str:
@@ -217,12 +250,13 @@ def _body(d: dict, charts: dict) -> str:
                 _table(TTL_HEADERS, ttl_rows(d)), fig("working-set")]
     tiers = d.get("tiers")
     if tiers:
-        out += ["<h2>Tiers</h2>", fig("miss-ratio-curves")]
+        out += ["<h2>Tiers</h2>", _tiers_intro(tiers)]
         if tiers.get("tiers"):
             out.append(_tier_table(tiers["tiers"]))
-        out.append(fig("writes-dwpd"))
+        out += [fig("miss-ratio-curves"), fig("writes-dwpd")]
         if tiers.get("ttft"):
             out += [fig("ttft"), _ttft_table(tiers["ttft"])]
+        out.append(_assumptions(tiers.get("assumptions")))
     spend = d.get("spend")
     if spend and spend.get("ttl"):
         out += ["<h2>API spend by cache TTL</h2>", fig("spend"), _spend_block(spend)]
