@@ -231,6 +231,17 @@ def test_grpc_codes(tmp_path):
         assert details, "a RetryInfo tells the client when to retry"
 
 
+def test_ports_in_use_are_config_errors(tmp_path):
+    with running_collector(tmp_path / "a") as c:
+        with pytest.raises(ConfigError, match="cannot listen"):
+            with running_collector(tmp_path / "b", grpc_port=c.grpc_port):
+                pass
+        with pytest.raises(ConfigError, match="cannot listen"):
+            with running_collector(tmp_path / "c", http_port=c.http_port):
+                pass
+        assert post(c.http_port, "/healthz", b"", method="GET")[0] == 200
+
+
 def test_spool_is_exclusive(tmp_path):
     with running_collector(tmp_path) as c:
         with pytest.raises(ConfigError, match="in use"):

@@ -79,9 +79,14 @@ class Collector:
             if self.config.grpc_port is not None:
                 from kvtrace.collect.grpc_server import start_grpc
 
-                self._grpc, self.grpc_port = start_grpc(self, self.config.host, self.config.grpc_port)
+                try:
+                    self._grpc, self.grpc_port = start_grpc(self, self.config.host, self.config.grpc_port)
+                except OSError as e:
+                    raise ConfigError(str(e), hint="choose another --grpc-port (-1: no gRPC) or stop what uses it") from None
             self._start_http(http_sock)
         except BaseException:
+            if self._uv is None:
+                http_sock.close()
             self.stop()
             raise
         self._started = True
@@ -100,7 +105,6 @@ class Collector:
             raise ConfigError(f"cannot listen on {self.config.host}:{self.config.http_port}: {e.strerror}",
                               hint="choose another --http-port or stop what uses it") from None
         sock.listen(1024)
-        sock.set_inheritable(True)
         self.http_port = sock.getsockname()[1]
         return sock
 
@@ -220,8 +224,9 @@ class Collector:
                 log.info("ingested %d segment(s): %d requests, %d metric points added, %d duplicates skipped, "
                          "%d lines rejected", t["segments"], t["requests_added"], t["metric_points_added"],
                          t["duplicates_skipped"], t["lines_rejected"])
+                # A reject's reason can quote a value from the request: details only with -v.
                 for r in t["rejects"]:
-                    log.warning("skipped %s", r)
+                    log.debug("ingest skipped %s", r)
             if ingest and self.config.db is not None:
                 self.metrics.set("kvtrace_collect_last_ingest_timestamp_seconds", time.time())
         except Exception as e:  # noqa: BLE001 - segments stay on disk; the next cycle retries
