@@ -98,13 +98,11 @@ def _parse_group(cur, k: int, paths: list[Path], idx: list[int]) -> int:
 
 def _run_lines(cur, k: int) -> int:
     """Parse tx_raw's candidate lines into table ``tx_rec_<k>``; return the lines read."""
-    cur.execute(load_query("ingest/transcripts_lines").sql)
-    cur.execute(f"CREATE OR REPLACE TABLE main.tx_rec_{k} AS SELECT file_idx, lineno, j, kind FROM tx_part")
-    # Lines read: pieces of the split minus the empty piece after a final newline.
-    n = cur.execute("SELECT coalesce(sum(len(string_split(content, chr(10))) "
-                    "- CASE WHEN ends_with(content, chr(10)) THEN 1 ELSE 0 END), 0) FROM tx_raw").fetchone()[0]
-    cur.execute("DROP TABLE tx_part")
-    return int(n)
+    sql = load_query("ingest/transcripts_lines").sql
+    named = sql.replace("CREATE OR REPLACE TABLE tx_part AS", f"CREATE OR REPLACE TABLE main.tx_rec_{k} AS", 1)
+    assert named != sql, "ingest/transcripts_lines.sql must create table tx_part"
+    cur.execute(named)
+    return int(cur.execute(f"SELECT coalesce(sum(file_lines), 0) FROM main.tx_rec_{k}").fetchall()[0][0])
 
 
 def _parse_fast(con, paths: list[Path]) -> tuple[int, int]:
