@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 import gzip
 import os
 import zlib
@@ -342,3 +343,39 @@ def test_partial_success_check_agrees_with_ingest_for_points_and_spans():
         assert otlp.decode_json(traces, line).rejected == expected, (i, span)
         msg = json_format.Parse(line, traces.pb(traces.request)(), ignore_unknown_fields=True)
         assert otlp.decode_protobuf(traces, msg.SerializeToString()).rejected == expected, (i, span)
+
+
+def test_a_frame_that_cannot_be_converted_is_kept_aside_and_the_segment_goes_on(tmp_path):
+    js = orjson.dumps(logs_request_json([api_request_json("req_z", (1, 1, 1, 1))]))
+    (tmp_path / "seg-9.sealed").write_bytes(segments.encode_frame(otlp.JSON_FRAME, js)
+                                            + segments.encode_frame(LOGS.frame_kind, b"\x0a\xff\xff\xff\xff\x0f")
+                                            + segments.encode_frame(ord("?"), b"x"))
+    ready, lines = segments.convert_sealed(tmp_path / "seg-9.sealed")
+    assert lines == 1 and ready.read_bytes() == js + b"\n"
+    kept = list(segments.iter_frames((tmp_path / "failed" / "seg-9.frames").read_bytes()))
+    assert [k for _, k, _ in kept] == [LOGS.frame_kind, ord("?")]
+
+
+def test_a_segment_ingest_keeps_failing_goes_to_failed_and_the_next_is_ingested(tmp_path, monkeypatch):
+    pytest.importorskip("kvtrace.ingest.otlp_json")
+    from kvtrace.collect import worker
+
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    for i in (1, 2):
+        (spool / f"seg-{i}.jsonl").write_bytes(orjson.dumps(logs_request_json([api_request_json(f"req_w{i}", (i, 1, 1, 1))])) + b"\n")
+    import kvtrace.ingest as ingest_mod
+
+    real = ingest_mod.ingest
+
+    def flaky(store, paths, **kw):
+        if Path(paths[0]).name == "seg-1.jsonl":
+            raise RuntimeError("cannot read this one")
+        return real(store, paths, **kw)
+
+    monkeypatch.setattr(ingest_mod, "ingest", flaky)
+    db = str(tmp_path / "kv.duckdb")
+    results = [worker.ingest_segments(str(spool), db, 3600) for _ in range(worker.MAX_ATTEMPTS)]
+    assert [r["segments"] for r in results] == [1, 0, 0] and results[-1]["failed"] == 1
+    assert (spool / "failed" / "seg-1.jsonl.failed").exists() and (spool / "failed" / "seg-1.jsonl.error.txt").exists()
+    assert (spool / "ingested" / "seg-2.jsonl.done").exists()

@@ -8,6 +8,9 @@ crash leaves every segment in exactly one state)::
     seg-<id>.jsonl       plain OTLP JSON lines (one export request per line): what
                          ``kvtrace ingest SPOOL_DIR`` reads; ``.open``/``.sealed`` are ignored by it
     ingested/seg-<id>.jsonl.done   ingested by the collector into its warehouse (kept a while)
+    failed/seg-<id>.*.failed   failed conversion or ingest 3 times (with a .error.txt): kept, never
+                         dropped; retry with ``kvtrace ingest --format otlp-json FILE``
+    failed/seg-<id>.frames     single frames that could not be converted (their segment went on)
 
 A frame is ``b"KV" kind:u8 length:u32 crc32:u32`` (big-endian) + payload; kind ``J`` holds an
 OTLP JSON line, ``L``/``M``/``T`` a protobuf logs/metrics/traces request. The CRC lets recovery
@@ -28,6 +31,7 @@ MAGIC = b"KV"
 HEADER = struct.Struct(">2sBII")
 OPEN, SEALED, READY, TMP, DONE = ".open", ".sealed", ".jsonl", ".jsonl.tmp", ".jsonl.done"
 INGESTED_DIR = "ingested"
+FAILED_DIR = "failed"      # segments that could not be converted or ingested, kept for a manual retry
 
 
 def encode_frame(kind: int, payload: bytes) -> bytes:
@@ -116,11 +120,15 @@ def convert_sealed(sealed: Path) -> tuple[Path | None, int]:
     lines = 0
     with open(tmp, "wb") as out:
         for _end, kind, payload in iter_frames(data):
-            if kind == JSON_FRAME:
-                line = payload
-            elif kind in SIGNAL_BY_FRAME:
-                line = protobuf_to_json_line(SIGNAL_BY_FRAME[kind], payload)
-            else:
+            try:
+                if kind == JSON_FRAME:
+                    line = payload
+                elif kind in SIGNAL_BY_FRAME:
+                    line = protobuf_to_json_line(SIGNAL_BY_FRAME[kind], payload)
+                else:
+                    raise ValueError(f"unknown frame kind {kind}")
+            except Exception:  # noqa: BLE001 - keep the frame aside; the rest of the segment goes on
+                _keep_failed_frame(sealed.parent, sid, kind, payload)
                 continue
             if line:
                 out.write(line)
@@ -138,6 +146,15 @@ def convert_sealed(sealed: Path) -> tuple[Path | None, int]:
     sealed.unlink()
     fsync_dir(sealed.parent)
     return ready, lines
+
+
+def _keep_failed_frame(spool: Path, sid: str, kind: int, payload: bytes) -> None:
+    failed = spool / FAILED_DIR
+    failed.mkdir(exist_ok=True)
+    with open(failed / (sid + ".frames"), "ab") as fh:
+        fh.write(encode_frame(kind, payload))
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 def tidy(spool: Path) -> None:

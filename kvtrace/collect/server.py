@@ -215,11 +215,13 @@ class Collector:
                 self.spool.rotate()
             self._sealed_pending.clear()
             if seg.listing(self.config.spool, seg.SEALED):
-                finish_segments_result = self.worker.call("finish", spool_dir)
-                log.debug("converted %d segment(s)", len(finish_segments_result))
+                f = self.worker.call("finish", spool_dir)
+                self.metrics.inc("kvtrace_collect_segment_failures_total", f["failed"])
+                log.debug("converted %d segment(s) into %d lines", f["converted"], f["lines"])
             if ingest and self.config.db is not None and seg.listing(self.config.spool, seg.READY):
                 t = self.worker.call("ingest", spool_dir, str(self.config.db), self.config.keep_ingested)
                 self.metrics.inc("kvtrace_collect_segments_ingested_total", t["segments"])
+                self.metrics.inc("kvtrace_collect_segment_failures_total", t["failed"])
                 self.metrics.inc("kvtrace_collect_ingested_requests_total", t["requests_added"])
                 log.info("ingested %d segment(s): %d requests, %d metric points added, %d duplicates skipped, "
                          "%d lines rejected", t["segments"], t["requests_added"], t["metric_points_added"],

@@ -47,14 +47,41 @@ def _init_worker(parent: int) -> None:
         os._exit(1)
 
 
-def finish_segments(spool: str) -> list[tuple[str, int]]:
-    """Convert every sealed segment to OTLP JSON lines. Returns ``[(jsonl_path, lines)]``."""
-    out = []
-    with ops_lock(Path(spool)):
-        for sealed in seg.listing(Path(spool), seg.SEALED):
-            ready, lines = seg.convert_sealed(sealed)
-            if ready is not None:
-                out.append((str(ready), lines))
+MAX_ATTEMPTS = 3      # a segment that fails this often is moved to SPOOL/failed/ (kept, never dropped)
+_attempts: dict[str, int] = {}
+
+
+def _give_up(root: Path, path: Path, error: BaseException) -> bool:
+    """Count a failure; after MAX_ATTEMPTS move the segment to ``failed/`` so later ones proceed."""
+    n = _attempts[path.name] = _attempts.get(path.name, 0) + 1
+    log.error("segment %s failed (%d/%d): %s: %s", path.name, n, MAX_ATTEMPTS, type(error).__name__, error)
+    if n < MAX_ATTEMPTS:
+        return False
+    failed = root / seg.FAILED_DIR
+    failed.mkdir(exist_ok=True)
+    os.replace(path, failed / (path.name + ".failed"))   # a suffix no folder walk of `kvtrace ingest` picks up
+    (failed / (path.name + ".error.txt")).write_text(f"{type(error).__name__}: {error}\n")
+    seg.fsync_dir(root)
+    return True
+
+
+def finish_segments(spool: str) -> dict:
+    """Convert every sealed segment to OTLP JSON lines.
+
+    Returns:
+        ``{"converted": n, "lines": n, "failed": n}``.
+    """
+    root = Path(spool)
+    out = {"converted": 0, "lines": 0, "failed": 0}
+    with ops_lock(root):
+        for sealed in seg.listing(root, seg.SEALED):
+            try:
+                _ready, lines = seg.convert_sealed(sealed)
+            except Exception as e:  # noqa: BLE001 - one bad segment must not block the others
+                out["failed"] += _give_up(root, sealed, e)
+                continue
+            out["converted"] += 1
+            out["lines"] += lines
     return out
 
 
@@ -85,14 +112,21 @@ def ingest_segments(spool: str, db: str, keep_seconds: float) -> dict:
     root = Path(spool)
     done_dir = root / seg.INGESTED_DIR
     done_dir.mkdir(exist_ok=True)
+    from kvtrace.errors import SchemaError
+
     totals = {"segments": 0, "requests_added": 0, "metric_points_added": 0, "duplicates_skipped": 0,
-              "lines_rejected": 0, "rejects": []}
+              "lines_rejected": 0, "rejects": [], "failed": 0}
     with ops_lock(root):
         for ready in seg.listing(root, seg.READY):
             # The warehouse is held for one segment's transaction at a time, so reports can run.
-            store = _open_store(db)
+            store = _open_store(db)    # SchemaError (busy or unusable warehouse): the cycle ends here
             try:
                 s = ingest(store, [ready], format="otlp-json")
+            except SchemaError:
+                raise
+            except Exception as e:  # noqa: BLE001 - a segment ingest cannot read must not block the rest
+                totals["failed"] += _give_up(root, ready, e)
+                continue
             finally:
                 store.close()
             os.replace(ready, done_dir / (seg.segment_id(ready) + seg.DONE))
