@@ -54,12 +54,16 @@ def test_live_counts_equal_a_direct_count(trace):
     for engine in ("numpy", "numba", "blocks"):
         dist = compute_distances(trace, ttls, engine=engine)
         last: dict = {}
+        peak = {tau: 0 for tau in ttls}
         for i in range(trace.n_requests):
             for tau in ttls:
                 want = sum(1 for v in last.values() if t_us[i] - v <= tau)
                 assert dist.live[tau][i] == want, (engine, i, tau)
             for b in trace.blocks(i):
                 last[int(b)] = int(t_us[i])
+            for tau in ttls:
+                peak[tau] = max(peak[tau], sum(1 for v in last.values() if t_us[i] - v <= tau))
+        assert dist.peak_after == peak, engine
 
 
 @pytest.mark.parametrize("engine", ["numpy", "numba", "blocks"])

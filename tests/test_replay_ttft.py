@@ -47,10 +47,12 @@ def test_overlap_takes_the_longer_of_reload_and_prefill():
     assert res.ttft["continuing"]["max_ms"] == pytest.approx(max(160 / 1e3 + 0.001, 4 / 100) * 1e3)
 
 
-def test_sessions_decide_resumption_when_the_trace_has_them():
+@pytest.mark.parametrize("engine", ["numpy", "numba"])
+def test_sessions_decide_resumption_when_the_trace_has_them(engine):
     import numpy as np
 
-    res = replay(_trace(session=np.array([7, 7, 8])), capacities=[None], ttls=[None], model=MODEL, tiers=TIERS)
+    res = replay(_trace(session=np.array([7, 7, 8])), capacities=[None], ttls=[None], model=MODEL, tiers=TIERS,
+                 engine=engine)
     assert (res.ttft["new"]["count"], res.ttft["continuing"]["count"], res.ttft["resumed"]["count"]) == (2, 1, 0)
     assert res.ttft["session_source"] == "session ids"
 

@@ -83,7 +83,8 @@ def replay(
         caps = [None if c is None else c // (block_size or 512) * bt.block_size for c in caps]
     cfg = TTFTConfig(overlap=not no_overlap, resume_gap_s=parse_duration(resume_gap, what="--resume-gap"),
                      prefill_tokens_per_s=prefill_rate)
-    res = run(bt, capacities=caps or None, ttls=ttls or None, model=m, tiers=ts, tier_ttl=tt, ttft=cfg, engine=engine)
+    res = run(bt, capacities=caps or None, ttls=ttls or None, model=m, tiers=ts, tier_ttl=tt, ttft=cfg, engine=engine,
+              release_ids=True)
     if format == "json":
         import json
 

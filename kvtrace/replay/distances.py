@@ -48,8 +48,10 @@ class Distances:
         d: stack distance of the run's first block (1-based, in blocks).
         age: µs since the run's blocks were last touched.
         unique: distinct blocks per request.
-        live: per TTL in µs, the blocks not older than it just before each request (int64 µs key;
-            ``NO_TTL`` = every block seen so far).
+        live: per kept TTL in µs, the blocks not older than it just before each request
+            (``NO_TTL`` = every block seen so far).
+        peak_after: per TTL in µs, the most blocks not older than it right after a request (the
+            peak working set in blocks).
         kernel: which engine produced them: ``numpy``, ``numba`` or ``numba-blocks`` (the
             block-by-block fallback for traces that are not prefix-closed; its runs are single
             blocks carrying the running maxima ``d*`` and ``a*``).
@@ -62,7 +64,9 @@ class Distances:
     age: np.ndarray
     unique: np.ndarray
     live: dict[int, np.ndarray] = field(default_factory=dict)
+    peak_after: dict[int, int] = field(default_factory=dict)
     kernel: str = "numpy"
+    t_us: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.req)
@@ -84,14 +88,16 @@ def dense_ids(ids: np.ndarray) -> tuple[np.ndarray, int]:
     return inv.astype(np.int64, copy=False).reshape(-1), len(uniq)
 
 
-def compute_distances(trace: BlockTrace, ttls_us: list[int], engine: str = "auto") -> Distances:
+def compute_distances(trace: BlockTrace, ttls_us: list[int], engine: str = "auto",
+                      keep: set[int] | None = None) -> Distances:
     """Stack distances, ages and live counts of ``trace`` (one pass).
 
     Args:
         trace: the block trace, requests in time order.
-        ttls_us: TTLs (µs) for which to count live blocks before each request; ``NO_TTL`` for none.
+        ttls_us: TTLs (µs) for which to count live blocks (peaks always); ``NO_TTL`` for none.
         engine: ``auto`` (numpy up to ``NUMPY_MAX_BLOCKS`` block accesses, else numba),
             ``numpy``, ``numba`` or ``blocks`` (the block-by-block kernel, for checks).
+        keep: the TTLs whose live counts before each request are kept (default: all).
     """
     if np.any(np.diff(trace.ts) < 0):
         from kvtrace.errors import BadTraceInput
@@ -99,25 +105,30 @@ def compute_distances(trace: BlockTrace, ttls_us: list[int], engine: str = "auto
                             field="ts", hint="sort the requests by time before replaying")
     t = ts_us(trace)
     ttls = sorted({int(x) for x in ttls_us} | {NO_TTL})
+    keep = set(ttls) if keep is None else {int(x) for x in keep}
     if engine == "auto":
         engine = "numpy" if trace.n_blocks <= NUMPY_MAX_BLOCKS else "numba"
     if engine == "numpy":
-        res = _numpy_engine(trace, t, ttls)
+        res = _numpy_engine(trace, t, ttls, keep)
         if res is not None:
+            res.t_us = t
             return res
         engine = "blocks"
     from kvtrace.replay import kernel
     ids, n_ids = dense_ids(trace.hash_ids)
     if engine == "numba":
-        res = kernel.run_fast(t, trace.offsets, ids, n_ids, ttls)
+        res = kernel.run_fast(t, trace.offsets, ids, n_ids, ttls, keep)
         if res is not None:
+            res.t_us = t
             return res
-    return kernel.run_blocks(t, trace.offsets, ids, n_ids, ttls)
+    res = kernel.run_blocks(t, trace.offsets, ids, n_ids, ttls, keep)
+    res.t_us = t
+    return res
 
 
 # -- the vectorized engine ---------------------------------------------------------------------
 
-def _numpy_engine(trace: BlockTrace, t: np.ndarray, ttls: list[int]) -> Distances | None:
+def _numpy_engine(trace: BlockTrace, t: np.ndarray, ttls: list[int], keep: set[int]) -> Distances | None:
     """Distances by sorting and dominance sums; None if the trace is not prefix-closed."""
     n, off, ids = trace.n_requests, trace.offsets, trace.hash_ids
     N = len(ids)
@@ -178,8 +189,13 @@ def _numpy_engine(trace: BlockTrace, t: np.ndarray, ttls: list[int]) -> Distance
         live[tau] = (U[:n] - U[r0]) - dead[k:k + n]
         k += n
     age = t[r_req] - t[r_src]
-    return Distances(req=r_req, first=r_first, blocks=r_len, d=d, age=age,
-                     unique=counts.astype(np.int64), live=live, kernel="numpy")
+    peak = {}
+    for tau in ttls:
+        ok = age <= tau
+        hit = np.bincount(r_req[ok], weights=r_len[ok], minlength=n).astype(np.int64)
+        peak[tau] = int((live[tau] + counts - hit).max()) if n else 0
+    return Distances(req=r_req, first=r_first, blocks=r_len, d=d, age=age, unique=counts.astype(np.int64),
+                     live={k: v for k, v in live.items() if k in keep}, peak_after=peak, kernel="numpy")
 
 
 def _dominance_sum(ev_r: np.ndarray, ev_w: np.ndarray, q_p: np.ndarray, q_r: np.ndarray) -> np.ndarray:

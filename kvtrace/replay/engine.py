@@ -15,7 +15,7 @@ import numpy as np
 from kvtrace.analyze.blocktrace import BlockTrace
 from kvtrace.errors import ConfigError
 from kvtrace.replay.catalog import KVModel
-from kvtrace.replay.distances import NO_TTL, compute_distances, ts_us
+from kvtrace.replay.distances import NO_TTL, compute_distances
 from kvtrace.replay.grid import hit_grid
 from kvtrace.replay.tiers import TierSet, resolve
 from kvtrace.replay.traffic import tier_traffic
@@ -96,7 +96,8 @@ def _ttl_us(ttl: float | None) -> int:
 
 def replay(trace: BlockTrace, capacities: list[int | None] | None = None, ttls: list[float | None] | None = None,
            model: KVModel | None = None, tiers: TierSet | None = None, tier_ttl: float | None = None,
-           ttft: TTFTConfig | None = None, engine: str = "auto", points: int = 480) -> ReplayResult:
+           ttft: TTFTConfig | None = None, engine: str = "auto", points: int = 480,
+           release_ids: bool = False) -> ReplayResult:
     """Replay a block trace through LRU caches of every capacity x TTL, and through a tier hierarchy.
 
     Args:
@@ -109,6 +110,8 @@ def replay(trace: BlockTrace, capacities: list[int | None] | None = None, ttls: 
         ttft: TTFT model options (computed when ``tiers`` and ``model`` are given).
         engine: ``auto``, ``numpy``, ``numba`` or ``blocks`` (see ``compute_distances``).
         points: at most this many time buckets in the tier time series.
+        release_ids: drop ``trace.hash_ids`` once the distances are known (for a caller that
+            loaded the trace only to replay it: frees the largest array early).
     """
     clock = {}
     t0 = time.perf_counter()
@@ -120,7 +123,10 @@ def replay(trace: BlockTrace, capacities: list[int | None] | None = None, ttls: 
         raise ConfigError("a TTL is negative", hint="TTLs are durations such as 5m")
     bs = trace.block_size
     need = {_ttl_us(t) for t in ttl_list} | {_ttl_us(tier_ttl)}
-    dist = compute_distances(trace, sorted(need), engine=engine)
+    keep = {_ttl_us(tier_ttl)} if tiers is not None else set()
+    dist = compute_distances(trace, sorted(need), engine=engine, keep=keep)
+    if release_ids:
+        trace.hash_ids = np.zeros(0, dtype=np.int64)         # the caller's copy, no longer needed
     clock["distances_s"] = time.perf_counter() - t0
 
     t1 = time.perf_counter()
@@ -144,10 +150,7 @@ def replay(trace: BlockTrace, capacities: list[int | None] | None = None, ttls: 
     working = []
     for ttl in ttl_list:
         tau = _ttl_us(ttl)
-        ok = dist.age <= tau
-        live_hit = np.bincount(dist.req[ok], weights=dist.blocks[ok], minlength=trace.n_requests)
-        after = dist.live[tau] + dist.unique - live_hit.astype(np.int64)
-        peak = int(after.max()) if len(after) else 0
+        peak = dist.peak_after[tau]
         working.append({"ttl_s": None if tau == NO_TTL else ttl, "peak_tokens": peak * bs,
                         "peak_bytes": None if bpb is None else peak * bpb})
     clock["grid_s"] = time.perf_counter() - t1
@@ -160,7 +163,7 @@ def replay(trace: BlockTrace, capacities: list[int | None] | None = None, ttls: 
     if tiers is not None:
         t2 = time.perf_counter()
         resolved = resolve(tiers, model, bs)
-        t_us = ts_us(trace)
+        t_us = dist.t_us
         tau = _ttl_us(tier_ttl)
         bpt = model.bytes_per_token if model is not None else 0
         per_tier, hit_b, hit_t, info = tier_traffic(dist, t_us, trace.input_length, bs, resolved, tiers.mode,
@@ -182,9 +185,7 @@ def replay(trace: BlockTrace, capacities: list[int | None] | None = None, ttls: 
     span = float(trace.ts[-1] - trace.ts[0]) if trace.n_requests else 0.0
     info_trace = {"name": trace.name, "requests": trace.n_requests, "blocks": trace.n_blocks, "block_size": bs,
                   "input_tokens": int(trace.input_length.sum()), "span_s": span,
-                  "distinct_blocks": int(dist.live[NO_TTL][-1] + dist.unique[-1] - (
-                      dist.blocks[dist.req == trace.n_requests - 1].sum() if trace.n_requests else 0))
-                  if trace.n_requests else 0}
+                  "distinct_blocks": dist.peak_after[NO_TTL]}
     clock["total_s"] = time.perf_counter() - t0
     return ReplayResult(trace=info_trace, grid=grid, working_set=working,
                         model=None if model is None else model.to_dict(bs), tiers=tier_out, ttft=ttft_out,

@@ -68,26 +68,36 @@ def hit_grid(dist: Distances, input_length: np.ndarray, block_size: int,
     """
     caps = np.asarray(caps_blocks, dtype=np.int64)
     ttls = np.asarray(ttls_us, dtype=np.int64)
-    T = len(ttls)
-    tb = np.searchsorted(ttls, dist.age, side="left")       # ttls[t] >= age  <=>  t >= tb
-    keep = tb < T
-    d, ln, tb = dist.d[keep], dist.blocks[keep], tb[keep]
-    full, part = run_token_split(dist, input_length, block_size)
-    full, part = full[keep], part[keep]
-    x0 = d - 1
-    blocks = _ramp_sums(np.concatenate([x0, x0 + ln]), np.concatenate([np.ones_like(ln), -np.ones_like(ln)]),
-                        np.concatenate([tb, tb]), caps, T)
-    tokens = block_size * _ramp_sums(np.concatenate([x0, x0 + full]),
-                                     np.concatenate([np.ones_like(ln), -np.ones_like(ln)]),
-                                     np.concatenate([tb, tb]), caps, T)
-    has = part > 0
-    tokens += _steps(d[has] + full[has], part[has], tb[has], caps, T)
-    hb, ht = blocks.T.cumsum(axis=1), tokens.T.cumsum(axis=1)   # cumulative over TTL bins
-    if unlimited:
+    T, K = len(ttls), len(caps)
+    if dist.kernel.startswith("numba"):       # the compiled twin (numba is loaded already)
+        from kvtrace.replay.kernel import grid_sums
+
+        A_b, S_b, A_t, S_t, W_t, ub, ut = grid_sums(dist, input_length, block_size, caps, ttls)
+        with np.errstate(over="ignore"):
+            blocks = caps[None, :] * A_b[:T, :K].cumsum(axis=1) - S_b[:T, :K].cumsum(axis=1)
+            tokens = block_size * (caps[None, :] * A_t[:T, :K].cumsum(axis=1) - S_t[:T, :K].cumsum(axis=1))
+        tokens += W_t[:T, :K].cumsum(axis=1)
+        ub, ut = ub[:T], ut[:T]
+    else:
+        tb = np.searchsorted(ttls, dist.age, side="left")   # ttls[t] >= age  <=>  t >= tb
+        keep = tb < T
+        d, ln, tb = dist.d[keep], dist.blocks[keep], tb[keep]
+        full, part = run_token_split(dist, input_length, block_size)
+        full, part = full[keep], part[keep]
+        x0 = d - 1
+        one = np.ones_like(ln)
+        blocks = _ramp_sums(np.concatenate([x0, x0 + ln]), np.concatenate([one, -one]),
+                            np.concatenate([tb, tb]), caps, T)
+        tokens = block_size * _ramp_sums(np.concatenate([x0, x0 + full]), np.concatenate([one, -one]),
+                                         np.concatenate([tb, tb]), caps, T)
+        has = part > 0
+        tokens += _steps(d[has] + full[has], part[has], tb[has], caps, T)
         ub = np.zeros(T, dtype=np.int64)
         ut = np.zeros(T, dtype=np.int64)
         np.add.at(ub, tb, ln)
         np.add.at(ut, tb, full * block_size + part)
+    hb, ht = blocks.T.cumsum(axis=1), tokens.T.cumsum(axis=1)   # cumulative over TTL bins
+    if unlimited:
         hb = np.vstack([hb, ub.cumsum()])
         ht = np.vstack([ht, ut.cumsum()])
     return hb, ht

@@ -4,12 +4,19 @@
 its blocks it was the last to touch ("live" blocks). In a prefix-closed trace the live blocks of
 request *r* are a suffix ``[cut[r], n_r)`` of its blocks (later requests re-touch prefixes), so a
 run of request *i* that *r* last touched starts at ``cut[r]`` and its first block's depth is
-``1 + (live blocks of requests after r)``: one Fenwick query per run. The walk checks the trace
-is prefix-closed as it goes (each re-touched block sits at the same depth after the same parent
-as in the request that last touched it) and gives up, returning None, at the first violation.
+``1 + (live blocks of requests after r)``: one Fenwick query per run. The run goes on exactly as
+long as *i*'s blocks equal *r*'s (a block deeper in *r*'s path re-touched by a later request would
+have taken *r*'s earlier blocks with it), so inside a run the walk compares the two rows instead
+of looking blocks up: one lookup per run, sequential reads otherwise. The walk checks the trace is
+prefix-closed as it goes (a looked-up block sits at the same depth after the same parent in the
+request that last touched it; blocks after a new block are new) and gives up, returning None, at
+the first violation.
 
 ``_blocks_kernel`` is the general fallback: a Fenwick tree over touch positions, one query and two
 updates per block, running maxima of distance and age along each request.
+
+Both also count, per TTL, the live blocks before each request (kept for the TTLs in ``keep``) and
+the peak of the live blocks after a request (the working set's peak).
 """
 
 from __future__ import annotations
@@ -48,7 +55,7 @@ def _grow(a, size):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def _runs_kernel(t, offsets, ids, n_ids, ttls, live):  # pragma: no cover - compiled
+def _runs_kernel(t, offsets, ids, n_ids, ttls, keep, live, peak):  # pragma: no cover - compiled
     n = len(offsets) - 1
     last = np.full(n_ids, -1, dtype=np.int32)
     cut = np.zeros(n, dtype=np.int32)
@@ -56,50 +63,51 @@ def _runs_kernel(t, offsets, ids, n_ids, ttls, live):  # pragma: no cover - comp
     total = 0
     T = len(ttls)
     ptr = np.zeros(T, dtype=np.int64)
-    cap = n + 1024
+    cap = n + n // 2 + 1024
     r_req = np.empty(cap, dtype=np.int32)
     r_first = np.empty(cap, dtype=np.int32)
     r_len = np.empty(cap, dtype=np.int32)
     r_src = np.empty(cap, dtype=np.int32)
-    r_d = np.empty(cap, dtype=np.int64)
+    r_d = np.empty(cap, dtype=np.int32)
     R = 0
     for i in range(n):
         a = offsets[i]
         m = offsets[i + 1] - a
+        if R + m + 1 > cap:                # arrays grow only between requests, which keeps the
+            cap = max(cap + cap // 2, R + m + 1)  # hot loop below free of reallocation
+            r_req = _grow(r_req, cap)
+            r_first = _grow(r_first, cap)
+            r_len = _grow(r_len, cap)
+            r_src = _grow(r_src, cap)
+            r_d = _grow(r_d, cap)
         first_run = R
-        src = -1
+        src = n
         j = 0
         while j < m:
             x = ids[a + j]
             r = last[x]
             if r < 0:
                 break
-            if r == i:
-                return False, R, r_req, r_first, r_len, r_src, r_d
+            # A run starts: r must be older than the previous run's, own x at depth j after the
+            # same parent, and not have lost depth j to a later request yet.
             ro = offsets[r]
-            if j >= offsets[r + 1] - ro or ids[ro + j] != x:
+            rl = offsets[r + 1] - ro
+            if r >= src or cut[r] != j or j >= rl or ids[ro + j] != x:
                 return False, R, r_req, r_first, r_len, r_src, r_d
             if j > 0 and ids[ro + j - 1] != ids[a + j - 1]:
                 return False, R, r_req, r_first, r_len, r_src, r_d
-            if r != src:
-                if (src >= 0 and r > src) or cut[r] != j:
-                    return False, R, r_req, r_first, r_len, r_src, r_d
-                if R == cap:
-                    cap *= 2
-                    r_req = _grow(r_req, cap)
-                    r_first = _grow(r_first, cap)
-                    r_len = _grow(r_len, cap)
-                    r_src = _grow(r_src, cap)
-                    r_d = _grow(r_d, cap)
-                r_req[R] = i
-                r_first[R] = j
-                r_len[R] = 0
-                r_src[R] = r
-                R += 1
-                src = r
-            r_len[R - 1] += 1
-            last[x] = i
-            j += 1
+            e = j + 1
+            while e < m and e < rl and ids[a + e] == ids[ro + e]:
+                e += 1
+            r_req[R] = i
+            r_first[R] = j
+            r_len[R] = e - j
+            r_src[R] = r
+            R += 1
+            src = r
+            for k in range(j, e):
+                last[ids[a + k]] = i
+            j = e
         while j < m:                       # the rest of the request must be new blocks
             x = ids[a + j]
             if last[x] >= 0:
@@ -114,7 +122,16 @@ def _runs_kernel(t, offsets, ids, n_ids, ttls, live):  # pragma: no cover - comp
             while p < i and t[p] < lim:
                 p += 1
             ptr[k] = p
-            live[k, i] = total - _fen_prefix(fen, p - 1)
+            before = total - _fen_prefix(fen, p - 1)
+            if keep[k] >= 0:
+                live[keep[k], i] = before
+            hit = 0
+            for q in range(first_run, R):
+                if t[i] - t[r_src[q]] <= ttls[k]:
+                    hit += r_len[q]
+            after = before + m - hit
+            if after > peak[k]:
+                peak[k] = after
         for q in range(first_run, R):
             _fen_add(fen, r_src[q], -r_len[q])
             cut[r_src[q]] += r_len[q]
@@ -125,7 +142,8 @@ def _runs_kernel(t, offsets, ids, n_ids, ttls, live):  # pragma: no cover - comp
 
 
 @numba.njit(cache=True, nogil=True)
-def _blocks_kernel(t, offsets, ids, n_ids, ttls, live, unique, o_req, o_first, o_d, o_age):  # pragma: no cover
+def _blocks_kernel(t, offsets, ids, n_ids, ttls, keep, live, peak, unique,
+                   o_req, o_first, o_d, o_age):  # pragma: no cover - compiled
     n = len(offsets) - 1
     N = len(ids)
     last_pos = np.full(n_ids, -1, dtype=np.int64)
@@ -134,6 +152,7 @@ def _blocks_kernel(t, offsets, ids, n_ids, ttls, live, unique, o_req, o_first, o
     base = np.zeros(n + 1, dtype=np.int64)
     tmp_ids = np.empty(N, dtype=np.int64)
     tmp_pos = np.empty(N, dtype=np.int64)
+    tmp_age = np.empty(N, dtype=np.int64)
     T = len(ttls)
     ptr = np.zeros(T, dtype=np.int64)
     total = 0
@@ -158,11 +177,13 @@ def _blocks_kernel(t, offsets, ids, n_ids, ttls, live, unique, o_req, o_first, o
                     R += 1
                 continue
             p = last_pos[x]
+            age = -1
             if p < 0:
                 broken = True
+            else:
+                age = t[i] - t[last_req[x]]
             if not broken:
                 d = total - _fen_prefix(fen, p) + 1
-                age = t[i] - t[last_req[x]]
                 if d > dmax:
                     dmax = d
                 if age > amax:
@@ -174,6 +195,7 @@ def _blocks_kernel(t, offsets, ids, n_ids, ttls, live, unique, o_req, o_first, o
                 R += 1
             tmp_ids[u] = x
             tmp_pos[u] = p
+            tmp_age[u] = age
             last_req[x] = i
             u += 1
         for k in range(T):
@@ -182,7 +204,15 @@ def _blocks_kernel(t, offsets, ids, n_ids, ttls, live, unique, o_req, o_first, o
             while q < i and t[q] < lim:
                 q += 1
             ptr[k] = q
-            live[k, i] = total - _fen_prefix(fen, base[q] - 1)
+            before = total - _fen_prefix(fen, base[q] - 1)
+            if keep[k] >= 0:
+                live[keep[k], i] = before
+            hit = 0
+            for v in range(u):
+                if tmp_pos[v] >= 0 and tmp_age[v] <= ttls[k]:
+                    hit += 1
+            if before + u - hit > peak[k]:
+                peak[k] = before + u - hit
         for k in range(u):
             if tmp_pos[k] >= 0:
                 _fen_add(fen, tmp_pos[k], -1)
@@ -197,32 +227,160 @@ def _blocks_kernel(t, offsets, ids, n_ids, ttls, live, unique, o_req, o_first, o
     return R
 
 
-def run_fast(t, offsets, ids, n_ids, ttls) -> Distances | None:
+def _keep_rows(ttls, keep):
+    rows = np.full(len(ttls), -1, dtype=np.int64)
+    kept = [tau for tau in ttls if tau in keep]
+    for k, tau in enumerate(ttls):
+        if tau in keep:
+            rows[k] = kept.index(tau)
+    return rows, kept
+
+
+def run_fast(t, offsets, ids, n_ids, ttls, keep) -> Distances | None:
     """The run kernel; None if the trace turns out not to be prefix-closed."""
     n = len(offsets) - 1
-    live = np.zeros((len(ttls), n), dtype=np.int64)
+    rows, kept = _keep_rows(ttls, keep)
+    live = np.zeros((len(kept), n), dtype=np.int32)
+    peak = np.zeros(len(ttls), dtype=np.int64)
     ok, R, r_req, r_first, r_len, r_src, r_d = _runs_kernel(
-        t, offsets, ids, n_ids, np.asarray(ttls, dtype=np.int64), live)
+        t, offsets, ids, n_ids, np.asarray(ttls, dtype=np.int64), rows, live, peak)
     if not ok:
         return None
-    req = r_req[:R].astype(np.int64)
-    src = r_src[:R].astype(np.int64)
-    return Distances(req=req, first=r_first[:R].astype(np.int64), blocks=r_len[:R].astype(np.int64),
-                     d=r_d[:R].copy(), age=t[req] - t[src], unique=np.diff(offsets).astype(np.int64),
-                     live={tau: live[k] for k, tau in enumerate(ttls)}, kernel="numba")
+    req = r_req[:R]
+    return Distances(req=req, first=r_first[:R], blocks=r_len[:R], d=r_d[:R], age=t[req] - t[r_src[:R]],
+                     unique=np.diff(offsets), live={tau: live[k] for k, tau in enumerate(kept)},
+                     peak_after={tau: int(peak[k]) for k, tau in enumerate(ttls)}, kernel="numba")
 
 
-def run_blocks(t, offsets, ids, n_ids, ttls) -> Distances:
+def run_blocks(t, offsets, ids, n_ids, ttls, keep) -> Distances:
     """The block-by-block kernel: exact on any trace (single-block runs with ``d*`` and ``a*``)."""
     n, N = len(offsets) - 1, len(ids)
-    live = np.zeros((len(ttls), n), dtype=np.int64)
+    rows, kept = _keep_rows(ttls, keep)
+    live = np.zeros((len(kept), n), dtype=np.int64)
+    peak = np.zeros(len(ttls), dtype=np.int64)
     unique = np.zeros(n, dtype=np.int64)
     o_req = np.empty(N, dtype=np.int64)
     o_first = np.empty(N, dtype=np.int64)
     o_d = np.empty(N, dtype=np.int64)
     o_age = np.empty(N, dtype=np.int64)
-    R = _blocks_kernel(t, offsets, ids, n_ids, np.asarray(ttls, dtype=np.int64), live, unique,
+    R = _blocks_kernel(t, offsets, ids, n_ids, np.asarray(ttls, dtype=np.int64), rows, live, peak, unique,
                        o_req, o_first, o_d, o_age)
     return Distances(req=o_req[:R], first=o_first[:R], blocks=np.ones(R, dtype=np.int64), d=o_d[:R],
-                     age=o_age[:R], unique=unique, live={tau: live[k] for k, tau in enumerate(ttls)},
-                     kernel="numba-blocks")
+                     age=o_age[:R], unique=unique, live={tau: live[k] for k, tau in enumerate(kept)},
+                     peak_after={tau: int(peak[k]) for k, tau in enumerate(ttls)}, kernel="numba-blocks")
+
+
+# -- the grid and the tier bands over runs (the compiled twins of grid.py and traffic.py) ----------
+
+@numba.njit(cache=True, nogil=True)
+def _grid_kernel(req, first, blocks, d, age, L, bs, caps, ttls, A_b, S_b, A_t, S_t, W_t, U_b, U_t):  # pragma: no cover
+    """Accumulate per (TTL bin, capacity bin) the ramp counts and sums of ``grid.hit_grid``."""
+    T = len(ttls)
+    for q in range(len(req)):
+        a = age[q]
+        tb = 0
+        while tb < T and ttls[tb] < a:
+            tb += 1
+        if tb == T:
+            continue
+        x0 = d[q] - 1
+        ln = blocks[q]
+        fi = first[q]
+        Lq = L[req[q]]
+        full = min(max(Lq // bs - fi, 0), ln)
+        part = 0
+        if full < ln:
+            part = min(max(Lq - (fi + full) * bs, 0), bs)
+        b = np.searchsorted(caps, x0, side="right")
+        A_b[tb, b] += 1
+        S_b[tb, b] += x0
+        A_t[tb, b] += 1
+        S_t[tb, b] += x0
+        b = np.searchsorted(caps, x0 + ln, side="right")
+        A_b[tb, b] -= 1
+        S_b[tb, b] -= x0 + ln
+        b = np.searchsorted(caps, x0 + full, side="right")
+        A_t[tb, b] -= 1
+        S_t[tb, b] -= x0 + full
+        if part > 0:
+            W_t[tb, np.searchsorted(caps, x0 + full + 1, side="left")] += part
+        U_b[tb] += ln
+        U_t[tb] += full * bs + part
+
+
+@numba.njit(cache=True, nogil=True)
+def _band_kernel(req, first, blocks, d, age, L, bs, bounds, ttl, hit_b, hit_t, live_hit):  # pragma: no cover
+    """Per request and band ``(bounds[k], bounds[k+1]]``: hit blocks and tokens of runs not older
+    than ``ttl``, and the blocks of those runs at any depth (``live_hit``)."""
+    K = len(bounds) - 1
+    for q in range(len(req)):
+        if age[q] > ttl:
+            continue
+        i = req[q]
+        x0 = d[q] - 1
+        ln = blocks[q]
+        fi = first[q]
+        full = min(max(L[i] // bs - fi, 0), ln)
+        part = 0
+        if full < ln:
+            part = min(max(L[i] - (fi + full) * bs, 0), bs)
+        live_hit[i] += ln
+        pb = 0
+        pt = 0
+        for k in range(K):
+            B = bounds[k + 1]
+            ub = min(max(B - x0, 0), ln)
+            ut = bs * min(max(B - x0, 0), full)
+            if B - x0 > full:
+                ut += part
+            hit_b[k, i] += ub - pb
+            hit_t[k, i] += ut - pt
+            pb = ub
+            pt = ut
+
+
+def grid_sums(dist, L, bs, caps, ttls):
+    """The compiled ``grid.hit_grid`` accumulation: ``(A_b, S_b, A_t, S_t, W_t, U_b, U_t)``."""
+    T, K = len(ttls), len(caps)
+    arrs = [np.zeros((T + 1, K + 1), dtype=np.int64) for _ in range(5)] + [np.zeros(T + 1, dtype=np.int64)
+                                                                          for _ in range(2)]
+    _grid_kernel(dist.req, dist.first, dist.blocks, dist.d, dist.age, L, bs, caps, ttls, *arrs)
+    return arrs
+
+
+def band_sums(dist, L, bs, bounds, ttl, n):
+    """The compiled ``traffic.band_hits``: ``(hit blocks (K, n), hit tokens (K, n), live hits (n))``."""
+    K = len(bounds) - 1
+    hit_b = np.zeros((K, n), dtype=np.int32)
+    hit_t = np.zeros((K, n), dtype=np.int64)
+    live_hit = np.zeros(n, dtype=np.int32)
+    _band_kernel(dist.req, dist.first, dist.blocks, dist.d, dist.age, L, bs, np.asarray(bounds, dtype=np.int64),
+                 ttl, hit_b, hit_t, live_hit)
+    return hit_b, hit_t, live_hit
+
+
+@numba.njit(cache=True, nogil=True)
+def _prev_gap(t, code, n_codes, out):  # pragma: no cover - compiled
+    last = np.full(n_codes, -1, dtype=np.int64)
+    for i in range(len(t)):
+        c = code[i]
+        if last[c] >= 0:
+            out[i] = (t[i] - t[last[c]]) / 1e6
+        last[c] = i
+
+
+def session_gaps(t_us, session):
+    """Seconds since the previous request of the same session (NaN for a session's first)."""
+    code, n_codes = dense_codes(session)
+    out = np.full(len(t_us), np.nan)
+    _prev_gap(t_us, code, n_codes, out)
+    return out
+
+
+def dense_codes(values):
+    lo = int(values.min()) if len(values) else 0
+    hi = int(values.max()) if len(values) else 0
+    if lo >= 0 and hi < 4 * len(values) + 1024:
+        return values, hi + 1
+    uniq, inv = np.unique(values, return_inverse=True)
+    return inv.reshape(-1), len(uniq)

@@ -29,23 +29,31 @@ _NICE_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21
 
 
 def band_hits(dist: Distances, input_length: np.ndarray, block_size: int, bounds: np.ndarray,
-              ok: np.ndarray, n: int):
-    """Per request and band ``(bounds[k], bounds[k+1]]``: hit blocks and hit tokens (runs with ``ok``)."""
+              ttl_us: int, n: int):
+    """Per request and band ``(bounds[k], bounds[k+1]]``: hit blocks and hit tokens of the runs not
+    older than the TTL, and the blocks of those runs at any depth (they were live)."""
+    if dist.kernel.startswith("numba"):       # the compiled twin (numba is loaded already)
+        from kvtrace.replay.kernel import band_sums
+
+        return band_sums(dist, input_length, block_size, bounds, ttl_us, n)
     K = len(bounds) - 1
+    ok = dist.age <= ttl_us
     full, part = run_token_split(dist, input_length, block_size)
     req, x0, ln = dist.req[ok], dist.d[ok] - 1, dist.blocks[ok]
     full, part = full[ok], part[ok]
-    blocks = np.zeros((n, K), dtype=np.int64)
-    tokens = np.zeros((n, K), dtype=np.int64)
+    blocks = np.zeros((K, n), dtype=np.int64)
+    tokens = np.zeros((K, n), dtype=np.int64)
     prev_b = prev_t = 0
     for k in range(K):
         B = bounds[k + 1]
         upto_b = np.clip(B - x0, 0, ln)
         upto_t = block_size * np.clip(B - x0, 0, full) + np.where(B - x0 > full, part, 0)
-        np.add.at(blocks[:, k], req, upto_b - prev_b)
-        np.add.at(tokens[:, k], req, upto_t - prev_t)
+        np.add.at(blocks[k], req, upto_b - prev_b)
+        np.add.at(tokens[k], req, upto_t - prev_t)
         prev_b, prev_t = upto_b, upto_t
-    return blocks, tokens
+    live_hit = np.zeros(n, dtype=np.int64)
+    np.add.at(live_hit, req, ln)
+    return blocks, tokens, live_hit
 
 
 def nice_window(span_s: float, points: int) -> float:
@@ -63,62 +71,57 @@ def tier_traffic(dist: Distances, t_us: np.ndarray, input_length: np.ndarray, bl
     """Per-tier hits, reads, writes, occupancy and endurance under one idle TTL.
 
     Returns:
-        ``(per-tier dicts, hit blocks (n, K), hit tokens (n, K), window info)``.
+        ``(per-tier dicts, hit blocks (K, n), hit tokens (K, n), window info)``.
     """
     n = len(t_us)
     K = len(tiers)
     caps = np.array([t.capacity_blocks for t in tiers], dtype=np.int64)
     bounds = np.concatenate([[0], np.cumsum(caps) if mode == "exclusive" else caps])
-    ok = dist.age <= ttl_us
-    hit_b, hit_t = band_hits(dist, input_length, block_size, bounds, ok, n)
-    u = dist.unique
-    live_hit = np.zeros(n, dtype=np.int64)
-    np.add.at(live_hit, dist.req[ok], dist.blocks[ok])
-    before = dist.live[ttl_us]
-    above = np.cumsum(hit_b, axis=1)                     # blocks of the request above each bound
-    writes = np.zeros((n, K + 1), dtype=np.int64)        # column K: evicted from the last tier
-    if mode == "exclusive":
-        writes[:, 0] = u - above[:, 0]
-        for k in range(K):
-            room = np.maximum(bounds[k + 1] - before, 0)
-            writes[:, k + 1] = np.maximum((u - above[:, k]) - room, 0)
-    else:
-        for k in range(K):
-            writes[:, k] = u - above[:, k]
-        writes[:, K] = np.maximum((u - above[:, K - 1]) - np.maximum(bounds[K] - before, 0), 0)
-    after = before + u - live_hit                       # live blocks after each request
+    hit_b, hit_t, live_hit = band_hits(dist, input_length, block_size, bounds, ttl_us, n)
+    u = dist.unique.astype(np.int64)
+    before = dist.live[ttl_us].astype(np.int64)
+    above = np.cumsum(hit_b, axis=0, dtype=np.int64)     # blocks of the request above each bound
+    after = before + u - live_hit                         # live blocks after each request
+    del live_hit
+
+    def pushed(k):                                        # blocks pushed down across bounds[k]
+        return np.maximum((u - above[k - 1]) - np.maximum(bounds[k] - before, 0), 0)
+
     t0 = int(t_us[0]) if n else 0
     span_s = (int(t_us[-1]) - t0) / 1e6 if n else 0.0
     w = nice_window(span_s, points)
     nb = int(span_s // w) + 1
     bucket = ((t_us - t0) // int(w * 1e6)).astype(np.int64) if n else np.zeros(0, dtype=np.int64)
+    starts = np.flatnonzero(np.diff(bucket, prepend=-1)) if n else np.zeros(0, dtype=np.int64)
     total_tokens = float(input_length.sum())
     out = []
     for k, rt in enumerate(tiers):
         t = rt.tier
         bpb = rt.bytes_per_block
         extra = bpb - block_size * bytes_per_token           # window / state a block carries
-        read = hit_t[:, k].astype(np.float64) * bytes_per_token + hit_b[:, k] * extra
-        write = writes[:, k].astype(np.float64) * bpb
+        read = hit_t[k] * float(bytes_per_token) + hit_b[k] * float(extra)
         if mode == "exclusive":
-            occ = np.clip(np.minimum(after, bounds[K]) - bounds[k], 0, caps[k])
+            wblocks = u - above[0] if k == 0 else pushed(k)
+            occ = np.minimum(np.maximum(np.minimum(after, bounds[K]) - bounds[k], 0), caps[k])
         else:
+            wblocks = u - above[k]
             occ = np.minimum(after, caps[k])
-        rb, wb = np.zeros(nb), np.zeros(nb)
+        rb = np.bincount(bucket, weights=read, minlength=nb)
+        wb = np.bincount(bucket, weights=wblocks, minlength=nb) * bpb
         ob = np.zeros(nb, dtype=np.int64)
-        np.add.at(rb, bucket, read)
-        np.add.at(wb, bucket, write)
-        np.maximum.at(ob, bucket, occ)
+        if n:
+            ob[bucket[starts]] = np.maximum.reduceat(occ, starts)
         full_at = np.flatnonzero(occ >= caps[k]) if caps[k] > 0 else np.zeros(0, dtype=np.int64)
-        mean_w = float(write.sum()) / span_s if span_s > 0 else None
+        write_total = float(wblocks.sum()) * bpb
+        mean_w = write_total / span_s if span_s > 0 else None
         peak_w = float(wb.max()) / w if nb else 0.0
         item = {
             "name": t.name, "kind": t.kind,
             "capacity_blocks": int(caps[k]), "capacity_tokens": int(caps[k]) * block_size,
             "capacity_bytes": float(caps[k]) * bpb, "depth_tokens": int(bounds[k + 1]) * block_size,
-            "hit_blocks": int(hit_b[:, k].sum()), "hit_tokens": int(hit_t[:, k].sum()),
-            "hit_ratio_tokens": float(hit_t[:, k].sum()) / total_tokens if total_tokens else 0.0,
-            "read_bytes": float(read.sum()), "write_bytes": float(write.sum()),
+            "hit_blocks": int(hit_b[k].sum()), "hit_tokens": int(hit_t[k].sum()),
+            "hit_ratio_tokens": float(hit_t[k].sum()) / total_tokens if total_tokens else 0.0,
+            "read_bytes": float(read.sum()), "write_bytes": write_total,
             "read_bytes_per_s_mean": float(read.sum()) / span_s if span_s > 0 else None,
             "read_bytes_per_s_peak": float(rb.max()) / w if nb else 0.0,
             "write_bytes_per_s_mean": mean_w, "write_bytes_per_s_peak": peak_w,
@@ -135,7 +138,9 @@ def tier_traffic(dist: Distances, t_us: np.ndarray, input_length: np.ndarray, bl
         }
         out.append(item)
     if out:
-        out[-1]["evicted_bytes"] = float(writes[:, K].sum()) * tiers[-1].bytes_per_block
+        last = pushed(K) if mode == "exclusive" else np.maximum(
+            (u - above[K - 1]) - np.maximum(bounds[K] - before, 0), 0)
+        out[-1]["evicted_bytes"] = float(last.sum()) * tiers[-1].bytes_per_block
     info = {"window_s": w, "span_s": span_s, "ttl_us": ttl_us}
     return out, hit_b, hit_t, info
 

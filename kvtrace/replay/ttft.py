@@ -53,8 +53,12 @@ def _gaps(t_us: np.ndarray, session: np.ndarray | None, dist: Distances) -> np.n
     """Seconds since the request's previous turn; NaN for a first request."""
     n = len(t_us)
     gap = np.full(n, np.nan)
+    if session is not None and dist.kernel.startswith("numba"):
+        from kvtrace.replay.kernel import session_gaps   # compiled: no sort of every request
+
+        return session_gaps(t_us, np.asarray(session))
     if session is not None:
-        order = np.lexsort((np.arange(n), session))
+        order = np.argsort(session, kind="stable")      # by session, in time within each
         s = session[order]
         same = np.zeros(n, dtype=bool)
         same[1:] = s[1:] == s[:-1]
@@ -68,13 +72,26 @@ def _gaps(t_us: np.ndarray, session: np.ndarray | None, dist: Distances) -> np.n
     return gap
 
 
-def _stats(x: np.ndarray) -> dict:
-    """Count, mean and quantiles in milliseconds."""
+def _quantiles(xs: np.ndarray, qs) -> np.ndarray:
+    """``np.quantile`` (linear interpolation) of an already sorted array."""
+    pos = np.asarray(qs, dtype=np.float64) * (len(xs) - 1)
+    lo = np.floor(pos).astype(np.int64)
+    hi = np.minimum(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def _stats(x: np.ndarray, cdf: bool = False) -> dict:
+    """Count, mean and quantiles in milliseconds (and CDF points when asked)."""
     if len(x) == 0:
-        return {"count": 0, "mean_ms": None, "p50_ms": None, "p90_ms": None, "p99_ms": None, "max_ms": None}
-    q = np.quantile(x, QUANTILES) * 1e3
-    return {"count": int(len(x)), "mean_ms": float(x.mean()) * 1e3, "p50_ms": float(q[0]), "p90_ms": float(q[1]),
-            "p99_ms": float(q[2]), "max_ms": float(x.max()) * 1e3}
+        out = {"count": 0, "mean_ms": None, "p50_ms": None, "p90_ms": None, "p99_ms": None, "max_ms": None}
+        return {**out, "cdf_ms": []} if cdf else out
+    xs = np.sort(x)
+    q = _quantiles(xs, QUANTILES) * 1e3
+    out = {"count": int(len(x)), "mean_ms": float(x.mean()) * 1e3, "p50_ms": float(q[0]), "p90_ms": float(q[1]),
+           "p99_ms": float(q[2]), "max_ms": float(xs[-1]) * 1e3}
+    if cdf:
+        out["cdf_ms"] = [float(v) * 1e3 for v in _quantiles(xs, np.linspace(0, 1, CDF_POINTS))]
+    return out
 
 
 def ttft_report(t_us: np.ndarray, input_length: np.ndarray, session: np.ndarray | None, dist: Distances,
@@ -82,22 +99,22 @@ def ttft_report(t_us: np.ndarray, input_length: np.ndarray, session: np.ndarray 
                 compute: Compute, cfg: TTFTConfig, block_size: int) -> dict:
     """TTFT distributions per request class and the GPU-seconds each tier saves."""
     L = input_length.astype(np.float64)
-    hit = hit_t.sum(axis=1).astype(np.float64)
+    hit = hit_t.sum(axis=0).astype(np.float64)
     bpt = model.bytes_per_token
     reload = np.zeros(len(L))
     for k, rt in enumerate(tiers):
         if rt.tier.read_gbps <= 0:
             raise ConfigError(f"tier {rt.tier.name} has no read bandwidth", hint="set read_gbps in the tier file")
         extra = rt.bytes_per_block - block_size * bpt
-        nbytes = hit_t[:, k] * float(bpt) + hit_b[:, k] * float(extra)
-        reload += nbytes / (rt.tier.read_gbps * 1e9) + np.where(hit_t[:, k] > 0, rt.tier.latency_us * 1e-6, 0.0)
+        nbytes = hit_t[k] * float(bpt) + hit_b[k] * float(extra)
+        reload += nbytes / (rt.tier.read_gbps * 1e9) + np.where(hit_t[k] > 0, rt.tier.latency_us * 1e-6, 0.0)
     rate = cfg.prefill_tokens_per_s or compute.prefill_tokens_per_s
     gpus = cfg.gpus or compute.gpus or 1
-    cum = np.cumsum(hit_t, axis=1).astype(np.float64)
+    cum = np.cumsum(hit_t, axis=0).astype(np.float64)
     if rate:
         prefill = (L - hit) / rate
         base = L / rate
-        gpu_s_tier = [float((cum[:, k] - (cum[:, k - 1] if k else 0)).sum()) / rate * gpus for k in range(len(tiers))]
+        gpu_s_tier = [float((cum[k] - (cum[k - 1] if k else 0)).sum()) / rate * gpus for k in range(len(tiers))]
         gpu_s_total = float((L - hit).sum()) / rate * gpus
         how = {"mode": "rate", "prefill_tokens_per_s": rate, "gpus": gpus}
     else:
@@ -114,7 +131,7 @@ def ttft_report(t_us: np.ndarray, input_length: np.ndarray, session: np.ndarray 
         gpu_s_tier = []
         prev = np.zeros(len(L))
         for k in range(len(tiers)):
-            Fk = F(cum[:, k])
+            Fk = F(cum[k])
             gpu_s_tier.append(float((Fk - prev).sum()) / per_gpu)
             prev = Fk
         gpu_s_total = float((FL - F(hit)).sum()) / per_gpu
@@ -127,9 +144,7 @@ def ttft_report(t_us: np.ndarray, input_length: np.ndarray, session: np.ndarray 
     out = {
         "prefill": how, "overlap": cfg.overlap, "resume_gap_s": cfg.resume_gap_s,
         "session_source": "session ids" if session is not None else "prefix owner",
-        **{name: {**_stats(ttft[m]), "no_cache": _stats(base[m]),
-                  "cdf_ms": [float(x) * 1e3 for x in np.quantile(ttft[m], qs)] if m.any() else []}
-           for name, m in classes.items()},
+        **{name: {**_stats(ttft[m], cdf=True), "no_cache": _stats(base[m])} for name, m in classes.items()},
         "cdf_quantiles": [float(q) for q in qs],
         "gpu_seconds_prefill": gpu_s_total,
         "gpu_seconds_no_cache": gpu_s_total + sum(gpu_s_tier),

@@ -1,0 +1,184 @@
+"""Replay at scale, and against libCacheSim, each measured as a whole process.
+
+1. ``mooncake_grid``: ``kvtrace replay`` of the Mooncake conversation trace (288,500 block
+   accesses) over the whole grid, 64 capacities (+ unlimited) x 8 TTLs, against one libCacheSim
+   LRU ``process_trace`` at a single capacity on the same block accesses (objects of one block,
+   touched tail first). Both are whole processes (interpreter start, imports, reading the trace),
+   best of ``REPEATS`` runs, interleaved. libCacheSim is timed twice: from the JSONL (it must
+   be converted to its binary format first) and from a binary trace written beforehand.
+2. ``fleet``: a synthetic fleet trace of 10 M requests (sessions of growing conversations over a
+   day, a shared 4-block head for 70% of sessions, Mooncake-like sizes: 512-token blocks, ~23
+   blocks per request), saved as ``.npz``, then ``kvtrace replay fleet.npz`` with the default
+   grid, the seed-testbed tiers, MiniMax-M2.7 FP8 and TTFT: wall time and peak RSS of that process.
+
+libcachesim is GPL-3.0 and only a benchmark/test extra; without it part 1 reports kvtrace alone.
+``KVTRACE_BENCH_QUICK=1`` uses 300 k fleet requests and 2 repeats.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICK = bool(os.environ.get("KVTRACE_BENCH_QUICK"))
+N_FLEET = 300_000 if QUICK else 10_000_000
+REPEATS = 2 if QUICK else 5
+CONVERSATION = Path("/work/shared/traces/mooncake-fast25-conversation/conversation_trace.jsonl")
+TTLS = ["30s", "1m", "5m", "10m", "30m", "1h", "2h", "none"]
+LCS_CAPACITY_BLOCKS = 3_000_000 // 512
+
+# The libCacheSim side: read the JSONL, flatten block accesses (tail first, as the replay touches
+# them), write libCacheSim's oracleGeneral binary, one LRU process_trace. argv: jsonl|bin path, out.
+LCS_SCRIPT = r"""
+import sys, numpy as np, libcachesim as lcs
+src, binpath, cap = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if src.endswith(".jsonl"):
+    import orjson
+    ids = []
+    for line in open(src, "rb"):
+        if line.strip():
+            ids.extend(reversed(orjson.loads(line)["hash_ids"]))
+    rec = np.zeros(len(ids), dtype=[("t", "<u4"), ("id", "<u8"), ("size", "<u4"), ("next", "<i8")])
+    rec["t"] = np.arange(len(ids))
+    rec["id"] = ids
+    rec["size"] = 1
+    rec["next"] = -1
+    rec.tofile(binpath)
+reader = lcs.TraceReader(binpath, lcs.TraceType.ORACLE_GENERAL_TRACE)
+miss = lcs.LRU(cache_size=cap).process_trace(reader)
+print(miss)
+"""
+
+
+def _wall(cmd: list[str]) -> tuple[float, int, str]:
+    """Wall time (s), peak RSS (MB) and stdout of one child process."""
+    t = time.perf_counter()
+    p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _, status, usage = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t
+    out, err = p.stdout.read(), p.stderr.read()
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed: {err[-2000:]}")
+    return wall, round(usage.ru_maxrss / 1024), out
+
+
+def mooncake_grid(tmp: Path) -> dict:
+    kv = [sys.executable, "-m", "kvtrace", "replay", str(CONVERSATION), "--format", "json",
+          "--out", str(tmp / "grid.json")] + [a for t in TTLS for a in ("--ttl", t)]
+    out: dict = {"trace": CONVERSATION.name, "block_accesses": 288_500, "grid_ttls": len(TTLS)}
+    try:
+        import libcachesim  # noqa: F401
+        have_lcs = True
+    except ImportError:
+        have_lcs = False
+    binpath = tmp / "conv.oracleGeneral"
+    lcs_json = [sys.executable, "-c", LCS_SCRIPT, str(CONVERSATION), str(binpath), str(LCS_CAPACITY_BLOCKS)]
+    lcs_bin = [sys.executable, "-c", LCS_SCRIPT, str(binpath), str(binpath), str(LCS_CAPACITY_BLOCKS)]
+    runs: dict = {"kvtrace": [], "lcs_from_jsonl": [], "lcs_from_binary": []}
+    _wall(kv)                                               # warm the page cache (and any JIT cache)
+    if have_lcs:
+        _wall(lcs_json)
+    for _ in range(REPEATS):
+        runs["kvtrace"].append(_wall(kv)[0])
+        if have_lcs:
+            runs["lcs_from_jsonl"].append(_wall(lcs_json)[0])
+            runs["lcs_from_binary"].append(_wall(lcs_bin)[0])
+    grid = json.loads((tmp / "grid.json").read_text())
+    caps = {g["capacity_tokens"] for g in grid["grid"]}
+    out.update(grid_capacities=len(caps), grid_points=len(grid["grid"]), engine=grid["engine"]["kernel"],
+               kvtrace_wall_s=round(min(runs["kvtrace"]), 3), kvtrace_runs_s=[round(x, 3) for x in runs["kvtrace"]])
+    if have_lcs:
+        j, b = min(runs["lcs_from_jsonl"]), min(runs["lcs_from_binary"])
+        out.update(libcachesim_capacity_blocks=LCS_CAPACITY_BLOCKS, libcachesim_from_jsonl_wall_s=round(j, 3),
+                   libcachesim_from_binary_wall_s=round(b, 3),
+                   ratio_vs_libcachesim_from_binary=round(out["kvtrace_wall_s"] / b, 3),
+                   ratio_vs_libcachesim_from_jsonl=round(out["kvtrace_wall_s"] / j, 3))
+    return out
+
+
+def make_fleet(n: int, seed: int = 0, span_s: float = 86400.0):
+    """A prefix-chained fleet trace of ``n`` requests (see the module docstring)."""
+    from kvtrace.analyze._kernels import chain_ids
+    from kvtrace.analyze.blocktrace import BlockTrace
+
+    rng = np.random.default_rng(seed)
+    turns = np.clip(rng.lognormal(np.log(16), 0.6, size=n // 8), 1, 400).astype(np.int64)
+    turns = turns[np.cumsum(turns) <= n]
+    if turns.sum() < n:
+        turns = np.append(turns, n - turns.sum())
+    s = len(turns)
+    first = np.zeros(s + 1, dtype=np.int64)
+    np.cumsum(turns, out=first[1:])
+    sess = np.repeat(np.arange(s), turns)
+    turn = np.arange(n) - first[sess]
+    gap = rng.lognormal(np.log(20), 1.2, size=n)             # think + tool time between turns
+    gap[turn == 0] = 0
+    cg = np.cumsum(gap)
+    t = rng.uniform(0, span_s, size=s)[sess] + cg - np.repeat(cg[first[:-1]], turns)
+    B = 512
+    grow = rng.integers(250, 1000, size=n)
+    cgrow = np.cumsum(grow)
+    head = np.where(rng.random(s) < 0.7, 4, 0)[sess]          # the shared system prompt + tools
+    prompt = np.minimum(head * B + 2000 + cgrow - np.repeat(cgrow[first[:-1]], turns), 64_000)
+    nb = -(-prompt // B)
+    order = np.argsort(t, kind="stable")
+    pos = np.empty(n, dtype=np.int64)
+    pos[order] = np.arange(n)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(nb[order], out=offsets[1:])
+    prev = np.maximum(np.arange(n) - 1, 0)
+    chain_prev = np.where(turn > 0, pos[prev], -1)
+    inherit = np.where(turn > 0, np.minimum(prompt[prev] // B, nb), 0)
+    ids = np.empty(int(offsets[-1]), dtype=np.int64)
+    chain_ids(pos, offsets, chain_prev[order], head[order], np.zeros(n, np.int64),
+              np.maximum(inherit, head)[order], ids)
+    return BlockTrace(t[order], prompt[order], rng.integers(20, 800, size=n)[order], offsets, ids, B,
+                      session=sess[order], name=f"fleet-{n}")
+
+
+def fleet(tmp: Path) -> dict:
+    from kvtrace.replay.tracefile import save_npz
+
+    t = time.perf_counter()
+    trace = make_fleet(N_FLEET)
+    gen = time.perf_counter() - t
+    info = {"requests": trace.n_requests, "block_accesses": trace.n_blocks,
+            "blocks_per_request": round(trace.n_blocks / trace.n_requests, 2),
+            "span_h": round(float(trace.ts[-1] - trace.ts[0]) / 3600, 2), "generate_s": round(gen, 1)}
+    path = tmp / "fleet.npz"
+    save_npz(trace, path)
+    del trace
+    cmd = [sys.executable, "-m", "kvtrace", "replay", str(path), "--tiers", "seed-testbed", "--model", "MiniMax-M2.7",
+           "--kv-dtype", "fp8", "--format", "json", "--out", str(tmp / "fleet.json")]
+    cold = _wall(cmd)
+    warm = _wall(cmd)
+    res = json.loads((tmp / "fleet.json").read_text())
+    info.update(first_run_wall_s=round(cold[0], 1), wall_s=round(warm[0], 1), peak_rss_mb=warm[1],
+                engine=res["engine"], grid_points=len(res["grid"]),
+                hit_ratio_tokens_unlimited_no_ttl=round(res["grid"][-1]["hit_ratio_tokens"], 4),
+                tiers={t["name"]: {"hit_ratio_tokens": round(t["hit_ratio_tokens"], 4), "fills_at": t["fills_at"],
+                                   "write_GBps_mean": round((t["write_bytes_per_s_mean"] or 0) / 1e9, 2),
+                                   "dwpd_per_drive": t.get("dwpd_per_drive")} for t in res["tiers"]["tiers"]})
+    return info
+
+
+def main() -> dict:
+    with tempfile.TemporaryDirectory(prefix="kvtrace-bench-replay-") as tmp:
+        out = {"quick": QUICK}
+        if CONVERSATION.exists():
+            out["mooncake_grid"] = mooncake_grid(Path(tmp))
+        out["fleet"] = fleet(Path(tmp))
+    return out
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(), indent=2))
