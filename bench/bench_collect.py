@@ -129,11 +129,18 @@ def _percentile(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
 
 
-def _phase(port: int, encoding: str, mode: str) -> dict:
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux /proc), independent of what else the machine runs."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _phase(port: int, pid: int, encoding: str, mode: str) -> dict:
     url = f"http://127.0.0.1:{port}/v1/logs"
     start = time.time() + (6.0 if not QUICK else 4.0)   # time for every exporter to encode its batches
     per_rate = TARGET_RPS / EXPORTERS
     before = _stored(port)
+    cpu_before = _cpu_seconds(pid)
     procs = [subprocess.Popen([sys.executable, "-c", "from bench.bench_collect import exporter_main; exporter_main()",
                                f"e{k}{mode[0]}{encoding[0]}", url, encoding, mode, str(per_rate), str(start), str(PHASE_S)],
                               cwd=REPO, stdout=subprocess.PIPE) for k in range(EXPORTERS)]
@@ -142,9 +149,14 @@ def _phase(port: int, encoding: str, mode: str) -> dict:
     elapsed = max(r["elapsed"] for r in results)
     lat = [x for r in results for x in r["latencies"]]
     stored = _stored(port) - before
+    cpu = _cpu_seconds(pid) - cpu_before
     return {"encoding": encoding, "mode": mode, "exporters": EXPORTERS, "batch_records": BATCH,
             "records_acked": acked, "records_per_s": round(acked / elapsed), "batches": len(lat),
             "errors": sum(r["errors"] for r in results), "stored_matches_acked": stored == acked,
+            # CPU the collector process spent per acknowledged record: what one core can sustain,
+            # whatever else the machine was running during the phase
+            "collector_cpu_s": round(cpu, 2),
+            "records_per_collector_cpu_s": round(acked / cpu) if cpu else None,
             "ack_latency_ms": {"p50": round(_percentile(lat, 0.5) * 1e3, 2),
                                "p90": round(_percentile(lat, 0.9) * 1e3, 2),
                                "p99": round(_percentile(lat, 0.99) * 1e3, 2),
@@ -153,6 +165,7 @@ def _phase(port: int, encoding: str, mode: str) -> dict:
 
 
 def main() -> dict:
+    load_at_start = os.getloadavg()
     port = _free_port()
     with tempfile.TemporaryDirectory(prefix="kvtrace-bench-collect-") as tmp:
         spool = Path(tmp) / "spool"
@@ -171,7 +184,8 @@ def main() -> dict:
                     if time.time() > deadline or collector.poll() is not None:
                         raise RuntimeError("the collector did not start") from None
                     time.sleep(0.1)
-            phases = [_phase(port, enc, mode) for enc in ("protobuf", "json") for mode in ("saturation", "target")]
+            phases = [_phase(port, collector.pid, enc, mode) for enc in ("protobuf", "json")
+                      for mode in ("saturation", "target")]
         finally:
             collector.terminate()
             collector.wait(timeout=120)
@@ -182,7 +196,8 @@ def main() -> dict:
     return {
         "what": "kvtrace collect: acknowledged log records/s and ack latency, 8 exporter processes, "
                 "512-record batches, fsync before every 200",
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
+                    "load_average_at_start": load_at_start},
         "phase_seconds": PHASE_S,
         "quick": QUICK,
         "phases": phases,

@@ -7,9 +7,10 @@ the validated protobuf bytes and converted to OTLP JSON when their segment is se
 (:mod:`kvtrace.collect.pbjson`), which keeps the slow per-attribute Python work off the
 acknowledgement path.
 
-The one check done per record (:mod:`kvtrace.collect.validate`) finds Claude Code ``api_request``
-events that ingest would reject (a token count that is not a count, no time). Such records are
-dropped from the stored batch and reported back as an OTLP partial success.
+The one check done per record (:mod:`kvtrace.collect.validate`) finds the records ingest would
+reject (an ``api_request`` event or ``llm_request`` span whose token count is not a count or that
+has no time, a ``token.usage`` point without a count, time or type). Such records are dropped
+from the stored batch and reported back as an OTLP partial success.
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ from importlib import import_module
 
 import orjson
 
-from kvtrace.collect.validate import (TOKEN_METRIC, has_time_json, json_point_problem, json_record_problem,
-                                      json_span_problem, pb_point_problem, pb_record_problem, pb_span_problem,
-                                      reject_message, tokens_clean_json, tokens_clean_pb)
-from kvtrace.collect.validate import _ns_present as _ns_ok
+from kvtrace.collect.validate import (TOKEN_METRIC, has_start_json, has_time_json, json_point_problem,
+                                      json_record_problem, json_span_problem, pb_point_problem, pb_record_problem,
+                                      pb_span_problem, reject_message, tokens_clean_json, tokens_clean_pb)
+
 
 # What each signal looks like on the wire (OTLP JSON keys; protobuf classes by module).
 @dataclass(frozen=True)
@@ -166,7 +167,7 @@ def _json_records(signal: Signal, scope: dict, items: list, clean: bool) -> tupl
     if signal.name == "logs":
         check = lambda r: None if clean and has_time_json(r) else json_record_problem(r)  # noqa: E731
     else:
-        check = lambda r: None if clean and _ns_ok(r.get("startTimeUnixNano")) else json_span_problem(r)  # noqa: E731
+        check = lambda r: None if clean and has_start_json(r) else json_span_problem(r)  # noqa: E731
     kept, bad, first = _keep(items, check)
     if bad:
         scope[signal.items_key] = kept

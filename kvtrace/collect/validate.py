@@ -95,6 +95,10 @@ def has_time_json(rec: dict) -> bool:
     return _ns_present(rec.get("timeUnixNano")) or _ns_present(rec.get("observedTimeUnixNano"))
 
 
+def has_start_json(span: dict) -> bool:
+    return _ns_present(span.get("startTimeUnixNano"))
+
+
 # -- OTLP JSON -------------------------------------------------------------------------------
 
 def _json_text(value: object) -> str | None:
