@@ -30,3 +30,44 @@ CREATE OR REPLACE MACRO agent_clipped(total, cached, written) AS
 CREATE OR REPLACE MACRO agent_clip_note(total_name, total, parts) AS
     total_name || ' ' || coalesce(total, 0) || ' is less than ' || parts
     || ': uncached input stored as 0 (the row is kept; does this source count cached tokens inside input?)';
+
+-- OTLP log records read by otlp_agents_logs (and left out of otlp_logs): the events of Codex,
+-- the Gemini CLI and the GenAI semantic conventions.
+CREATE OR REPLACE MACRO otlp_agent_event(name) AS
+    coalesce(starts_with(name, 'codex.') OR starts_with(name, 'gemini_cli.') OR starts_with(name, 'gen_ai.'), false);
+
+-- The agent a resource's service.name names (spans of known agents count as that agent).
+CREATE OR REPLACE MACRO agent_of_service(service) AS
+    CASE WHEN starts_with(lower(service), 'codex') THEN 'codex'
+         WHEN starts_with(lower(service), 'gemini-cli') OR starts_with(lower(service), 'gemini_cli') THEN 'gemini-cli'
+    END;
+
+-- OTLP spans read by otlp_genai_spans (and left out of otlp_spans): spans with token usage in
+-- any convention's spelling, except Claude Code's own (read by the Claude Code rules).
+CREATE OR REPLACE MACRO otlp_usage_span(name, keys) AS
+    NOT starts_with(coalesce(name, ''), 'claude_code.') AND list_has_any(keys, [
+        'gen_ai.usage.input_tokens', 'gen_ai.usage.output_tokens',
+        'gen_ai.usage.prompt_tokens', 'gen_ai.usage.completion_tokens',
+        'llm.usage.prompt_tokens', 'llm.usage.completion_tokens',
+        'llm.token_count.prompt', 'llm.token_count.completion']);
+
+-- OTLP metrics read by otlp_agents_metrics (and left out of otlp_metrics).
+CREATE OR REPLACE MACRO otlp_agent_metric(name) AS
+    coalesce(name IN ('codex.turn.token_usage', 'gemini_cli.token.usage'), false);
+
+-- The members of a JSON object (without braces) for an attribute list's entries, except the keys
+-- in ``skip``, as text values; '' for none (text, not a MAP: duplicate keys must not fail a batch).
+CREATE OR REPLACE MACRO agent_members(attrs, skip) AS
+    array_to_string(list_transform(
+        list_filter(attrs, lambda a: NOT list_contains(skip, a.key)),
+        lambda a: to_json(a.key) || ':' || coalesce(to_json(otlp_text(a.value)), 'null')), ',');
+
+-- The attributes column: record attributes not in a column, then the resource attributes the
+-- record does not repeat.
+CREATE OR REPLACE MACRO agent_attributes(attrs, skip, rattrs, keys) AS
+    '{' || concat_ws(',', nullif(agent_members(attrs, skip), ''), nullif(agent_members(rattrs, keys), '')) || '}';
+
+-- A content hash of an attribute list that does not depend on attribute order (series keys).
+CREATE OR REPLACE MACRO agent_attrs_key(attrs) AS
+    array_to_string(list_sort(list_transform(attrs,
+        lambda a: coalesce(a.key, '') || '=' || coalesce(otlp_text(a.value), ''))), chr(31));
