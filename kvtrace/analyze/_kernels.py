@@ -12,19 +12,29 @@ import numpy as np
 
 
 @numba.njit(cache=True, nogil=True)
-def link_accesses(ids, offsets, n_ids, prev, nxt, dup):  # pragma: no cover - compiled
-    """For each block access: the request that touched the block before (``prev``, -1 if none)
-    and after (``nxt``, -1 if none); ``dup`` marks a repeat of a block within one request.
+def link_runs(ids, offsets, n_ids, prev):  # pragma: no cover - compiled
+    """Group block accesses into runs: consecutive blocks of a request with the same previous
+    access (the request that touched the block before, -1 if none), the same next access and
+    the same ``dup`` flag (a repeat of a block within one request).
+
+    Three passes over the blocks: forward for each block's previous access (into ``prev``, a
+    scratch array of ``len(ids)``), backward to count runs, backward again to fill them; so the
+    only per-block memory is ``prev`` and a bit per block.
 
     Args:
         ids: dense block ids in ``[0, n_ids)``, requests in time order (CSR by ``offsets``).
-        prev, nxt: int arrays of ``len(ids)``, written in place.
-        dup: bool array of ``len(ids)``, written in place.
+
+    Returns:
+        ``(req, first, blocks, prev, next, dup)`` per run, in request then block order.
     """
     n = len(offsets) - 1
-    last = np.full(n_ids, -1, dtype=prev.dtype)
+    N = len(ids)
+    last = np.full(n_ids, -1, dtype=prev.dtype)      # int32 while request indexes fit
     before = np.full(n_ids, -1, dtype=prev.dtype)
+    dup = np.zeros(N, dtype=np.bool_)
+    widest = 0
     for i in range(n):
+        widest = max(widest, offsets[i + 1] - offsets[i])
         for k in range(offsets[i], offsets[i + 1]):
             b = ids[k]
             p = last[b]
@@ -35,13 +45,43 @@ def link_accesses(ids, offsets, n_ids, prev, nxt, dup):  # pragma: no cover - co
                 before[b] = p
                 prev[k] = p
                 last[b] = i
-                dup[k] = False
-    last[:] = -1
-    for i in range(n - 1, -1, -1):
-        for k in range(offsets[i], offsets[i + 1]):
-            nxt[k] = last[ids[k]]
-        for k in range(offsets[i], offsets[i + 1]):
-            last[ids[k]] = i
+    nxt = np.empty(widest, dtype=np.int64)
+    count = 0
+    for sweep in range(2):
+        if sweep == 1:
+            r_req = np.empty(count, dtype=np.int64)
+            r_first = np.empty(count, dtype=np.int64)
+            r_blocks = np.empty(count, dtype=np.int64)
+            r_prev = np.empty(count, dtype=np.int64)
+            r_next = np.empty(count, dtype=np.int64)
+            r_dup = np.empty(count, dtype=np.bool_)
+            at = count
+        last[:] = -1
+        for i in range(n - 1, -1, -1):
+            s, e = offsets[i], offsets[i + 1]
+            for k in range(s, e):
+                nxt[k - s] = last[ids[k]]
+            for k in range(s, e):
+                last[ids[k]] = i
+            runs_here = 0
+            for k in range(s, e):
+                if k == s or prev[k] != prev[k - 1] or nxt[k - s] != nxt[k - s - 1] or dup[k] != dup[k - 1]:
+                    runs_here += 1
+            if sweep == 0:
+                count += runs_here
+                continue
+            at -= runs_here
+            r = at - 1
+            for k in range(s, e):
+                if k == s or prev[k] != prev[k - 1] or nxt[k - s] != nxt[k - s - 1] or dup[k] != dup[k - 1]:
+                    r += 1
+                    r_req[r], r_first[r], r_blocks[r] = i, k - s, 0
+                    r_prev[r], r_next[r], r_dup[r] = prev[k], nxt[k - s], dup[k]
+                r_blocks[r] += 1
+    if count == 0:
+        z = np.zeros(0, dtype=np.int64)
+        return z, z, z, z, z, np.zeros(0, dtype=np.bool_)
+    return r_req, r_first, r_blocks, r_prev, r_next, r_dup
 
 
 @numba.njit(cache=True, nogil=True)

@@ -72,40 +72,23 @@ def _dense_ids(ids: np.ndarray) -> tuple[np.ndarray, int]:
     if ids.size == 0:
         return ids, 0
     lo, hi = int(ids.min()), int(ids.max())
-    if lo >= 0 and hi < 4 * ids.size + (1 << 16):
+    if lo >= 0 and hi < 2 * ids.size + (1 << 16):
         return ids, hi + 1
     uniq, inv = np.unique(ids, return_inverse=True)
     return inv.astype(np.int64, copy=False), len(uniq)
 
 
 def runs_from_blocks(trace: BlockTrace) -> AccessRuns:
-    """Link every block access to its block's previous and next access, then group runs."""
-    from kvtrace.analyze._kernels import link_accesses
+    """Link every block access to its block's previous and next access, grouped into runs."""
+    from kvtrace.analyze._kernels import link_runs
 
-    n, N = trace.n_requests, trace.n_blocks
-    idx_t = np.int32 if n < 2**31 - 1 else np.int64
     ids, n_ids = _dense_ids(trace.hash_ids)
-    prev = np.empty(N, dtype=idx_t)
-    nxt = np.empty(N, dtype=idx_t)
-    dup = np.empty(N, dtype=np.bool_)
-    if N:
-        link_accesses(ids, trace.offsets, n_ids, prev, nxt, dup)
-    del ids
-    counts = np.diff(trace.offsets)
-    req = np.repeat(np.arange(n, dtype=idx_t), counts)
-    cut = np.ones(N, dtype=bool)
-    if N:
-        cut[1:] = (req[1:] != req[:-1]) | (prev[1:] != prev[:-1]) | (nxt[1:] != nxt[:-1]) | (dup[1:] != dup[:-1])
-    starts = np.flatnonzero(cut)
-    del cut
-    r_req = req[starts].astype(np.int64)
-    del req
-    r_blocks = np.diff(np.append(starts, N)).astype(np.int64)
-    r_first = starts - trace.offsets[r_req]
-    return AccessRuns(req=r_req, first=r_first, blocks=r_blocks,
-                      tokens=run_tokens(trace, r_req, r_first, r_blocks),
-                      prev=prev[starts].astype(np.int64), next=nxt[starts].astype(np.int64),
-                      dup=dup[starts].copy())
+    # Scratch for each block's previous access: 4 bytes a block while request indexes fit.
+    prev = np.empty(len(ids), dtype=np.int32 if trace.n_requests < 2**31 - 1 else np.int64)
+    req, first, blocks, prv, nxt, dup = link_runs(ids, trace.offsets, max(n_ids, 1), prev)
+    del prev
+    return AccessRuns(req=req, first=first, blocks=blocks, tokens=run_tokens(trace, req, first, blocks),
+                      prev=prv, next=nxt, dup=dup)
 
 
 def access_runs(trace: BlockTrace) -> AccessRuns:
