@@ -191,3 +191,19 @@ def test_any_split_into_batches_and_repeats_gives_the_same_rows(rows, nbatches):
     assert run(batches + batches[::-1]) == best
     expected_rows = len({c["request_key"] for c in copies})
     assert best[0] == expected_rows
+
+
+@pytest.mark.parametrize("event_first", [True, False])
+def test_event_and_transcript_of_a_subagent_request_merge_in_either_order(store, event_first):
+    """An OTLP event is the original request, not a 'main copy': a transcript of the same request
+    from a subagent file enriches it (split, thread) instead of losing to it."""
+    event = dict(request_key="req_9", request_id="req_9", source="otlp-log", ts=1, query_source="subagent",
+                 cache_write_unknown_tokens=80, output_tokens=12, ttft_ms=400.0, cost_usd=0.01)
+    transcript = dict(request_key="req_9", request_id="req_9", message_id="msg_9", source="claude-transcript", ts=1,
+                      query_source="subagent", thread_id="agent-a1", is_sidechain=True,
+                      cache_write_5m_tokens=80, output_tokens=12)
+    for row in ([event, transcript] if event_first else [transcript, event]):
+        merge(store, row)
+    assert store.query("SELECT count(*), sum(output_tokens), sum(cache_write_5m_tokens), sum(cache_write_unknown_tokens), "
+                       "any_value(thread_id), any_value(ttft_ms), any_value(message_id) FROM requests") == \
+        [(1, 12, 80, 0, "agent-a1", 400.0, "msg_9")]

@@ -1,10 +1,12 @@
 -- title: merge staged requests into the warehouse
 -- description: one transaction's worth of parsed rows (view staged_in) merged idempotently.
 --   One row per request: the key is the source request id, else the message id, else a content
---   hash; a copy that matches an existing row by key or message id is a duplicate. The better
---   copy wins (main thread over sidechain replay, then the larger output count, as transcripts
---   write a response several times); a duplicate fills what the stored row lacks (TTFT, cost,
---   duration, the 5m/1h split of a cache write).
+--   hash; a copy that matches an existing row by key or message id is a duplicate. Between two
+--   copies from the same source the better one wins (main thread over a sidechain replay, then
+--   the larger output count, as transcripts write a response several times). A copy from another
+--   source (a transcript of a request also seen as an OTLP event) never replaces the row: it
+--   fills what the stored row lacks (TTFT, cost, duration, the 5m/1h split of a cache write,
+--   the message id) and, from a transcript, the thread the request ran in.
 
 CREATE OR REPLACE TEMP TABLE staged AS
 SELECT * FROM staged_in
@@ -19,13 +21,13 @@ QUALIFY row_number() OVER (PARTITION BY coalesce(message_id, request_key)
 CREATE OR REPLACE TEMP TABLE matched AS
 SELECT s_key, r_key, better FROM (
     SELECT s.request_key AS s_key, r.request_key AS r_key, 0 AS how,
-           (r.is_sidechain AND NOT s.is_sidechain)
-             OR (r.is_sidechain = s.is_sidechain AND s.output_tokens > r.output_tokens) AS better
+           s.source = r.source AND ((r.is_sidechain AND NOT s.is_sidechain)
+             OR (r.is_sidechain = s.is_sidechain AND s.output_tokens > r.output_tokens)) AS better
     FROM staged s JOIN requests r ON r.request_key = s.request_key
     UNION ALL
     SELECT s.request_key, r.request_key, 1,
-           (r.is_sidechain AND NOT s.is_sidechain)
-             OR (r.is_sidechain = s.is_sidechain AND s.output_tokens > r.output_tokens)
+           s.source = r.source AND ((r.is_sidechain AND NOT s.is_sidechain)
+             OR (r.is_sidechain = s.is_sidechain AND s.output_tokens > r.output_tokens))
     FROM staged s JOIN requests r ON r.message_id = s.message_id
     WHERE s.message_id IS NOT NULL AND r.request_key <> s.request_key
 )
@@ -54,6 +56,8 @@ UPDATE requests AS r SET
     request_id = coalesce(r.request_id, s.request_id), message_id = coalesce(r.message_id, s.message_id),
     ttft_ms = coalesce(r.ttft_ms, s.ttft_ms), cost_usd = coalesce(r.cost_usd, s.cost_usd),
     duration_ms = coalesce(r.duration_ms, s.duration_ms), project = coalesce(r.project, s.project),
+    thread_id = CASE WHEN from_transcript THEN s.thread_id ELSE r.thread_id END,
+    is_sidechain = CASE WHEN from_transcript THEN s.is_sidechain ELSE r.is_sidechain END,
     cache_write_5m_tokens = CASE WHEN split THEN s.cache_write_5m_tokens ELSE r.cache_write_5m_tokens END,
     cache_write_1h_tokens = CASE WHEN split THEN s.cache_write_1h_tokens ELSE r.cache_write_1h_tokens END,
     cache_write_unknown_tokens = CASE WHEN split THEN 0 ELSE r.cache_write_unknown_tokens END
@@ -61,7 +65,8 @@ FROM (
     SELECT s.*, m.r_key,
            (rr.cache_write_unknown_tokens > 0 AND s.cache_write_unknown_tokens = 0
             AND s.cache_write_5m_tokens + s.cache_write_1h_tokens = rr.cache_write_unknown_tokens
-            AND rr.cache_write_5m_tokens + rr.cache_write_1h_tokens = 0) AS split
+            AND rr.cache_write_5m_tokens + rr.cache_write_1h_tokens = 0) AS split,
+           (s.source = 'claude-transcript' AND rr.source <> s.source AND s.thread_id IS NOT NULL) AS from_transcript
     FROM staged s JOIN matched m ON m.s_key = s.request_key JOIN requests rr ON rr.request_key = m.r_key
     WHERE NOT m.better
 ) s
