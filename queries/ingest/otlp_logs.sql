@@ -26,20 +26,17 @@ WITH parsed AS (
     SELECT line_no, coalesce(rl.resource.attributes, []) AS rattrs, unnest(rl.scopeLogs) AS sl
     FROM resources
 ), records AS (
-    SELECT line_no, rattrs, sl.scope.name AS scope, unnest(sl.logRecords) AS r FROM scopes
-), kv AS (
-    -- Attribute lists become parallel key / text lists once; lookups are list_position.
-    SELECT line_no, rattrs, scope, r.timeUnixNano AS t_time, r.observedTimeUnixNano AS t_observed,
-           r.eventName AS event_field, r.body.stringValue AS body,
-           coalesce(r.attributes, []) AS attrs,
-           list_transform(coalesce(r.attributes, []), lambda a: a.key) AS keys,
-           list_transform(coalesce(r.attributes, []), lambda a: otlp_text(a.value)) AS vals,
-           list_transform(rattrs, lambda a: a.key) AS rkeys,
-           list_transform(rattrs, lambda a: otlp_text(a.value)) AS rvals
-    FROM records
+    -- Each record is slimmed to key / text lists inside the parsed list, before unnest copies
+    -- it: a quarter less work than unnesting whole records (measured). Lookups are list_position.
+    SELECT line_no, rattrs, sl.scope.name AS scope, unnest(list_transform(sl.logRecords, lambda r: {
+               't_time': r.timeUnixNano, 't_observed': r.observedTimeUnixNano,
+               'event_field': r.eventName, 'body': r.body.stringValue,
+               'keys': list_transform(coalesce(r.attributes, []), lambda a: a.key),
+               'vals': list_transform(coalesce(r.attributes, []), lambda a: otlp_text(a.value))})) AS r
+    FROM scopes
 ), named AS (
-    SELECT line_no, rattrs, attrs, keys, t_time, t_observed,
-           rvals[list_position(rkeys, 'service.name')] AS service,
+    SELECT line_no, rattrs, r.keys AS keys, r.vals AS vals, r.t_time AS t_time, r.t_observed AS t_observed,
+           r.event_field AS event_field, r.body AS body, scope,
            vals[list_position(keys, 'event.name')] AS a_event,
            vals[list_position(keys, 'event.timestamp')] AS a_event_ts,
            vals[list_position(keys, 'event.sequence')] AS a_seq,
@@ -64,7 +61,7 @@ WITH parsed AS (
            CASE WHEN starts_with(event_field, 'claude_code.') THEN event_field[13:] ELSE event_field END AS field_event,
            starts_with(body, 'claude_code.') OR starts_with(event_field, 'claude_code.')
                OR starts_with(scope, 'com.anthropic.claude_code') AS is_claude
-    FROM kv
+    FROM records
 ), classified AS (
     SELECT *,
            coalesce(body_event, field_event, a_event) AS event,
@@ -126,8 +123,8 @@ SELECT line_no,
        otlp_num(a_cost) AS cost_usd, otlp_num(a_duration) AS duration_ms, otlp_num(a_ttft) AS ttft_ms,
        false AS is_sidechain,
        -- For every record: a CASE around list lambdas costs more (measured) than the work it skips.
-       otlp_attributes(attrs, ['session.id', 'user.id', 'organization.id',
+       otlp_kv_attributes(keys, vals, ['session.id', 'user.id', 'organization.id',
                 'model', 'request_id', 'input_tokens', 'output_tokens', 'cache_read_tokens',
                 'cache_creation_tokens', 'cache_creation_5m_tokens', 'cache_creation_1h_tokens',
-                'cost_usd', 'duration_ms', 'ttft_ms', 'event.name'], rattrs, keys) AS attributes
+                'cost_usd', 'duration_ms', 'ttft_ms', 'event.name'], rattrs) AS attributes
 FROM checked

@@ -33,18 +33,27 @@ CREATE OR REPLACE MACRO otlp_ns(x) AS
 
 CREATE OR REPLACE MACRO otlp_ts(ns) AS make_timestamp(ns // 1000);
 
--- The members of a JSON object (without braces) holding an attribute list's entries, except the
--- keys in ``skip``, as text values; '' for none. Built as text rather than a MAP: duplicate or
--- NULL keys must not fail the whole batch.
-CREATE OR REPLACE MACRO otlp_members(attrs, skip) AS
+-- The members of a JSON object (without braces), '' for none: parallel key / text lists, except
+-- the keys in ``skip``, as text values. Built as text rather than a MAP: duplicate or NULL keys
+-- must not fail the whole batch.
+CREATE OR REPLACE MACRO otlp_kv_members(keys, vals, skip) AS
     array_to_string(list_transform(
-        list_filter(attrs, lambda a: NOT list_contains(skip, a.key)),
-        lambda a: to_json(a.key) || ':' || coalesce(to_json(otlp_text(a.value)), 'null')), ',');
+        list_filter(list_zip(keys, vals), lambda e: NOT list_contains(skip, e[1])),
+        lambda e: to_json(e[1]) || ':' || coalesce(to_json(e[2]), 'null')), ',');
 
--- Record attributes not in a column, then the resource attributes the record does not repeat.
-CREATE OR REPLACE MACRO otlp_attributes(attrs, skip, rattrs, keys) AS
-    '{' || concat_ws(',', nullif(otlp_members(attrs, skip), ''),
+-- The same from an attribute list.
+CREATE OR REPLACE MACRO otlp_members(attrs, skip) AS
+    otlp_kv_members(list_transform(attrs, lambda a: a.key), list_transform(attrs, lambda a: otlp_text(a.value)), skip);
+
+-- The attributes column: record attributes not in a column, then the resource attributes the
+-- record does not repeat.
+CREATE OR REPLACE MACRO otlp_kv_attributes(keys, vals, skip, rattrs) AS
+    '{' || concat_ws(',', nullif(otlp_kv_members(keys, vals, skip), ''),
                      nullif(otlp_members(rattrs, keys), '')) || '}';
+
+-- The same from a record's attribute list (and its keys).
+CREATE OR REPLACE MACRO otlp_attributes(attrs, skip, rattrs, keys) AS
+    '{' || concat_ws(',', nullif(otlp_members(attrs, skip), ''), nullif(otlp_members(rattrs, keys), '')) || '}';
 
 -- A content hash of an attribute list that does not depend on attribute order.
 CREATE OR REPLACE MACRO otlp_attrs_key(attrs) AS

@@ -24,12 +24,14 @@ WITH parsed AS (
     SELECT line_no, coalesce(rs.resource.attributes, []) AS rattrs, unnest(rs.scopeSpans) AS ss
     FROM resources
 ), spans AS (
-    SELECT line_no, rattrs, unnest(ss.spans) AS s FROM scopes
+    -- Slimmed to key / text lists before unnest copies them (see otlp_logs).
+    SELECT line_no, rattrs, unnest(list_transform(ss.spans, lambda s: {
+               'name': s.name, 't_start': s.startTimeUnixNano, 't_end': s.endTimeUnixNano,
+               'keys': list_transform(coalesce(s.attributes, []), lambda a: a.key),
+               'vals': list_transform(coalesce(s.attributes, []), lambda a: otlp_text(a.value))})) AS s
+    FROM scopes
 ), kv AS (
-    SELECT line_no, rattrs, s.name AS name, s.startTimeUnixNano AS t_start, s.endTimeUnixNano AS t_end,
-           coalesce(s.attributes, []) AS attrs,
-           list_transform(coalesce(s.attributes, []), lambda a: a.key) AS keys,
-           list_transform(coalesce(s.attributes, []), lambda a: otlp_text(a.value)) AS vals
+    SELECT line_no, rattrs, s.name AS name, s.t_start AS t_start, s.t_end AS t_end, s.keys AS keys, s.vals AS vals
     FROM spans
 ), named AS (
     SELECT *,
@@ -92,8 +94,8 @@ SELECT line_no,
        CAST(NULL AS DOUBLE) AS cost_usd,
        coalesce(otlp_num(a_duration), (end_ns - start_ns) / 1e6) AS duration_ms,
        otlp_num(a_ttft) AS ttft_ms, false AS is_sidechain,
-       otlp_attributes(attrs, ['session.id', 'user.id', 'organization.id', 'model',
+       otlp_kv_attributes(keys, vals, ['session.id', 'user.id', 'organization.id', 'model',
                 'request_id', 'input_tokens', 'output_tokens', 'cache_read_tokens', 'cache_creation_tokens',
                 'cache_creation_5m_tokens', 'cache_creation_1h_tokens', 'duration_ms', 'ttft_ms'],
-                rattrs, keys) AS attributes
+                rattrs) AS attributes
 FROM checked
