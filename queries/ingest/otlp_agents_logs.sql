@@ -20,7 +20,8 @@ WITH parsed AS (
                     "intValue": "VARCHAR", "doubleValue": "VARCHAR", "boolValue": "VARCHAR",
                     "arrayValue": "JSON", "kvlistValue": "JSON"}}]}]}]}]}') AS j
     FROM otlp_lines
-    WHERE contains(line, '"codex.') OR contains(line, '"gemini_cli.') OR contains(line, '"gen_ai.')
+    -- a cheap pre-filter (a pattern that starts with a quote is several times slower to find)
+    WHERE contains(line, 'codex.') OR contains(line, 'gemini_cli.') OR contains(line, 'gen_ai.')
 ), resources AS (
     SELECT line_no, unnest(j.resourceLogs) AS rl FROM parsed
 ), scopes AS (

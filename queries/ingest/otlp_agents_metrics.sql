@@ -29,7 +29,7 @@ WITH parsed AS (
                         "intValue": "VARCHAR", "doubleValue": "VARCHAR", "boolValue": "VARCHAR",
                         "arrayValue": "JSON", "kvlistValue": "JSON"}}]}]}}]}]}]}') AS j
     FROM otlp_lines
-    WHERE contains(line, '"codex.turn.token_usage"') OR contains(line, '"gemini_cli.token.usage"')
+    WHERE contains(line, 'codex.turn.token_usage"') OR contains(line, 'gemini_cli.token.usage"')
 ), resources AS (
     SELECT line_no, unnest(j.resourceMetrics) AS rm FROM parsed
 ), scopes AS (

@@ -23,8 +23,8 @@ WITH parsed AS (
                     "arrayValue": "JSON", "kvlistValue": "JSON"}}]}]}]}]}') AS j
     FROM otlp_lines
     -- usage in any spelling, or a Codex span that may name its trace's session
-    WHERE contains(line, '"gen_ai.usage.') OR contains(line, '"llm.usage.')
-       OR contains(line, '"llm.token_count.') OR contains(line, '"codex.')
+    WHERE contains(line, 'gen_ai.usage.') OR contains(line, 'llm.usage.')
+       OR contains(line, 'llm.token_count.') OR contains(line, 'codex.')
 ), resources AS (
     SELECT line_no, unnest(j.resourceSpans) AS rs FROM parsed
 ), scopes AS (
