@@ -65,16 +65,18 @@ def _window(store: Store, opts: ReportOptions) -> dict:
 HOURLY_SERIES_MAX_S = 3 * 86400
 
 
-def _series(usage) -> dict:
+def _series(usage, groups: dict) -> dict:
     """Time series for charts (``series`` in docs/report-schema.md): the token mix per hour for
-    windows up to three days, else per day, whatever ``--group-by`` asks for."""
+    windows up to three days, else per day, whatever ``--group-by`` asks for (and reused from
+    ``groups`` when it asked for the same bucket)."""
     from kvtrace.analyze.token_mix import token_mix_by
 
     if usage.height == 0:
         return {"token_mix": {"bucket": "day", "entries": []}}
     span = (usage["ts"].max() - usage["ts"].min()).total_seconds()
     bucket = "hour" if span <= HOURLY_SERIES_MAX_S else "day"
-    return {"token_mix": {"bucket": bucket, "entries": token_mix_by(usage, bucket)}}
+    entries = groups[bucket] if bucket in groups else token_mix_by(usage, bucket)
+    return {"token_mix": {"bucket": bucket, "entries": entries}}
 
 
 def build_report(store: Store, opts: ReportOptions | None = None) -> Report:
@@ -106,8 +108,8 @@ def build_report(store: Store, opts: ReportOptions | None = None) -> Report:
         "sessions": usage["session_id"].n_unique() if usage.height else 0,
         "token_mix": token_mix(usage),
         "groups": {g: token_mix_by(usage, g) for g in opts.group_by},
-        "series": _series(usage),
     }
+    data["series"] = _series(usage, data["groups"])
     for key, target, cond in SECTIONS:  # they share `win` (and the block trace cached in it)
         if getattr(opts, cond):
             mod, fn = target.split(":")
