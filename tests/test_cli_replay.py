@@ -52,6 +52,10 @@ def test_bad_inputs_name_the_line(tmp_path):
     bad.write_text('{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1]}\n{"timestamp": 1,\n')
     r = _run(str(bad))
     assert r.exit_code == 1 and "t.jsonl:2" in r.output
+    bad.write_text('{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1]}\n'
+                   '{"timestamp": 1, "input_length": 5, "output_length": 1, "hash_ids": "1,2"}\n')
+    r = _run(str(bad))
+    assert r.exit_code == 1 and "t.jsonl:2" in r.output and "hash_ids" in r.output
     r = _run(str(tmp_path / "missing.jsonl"))
     assert r.exit_code == 1 and "no such file" in r.output
     r = _run(SYNTH, "--ttl", "soon")

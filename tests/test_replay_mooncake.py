@@ -77,3 +77,18 @@ def test_hit_ratio_never_falls_with_capacity_or_ttl(conv):
     for lo, hi in zip(rows, rows[1:]):
         assert all(a <= b for a, b in zip(lo, hi))
     assert len(rows) == 8 and len(rows[0]) >= 64
+
+
+def test_report_section_and_tier_fill_time(conv):
+    from kvtrace.replay import dram_fill_time, tiers_report
+
+    sec = tiers_report(conv, "seed-testbed", "MiniMax-M2.7:fp8", ttls=[300.0], capacities=[1_000_000, None])
+    assert {g["ttl_s"] for g in sec["grid"]} == {300.0, None} and len(sec["grid"]) == 4
+    assert [t["name"] for t in sec["tiers"]] == ["HBM", "DRAM", "NVMe"]
+    assert sec["ttft"]["all"]["count"] == conv.n_requests
+    dram = next(t for t in sec["tiers"] if t["name"] == "DRAM")
+    fill = dram_fill_time(conv)
+    assert fill["first_full_s"] == dram["first_full_s"] is not None
+    # The DRAM band fills once the live blocks reach HBM + DRAM: never before that many distinct blocks.
+    blocks_by_then = np.searchsorted(conv.ts - conv.ts[0], fill["first_full_s"], side="right")
+    assert conv.offsets[blocks_by_then] * conv.block_size >= dram["depth_tokens"]

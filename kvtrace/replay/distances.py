@@ -18,7 +18,7 @@ Two exact engines produce the same :class:`Distances`:
 - ``numpy`` (vectorized, starts fast): the depth of a run from request *r* seen by request *i* is
   ``1 + (blocks added by requests r+1..i-1) - (those of them already re-touched before i)``; the
   second term is an offline dominance sum over earlier runs, answered level by level over a
-  merge-sort tree with ``searchsorted``.
+  merge-sort tree with ``searchsorted``. Live counts under a TTL are prefix sums.
 - ``numba`` (compiled, for large traces): a Fenwick tree over requests holding each request's
   live block count; see :mod:`kvtrace.replay.kernel`.
 
@@ -161,33 +161,24 @@ def _numpy_engine(trace: BlockTrace, t: np.ndarray, ttls: list[int], keep: set[i
     del req, pos, seen, p, src, sreq, spos, start
     U = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(counts, out=U[1:])
-    # Queries: each run's depth, then each request's live count per TTL.
-    q_i = [r_req]
-    q_r = [r_src]
-    lo_req = {}
+    # Each run's depth: the blocks requests r+1..i-1 added, less those re-touched before i.
+    qp = np.searchsorted(r_req, r_req, side="left")        # runs (events) of requests before i
+    d = 1 + (U[r_req] - U[r_src + 1]) - _dominance_sum(r_src, r_len, qp, r_src)
+    # Live blocks before request i under a TTL: the blocks requests r0..i-1 touched (r0 the first
+    # within the TTL), less those re-touched before i. A run (request i', source r) counts once
+    # i' < i, unless its source has left the window by then (t_r < t_i - TTL, i.e. i >= e).
+    killed = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(r_req, weights=r_len, minlength=n).astype(np.int64), out=killed[1:])
+    live = {NO_TTL: U[:n] - killed[:n]}
     for tau in ttls:
         if tau == NO_TTL:
             continue
         r0 = np.searchsorted(t, t - tau, side="left")
-        lo_req[tau] = r0
-        q_i.append(np.arange(n, dtype=np.int64))
-        q_r.append(r0 - 1)
-    qi, qr = np.concatenate(q_i), np.concatenate(q_r)
-    qp = np.searchsorted(r_req, qi, side="left")          # runs (events) of requests before i
-    dead = _dominance_sum(r_src, r_len, qp, qr)
-    R = len(r_req)
-    d = 1 + (U[r_req] - U[r_src + 1]) - dead[:R]
-    live = {}
-    killed = np.zeros(n + 1, dtype=np.int64)              # blocks re-touched before request i
-    np.cumsum(np.bincount(r_req, weights=r_len, minlength=n), out=killed[1:])
-    live[NO_TTL] = U[:n] - killed[:n].astype(np.int64)
-    k = R
-    for tau in ttls:
-        if tau == NO_TTL:
-            continue
-        r0 = lo_req[tau]
-        live[tau] = (U[:n] - U[r0]) - dead[k:k + n]
-        k += n
+        e = np.searchsorted(t, t[r_src] + tau, side="right")
+        gone = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(np.maximum(r_req + 1, e), weights=r_len, minlength=n + 1)[:n + 1].astype(np.int64),
+                  out=gone)
+        live[tau] = (U[:n] - U[r0]) - (killed[:n] - gone[:n])
     age = t[r_req] - t[r_src]
     peak = {}
     for tau in ttls:

@@ -39,38 +39,57 @@ def read_trace(path: str | Path, block_size: int | None = None) -> BlockTrace:
 
 
 def _mooncake(data: bytes, path: Path, block_size: int) -> BlockTrace:
+    import itertools
+
     import orjson
 
-    ts, inp, out, lists = [], [], [], []
+    lines = [ln for ln in data.split(b"\n") if ln.strip()]
+    try:                                              # the fast path: every line is well formed
+        rows = [orjson.loads(ln) for ln in lines]
+        t = np.array([r["timestamp"] for r in rows], dtype=np.float64) / 1000.0   # milliseconds
+        inp = np.array([r["input_length"] for r in rows], dtype=np.int64)
+        out = np.array([r.get("output_length", 0) for r in rows], dtype=np.int64)
+        lists = [r["hash_ids"] for r in rows]
+        lens = np.array([len(h) for h in lists], dtype=np.int64)
+        offsets = np.zeros(len(lists) + 1, dtype=np.int64)
+        np.cumsum(lens, out=offsets[1:])
+        ids = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int64, count=int(offsets[-1]))
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, OverflowError, AttributeError) as e:
+        _first_problem(data, path)
+        raise BadTraceInput(path, None, f"not a Mooncake trace ({e})",
+                            hint="one JSON object per line with timestamp, input_length, hash_ids") from e
+    if np.any(np.diff(t) < 0):                        # requests out of time order: sort them
+        order = np.argsort(t, kind="stable")
+        return BlockTrace.from_lists(t[order], inp[order], out[order], [lists[k] for k in order], block_size,
+                                     name=_stem(path))
+    return BlockTrace(t, inp, out, offsets, ids, block_size, name=_stem(path))
+
+
+def _first_problem(data: bytes, path: Path) -> None:
+    """Raise ``BadTraceInput`` for the first line that is not a Mooncake request."""
+    import orjson
+
     for no, line in enumerate(data.split(b"\n"), 1):
         if not line.strip():
             continue
         try:
             r = orjson.loads(line)
-            ts.append(float(r["timestamp"]))
-            inp.append(int(r["input_length"]))
-            out.append(int(r.get("output_length", 0)))
-            h = r["hash_ids"]
         except orjson.JSONDecodeError as e:
             raise BadTraceInput(path, no, f"not JSON ({e})", hint="one JSON object per line") from e
-        except KeyError as e:
-            raise BadTraceInput(path, no, "missing", field=e.args[0],
-                                hint="Mooncake lines carry timestamp, input_length, output_length, hash_ids") from e
-        except (TypeError, ValueError) as e:
-            raise BadTraceInput(path, no, f"not a number ({e})", hint="timestamp and lengths are numbers") from e
-        if not isinstance(h, list):
-            raise BadTraceInput(path, no, "not a list", field="hash_ids", hint="hash_ids is a list of integers")
-        lists.append(h)
-    t = np.asarray(ts) / 1000.0                      # Mooncake timestamps are milliseconds
-    order = np.argsort(t, kind="stable")
-    if np.any(order != np.arange(len(order))):
-        t = t[order]
-        inp, out, lists = [inp[k] for k in order], [out[k] for k in order], [lists[k] for k in order]
-    try:
-        return BlockTrace.from_lists(t, inp, out, lists, block_size, name=_stem(path))
-    except (TypeError, ValueError, OverflowError) as e:
-        raise BadTraceInput(path, None, f"hash_ids are not all integers ({e})", field="hash_ids",
-                            hint="block ids are integers") from e
+        if not isinstance(r, dict):
+            raise BadTraceInput(path, no, "not a JSON object", hint="one JSON object per line")
+        for key in ("timestamp", "input_length", "hash_ids"):
+            if key not in r:
+                raise BadTraceInput(path, no, "missing", field=key,
+                                    hint="Mooncake lines carry timestamp, input_length, output_length, hash_ids")
+        for key in ("timestamp", "input_length", "output_length"):
+            if key in r and (isinstance(r[key], bool) or not isinstance(r[key], (int, float))):
+                raise BadTraceInput(path, no, f"not a number: {r[key]!r}", field=key,
+                                    hint="timestamp and lengths are numbers")
+        h = r["hash_ids"]
+        if not isinstance(h, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in h):
+            raise BadTraceInput(path, no, "not a list of integers", field="hash_ids",
+                                hint="hash_ids is a list of integer block ids")
 
 
 def _stem(path: Path) -> str:
