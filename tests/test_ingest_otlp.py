@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import datetime as dt
 import gzip
+import io
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from kvtrace.ingest import ingest
-from kvtrace.ingest import otlp_common
+from kvtrace.ingest import otlp_common, otlp_json
 from kvtrace.ingest.otlp_json import parse, parse_lines
 
 T0 = 1_795_953_115_943_000_000          # ns
@@ -257,11 +260,8 @@ def test_line_numbers_stay_right_across_chunks_and_batches(monkeypatch):
     data = lines(*(logs_line(event(request_id=f"r{i}"), event(request_id=f"q{i}")) for i in range(60)))
     whole = {r["request_key"]: r["ingested_from"] for r in rows(parse_lines(data, "x"))}
     monkeypatch.setattr(otlp_common, "BATCH_BYTES", 3000)
-    monkeypatch.setattr("kvtrace.ingest.otlp_json.CHUNK_BYTES", 5000)
-    from kvtrace.ingest import otlp_json
-
-    chunks = list(otlp_common.iter_chunks(__import__("io").BytesIO(data), 5000))
-    assert len(chunks) > 5
+    chunks = list(otlp_common.iter_chunks(io.BytesIO(data), 5000))
+    assert len(chunks) > 5 and b"".join(chunks) == data
     split = {r["request_key"]: r["ingested_from"] for r in rows(otlp_json._parse(iter((c, None) for c in chunks), "x"))}
     assert split == whole and whole["r41"] == "x:42" and whole["q0"] == "x:1"
 
@@ -371,9 +371,6 @@ def test_a_span_alone_is_a_request_and_merges_with_a_later_event(store, tmp_path
 
 
 # -- the decoder never crashes -------------------------------------------------------------------
-
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
