@@ -138,6 +138,7 @@ def connect():
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
     con.execute("SET preserve_insertion_order = false")   # rows carry their line numbers
+    con.execute("SET enable_progress_bar = false")        # the CLI draws its own
     con.execute(f"CREATE OR REPLACE MACRO otlp_qs(x) AS {query_source_sql('x')}")
     con.execute(load_query("ingest/otlp_macros").sql)
     return con
