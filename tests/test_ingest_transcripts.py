@@ -291,6 +291,11 @@ def test_a_vanished_file_is_reported_and_the_rest_is_read(tmp_path):
     assert len(p.rejects) == 1 and p.rejects[0].line is None and "gone.jsonl" in p.rejects[0].path
 
 
+def test_no_files_no_rows():
+    p = parse([])
+    assert p.requests.num_rows == 0 and p.requests.schema == REQUEST_SCHEMA
+
+
 def test_many_files_in_parallel_groups_match_one_group(tmp_path, monkeypatch):
     import kvtrace.ingest.claude_transcripts as ct
 

@@ -65,6 +65,9 @@ def parse(paths: list[Path]) -> Parsed:
 
     paths = [Path(p) for p in paths]
     parsed = Parsed()
+    if not paths:
+        parsed.requests = REQUEST_SCHEMA.empty_table()
+        return parsed
     con = duckdb.connect()
     try:
         con.execute("SET TimeZone = 'UTC'")
@@ -117,7 +120,7 @@ def _parse_fast(con, paths: list[Path]) -> tuple[int, int]:
         g = load.index(min(load))
         groups[g].append(i)
         load[g] += sizes[i]
-    groups = [g for g in groups if g] or [[]]
+    groups = [g for g in groups if g]
     if len(groups) == 1:
         return _parse_group(con, 0, paths, groups[0]), 1
     results: list[int | BaseException] = [0] * len(groups)
@@ -151,6 +154,7 @@ def _parse_fast(con, paths: list[Path]) -> tuple[int, int]:
 
 
 def _parse_slow(con, paths: list[Path], parsed: Parsed) -> int:
+    """Read each file in Python (gzip, undecodable bytes replaced, unreadable files rejected)."""
     idx, texts = [], []
     for i, p in enumerate(paths):
         try:
