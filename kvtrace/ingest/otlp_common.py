@@ -141,4 +141,6 @@ def connect():
     con.execute("SET enable_progress_bar = false")        # the CLI draws its own
     con.execute(f"CREATE OR REPLACE MACRO otlp_qs(x) AS {query_source_sql('x')}")
     con.execute(load_query("ingest/otlp_macros").sql)
+    # request keys and disjoint buckets of the other agents' records (otlp_agents_*, otlp_genai_spans)
+    con.execute(load_query("ingest/agent_macros").sql)
     return con

@@ -37,8 +37,13 @@ from kvtrace.store import load_query
 # (bit in otlp_line_class.signals, normalization query, the temp table its rows go to). Every
 # query runs on every chunk, on no lines when the chunk has none of its signal, so the final
 # queries always find their tables.
+# The other agents' records (Codex, Gemini CLI, GenAI/OpenInference spans) have their own queries;
+# the Claude Code ones leave those records to them.
 _SIGNALS = ((1, "ingest/otlp_logs", "otlp_log_rows"), (2, "ingest/otlp_metrics", "otlp_metric_rows"),
-            (4, "ingest/otlp_spans", "otlp_span_rows"))
+            (4, "ingest/otlp_spans", "otlp_span_rows"),
+            (1, "ingest/otlp_agents_logs", "otlp_agent_log_rows"),
+            (2, "ingest/otlp_agents_metrics", "otlp_agent_metric_rows"),
+            (4, "ingest/otlp_genai_spans", "otlp_genai_span_rows"))
 
 
 def parse(path: Path) -> Parsed:

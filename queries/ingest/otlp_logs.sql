@@ -128,3 +128,5 @@ SELECT line_no,
                 'cache_creation_tokens', 'cache_creation_5m_tokens', 'cache_creation_1h_tokens',
                 'cost_usd', 'duration_ms', 'ttft_ms', 'event.name'], rattrs) AS attributes
 FROM checked
+-- Codex, Gemini CLI and GenAI events are read by otlp_agents_logs.
+WHERE NOT otlp_agent_event(a_event)

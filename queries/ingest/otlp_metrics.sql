@@ -90,4 +90,5 @@ SELECT line_no, 'metric:' || coalesce(m.name, '(unnamed)') AS kind,
        greatest(coalesce(len(m.sum.dataPoints), len(m.gauge.dataPoints), len(m.histogram.dataPoints), 1), 1) AS n,
        false AS out
 FROM metrics
-WHERE m.name IS DISTINCT FROM 'claude_code.token.usage' OR coalesce(len(m.sum.dataPoints), 0) = 0
+WHERE (m.name IS DISTINCT FROM 'claude_code.token.usage' OR coalesce(len(m.sum.dataPoints), 0) = 0)
+  AND NOT otlp_agent_metric(m.name)   -- Codex and Gemini token metrics: otlp_agents_metrics

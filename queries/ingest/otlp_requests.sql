@@ -6,8 +6,12 @@
 
 WITH events AS (
     SELECT * EXCLUDE (kind, out, reject_field, reject_reason) FROM otlp_log_rows WHERE out
+    UNION ALL BY NAME   -- Codex and Gemini CLI events
+    SELECT * EXCLUDE (kind, out, reject_field, reject_reason) FROM otlp_agent_log_rows WHERE out
 ), spans AS (
     SELECT * EXCLUDE (kind, out, reject_field, reject_reason) FROM otlp_span_rows WHERE out
+    UNION ALL BY NAME   -- GenAI, OpenInference and Codex spans (a Codex span shares its event's key)
+    SELECT * EXCLUDE (kind, out, reject_field, reject_reason) FROM otlp_genai_span_rows WHERE out
 ), span_fill AS (
     SELECT request_key, max(ttft_ms) AS span_ttft_ms FROM spans GROUP BY request_key
 )

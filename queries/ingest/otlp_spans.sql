@@ -99,3 +99,5 @@ SELECT line_no,
                 'cache_creation_5m_tokens', 'cache_creation_1h_tokens', 'duration_ms', 'ttft_ms'],
                 rattrs) AS attributes
 FROM checked
+-- Spans with GenAI/OpenInference token usage are read by otlp_genai_spans.
+WHERE NOT otlp_usage_span(name, keys)

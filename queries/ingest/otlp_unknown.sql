@@ -8,5 +8,11 @@ SELECT kind, sum(n) AS n FROM (
     SELECT kind, n FROM otlp_metric_rows WHERE NOT out AND reject_field IS NULL
     UNION ALL
     SELECT kind, 1 FROM otlp_span_rows WHERE NOT out AND reject_field IS NULL
+    UNION ALL
+    SELECT kind, 1 FROM otlp_agent_log_rows WHERE NOT out AND reject_field IS NULL
+    UNION ALL
+    SELECT kind, n FROM otlp_agent_metric_rows WHERE NOT out AND reject_field IS NULL
+    UNION ALL
+    SELECT kind, 1 FROM otlp_genai_span_rows WHERE NOT out AND reject_field IS NULL
 )
 GROUP BY kind
