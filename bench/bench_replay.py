@@ -4,8 +4,9 @@
    accesses) over the whole grid, 64 capacities (+ unlimited) x 8 TTLs, against one libCacheSim
    LRU ``process_trace`` at a single capacity on the same block accesses (objects of one block,
    touched tail first). Both are whole processes (interpreter start, imports, reading the trace),
-   best of ``REPEATS`` runs, interleaved. libCacheSim is timed twice: from the JSONL (it must
-   be converted to its binary format first) and from a binary trace written beforehand.
+   best of ``REPEATS`` runs, interleaved; wall and CPU time (the machine is shared). libCacheSim
+   is timed twice: from the JSONL (it must be converted to its binary format first) and from a
+   binary trace written beforehand; kvtrace also without the CLI framework's option parsing.
 2. ``fleet``: a synthetic fleet trace of 10 M requests (sessions of growing conversations over a
    day, a shared 4-block head for 70% of sessions, Mooncake-like sizes: 512-token blocks, ~23
    blocks per request), saved as ``.npz``, then ``kvtrace replay fleet.npz`` with the default
@@ -58,22 +59,28 @@ print(miss)
 """
 
 
-def _wall(cmd: list[str]) -> tuple[float, int, str]:
-    """Wall time (s), peak RSS (MB) and stdout of one child process."""
+def _wall(cmd: list[str]) -> tuple[float, int, float]:
+    """Wall time (s), peak RSS (MB) and CPU time (user + system, s) of one child process.
+
+    CPU time is the steadier figure on a shared machine: wall time also counts waiting for a core.
+    """
     t = time.perf_counter()
-    p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     _, status, usage = os.wait4(p.pid, 0)
     wall = time.perf_counter() - t
-    out, err = p.stdout.read(), p.stderr.read()
-    p.returncode = os.waitstatus_to_exitcode(status)
-    if p.returncode:
+    err = p.stderr.read()
+    if os.waitstatus_to_exitcode(status):
         raise RuntimeError(f"{' '.join(cmd)} failed: {err[-2000:]}")
-    return wall, round(usage.ru_maxrss / 1024), out
+    return wall, round(usage.ru_maxrss / 1024), usage.ru_utime + usage.ru_stime
 
 
 def mooncake_grid(tmp: Path) -> dict:
     kv = [sys.executable, "-m", "kvtrace", "replay", str(CONVERSATION), "--format", "json",
           "--out", str(tmp / "grid.json")] + [a for t in TTLS for a in ("--ttl", t)]
+    # The same command function without the CLI framework's option parsing (typer 0.29 coerces
+    # options through pydantic, ~0.17 s of CPU per invocation): what the replay itself costs.
+    direct = [sys.executable, "-c", "from pathlib import Path; from kvtrace.cli.replay import replay; "
+              f"replay(Path({str(CONVERSATION)!r}), ttl={TTLS!r}, format='json', out=Path({str(tmp / 'g2.json')!r}))"]
     out: dict = {"trace": CONVERSATION.name, "block_accesses": 288_500, "grid_ttls": len(TTLS)}
     try:
         import libcachesim  # noqa: F401
@@ -81,27 +88,28 @@ def mooncake_grid(tmp: Path) -> dict:
     except ImportError:
         have_lcs = False
     binpath = tmp / "conv.oracleGeneral"
-    lcs_json = [sys.executable, "-c", LCS_SCRIPT, str(CONVERSATION), str(binpath), str(LCS_CAPACITY_BLOCKS)]
-    lcs_bin = [sys.executable, "-c", LCS_SCRIPT, str(binpath), str(binpath), str(LCS_CAPACITY_BLOCKS)]
-    runs: dict = {"kvtrace": [], "lcs_from_jsonl": [], "lcs_from_binary": []}
-    _wall(kv)                                               # warm the page cache (and any JIT cache)
+    cmds = {"kvtrace": kv, "kvtrace_without_cli_parsing": direct}
     if have_lcs:
-        _wall(lcs_json)
-    for _ in range(REPEATS):
-        runs["kvtrace"].append(_wall(kv)[0])
-        if have_lcs:
-            runs["lcs_from_jsonl"].append(_wall(lcs_json)[0])
-            runs["lcs_from_binary"].append(_wall(lcs_bin)[0])
+        cmds["libcachesim_from_jsonl"] = [sys.executable, "-c", LCS_SCRIPT, str(CONVERSATION), str(binpath),
+                                          str(LCS_CAPACITY_BLOCKS)]
+        cmds["libcachesim_from_binary"] = [sys.executable, "-c", LCS_SCRIPT, str(binpath), str(binpath),
+                                           str(LCS_CAPACITY_BLOCKS)]
+    for cmd in cmds.values():                              # warm caches; writes the binary trace
+        _wall(cmd)
+    runs: dict = {k: [] for k in cmds}
+    for _ in range(REPEATS):                               # interleaved, best of REPEATS
+        for k, cmd in cmds.items():
+            runs[k].append(_wall(cmd))
     grid = json.loads((tmp / "grid.json").read_text())
-    caps = {g["capacity_tokens"] for g in grid["grid"]}
-    out.update(grid_capacities=len(caps), grid_points=len(grid["grid"]), engine=grid["engine"]["kernel"],
-               kvtrace_wall_s=round(min(runs["kvtrace"]), 3), kvtrace_runs_s=[round(x, 3) for x in runs["kvtrace"]])
+    out.update(grid_capacities=len({g["capacity_tokens"] for g in grid["grid"]}), grid_points=len(grid["grid"]),
+               engine=grid["engine"]["kernel"], libcachesim_capacity_blocks=LCS_CAPACITY_BLOCKS if have_lcs else None)
+    for k, rs in runs.items():
+        out[k] = {"wall_s": round(min(r[0] for r in rs), 3), "cpu_s": round(min(r[2] for r in rs), 3)}
     if have_lcs:
-        j, b = min(runs["lcs_from_jsonl"]), min(runs["lcs_from_binary"])
-        out.update(libcachesim_capacity_blocks=LCS_CAPACITY_BLOCKS, libcachesim_from_jsonl_wall_s=round(j, 3),
-                   libcachesim_from_binary_wall_s=round(b, 3),
-                   ratio_vs_libcachesim_from_binary=round(out["kvtrace_wall_s"] / b, 3),
-                   ratio_vs_libcachesim_from_jsonl=round(out["kvtrace_wall_s"] / j, 3))
+        for k in ("kvtrace", "kvtrace_without_cli_parsing"):
+            for ref in ("libcachesim_from_binary", "libcachesim_from_jsonl"):
+                for m in ("wall_s", "cpu_s"):
+                    out[f"ratio_{k}_vs_{ref}_{m[:-2]}"] = round(out[k][m] / out[ref][m], 3)
     return out
 
 
@@ -162,7 +170,8 @@ def fleet(tmp: Path) -> dict:
     cold = _wall(cmd)
     warm = _wall(cmd)
     res = json.loads((tmp / "fleet.json").read_text())
-    info.update(first_run_wall_s=round(cold[0], 1), wall_s=round(warm[0], 1), peak_rss_mb=warm[1],
+    info.update(first_run_wall_s=round(cold[0], 1), wall_s=round(warm[0], 1), cpu_s=round(warm[2], 1),
+                peak_rss_mb=warm[1],
                 engine=res["engine"], grid_points=len(res["grid"]),
                 hit_ratio_tokens_unlimited_no_ttl=round(res["grid"][-1]["hit_ratio_tokens"], 4),
                 tiers={t["name"]: {"hit_ratio_tokens": round(t["hit_ratio_tokens"], 4), "fills_at": t["fills_at"],
