@@ -105,17 +105,20 @@ def spend_whatif(trace: BlockTrace, pricing: Pricing | None = None, model: str |
     n = trace.n_requests
     derived = "chain_prev" in trace.meta
     if derived:
-        req = trace.meta["requests"]
-        models = np.asarray(req.get_column("model").to_list() if model is None else [model] * n, dtype=object)
         cached = trace.meta["cached"]
+    elif model is None:
+        raise ConfigError("a block-hash trace has no model to price",
+                          hint="pass --price-model NAME (a model of the pricing table)")
     else:
-        if model is None:
-            raise ConfigError("a block-hash trace has no model to price",
-                              hint="pass --price-model NAME (a model of the pricing table)")
-        models = np.asarray([model] * n, dtype=object)
         cached = trace.input_length.copy()
     prompt, out = trace.input_length, trace.output_length
-    names, code = np.unique(models.astype(str), return_inverse=True) if n else (np.array([]), np.zeros(0, int))
+    if derived and model is None:
+        # Model names to codes without a Python object per request.
+        col = trace.meta["requests"].get_column("model").fill_null("")
+        uniq = col.unique().sort()
+        names, code = np.asarray(uniq.to_list(), dtype=object), uniq.search_sorted(col).to_numpy()
+    else:
+        names, code = np.asarray([model], dtype=object), np.zeros(n, dtype=np.int64)
     prices = [pricing.price(m) for m in names]
     priced_m = np.array([p is not None for p in prices], dtype=bool)
     p_in = np.array([p.input if p else 0.0 for p in prices])[code] if n else np.zeros(0)
