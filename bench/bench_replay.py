@@ -176,7 +176,7 @@ def fleet(tmp: Path) -> dict:
                 hit_ratio_tokens_unlimited_no_ttl=round(res["grid"][-1]["hit_ratio_tokens"], 4),
                 tiers={t["name"]: {"hit_ratio_tokens": round(t["hit_ratio_tokens"], 4), "fills_at": t["fills_at"],
                                    "write_GBps_mean": round((t["write_bytes_per_s_mean"] or 0) / 1e9, 2),
-                                   "dwpd_per_drive": t.get("dwpd_per_drive")} for t in res["tiers"]["tiers"]})
+                                   "dwpd_per_drive": t.get("dwpd_per_drive")} for t in res["tiers"]})
     return info
 
 

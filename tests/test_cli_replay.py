@@ -26,8 +26,8 @@ def test_json_grid_and_tiers():
     assert set(out["grid"][0]) >= {"capacity_tokens", "ttl_s", "hit_ratio_tokens", "hit_ratio_blocks"}
     assert [(g["capacity_tokens"], g["ttl_s"]) for g in out["grid"][:3]] == [(1_000_000, 300.0), (3_000_000, 300.0),
                                                                               (None, 300.0)]
-    assert [t["name"] for t in out["tiers"]["tiers"]] == ["HBM", "DRAM", "NVMe"]
-    assert out["tiers"]["tiers"][2]["dwpd_per_drive"] is not None
+    assert [t["name"] for t in out["tiers"]] == ["HBM", "DRAM", "NVMe"]
+    assert out["tiers"][2]["dwpd_per_drive"] is not None and out["hierarchy"]["mode"] == "exclusive"
     assert out["ttft"]["all"]["count"] == 3993
     assert out["model"]["bytes_per_token"] == 126_976
 

@@ -67,8 +67,13 @@ class ReplayResult:
     assumptions: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
+        """The JSON of ``kvtrace replay --format json``: ``grid`` and ``tiers`` are lists; the
+        hierarchy's own figures (mode, TTL, overall hit ratio) are under ``hierarchy``."""
+        tiers = dict(self.tiers or {})
+        per_tier = tiers.pop("tiers", [])
         return {"trace": self.trace, "model": self.model, "grid": self.grid, "working_set": self.working_set,
-                "tiers": self.tiers, "ttft": self.ttft, "engine": self.engine, "assumptions": self.assumptions}
+                "hierarchy": tiers or None, "tiers": per_tier, "ttft": self.ttft, "engine": self.engine,
+                "assumptions": self.assumptions}
 
     def tiers_section(self) -> dict:
         """The report's ``tiers`` section: the tier replay with the grid, TTFT and assumptions."""
