@@ -200,12 +200,28 @@ def _ingest_unit(store: Store, fmt, group, summary: IngestSummary, strict: bool)
         added = (summary.requests_added - before[0]) + (summary.metric_points_added - before[1]) \
             + (summary.block_requests_added - before[2])
         dups = summary.duplicates_skipped - before[3]
-        for i, (p, (path, size, mtime)) in enumerate(group):
-            store.run(
-                "INSERT INTO ingested_files VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                [path, size, mtime, fmt.name, now, added if i == 0 else 0, dups if i == 0 else 0,
-                 len(parsed.rejects) if i == 0 else 0])
+        _record_files(store, group, fmt.name, now, added, dups, len(parsed.rejects))
     summary.formats[fmt.name] = summary.formats.get(fmt.name, 0) + len(group)
+
+
+def _record_files(store: Store, group, fmt_name: str, now, added: int, dups: int, rejected: int) -> None:
+    """One ledger insert per transaction (a batch can hold thousands of small transcript files).
+    A batch's counts are booked on its first file."""
+    import pyarrow as pa
+
+    n = len(group)
+    first = [1] + [0] * (n - 1)
+    ledger = pa.table({
+        "path": [st[0] for _, st in group], "size": [st[1] for _, st in group],
+        "mtime_ns": [st[2] for _, st in group], "format": [fmt_name] * n, "ingested_at": [now] * n,
+        "rows_added": [added * f for f in first], "duplicates": [dups * f for f in first],
+        "lines_rejected": [rejected * f for f in first],
+    })
+    store.con.register("ledger_in", ledger)
+    try:
+        store.run("INSERT INTO ingested_files BY NAME SELECT * FROM ledger_in ON CONFLICT DO NOTHING")
+    finally:
+        store.con.unregister("ledger_in")
 
 
 class _NoBar:
