@@ -14,6 +14,7 @@ import random
 import zlib
 
 import orjson
+import pytest
 
 from kvtrace.collect import segments
 from tests.test_collect_support import Connection, api_request_json, logs_request_json, logs_request_pb, running_collector
@@ -167,3 +168,24 @@ def test_fuzz_ten_thousand_payloads(tmp_path):
     with Store(memory=True) as store:
         summary = ingest(store, [spool], format="otlp-json")
     assert summary.files >= 1 and summary.lines_rejected == 0, summary.rejects[:5]
+
+
+def test_fast_json_path_accepts_only_what_the_exact_path_accepts():
+    """msgspec's schema decode (the fast path) must never store what orjson and the exact checks refuse."""
+    pytest.importorskip("msgspec")
+    from kvtrace.collect import otlp
+    from kvtrace.collect.fastjson import fast_count
+
+    rng = random.Random(11)
+    seeds = _seeds()
+    accepted = 0
+    for _ in range(6000):
+        body = _mutate(rng, seeds)
+        for name in ("logs", "traces"):
+            n = fast_count(name, body)
+            if n is None:
+                continue
+            accepted += 1
+            exact = otlp.decode_json_exact(otlp.SIGNALS[name], body)
+            assert (exact.records, exact.rejected) == (n, 0), body[:300]
+    assert accepted > 200

@@ -49,7 +49,7 @@ def test_decompress_exact_limit_and_multi_member_gzip():
     assert otlp.decompress(gzip.compress(b"ab") + gzip.compress(b"cd"), "gzip", 10) == b"abcd"
 
 
-@pytest.mark.parametrize("body", [b"not gzip at all", gzip.compress(b"x" * 100)[:-10], b""])
+@pytest.mark.parametrize("body", [b"not gzip at all", gzip.compress(b"x" * 100, mtime=0)[:-10], b""])
 def test_corrupt_or_truncated_gzip_is_bad_payload(body):
     if body == b"":
         assert otlp.decompress(body, "gzip", 10) == b""

@@ -42,11 +42,20 @@ def _event(body: object, event_name: object, attr_event: object) -> object:
     return attr_event
 
 
-def _ns_present(x: object) -> bool:
+def ns_present(x: object) -> bool:
+    """A usable nanosecond time, as ingest reads one: an int64 > 0 (decimal string or number)."""
+    if isinstance(x, bool) or not isinstance(x, (str, int, float)):
+        return False
     try:
-        return int(float(x)) > 0 if isinstance(x, (str, int, float)) and not isinstance(x, bool) else False
+        if isinstance(x, int):
+            v = x
+        elif isinstance(x, str) and x.strip().lstrip("+-").isdigit():
+            v = int(x)
+        else:
+            v = round(float(x))
     except (ValueError, OverflowError):
         return False
+    return 0 < v <= _INT64_MAX
 
 
 def _iso_present(x: object) -> bool:
@@ -79,10 +88,13 @@ _PB_CLEAN = re.compile(b"(?:" + b"|".join(b"\n" + re.escape(bytes([len(k)])) + r
                                            for k in TOKEN_ATTRIBUTES) + b")", re.DOTALL)
 
 
+_PRINTABLE_ESCAPE = re.compile(rb"\\u00[2-7][0-9a-fA-F]")
+
+
 def tokens_clean_json(body: bytes) -> bool:
     """True when every token attribute in an OTLP JSON body is a plain non-negative integer."""
-    if b"\\u" in body:
-        return False   # an escaped key could hide from the patterns
+    if _PRINTABLE_ESCAPE.search(body):
+        return False   # a key spelled with escapes ("input\u005ftokens") could hide from the patterns
     return len(_JSON_KEY.findall(body)) == len(_JSON_CLEAN.findall(body))
 
 
@@ -92,11 +104,11 @@ def tokens_clean_pb(body: bytes) -> bool:
 
 
 def has_time_json(rec: dict) -> bool:
-    return _ns_present(rec.get("timeUnixNano")) or _ns_present(rec.get("observedTimeUnixNano"))
+    return ns_present(rec.get("timeUnixNano")) or ns_present(rec.get("observedTimeUnixNano"))
 
 
 def has_start_json(span: dict) -> bool:
-    return _ns_present(span.get("startTimeUnixNano"))
+    return ns_present(span.get("startTimeUnixNano"))
 
 
 # -- OTLP JSON -------------------------------------------------------------------------------
@@ -136,7 +148,7 @@ def json_record_problem(rec: dict) -> str | None:
             text = _json_text(first[k])
             if text is not None and _bad_count_text(text):
                 return f"field '{k}': not a token count"
-    if not (_ns_present(rec.get("timeUnixNano")) or _ns_present(rec.get("observedTimeUnixNano"))
+    if not (ns_present(rec.get("timeUnixNano")) or ns_present(rec.get("observedTimeUnixNano"))
             or _iso_present(_json_text(first.get("event.timestamp")))):
         return "no time (timeUnixNano, observedTimeUnixNano or event.timestamp)"
     return None
@@ -202,7 +214,7 @@ def json_point_problem(temporality: object, point: object) -> str | None:
     value = None if value is None else _json_text({"stringValue": value})
     if value is None or value.lstrip().startswith(("{", "[")) or _bad_count_text(value):
         return "data point without a token count (asDouble or asInt)"
-    if not _ns_present(point.get("timeUnixNano")):
+    if not ns_present(point.get("timeUnixNano")):
         return "data point without a time"
     attrs = point.get("attributes")
     for kv in attrs if isinstance(attrs, list) else []:
@@ -246,7 +258,7 @@ def json_span_problem(span: dict) -> str | None:
         text = _json_text(first.get(k)) if k in first else None
         if text is not None and _bad_count_text(text):
             return f"field '{k}': not a token count"
-    return None if _ns_present(span.get("startTimeUnixNano")) else "llm_request span without a start time"
+    return None if ns_present(span.get("startTimeUnixNano")) else "llm_request span without a start time"
 
 
 def pb_span_problem(span) -> str | None:
