@@ -3,6 +3,10 @@
 Shares are token-weighted (never per call). The hit ratio is
 ``cache_read / (cache_read + cache_write + uncached input)``: the share of prompt tokens served
 from the cache.
+
+The input is a *rollup* frame (``queries/usage_rollup.sql``): token sums per hour x agent x
+session x user x model x query source x project, with a ``requests`` count. DuckDB does the scan
+over every request; Polars groups the much smaller rollup however the report asks.
 """
 
 from __future__ import annotations
@@ -20,10 +24,10 @@ CLASSES: dict[str, str] = {
 }
 WRITE_KEYS = ("cache_write_5m", "cache_write_1h", "cache_write_unknown")
 
-# --group-by name -> expression over the usage frame.
+# --group-by name -> expression over the rollup frame (time keys are formatted after grouping).
 GROUPS: dict[str, pl.Expr] = {
-    "day": pl.col("ts").dt.truncate("1d").dt.date().cast(pl.Utf8),
-    "hour": pl.col("ts").dt.truncate("1h").dt.strftime("%Y-%m-%dT%H:00"),
+    "day": pl.col("hour").dt.truncate("1d"),
+    "hour": pl.col("hour"),
     "model": pl.col("model"),
     "user": pl.col("user_id"),
     "session": pl.col("session_id"),
@@ -48,8 +52,11 @@ def mix_from_totals(t: dict) -> dict:
     return mix
 
 
+TIME_KEY_FORMAT = {"day": "%Y-%m-%d", "hour": "%Y-%m-%dT%H:00"}
+
+
 def token_mix(usage: pl.DataFrame) -> dict:
-    """The overall token mix of a usage frame (columns of ``queries/usage_window.sql``)."""
+    """The overall token mix of a rollup frame."""
     if usage.height == 0:
         return mix_from_totals({})
     return mix_from_totals(usage.select(_mix_exprs()).row(0, named=True))
@@ -62,7 +69,9 @@ def token_mix_by(usage: pl.DataFrame, group: str) -> list[dict]:
     if usage.height == 0:
         return []
     agg = (usage.group_by(expr.alias("key"))
-           .agg(pl.len().alias("requests"), pl.col("session_id").n_unique().alias("sessions"), *_mix_exprs()))
+           .agg(pl.col("requests").sum(), pl.col("session_id").n_unique().alias("sessions"), *_mix_exprs()))
+    if group in TIME_KEY_FORMAT:
+        agg = agg.with_columns(pl.col("key").dt.strftime(TIME_KEY_FORMAT[group]))
     out = []
     for row in agg.iter_rows(named=True):
         entry = {"key": row["key"], "requests": row["requests"], "sessions": row["sessions"]}

@@ -73,7 +73,7 @@ def _series(usage, groups: dict) -> dict:
 
     if usage.height == 0:
         return {"token_mix": {"bucket": "day", "entries": []}}
-    span = (usage["ts"].max() - usage["ts"].min()).total_seconds()
+    span = (usage["last_ts"].max() - usage["first_ts"].min()).total_seconds()
     bucket = "hour" if span <= HOURLY_SERIES_MAX_S else "day"
     entries = groups[bucket] if bucket in groups else token_mix_by(usage, bucket)
     return {"token_mix": {"bucket": bucket, "entries": entries}}
@@ -93,7 +93,7 @@ def build_report(store: Store, opts: ReportOptions | None = None) -> Report:
         if g not in GROUPS:
             raise ConfigError(f"unknown --group-by '{g}'", hint="choose from " + ", ".join(GROUPS))
     win = _window(store, opts)
-    usage = store.to_polars("usage_window", {"since": win["since"], "until": win["until"]})
+    usage = store.to_polars("usage_rollup", {"since": win["since"], "until": win["until"]})
     data: dict = {
         "schema_version": SCHEMA_VERSION,
         "generator": f"kvtrace {__version__}",
@@ -101,10 +101,10 @@ def build_report(store: Store, opts: ReportOptions | None = None) -> Report:
         "title": opts.title,
         "window": {
             "since": iso(win["since"]), "until": iso(win["until"]),
-            "first_request": iso(usage["ts"].min()) if usage.height else None,
-            "last_request": iso(usage["ts"].max()) if usage.height else None,
+            "first_request": iso(usage["first_ts"].min()) if usage.height else None,
+            "last_request": iso(usage["last_ts"].max()) if usage.height else None,
         },
-        "requests": usage.height,
+        "requests": int(usage["requests"].sum()) if usage.height else 0,
         "sessions": usage["session_id"].n_unique() if usage.height else 0,
         "token_mix": token_mix(usage),
         "groups": {g: token_mix_by(usage, g) for g in opts.group_by},
