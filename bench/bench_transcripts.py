@@ -284,7 +284,8 @@ def main() -> dict:
     have_ccusage = CCUSAGE.exists()
     result: dict = {
         "benchmark": "transcripts",
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
+                    "loadavg_1m_at_start": round(os.getloadavg()[0], 2)},
         "tree": {"path": str(tree.relative_to(REPO)), "bytes": truth["bytes"], "files": truth.get("files"),
                  "responses": truth["totals"]["responses"], "subagent_responses": truth["subagent_responses"]},
         "repeats": reps,
@@ -373,6 +374,7 @@ def main() -> dict:
             if d.is_dir() and not any(d.iterdir()):
                 d.rmdir()
         shutil.rmtree(work, ignore_errors=True)
+    result["machine"]["loadavg_1m_at_end"] = round(os.getloadavg()[0], 2)
     _print(result)
     return result
 
