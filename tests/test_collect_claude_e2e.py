@@ -87,14 +87,20 @@ def runner() -> None:
                                                  "requests": requests_by_protocol}, indent=1))
 
 
+def _missing(why: str) -> None:
+    if os.environ.get("KVTRACE_REQUIRE_TOOLS") == "1":   # CI: a missing tool is a failure, not a skip
+        pytest.fail(why)
+    pytest.skip(why)
+
+
 def test_claude_code_cli_to_collect_exact_tokens_over_each_protocol(tmp_path):
     pytest.importorskip("kvtrace.ingest.otlp_json")
     if not CLAUDE.exists():
-        pytest.skip("node_modules/.bin/claude missing: run `make tools`")
+        _missing("node_modules/.bin/claude missing: run `make tools`")
     if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("ip"):
-        pytest.skip("needs root, unshare and ip for a loopback-only network namespace")
+        _missing("needs root, unshare and ip for a loopback-only network namespace")
     if subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode != 0:
-        pytest.skip("unshare -n is not permitted here")
+        _missing("unshare -n is not permitted here")
     proc = subprocess.run(["unshare", "-n", "--", sys.executable, "-c",
                            "from tests.test_collect_claude_e2e import runner; runner()", str(tmp_path)],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
