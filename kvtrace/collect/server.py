@@ -179,7 +179,7 @@ class Collector:
 
     # -- health ----------------------------------------------------------------------------------
     def healthy(self) -> bool:
-        return self.spool._thread is not None and self.spool._thread.is_alive()
+        return self.spool.alive
 
     def update_gauges(self) -> None:
         self.metrics.set("kvtrace_collect_spool_bytes", self.spool.backlog_bytes)

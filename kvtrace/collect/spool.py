@@ -146,6 +146,11 @@ class Spool:
 
     # -- state -----------------------------------------------------------------------------------
     @property
+    def alive(self) -> bool:
+        """The writer thread is running (health check)."""
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
     def queue_bytes(self) -> int:
         return self._queued_bytes
 
