@@ -79,7 +79,7 @@ def render(data: dict, console) -> None:
     """Rich tables of a reuse report."""
     from rich.table import Table
 
-    from kvtrace.report.render import fmt_bytes, fmt_duration, fmt_int, fmt_pct, fmt_tokens
+    from kvtrace.report.format import fmt_bytes, fmt_duration, fmt_int, fmt_pct, fmt_tokens
 
     tr = data.get("trace")
     if not tr:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from kvtrace.report.render import CLASS_LABELS, fmt_duration, fmt_tokens
+from kvtrace.report.format import fmt_duration, fmt_tokens
+from kvtrace.report.tables import CLASS_LABELS
 
 # Okabe & Ito, "Color Universal Design" (2008): distinguishable with protanopia, deuteranopia, tritanopia.
 OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]

@@ -13,7 +13,7 @@ import json
 from datetime import datetime, timezone
 from pathlib import Path
 
-from kvtrace.report.render import fmt_bytes, fmt_duration, fmt_int, fmt_pct, fmt_tokens
+from kvtrace.report.format import fmt_bytes, fmt_duration, fmt_int, fmt_pct, fmt_tokens
 
 SHARES = ("cache_read", "cache_creation", "output", "input_uncached")
 

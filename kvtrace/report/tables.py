@@ -1,0 +1,211 @@
+"""The report's tables, built once from ``Report.data`` and drawn by every renderer.
+
+Each table is a :class:`TableSpec` (title, headers, rows of formatted text, notes under it);
+terminal (rich), Markdown and HTML draw the same specs, so a number reads the same everywhere
+and no renderer computes anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kvtrace.report.format import fmt_bytes, fmt_duration, fmt_int, fmt_pct, fmt_tokens
+
+CLASS_LABELS = {
+    "cache_read": "Cache read",
+    "cache_write_5m": "Cache write (5 min)",
+    "cache_write_1h": "Cache write (1 h)",
+    "cache_write_unknown": "Cache write (TTL unknown)",
+    "output": "Output",
+    "input_uncached": "Uncached input",
+}
+TTL_HEADERS = ("TTL", "Hit (tokens)", "Hit (blocks)", "Working set mean", "p99", "peak", "peak bytes")
+
+
+@dataclass
+class TableSpec:
+    key: str                              # section it belongs to: mix, groups, ttl, reuse, spend, tiers, ttft
+    title: str
+    headers: tuple[str, ...]
+    rows: list[tuple[str, ...]]
+    foot: tuple[str, ...] | None = None   # a total row
+    notes: list[str] = field(default_factory=list)
+
+
+def mix_rows(mix: dict) -> list[tuple[str, str, str]]:
+    """(label, tokens, share) rows of a token mix; zero write classes are left out."""
+    rows = []
+    for key, label in CLASS_LABELS.items():
+        if key.startswith("cache_write") and not mix[key]:
+            continue
+        rows.append((label, fmt_int(mix[key]), fmt_pct(mix["shares"][key])))
+    return rows
+
+
+def shares_line(mix: dict) -> str:
+    """The seed study's four-way split: reads / creation (all write TTLs) / output / uncached input."""
+    s = mix["shares"]
+    parts = [("Cache read", s["cache_read"]),
+             ("Cache creation", s["cache_write_5m"] + s["cache_write_1h"] + s["cache_write_unknown"]),
+             ("Output", s["output"]), ("Uncached input", s["input_uncached"])]
+    return " · ".join(f"{k} {fmt_pct(v)}" for k, v in parts)
+
+
+def ttl_rows(d: dict) -> list[tuple[str, ...]]:
+    rows = []
+    for e in d.get("ttl", []):
+        ws = e["working_set"]
+        rows.append(("none" if e["ttl_s"] is None else fmt_duration(e["ttl_s"]), fmt_pct(e["hit_ratio_tokens"]),
+                     fmt_pct(e["hit_ratio_blocks"]), fmt_tokens(ws["mean_tokens"]), fmt_tokens(ws["p99_tokens"]),
+                     fmt_tokens(ws["peak_tokens"]), fmt_bytes(ws.get("peak_bytes"))))
+    return rows
+
+
+def _usd(v) -> str:
+    return "–" if v is None else f"${v:,.2f}"
+
+
+def _age(v) -> str:
+    if v is None:
+        return "–"
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if v >= 1.5 * size:
+            return f"{v / size:.3g} {unit}"
+    return f"{v:.3g} s"
+
+
+def mix_table(d: dict) -> TableSpec:
+    mix = d["token_mix"]
+    return TableSpec("mix", "Token mix", ("Class", "Tokens", "Share"), mix_rows(mix),
+                     foot=("Total", fmt_int(mix["total"]), "100%"), notes=[shares_line(mix)])
+
+
+def group_table(g: str, entries: list[dict]) -> TableSpec:
+    rows = []
+    for e in entries:
+        m = e["token_mix"]
+        writes = m["cache_write_5m"] + m["cache_write_1h"] + m["cache_write_unknown"]
+        rows.append((str(e["key"]), fmt_int(e["requests"]), fmt_int(m["total"]), fmt_pct(m["shares"]["cache_read"]),
+                     fmt_int(writes), fmt_int(m["output"]), fmt_pct(m["cache_hit_ratio"])))
+    return TableSpec("groups", f"By {g}", (g, "Requests", "Total tokens", "Read share", "Cache write", "Output",
+                                           "Hit ratio"), rows)
+
+
+def ttl_table(d: dict) -> TableSpec:
+    return TableSpec("ttl", "TTL what-if and required capacity", TTL_HEADERS, ttl_rows(d),
+                     notes=["Unlimited capacity; an idle TTL is refreshed on every use."])
+
+
+def reuse_table(reuse: dict) -> TableSpec | None:
+    rows = []
+    for key, label in (("reuse_time", "Block age"), ("effective_reuse_time", "Effective (prefix)")):
+        r = reuse.get(key)
+        if not r:
+            continue
+        w, q, c = r.get("within", {}), r.get("quantiles_s", {}), r.get("ttl_for_share_s", {})
+        rows.append((label, *(fmt_pct(w.get(k)) for k in ("1m", "5m", "1h")),
+                     *(_age(q.get(k)) for k in ("p50", "p90", "p99")),
+                     *(_age(c.get(k)) for k in ("0.9", "0.95", "0.99"))))
+    if not rows:
+        return None
+    return TableSpec("reuse", "Context reuse", ("Reuse time", "Within 1 min", "Within 5 min", "Within 1 h", "p50",
+                                                 "p90", "p99", "TTL for 90% of reuse", "95%", "99%"), rows)
+
+
+def spend_table(spend: dict) -> TableSpec | None:
+    if not spend.get("ttl"):
+        return None
+    rows = [(f"{fmt_duration(t['ttl_s'])} TTL", f"×{t['write_multiplier']:g}", fmt_int(t["read_tokens"]),
+             fmt_int(t["write_tokens"]), fmt_int(t["input_tokens"]), fmt_int(t["output_tokens"]), _usd(t["spend_usd"]))
+            for t in spend["ttl"]]
+    obs = spend.get("observed")
+    if obs:
+        rows.append(("As observed", "", fmt_int(obs.get("read_tokens")), fmt_int(obs.get("write_tokens")), "", "",
+                     _usd(obs.get("spend_usd"))))
+    notes = []
+    if spend.get("net_difference_usd") is not None:
+        diff = spend["net_difference_usd"]
+        notes.append(f"1 h TTL minus 5 min TTL: {'+' if diff >= 0 else '−'}{_usd(abs(diff))} "
+                     f"({spend.get('cheaper', '?')} is cheaper); {fmt_int(spend.get('writes_that_would_be_reads'))} "
+                     "tokens written under 5 min would be cache reads under 1 h.")
+    if spend.get("unpriced"):
+        notes.append("Not priced (no entry in the price table): "
+                     + ", ".join(str(u.get("model")) for u in spend["unpriced"]) + ".")
+    return TableSpec("spend", "API spend by cache TTL", ("Scenario", "Cache write price", "Cache read tokens",
+                                                        "Cache write tokens", "Uncached input", "Output", "Spend"),
+                     rows, notes=notes)
+
+
+def tiers_intro(t: dict) -> str:
+    bits = [f"Tier set {t['name']}" if t.get("name") else "Tier replay"]
+    if t.get("description"):
+        bits.append(f"({t['description']})")
+    if t.get("mode"):
+        bits.append(f"· {t['mode']} mode")
+    bits.append(f"· idle TTL {fmt_duration(t['ttl_s']) if t.get('ttl_s') else 'none'}")
+    if t.get("hit_ratio_tokens") is not None:
+        bits.append(f"· hit ratio through the tiers {fmt_pct(t['hit_ratio_tokens'])}")
+    if t.get("miss_tokens") is not None:
+        bits.append(f"· {fmt_tokens(t['miss_tokens'])} tokens re-prefilled")
+    return " ".join(bits) + "."
+
+
+def tier_table(t: dict) -> TableSpec | None:
+    tiers = t.get("tiers")
+    if not tiers:
+        return None
+
+    def mbps(v):
+        return "–" if v is None else f"{v / 1e6:,.1f}"
+
+    rows = [(x.get("name", "tier"), fmt_tokens(x.get("capacity_tokens")), fmt_bytes(x.get("capacity_bytes")),
+             fmt_pct(x.get("hit_ratio_tokens")), mbps(x.get("write_bytes_per_s_mean")),
+             mbps(x.get("write_bytes_per_s_peak")),
+             "–" if x.get("dwpd_per_drive") is None else f"{x['dwpd_per_drive']:.2f}",
+             "–" if x.get("dwpd_rating") is None else f"{x['dwpd_rating']:g}", x.get("fills_at") or "never")
+            for x in tiers]
+    return TableSpec("tiers", "Tiers", ("Tier", "Capacity (tokens)", "Capacity", "Hit ratio (tokens)",
+                                        "Writes mean (MB/s)", "Writes peak (MB/s)", "DWPD per drive", "Drive rating",
+                                        "First fills"), rows, notes=[tiers_intro(t)])
+
+
+def ttft_table(ttft: dict) -> TableSpec | None:
+    def ms(q, k):
+        return "–" if not q or q.get(k) is None else f"{q[k]:,.1f}"
+
+    rows = []
+    for key, label in (("all", "All requests"), ("continuing", "Continuing"), ("resumed", "Resumed after idle"),
+                       ("new", "New session")):
+        q = ttft.get(key)
+        if q and q.get("count"):
+            nc = q.get("no_cache")
+            rows.append((label, fmt_int(q.get("count")), *(ms(q, k) for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms")),
+                         ms(nc, "p50_ms"), ms(nc, "p99_ms")))
+    if not rows:
+        return None
+    notes = []
+    if ttft.get("gpu_seconds_avoided"):
+        notes.append("GPU-seconds of prefill avoided per tier: "
+                     + ", ".join(f"{k} {v:,.0f}" for k, v in ttft["gpu_seconds_avoided"].items()) + ".")
+    return TableSpec("ttft", "Time to first token (modelled)", ("Session", "Requests", "p50 (ms)", "p90 (ms)",
+                                                                 "p99 (ms)", "max (ms)", "p50 without cache (ms)",
+                                                                 "p99 without cache (ms)"), rows, notes=notes)
+
+
+def report_tables(d: dict) -> list[TableSpec]:
+    """Every table of the report, in reading order; sections without data are left out."""
+    out = [mix_table(d)]
+    if d.get("reuse"):
+        out.append(reuse_table(d["reuse"]))
+    if d.get("ttl"):
+        out.append(ttl_table(d))
+    t = d.get("tiers")
+    if t:
+        out.append(tier_table(t))
+        if t.get("ttft"):
+            out.append(ttft_table(t["ttft"]))
+    if d.get("spend"):
+        out.append(spend_table(d["spend"]))
+    for g, entries in (d.get("groups") or {}).items():
+        out.append(group_table(g, entries))
+    return [x for x in out if x is not None]
