@@ -153,18 +153,26 @@ def make_fleet(n: int, seed: int = 0, span_s: float = 86400.0):
                       session=sess[order], name=f"fleet-{n}")
 
 
-def fleet(tmp: Path) -> dict:
+def _save_fleet(n: int, path: str) -> dict:
     from kvtrace.replay.tracefile import save_npz
 
     t = time.perf_counter()
-    trace = make_fleet(N_FLEET)
-    gen = time.perf_counter() - t
+    trace = make_fleet(n)
     info = {"requests": trace.n_requests, "block_accesses": trace.n_blocks,
             "blocks_per_request": round(trace.n_blocks / trace.n_requests, 2),
-            "span_h": round(float(trace.ts[-1] - trace.ts[0]) / 3600, 2), "generate_s": round(gen, 1)}
-    path = tmp / "fleet.npz"
+            "span_h": round(float(trace.ts[-1] - trace.ts[0]) / 3600, 2),
+            "generate_s": round(time.perf_counter() - t, 1)}
     save_npz(trace, path)
-    del trace
+    return info
+
+
+def fleet(tmp: Path) -> dict:
+    # Generated in a child process: a forked child starts with its parent's resident pages, and
+    # ru_maxrss would charge a large parent to the replay measured next.
+    path = tmp / "fleet.npz"
+    out = subprocess.run([sys.executable, "-m", "bench.bench_replay", "--make-fleet", str(N_FLEET), str(path)],
+                         cwd=ROOT, capture_output=True, text=True, check=True, timeout=3600)
+    info = json.loads(out.stdout.strip().splitlines()[-1])
     cmd = [sys.executable, "-m", "kvtrace", "replay", str(path), "--tiers", "seed-testbed", "--model", "MiniMax-M2.7",
            "--kv-dtype", "fp8", "--format", "json", "--out", str(tmp / "fleet.json")]
     cold = _wall(cmd)
@@ -190,4 +198,7 @@ def main() -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(), indent=2))
+    if len(sys.argv) == 4 and sys.argv[1] == "--make-fleet":
+        print(json.dumps(_save_fleet(int(sys.argv[2]), sys.argv[3])))
+    else:
+        print(json.dumps(main(), indent=2))
