@@ -125,6 +125,8 @@ def _normalize(con, lines, append: bool) -> None:
     signals[cls["line_no"] - lines.first] = cls["signals"]
     for bit, query, table in _SIGNALS:
         mask = (signals & bit) != 0
+        if append and not mask.any():
+            continue   # its table exists (first chunk) and would get nothing: skip the query
         con.register("otlp_lines", lines.table if mask.all() else lines.table.filter(pa.array(mask)))
         _into(con, table, load_query(query).sql, append)
     con.unregister("otlp_lines")

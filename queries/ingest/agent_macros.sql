@@ -31,10 +31,11 @@ CREATE OR REPLACE MACRO agent_clip_note(total_name, total, parts) AS
     total_name || ' ' || coalesce(total, 0) || ' is less than ' || parts
     || ': uncached input stored as 0 (the row is kept; does this source count cached tokens inside input?)';
 
--- OTLP log records read by otlp_agents_logs (and left out of otlp_logs): the events of Codex,
--- the Gemini CLI and the GenAI semantic conventions.
+-- OTLP log records read by otlp_agents_logs (and left out of otlp_logs): the events of Codex and
+-- the Gemini CLI. (GenAI semantic-convention events, such as the copy of each Gemini response in
+-- gen_ai.client.inference.operation.details, carry no cache counts: otlp_logs counts them.)
 CREATE OR REPLACE MACRO otlp_agent_event(name) AS
-    coalesce(starts_with(name, 'codex.') OR starts_with(name, 'gemini_cli.') OR starts_with(name, 'gen_ai.'), false);
+    coalesce(starts_with(name, 'codex.') OR starts_with(name, 'gemini_cli.'), false);
 
 -- The agent a resource's service.name names (spans of known agents count as that agent).
 CREATE OR REPLACE MACRO agent_of_service(service) AS

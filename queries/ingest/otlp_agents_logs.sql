@@ -1,7 +1,7 @@
 -- title: OTLP log records → Codex and Gemini CLI requests
 -- description: reads view otlp_lines(line_no, line) (valid lines that carry resourceLogs) and
 --   selects the rows of temp table otlp_agent_log_rows: one row per log record whose event.name
---   starts with codex., gemini_cli. or gen_ai. (otlp_agent_event; otlp_logs leaves these out).
+--   starts with codex. or gemini_cli. (otlp_agent_event; otlp_logs leaves these out).
 --   Codex codex.sse_event records with event.kind = response.completed and token counts, and
 --   Gemini CLI gemini_cli.api_response records, become request rows (out) in disjoint buckets
 --   (docs/agents.md): both APIs count cached tokens inside input. Every other record is counted
@@ -21,7 +21,7 @@ WITH parsed AS (
                     "arrayValue": "JSON", "kvlistValue": "JSON"}}]}]}]}]}') AS j
     FROM otlp_lines
     -- a cheap pre-filter (a pattern that starts with a quote is several times slower to find)
-    WHERE contains(line, 'codex.') OR contains(line, 'gemini_cli.') OR contains(line, 'gen_ai.')
+    WHERE contains(line, 'codex.') OR contains(line, 'gemini_cli.')
 ), resources AS (
     SELECT line_no, unnest(j.resourceLogs) AS rl FROM parsed
 ), scopes AS (
