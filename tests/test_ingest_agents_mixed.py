@@ -121,3 +121,32 @@ def test_the_cli_reports_per_agent(mixed):
     assert {e["key"]: mix_of(e) for e in data["groups"]["agent"]} == expected_by_agent()
     table = CliRunner().invoke(app, ["report", "--db", str(db), "--group-by", "agent"], env={"COLUMNS": "160"})
     assert table.exit_code == 0 and all(a in table.output for a in expected_by_agent())
+
+
+def test_strict_makes_a_clip_fatal_and_unknown_records_never_are(store, tmp_path):
+    from kvtrace.errors import BadTraceInput
+
+    codex = FIX / "codex" / "exec_tool"
+    s = ingest(store, [codex / "logs.jsonl", codex / "sessions"], strict=True)
+    assert s.requests_added == len(_load(codex / "expected.json")["requests"]) and s.unknown_records
+    span = {"resourceSpans": [{"scopeSpans": [{"spans": [{
+        "traceId": "0af7651916cd43dd8448eb211c80319c", "spanId": "b7ad6b7169203331", "name": "chat",
+        "startTimeUnixNano": "1790000000000000000", "attributes": [
+            {"key": "gen_ai.usage.input_tokens", "value": {"intValue": "3"}},
+            {"key": "gen_ai.usage.output_tokens", "value": {"intValue": "9"}},
+            {"key": "gen_ai.usage.cache_read.input_tokens", "value": {"intValue": "900"}}]}]}]}]}
+    f = tmp_path / "spans.jsonl"
+    f.write_text(json.dumps(span) + "\n")
+    with pytest.raises(BadTraceInput, match="gen_ai.usage.input_tokens"):
+        ingest(store, [f], strict=True)
+    s = ingest(store, [f])
+    assert (s.requests_added, s.lines_rejected) == (1, 1) and "stored as 0" in s.rejects[0]
+
+
+def test_the_cli_ingests_agent_folders(tmp_path):
+    db = tmp_path / "kv.duckdb"
+    r = CliRunner().invoke(app, ["ingest", "--db", str(db), "--json", str(FIX / "codex" / "resume" / "sessions"),
+                                 str(FIX / "gemini" / "resume" / "tmp")])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["requests_added"] == 4 and out["lines_rejected"] == 0

@@ -13,13 +13,14 @@ from kvtrace.cli._options import DbOpt, guarded
 def ingest(
     paths: Annotated[list[str], typer.Argument(help="Files, folders (recursive), globs, or - for stdin. .gz is read too.")],
     db: DbOpt = None,
-    format: Annotated[Optional[str], typer.Option("--format", "-f", help="Force a format instead of detecting it: otlp-json, claude-transcript, mooncake, bailian.")] = None,
+    format: Annotated[Optional[str], typer.Option("--format", "-f", help="Force a format instead of detecting it: otlp-json, claude-transcript, codex-rollout, gemini-chat, mooncake, bailian.")] = None,
     strict: Annotated[bool, typer.Option("--strict", help="A malformed line is fatal (exit 1; nothing of that file is stored).")] = False,
     force: Annotated[bool, typer.Option("--force", help="Re-read files that are unchanged since the last ingest (still never counts a record twice).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar, no skipped-line messages.")] = False,
 ) -> None:
-    """Ingest OTLP JSON lines, Claude Code transcripts or block-hash traces into the warehouse.
+    """Ingest OTLP JSON lines (Claude Code, Codex, Gemini CLI, GenAI spans), Claude Code transcripts,
+    Codex rollouts, Gemini CLI chat logs or block-hash traces into the warehouse.
 
     Ingesting the same input twice adds nothing; each file is one transaction.
 
