@@ -41,15 +41,16 @@ TIER_ASSUMPTIONS = {
 
 
 def default_capacities(trace: BlockTrace, points: int = DEFAULT_POINTS) -> list[int | None]:
-    """``points`` log-spaced capacities (tokens, whole blocks) from one block up to the trace's
-    block accesses, and unlimited (``None``)."""
+    """``points`` log-spaced capacities (tokens, whole blocks) up to the trace's block accesses,
+    from a size worth asking about (at most 64 blocks, at least 1/1000 of the top), and unlimited."""
     bs = trace.block_size
     top = max(trace.n_blocks, 2)
+    lo = max(1, min(64, top // 1000))
     k = points
-    grid = np.unique(np.round(np.geomspace(1, top, k)).astype(np.int64))
-    while len(grid) < min(points, top) and k < 4 * points:     # rounding merges the smallest sizes
+    grid = np.unique(np.round(np.geomspace(lo, top, k)).astype(np.int64))
+    while len(grid) < min(points, top - lo + 1) and k < 4 * points:   # rounding merges small sizes
         k += 1
-        grid = np.unique(np.round(np.geomspace(1, top, k)).astype(np.int64))
+        grid = np.unique(np.round(np.geomspace(lo, top, k)).astype(np.int64))
     return [int(b) * bs for b in grid] + [None]
 
 
