@@ -13,6 +13,9 @@ def write_atomic(path: str | Path, data: bytes) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a report is as readable as any file
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
