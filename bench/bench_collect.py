@@ -75,16 +75,22 @@ def _payloads(name: str, encoding: str, n_batches: int) -> list[bytes]:
 
 
 def exporter_main() -> None:
-    """``python -c 'from bench.bench_collect import exporter_main; exporter_main()' NAME URL ENC MODE RATE START DURATION``."""
+    """``python -c 'from bench.bench_collect import exporter_main; exporter_main()' NAME URL ENC MODE RATE DURATION``.
+
+    Prints ``ready`` once its batches are encoded, then reads the start time (Unix seconds) from
+    stdin, so every exporter starts together after the encoding work is done.
+    """
     import requests
 
-    name, url, encoding, mode, rate, start, duration = sys.argv[1:8]
-    rate, start, duration = float(rate), float(start), float(duration)
-    payloads = _payloads(name, encoding, 6)
+    name, url, encoding, mode, rate, duration = sys.argv[1:7]
+    rate, duration = float(rate), float(duration)
+    payloads = _payloads(name, encoding, 4)
     headers = {"content-type": "application/json"} if encoding == "json" else \
         {"content-type": "application/x-protobuf", "content-encoding": "gzip"}
     session = requests.Session()
     session.post(url, data=b"{}" if encoding == "json" else b"", headers={"content-type": headers["content-type"]})
+    print("ready", flush=True)
+    start = float(sys.stdin.readline())
     time.sleep(max(0.0, start - time.time()))
     t0 = time.perf_counter()
     latencies, acked, errors, i = [], 0, 0, 0
@@ -137,13 +143,22 @@ def _cpu_seconds(pid: int) -> float:
 
 def _phase(port: int, pid: int, encoding: str, mode: str) -> dict:
     url = f"http://127.0.0.1:{port}/v1/logs"
-    start = time.time() + (6.0 if not QUICK else 4.0)   # time for every exporter to encode its batches
     per_rate = TARGET_RPS / EXPORTERS
+    procs = [subprocess.Popen([sys.executable, "-c", "from bench.bench_collect import exporter_main; exporter_main()",
+                               f"e{k}{mode[0]}{encoding[0]}", url, encoding, mode, str(per_rate), str(PHASE_S)],
+                              cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+             for k in range(EXPORTERS)]
+    for p in procs:   # every exporter has encoded its batches: start them together
+        assert p.stdout.readline().strip() == "ready"
     before = _stored(port)
     cpu_before = _cpu_seconds(pid)
-    procs = [subprocess.Popen([sys.executable, "-c", "from bench.bench_collect import exporter_main; exporter_main()",
-                               f"e{k}{mode[0]}{encoding[0]}", url, encoding, mode, str(per_rate), str(start), str(PHASE_S)],
-                              cwd=REPO, stdout=subprocess.PIPE) for k in range(EXPORTERS)]
+    start = time.time() + 0.5
+    # Open loop: spread the exporters' schedules over one interval, as independent clients are;
+    # closed loop: start together.
+    spacing = BATCH / per_rate / EXPORTERS if mode == "target" else 0.0
+    for k, p in enumerate(procs):
+        p.stdin.write(f"{start + k * spacing}\n")
+        p.stdin.flush()
     results = [json.loads(p.communicate(timeout=PHASE_S + 120)[0]) for p in procs]
     acked = sum(r["acked"] for r in results)
     elapsed = max(r["elapsed"] for r in results)
