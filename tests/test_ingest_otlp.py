@@ -266,6 +266,27 @@ def test_line_numbers_stay_right_across_chunks_and_batches(monkeypatch):
     assert split == whole and whole["r41"] == "x:42" and whole["q0"] == "x:1"
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"")), max_size=30), st.booleans(),
+       st.integers(1, 64))
+def test_pieces_are_whole_lines_and_lose_nothing(lines_, final_newline, size):
+    data = b"\n".join(lines_) + (b"\n" if final_newline and lines_ else b"")
+    pieces = list(otlp_common.iter_chunks(io.BytesIO(data), size))
+    assert b"".join(pieces) == data
+    assert all(p.endswith(b"\n") for p in pieces[:-1]) and all(pieces)
+
+
+def test_prefetch_yields_everything_in_order_and_passes_errors_on():
+    assert list(otlp_common.prefetch(iter(range(5)))) == [0, 1, 2, 3, 4]
+
+    def boom():
+        yield 1
+        raise ValueError("disk")
+
+    with pytest.raises(ValueError, match="disk"):
+        list(otlp_common.prefetch(boom()))
+
+
 def test_empty_and_blank_inputs():
     assert parse_lines(b"", "x").lines == 0
     p = parse_lines(b"\n  \n\r\n", "x")

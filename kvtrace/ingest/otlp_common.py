@@ -34,22 +34,47 @@ class Lines:
     rejects: list[Reject] = field(default_factory=list)
 
 
-def iter_chunks(fh: BinaryIO, size: int = CHUNK_BYTES) -> Iterator[bytes]:
-    """Read ``fh`` in pieces of about ``size`` bytes that end at a line end (except the last)."""
+def iter_chunks(fh: BinaryIO, size: int = CHUNK_BYTES) -> Iterator[bytearray]:
+    """Read ``fh`` in pieces of about ``size`` bytes that end at a line end (except the last).
+
+    Each piece is read straight into its own buffer (``readinto``), which the Arrow lines then
+    share: only the few bytes after the last newline are copied, to start the next piece.
+    """
     carry = b""
     while True:
-        block = fh.read(size)
-        if not block:
-            if carry:
-                yield carry
+        buf = bytearray(len(carry) + size)
+        buf[:len(carry)] = carry
+        got = len(carry)
+        while got < len(buf):
+            n = fh.readinto(memoryview(buf)[got:])
+            if not n:
+                break
+            got += n
+        if got < len(buf):                       # end of input
+            if got:
+                del buf[got:]
+                yield buf
             return
-        data = carry + block if carry else block
-        cut = data.rfind(b"\n")
-        if cut < 0:
-            carry = data
+        cut = buf.rfind(b"\n")
+        if cut < 0:                               # one line longer than a piece: read on
+            carry = bytes(buf)
             continue
-        yield data if cut == len(data) - 1 else data[:cut + 1]
-        carry = data[cut + 1:]
+        carry = bytes(buf[cut + 1:])
+        del buf[cut + 1:]
+        yield buf
+
+
+def prefetch(items: Iterator) -> Iterator:
+    """Yield from ``items``, producing the next one in a background thread meanwhile, so that
+    reading (and gunzipping) the next piece overlaps DuckDB's work on this one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    done = object()
+    with ThreadPoolExecutor(1, thread_name_prefix="kvtrace-read") as pool:
+        pending = pool.submit(next, items, done)
+        while (item := pending.result()) is not done:
+            pending = pool.submit(next, items, done)
+            yield item
 
 
 def join_lines(lines: Iterable[bytes | str]) -> bytes:
@@ -61,24 +86,24 @@ def join_lines(lines: Iterable[bytes | str]) -> bytes:
     return b"".join(out)
 
 
-def _line_starts(data: bytes) -> np.ndarray:
+def _line_starts(data: bytes | bytearray) -> np.ndarray:
     """Offsets of every line start plus ``len(data)``: the Arrow offsets of the line array."""
-    n = data.count(b"\n")
-    if n > 20_000:
-        starts = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10) + 1
-    else:
-        starts, pos = [], 0
-        find = data.find
-        while (i := find(b"\n", pos)) >= 0:
-            pos = i + 1
-            starts.append(pos)
-        starts = np.asarray(starts, dtype=np.int64)
+    # Long lines (batched exports): a find() per line is cheapest. Many short lines: a
+    # vectorized scan, which costs a pass over the bytes whatever their number.
+    starts, pos, find = [], 0, data.find
+    while (i := find(b"\n", pos)) >= 0:
+        pos = i + 1
+        starts.append(pos)
+        if len(starts) > 20_000:
+            starts = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10) + 1
+            break
+    starts = np.asarray(starts, dtype=np.int64)
     if len(starts) and starts[-1] == len(data):
         starts = starts[:-1]          # the final newline does not start a line
     return np.concatenate([[0], starts, [len(data)]]).astype(np.int64)
 
 
-def lines_table(data: bytes, first: int) -> Lines:
+def lines_table(data: bytes | bytearray, first: int) -> Lines:
     """Cut ``data`` into lines numbered from ``first``, as Arrow strings sharing ``data``'s memory.
 
     Each line keeps its trailing newline (JSON whitespace). Lines that are not UTF-8 are
@@ -116,7 +141,7 @@ def _batch_bounds(offsets: np.ndarray) -> Iterator[tuple[int, int]]:
         lo = hi
 
 
-def _blank_non_utf8(data: bytes, offsets: np.ndarray, first: int) -> tuple[bytes, list[Reject]]:
+def _blank_non_utf8(data: bytes | bytearray, offsets: np.ndarray, first: int) -> tuple[bytes, list[Reject]]:
     rejects, parts = [], []
     for i in range(len(offsets) - 1):
         line = data[offsets[i]:offsets[i + 1]]

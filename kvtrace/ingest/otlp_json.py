@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from kvtrace.ingest.base import METRIC_POINT_SCHEMA, REQUEST_SCHEMA, Parsed, Reject
 from kvtrace.ingest.formats import open_text
-from kvtrace.ingest.otlp_common import CHUNK_BYTES, connect, iter_chunks, join_lines, lines_table
+from kvtrace.ingest.otlp_common import CHUNK_BYTES, connect, iter_chunks, join_lines, lines_table, prefetch
 from kvtrace.store import load_query
 
 # (bit in otlp_line_class.signals, normalization query, the temp table its rows go to). Every
@@ -57,7 +57,7 @@ def parse(path: Path) -> Parsed:
     """
     path = Path(path)
     with open_text(path) as fh:
-        return _parse(_read(fh, path.name.endswith(".gz")), str(path))
+        return _parse(prefetch(_read(fh, path.name.endswith(".gz"))), str(path))
 
 
 def parse_lines(data: bytes | Iterable[bytes | str], origin: str) -> Parsed:
@@ -72,7 +72,7 @@ def parse_lines(data: bytes | Iterable[bytes | str], origin: str) -> Parsed:
     return _parse(iter([(bytes(data), None)]), origin)
 
 
-def _read(fh, compressed: bool) -> Iterator[tuple[bytes, str | None]]:
+def _read(fh, compressed: bool) -> Iterator[tuple[bytes | bytearray, str | None]]:
     """Chunks of whole lines; a gzip stream that ends early yields what it had and says so."""
     try:
         for chunk in iter_chunks(fh, CHUNK_BYTES):
@@ -83,7 +83,7 @@ def _read(fh, compressed: bool) -> Iterator[tuple[bytes, str | None]]:
         yield b"", f"the gzip stream is damaged or ends early ({e}); lines after this point are lost"
 
 
-def _parse(chunks: Iterator[tuple[bytes, str | None]], origin: str) -> Parsed:
+def _parse(chunks: Iterator[tuple[bytes | bytearray, str | None]], origin: str) -> Parsed:
     con = connect()
     try:
         parsed = Parsed()

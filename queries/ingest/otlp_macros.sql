@@ -13,23 +13,24 @@ CREATE OR REPLACE MACRO otlp_text(v) AS
 -- the value is dropped, not rejected.
 CREATE OR REPLACE MACRO otlp_dropped(x) AS starts_with(x, '{') OR starts_with(x, '[');
 
--- A count or measure from text, NULL when absent or dropped.
+-- A measure from text, NULL when absent or dropped (casts accept surrounding whitespace).
 CREATE OR REPLACE MACRO otlp_num(x) AS
-    CASE WHEN x IS NULL OR otlp_dropped(x) THEN NULL ELSE TRY_CAST(trim(x) AS DOUBLE) END;
+    CASE WHEN x IS NULL OR otlp_dropped(x) THEN NULL ELSE TRY_CAST(x AS DOUBLE) END;
 
--- A count from text: a non-negative integer, NULL when absent, dropped, or not a count.
-CREATE OR REPLACE MACRO otlp_int(x) AS TRY_CAST(round(otlp_num(x)) AS BIGINT);
+-- A count from text ('12', '12.0', '1.2e1'; fractions round): NULL when absent, dropped, or not
+-- a count.
+CREATE OR REPLACE MACRO otlp_int(x) AS
+    CASE WHEN x IS NULL OR otlp_dropped(x) THEN NULL ELSE TRY_CAST(x AS BIGINT) END;
 
 -- Present, not dropped, and not a count (text, NaN, infinite, negative, beyond int64): the
 -- record is rejected, naming the attribute.
 CREATE OR REPLACE MACRO otlp_bad_count(x) AS
-    x IS NOT NULL AND NOT otlp_dropped(x) AND coalesce(otlp_int(x) < 0, true);
+    x IS NOT NULL AND NOT otlp_dropped(x) AND coalesce(TRY_CAST(x AS BIGINT) < 0, true);
 
 -- fixed64 nanoseconds (decimal string or JSON number) → BIGINT; 0 means unset in proto3, and a
 -- negative time is no time either.
 CREATE OR REPLACE MACRO otlp_ns(x) AS
-    CASE WHEN coalesce(TRY_CAST(x AS BIGINT), TRY_CAST(TRY_CAST(x AS DOUBLE) AS BIGINT)) > 0
-         THEN coalesce(TRY_CAST(x AS BIGINT), TRY_CAST(TRY_CAST(x AS DOUBLE) AS BIGINT)) END;
+    nullif(greatest(coalesce(TRY_CAST(x AS BIGINT), TRY_CAST(TRY_CAST(x AS DOUBLE) AS BIGINT)), 0), 0);
 
 CREATE OR REPLACE MACRO otlp_ts(ns) AS make_timestamp(ns // 1000);
 
