@@ -207,3 +207,14 @@ def test_event_and_transcript_of_a_subagent_request_merge_in_either_order(store,
     assert store.query("SELECT count(*), sum(output_tokens), sum(cache_write_5m_tokens), sum(cache_write_unknown_tokens), "
                        "any_value(thread_id), any_value(ttft_ms), any_value(message_id) FROM requests") == \
         [(1, 12, 80, 0, "agent-a1", 400.0, "msg_9")]
+
+
+def test_unrecognized_file_in_a_folder_is_counted_but_named_one_is_an_error(store, tmp_path):
+    d = tmp_path / "codex"
+    d.mkdir()
+    write_lines(d / "a.jsonl", [{"resourceLogs": []}])
+    (d / "history.jsonl").write_text('{"session_id": "x", "text": "hello"}\n')
+    s = ingest(store, [d])
+    assert s.unknown_records == {"file:unrecognized": 1}
+    with pytest.raises(UnknownFormat, match="history.jsonl"):
+        ingest(store, [d / "history.jsonl"])

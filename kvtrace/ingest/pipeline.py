@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from kvtrace.errors import BadTraceInput, KvtraceError
+from kvtrace.errors import BadTraceInput, KvtraceError, UnknownFormat
 from kvtrace.ingest.base import Parsed, Reject
 from kvtrace.ingest.formats import FORMATS, INGESTIBLE_SUFFIXES, get_format, sniff
 from kvtrace.store import Store, load_query
@@ -48,8 +48,13 @@ class IngestSummary:
 
 # -- inputs --------------------------------------------------------------------------------------
 
-def expand_inputs(paths: Iterable[str | Path], stdin_dir: Path | None = None) -> list[Path]:
-    """Files, folders (recursive), globs and ``-`` (stdin, copied to a temporary file)."""
+def expand_inputs(paths: Iterable[str | Path], stdin_dir: Path | None = None,
+                  walked: set[Path] | None = None) -> list[Path]:
+    """Files, folders (recursive), globs and ``-`` (stdin, copied to a temporary file).
+
+    Files found by walking a folder are added to ``walked`` (when given): an unrecognized one
+    there is skipped and counted, while a file named on the command line must be readable.
+    """
     out: list[Path] = []
     for raw in paths:
         s = str(raw)
@@ -65,6 +70,8 @@ def expand_inputs(paths: Iterable[str | Path], stdin_dir: Path | None = None) ->
         if p.is_dir():
             found = sorted(q for q in p.rglob("*") if q.is_file() and q.name.endswith(INGESTIBLE_SUFFIXES))
             out.extend(found)
+            if walked is not None:
+                walked.update(found)
         elif p.is_file():
             out.append(p)
         elif any(c in s for c in "*?["):
@@ -146,7 +153,8 @@ def ingest(store: Store, paths: Iterable[str | Path], *, format: str | None = No
     summary = IngestSummary()
     forced = get_format(format) if format else None
     with tempfile.TemporaryDirectory(prefix="kvtrace-") as tmp:
-        files = expand_inputs(paths, stdin_dir=Path(tmp))
+        walked: set[Path] = set()
+        files = expand_inputs(paths, stdin_dir=Path(tmp), walked=walked)
         summary.files = len(files)
         ledger = set() if force else {tuple(r) for r in store.query("SELECT path, size, mtime_ns FROM ingested_files")}
         todo: dict[str, list[tuple[Path, tuple]]] = {}
@@ -155,7 +163,14 @@ def ingest(store: Store, paths: Iterable[str | Path], *, format: str | None = No
             if st in ledger:
                 summary.files_skipped += 1
                 continue
-            name = forced.name if forced else sniff(p)
+            try:
+                name = forced.name if forced else sniff(p)
+            except UnknownFormat:
+                if p not in walked:
+                    raise
+                # e.g. ~/.codex/history.jsonl beside the sessions: not telemetry, not an error
+                summary.unknown_records["file:unrecognized"] = summary.unknown_records.get("file:unrecognized", 0) + 1
+                continue
             todo.setdefault(name, []).append((p, st))
         units = _units(todo)
         total = sum(st[1] for _, group in units for _, st in group)
