@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from kvtrace.analyze.blocktrace import BlockTrace
 from kvtrace.analyze.load import read_block_trace
-from kvtrace.analyze.ttl import hit_ratios, parse_ttls, request_hits, ttl_section
+from kvtrace.analyze.ttl import hit_ratios, request_hits, ttl_section
+from kvtrace.units import parse_ttls
 from kvtrace.analyze.working_set import held_after_requests, working_set
 
 CONVERSATION = Path("/work/shared/traces/mooncake-fast25-conversation/conversation_trace.jsonl")

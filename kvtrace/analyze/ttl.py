@@ -21,25 +21,6 @@ from kvtrace.analyze.access import seconds_to_us, times_for
 from kvtrace.analyze.blocktrace import BlockTrace
 
 
-def parse_ttls(text: str | list[str] | None) -> list[float | None]:
-    """``"30s,5m,1h,2d"`` (or repeated values) -> seconds; ``none``/``inf`` means no TTL."""
-    from kvtrace.report.window import parse_duration
-
-    if not text:
-        return []
-    items = text if isinstance(text, list) else [text]
-    out: list[float | None] = []
-    for item in items:
-        for part in str(item).split(","):
-            p = part.strip().lower()
-            if not p:
-                continue
-            v = None if p in ("none", "inf", "unlimited", "never") else parse_duration(p)
-            if v not in out:
-                out.append(v)
-    return sorted(out, key=lambda v: math.inf if v is None else v)
-
-
 def _ttl_value(ttl: float | None) -> float | None:
     return None if ttl is None or ttl == math.inf else float(ttl)
 

@@ -40,7 +40,7 @@ def collect(
 
     from kvtrace.collect.config import CollectorConfig, parse_every, parse_size
     from kvtrace.collect.server import Collector
-    from kvtrace.report.window import parse_duration
+    from kvtrace.units import parse_duration
     from kvtrace.store.store import default_db_path
 
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,

@@ -12,10 +12,6 @@ from kvtrace.cli._options import DbOpt, OutOpt, SinceOpt, UntilOpt, guarded
 from kvtrace.errors import ConfigError
 
 
-def _items(values: list[str] | None) -> list[str]:
-    return [v.strip() for item in values or [] for v in item.split(",") if v.strip()]
-
-
 def replay(
     trace: Annotated[Optional[Path], typer.Argument(help="A block trace file (Mooncake/Bailian JSONL, .npz); "
                                                          "default: the warehouse (--db).")] = None,
@@ -44,25 +40,25 @@ def replay(
     """
     from kvtrace.replay import load_tiers, replay as run, resolve_model
     from kvtrace.replay.ttft import TTFTConfig
-    from kvtrace.replay.units import UNLIMITED, is_bytes, parse_bytes, parse_duration, parse_tokens
+    from kvtrace.units import UNLIMITED, is_bytes, parse_bytes, parse_duration, parse_tokens, split_items
 
     if format not in ("table", "json"):
         raise ConfigError(f"unknown --format '{format}'", hint="choose table or json")
     m = resolve_model(model, kv_dtype) if model else None
-    raw_caps = _items(capacity)
+    raw_caps = split_items(capacity)
     for c in raw_caps:                    # fail on a typo before reading a large trace
         if is_bytes(c) and m is None:
             raise ConfigError(f"--capacity {c} is in bytes", hint="pass --model to convert bytes to tokens")
         if not is_bytes(c) and c.lower() not in UNLIMITED:
             parse_tokens(c, what="--capacity")
-    ttls = [None if parse_duration(t) == float("inf") else parse_duration(t, what="--ttl") for t in _items(ttl)]
+    ttls = [None if (v := parse_duration(t, what="--ttl", unlimited=True)) == float("inf") else v for t in split_items(ttl)]
     ts = load_tiers(tiers) if tiers else None
     if ts is not None and tier_mode:
         if tier_mode not in ("exclusive", "inclusive"):
             raise ConfigError(f"--tier-mode {tier_mode!r}", hint="choose exclusive or inclusive")
         ts.mode = tier_mode
     if tier_ttl is not None:
-        tt = parse_duration(tier_ttl, what="--tier-ttl")
+        tt = parse_duration(tier_ttl, what="--tier-ttl", unlimited=True)
         tt = None if tt == float("inf") else tt
     else:
         tt = ttls[0] if len(ttls) == 1 else None
@@ -84,7 +80,7 @@ def replay(
             caps.append(tokens_for_bytes(parse_bytes(c), m, bt.block_size))
         else:
             caps.append(parse_tokens(c, what="--capacity"))
-    cfg = TTFTConfig(overlap=not no_overlap, resume_gap_s=parse_duration(resume_gap, what="--resume-gap"),
+    cfg = TTFTConfig(overlap=not no_overlap, resume_gap_s=parse_duration(resume_gap, what="--resume-gap", unlimited=True),
                      prefill_tokens_per_s=prefill_rate)
     res = run(bt, capacities=caps or None, ttls=ttls or None, model=m, tiers=ts, tier_ttl=tt, ttft=cfg, engine=engine,
               release_ids=True)

@@ -30,7 +30,7 @@ def report(
     Example: kvtrace report --ttl 5m,1h --group-by day --format html --out report.html
     """
     from kvtrace.report.build import ReportOptions, build_report
-    from kvtrace.report.window import parse_durations
+    from kvtrace.units import parse_durations
     from kvtrace.store import Store
 
     if format not in FORMATS:

@@ -40,15 +40,14 @@ def reuse(
     from kvtrace.analyze.chains import ChainParams
     from kvtrace.analyze.reuse import ReuseParams
     from kvtrace.analyze.reuse_report import DEFAULT_TTLS, ReuseOptions, reuse_report
-    from kvtrace.analyze.ttl import parse_ttls
-    from kvtrace.report.window import parse_duration
+    from kvtrace.units import parse_duration, parse_ttls
 
     if format not in ("table", "json"):
         raise ConfigError(f"unknown --format '{format}'", hint="choose table or json")
     opts = ReuseOptions(file=file, trace=trace, since=since, until=until,
                         ttls=parse_ttls(ttl) or list(DEFAULT_TTLS),
                         chain=ChainParams.from_settings(chain, block_size=block_size, head_tokens=head_tokens),
-                        reuse=ReuseParams(idle_s=parse_duration(idle)), bytes_per_token=bytes_per_token,
+                        reuse=ReuseParams(idle_s=parse_duration(idle, what="--idle")), bytes_per_token=bytes_per_token,
                         model=model, pricing=pricing, price_model=price_model, series=series)
     if file is not None:
         data = reuse_report(None, opts)
@@ -79,7 +78,7 @@ def render(data: dict, console) -> None:
     """Rich tables of a reuse report."""
     from rich.table import Table
 
-    from kvtrace.report.format import fmt_bytes, fmt_duration, fmt_int, fmt_pct, fmt_tokens
+    from kvtrace.units import fmt_bytes, fmt_int, fmt_pct, fmt_seconds, fmt_span, fmt_tokens, fmt_ttl
 
     tr = data.get("trace")
     if not tr:
@@ -88,7 +87,7 @@ def render(data: dict, console) -> None:
     kind = "derived from telemetry" if data["derived"] else "block-hash trace"
     console.print(f"[bold]{tr['name']}[/] ({kind}): {fmt_int(tr['requests'])} requests, "
                   f"{fmt_tokens(tr['prompt_tokens'])} prompt tokens in {fmt_int(tr['blocks'])} blocks of "
-                  f"{tr['block_size']}, {fmt_int(tr['unique_blocks'])} distinct, over {_span(tr['span_s'])}")
+                  f"{tr['block_size']}, {fmt_int(tr['unique_blocks'])} distinct, over {fmt_span(tr['span_s'])}")
 
     t = Table(title="Reuse time (token-weighted share of reuse within)")
     t.add_column("within")
@@ -97,11 +96,11 @@ def render(data: dict, console) -> None:
     rt, et = data["reuse_time"], data["effective_reuse_time"]
     for a, b in zip(rt["cdf"], et["cdf"]):
         if a["t_s"] in (10, 60, 300, 900, 3600, 86400):
-            t.add_row(fmt_duration(a["t_s"]), fmt_pct(a["share_tokens"], 1), fmt_pct(b["share_tokens"], 1))
+            t.add_row(fmt_ttl(a["t_s"]), fmt_pct(a["share_tokens"], 1), fmt_pct(b["share_tokens"], 1))
     for q in ("0.9", "0.95", "0.99"):
         v1, v2 = rt["ttl_for_share_s"][q], et["ttl_for_share_s"][q]
-        t.add_row(f"TTL for {float(q):.0%}", "–" if v1 is None else fmt_duration(round(v1)),
-                  "–" if v2 is None else fmt_duration(round(v2)))
+        t.add_row(f"TTL for {float(q):.0%}", "–" if v1 is None else fmt_ttl(round(v1)),
+                  "–" if v2 is None else fmt_ttl(round(v2)))
     console.print(t)
 
     t = Table(title="TTL what-if (unlimited capacity, idle TTL refreshed on use)")
@@ -109,7 +108,7 @@ def render(data: dict, console) -> None:
         t.add_column(c, justify="right")
     for e in data["ttl"]:
         ws = e["working_set"]
-        t.add_row("none" if e["ttl_s"] is None else fmt_duration(e["ttl_s"]), fmt_pct(e["hit_ratio_tokens"]),
+        t.add_row("none" if e["ttl_s"] is None else fmt_ttl(e["ttl_s"]), fmt_pct(e["hit_ratio_tokens"]),
                   fmt_pct(e["hit_ratio_blocks"]), fmt_tokens(ws["mean_tokens"]), fmt_tokens(ws["p99_tokens"]),
                   fmt_tokens(ws["peak_tokens"]), fmt_bytes(ws["peak_bytes"]))
     console.print(t)
@@ -118,9 +117,9 @@ def render(data: dict, console) -> None:
     if th:
         console.print(f"Threads: {fmt_int(th['threads'])} in {fmt_int(th['sessions'])} sessions; "
                       f"{fmt_int(th['chains'])} chains, {fmt_int(th['compactions'])} compactions; "
-                      f"{fmt_int(th['idle_periods'])} idle periods over {fmt_duration(th['idle_threshold_s'])}, "
+                      f"{fmt_int(th['idle_periods'])} idle periods over {fmt_ttl(th['idle_threshold_s'])}, "
                       f"resuming {fmt_tokens(th['resumed_prompt_tokens'])} prompt tokens; "
-                      f"gap p50 {_s(th['gap_s']['p50'])}, p90 {_s(th['gap_s']['p90'])}")
+                      f"gap p50 {fmt_seconds(th['gap_s']['p50'])}, p90 {fmt_seconds(th['gap_s']['p90'])}")
     sp = data.get("spend")
     if sp:
         t = Table(title="API spend what-if (hosted prompt caching)")
@@ -137,17 +136,6 @@ def render(data: dict, console) -> None:
                       f"({sp['cheaper']} is cheaper)")
         if sp["unpriced"]:
             console.print("No price for: " + ", ".join(u["model"] for u in sp["unpriced"]) + " (see --pricing)")
-
-
-def _span(s: float) -> str:
-    for unit, size in (("days", 86400), ("hours", 3600), ("minutes", 60)):
-        if s >= size:
-            return f"{s / size:.1f} {unit}"
-    return f"{s:.1f} s"
-
-
-def _s(v: float | None) -> str:
-    return "–" if v is None else f"{v:,.1f}s"
 
 
 def register(app: typer.Typer) -> None:

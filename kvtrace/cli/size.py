@@ -31,7 +31,7 @@ def size(
     """
     from kvtrace.replay import catalog_names, preset_names, resolve_model, size_calc
     from kvtrace.replay.size import parse_drives
-    from kvtrace.replay.units import fmt_bytes, is_bytes, parse_bytes, parse_duration, parse_rate, parse_tokens
+    from kvtrace.units import fmt_bytes_compact, is_bytes, parse_bytes, parse_duration, parse_rate, parse_tokens
 
     if format not in ("table", "json"):
         raise ConfigError(f"unknown --format '{format}'", hint="choose table or json")
@@ -45,7 +45,7 @@ def size(
             typer.echo(json.dumps({"models": rows, "tier_presets": preset_names()}, indent=1))
         else:
             for r in rows:
-                typer.echo(f"{r['model']:22} {r['bytes_per_token']:>9,} B/token ({fmt_bytes(r['bytes_per_token'])}, {kv_dtype})")
+                typer.echo(f"{r['model']:22} {r['bytes_per_token']:>9,} B/token ({fmt_bytes_compact(r['bytes_per_token'])}, {kv_dtype})")
             typer.echo("tier presets: " + ", ".join(preset_names()))
         return
     m = resolve_model(model, kv_dtype) if model else None
@@ -57,7 +57,7 @@ def size(
             cap_t = parse_tokens(capacity, what="--capacity")
     d = parse_drives(drives, raid, waf, dwpd_rating) if drives else None
     out = size_calc(m, rate_tokens_s=float(parse_tokens(rate, what="--rate")) if rate else None,
-                    ttl_s=parse_duration(ttl, what="--ttl") if ttl else None,
+                    ttl_s=parse_duration(ttl, what="--ttl", unlimited=True) if ttl else None,
                     write_bytes_s=parse_rate(write_rate, what="--write-rate") if write_rate else None,
                     drives=d, capacity_tokens=cap_t, capacity_bytes=cap_b, block_size=block_size)
     if format == "json":
@@ -73,7 +73,7 @@ def size(
         if k == "bytes_per_token":
             shown = f"{v:,} B ({v / 1024:,.4g} KiB)"
         elif isinstance(v, (int, float)) and not isinstance(v, bool) and "bytes" in k:
-            shown = f"{v:,.0f} ({fmt_bytes(v)}{'/s' if k.endswith('_per_s') else ''})"
+            shown = f"{v:,.0f} ({fmt_bytes_compact(v)}{'/s' if k.endswith('_per_s') else ''})"
         elif isinstance(v, float) and k in ("dwpd_per_drive", "minutes_held", "waf", "dwpd_rating"):
             shown = f"{v:.3g}"
         elif isinstance(v, (int, float)) and not isinstance(v, bool):

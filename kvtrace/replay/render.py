@@ -7,7 +7,7 @@ def render_table(res, console) -> None:
     """The replay result as terminal tables."""
     from rich.table import Table
 
-    from kvtrace.replay.units import fmt_bytes, fmt_duration, fmt_tokens
+    from kvtrace.units import fmt_bytes_compact, fmt_duration, fmt_tokens_compact
 
     tr = res.trace
     console.print(f"[bold]{tr['name']}[/]: {tr['requests']:,} requests, {tr['blocks']:,} block accesses of "
@@ -23,14 +23,14 @@ def render_table(res, console) -> None:
     for x in ttls:
         t.add_column(f"TTL {fmt_duration(x)}", justify="right")
     for c in caps:
-        row = [fmt_tokens(c)]
+        row = [fmt_tokens_compact(c)]
         if res.model:
-            row.append(fmt_bytes(cell[(c, ttls[0])]["capacity_bytes"]))
+            row.append(fmt_bytes_compact(cell[(c, ttls[0])]["capacity_bytes"]))
         row += [f"{cell[(c, x)]['hit_ratio_tokens']:.2%} ({cell[(c, x)]['hit_ratio_blocks']:.2%})" for x in ttls]
         t.add_row(*row)
     console.print(t)
-    ws = " · ".join(f"{fmt_duration(w['ttl_s'])}: {fmt_tokens(w['peak_tokens'])}"
-                    + (f" ({fmt_bytes(w['peak_bytes'])})" if w["peak_bytes"] is not None else "")
+    ws = " · ".join(f"{fmt_duration(w['ttl_s'])}: {fmt_tokens_compact(w['peak_tokens'])}"
+                    + (f" ({fmt_bytes_compact(w['peak_bytes'])})" if w["peak_bytes"] is not None else "")
                     for w in res.working_set)
     console.print(f"Peak working set by TTL (unlimited capacity): {ws}")
     if res.tiers:
@@ -41,8 +41,8 @@ def render_table(res, console) -> None:
                     "rating"):
             t.add_column(col, justify="left" if col == "tier" else "right")
         for x in tt["tiers"]:
-            rate = lambda a, b: "-" if a is None else f"{fmt_bytes(a)}/s / {fmt_bytes(b)}/s"  # noqa: E731
-            t.add_row(x["name"], f"{fmt_tokens(x['capacity_tokens'])} ({fmt_bytes(x['capacity_bytes'])})",
+            rate = lambda a, b: "-" if a is None else f"{fmt_bytes_compact(a)}/s / {fmt_bytes_compact(b)}/s"  # noqa: E731
+            t.add_row(x["name"], f"{fmt_tokens_compact(x['capacity_tokens'])} ({fmt_bytes_compact(x['capacity_bytes'])})",
                       f"{x['hit_ratio_tokens']:.2%}", rate(x["read_bytes_per_s_mean"], x["read_bytes_per_s_peak"]),
                       rate(x["write_bytes_per_s_mean"], x["write_bytes_per_s_peak"]), x["fills_at"] or "never",
                       "-" if x.get("dwpd_per_drive") is None else f"{x['dwpd_per_drive']:.2f}",

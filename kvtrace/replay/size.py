@@ -13,7 +13,7 @@ import math
 from kvtrace.errors import ConfigError
 from kvtrace.replay.catalog import KVModel
 from kvtrace.replay.tiers import RAID_WRITE_FACTOR, Drives
-from kvtrace.replay.units import parse_bytes
+from kvtrace.units import parse_bytes
 
 
 def parse_drives(text: str, raid: str = "0", waf: float = 1.0, dwpd_rating: float | None = None) -> Drives:

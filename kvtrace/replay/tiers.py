@@ -40,7 +40,7 @@ from pathlib import Path
 
 from kvtrace.errors import ConfigError
 from kvtrace.replay.catalog import KVModel
-from kvtrace.replay.units import is_bytes, parse_bytes, parse_tokens
+from kvtrace.units import is_bytes, parse_bytes, parse_tokens
 
 RAID_WRITE_FACTOR = {"0": 1, "1": 2, "10": 2}
 

@@ -167,7 +167,7 @@ def _when(us: int, t0: int) -> str:
     """When a tier filled: a UTC time for wall-clock traces, else the offset from the start."""
     from datetime import datetime, timezone
 
-    from kvtrace.replay.units import fmt_duration
+    from kvtrace.units import fmt_duration
 
     if t0 > 10**15:                      # after 2001-09: the trace carries real times
         return datetime.fromtimestamp(us / 1e6, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

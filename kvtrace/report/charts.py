@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from kvtrace.report.format import fmt_duration, fmt_tokens
+from kvtrace.units import fmt_tokens, fmt_ttl
 from kvtrace.report.tables import CLASS_LABELS
 
 # Okabe & Ito, "Color Universal Design" (2008): distinguishable with protanopia, deuteranopia, tritanopia.
@@ -57,7 +57,7 @@ def _utc_iso(key: str) -> str:
 
 
 def _ttl_label(ttl_s) -> str:
-    return "no TTL" if ttl_s is None else fmt_duration(float(ttl_s))
+    return "no TTL" if ttl_s is None else fmt_ttl(float(ttl_s))
 
 
 def _tier_depths(tiers: list[dict]) -> list[dict]:

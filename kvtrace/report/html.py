@@ -17,7 +17,7 @@ from importlib import resources
 from pathlib import Path
 from string import Template
 
-from kvtrace.report.format import fmt_int, fmt_pct, fmt_tokens
+from kvtrace.units import fmt_int, fmt_pct, fmt_tokens
 from kvtrace.report.render import window_text
 from kvtrace.report.tables import report_tables as tables_of
 

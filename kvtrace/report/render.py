@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import IO
 
-from kvtrace.report.format import fmt_int, fmt_pct
+from kvtrace.units import fmt_int, fmt_pct
 from kvtrace.report.tables import report_tables
 
 

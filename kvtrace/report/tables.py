@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kvtrace.report.format import fmt_bytes, fmt_duration, fmt_int, fmt_pct, fmt_tokens
+from kvtrace.units import fmt_age, fmt_bytes, fmt_int, fmt_pct, fmt_tokens, fmt_ttl, fmt_usd
 
 CLASS_LABELS = {
     "cache_read": "Cache read",
@@ -55,23 +55,10 @@ def ttl_rows(d: dict) -> list[tuple[str, ...]]:
     rows = []
     for e in d.get("ttl", []):
         ws = e["working_set"]
-        rows.append(("none" if e["ttl_s"] is None else fmt_duration(e["ttl_s"]), fmt_pct(e["hit_ratio_tokens"]),
+        rows.append(("none" if e["ttl_s"] is None else fmt_ttl(e["ttl_s"]), fmt_pct(e["hit_ratio_tokens"]),
                      fmt_pct(e["hit_ratio_blocks"]), fmt_tokens(ws["mean_tokens"]), fmt_tokens(ws["p99_tokens"]),
                      fmt_tokens(ws["peak_tokens"]), fmt_bytes(ws.get("peak_bytes"))))
     return rows
-
-
-def _usd(v) -> str:
-    return "–" if v is None else f"${v:,.2f}"
-
-
-def _age(v) -> str:
-    if v is None:
-        return "–"
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if v >= 1.5 * size:
-            return f"{v / size:.3g} {unit}"
-    return f"{v:.3g} s"
 
 
 def mix_table(d: dict) -> TableSpec:
@@ -104,8 +91,8 @@ def reuse_table(reuse: dict) -> TableSpec | None:
             continue
         w, q, c = r.get("within", {}), r.get("quantiles_s", {}), r.get("ttl_for_share_s", {})
         rows.append((label, *(fmt_pct(w.get(k)) for k in ("1m", "5m", "1h")),
-                     *(_age(q.get(k)) for k in ("p50", "p90", "p99")),
-                     *(_age(c.get(k)) for k in ("0.9", "0.95", "0.99"))))
+                     *(fmt_age(q.get(k)) for k in ("p50", "p90", "p99")),
+                     *(fmt_age(c.get(k)) for k in ("0.9", "0.95", "0.99"))))
     if not rows:
         return None
     return TableSpec("reuse", "Context reuse", ("Reuse time", "Within 1 min", "Within 5 min", "Within 1 h", "p50",
@@ -115,17 +102,17 @@ def reuse_table(reuse: dict) -> TableSpec | None:
 def spend_table(spend: dict) -> TableSpec | None:
     if not spend.get("ttl"):
         return None
-    rows = [(f"{fmt_duration(t['ttl_s'])} TTL", f"×{t['write_multiplier']:g}", fmt_int(t["read_tokens"]),
-             fmt_int(t["write_tokens"]), fmt_int(t["input_tokens"]), fmt_int(t["output_tokens"]), _usd(t["spend_usd"]))
+    rows = [(f"{fmt_ttl(t['ttl_s'])} TTL", f"×{t['write_multiplier']:g}", fmt_int(t["read_tokens"]),
+             fmt_int(t["write_tokens"]), fmt_int(t["input_tokens"]), fmt_int(t["output_tokens"]), fmt_usd(t["spend_usd"]))
             for t in spend["ttl"]]
     obs = spend.get("observed")
     if obs:
         rows.append(("As observed", "", fmt_int(obs.get("read_tokens")), fmt_int(obs.get("write_tokens")), "", "",
-                     _usd(obs.get("spend_usd"))))
+                     fmt_usd(obs.get("spend_usd"))))
     notes = []
     if spend.get("net_difference_usd") is not None:
         diff = spend["net_difference_usd"]
-        notes.append(f"1 h TTL minus 5 min TTL: {'+' if diff >= 0 else '−'}{_usd(abs(diff))} "
+        notes.append(f"1 h TTL minus 5 min TTL: {'+' if diff >= 0 else '−'}{fmt_usd(abs(diff))} "
                      f"({spend.get('cheaper', '?')} is cheaper); {fmt_int(spend.get('writes_that_would_be_reads'))} "
                      "tokens written under 5 min would be cache reads under 1 h.")
     if spend.get("unpriced"):
@@ -142,7 +129,7 @@ def tiers_intro(t: dict) -> str:
         bits.append(f"({t['description']})")
     if t.get("mode"):
         bits.append(f"· {t['mode']} mode")
-    bits.append(f"· idle TTL {fmt_duration(t['ttl_s']) if t.get('ttl_s') else 'none'}")
+    bits.append(f"· idle TTL {fmt_ttl(t['ttl_s']) if t.get('ttl_s') else 'none'}")
     if t.get("hit_ratio_tokens") is not None:
         bits.append(f"· hit ratio through the tiers {fmt_pct(t['hit_ratio_tokens'])}")
     if t.get("miss_tokens") is not None:

@@ -13,7 +13,7 @@ import json
 from datetime import datetime, timezone
 from pathlib import Path
 
-from kvtrace.report.format import fmt_bytes, fmt_duration, fmt_int, fmt_pct, fmt_tokens
+from kvtrace.units import fmt_bytes, fmt_int, fmt_pct, fmt_tokens, fmt_ttl
 
 SHARES = ("cache_read", "cache_creation", "output", "input_uncached")
 
@@ -96,14 +96,14 @@ def _capacity_cell(s: dict) -> str:
         size = fmt_tokens(c.get("peak_tokens")) + " tokens"
         if c.get("peak_bytes"):
             size += f" ({fmt_bytes(c['peak_bytes'])})"
-        parts.append(f"{fmt_duration(c['ttl_s'])}: {size}")
+        parts.append(f"{fmt_ttl(c['ttl_s'])}: {size}")
     return "<br>".join(_e(p) for p in parts) or "–"
 
 
 def _capacity_change(ch: dict | None) -> str:
     if not ch or not ch["required_capacity"]:
         return "–"
-    return "<br>".join(_e(f"{fmt_duration(c['ttl_s'])}: {_signed(None if c['peak_tokens'] is None else 100 * c['peak_tokens'], '.1f', '%')}")
+    return "<br>".join(_e(f"{fmt_ttl(c['ttl_s'])}: {_signed(None if c['peak_tokens'] is None else 100 * c['peak_tokens'], '.1f', '%')}")
                        for c in ch["required_capacity"])
 
 

@@ -67,7 +67,7 @@ def _ingest_files(store, profile: Profile) -> dict:
 
 def _report(store, profile: Profile, period: Period):
     from kvtrace.report.build import ReportOptions, build_report
-    from kvtrace.report.window import parse_durations
+    from kvtrace.units import parse_durations
 
     since, until = period.iso()
     opts = ReportOptions(since=since, until=until, group_by=list(profile.group_by),

@@ -8,12 +8,12 @@ Defaults are the seed study's agentic coding model; ``PRESETS`` holds named vari
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from typing import Any
 
 from kvtrace.errors import ConfigError
+from kvtrace.units import parse_duration
 
 
 def _f(default: Any, help: str, **kw: Any) -> Any:
@@ -132,10 +132,7 @@ def parse_ttl(s: str | int) -> int:
     """'5m' / '1h' / '300s' / '300' -> seconds."""
     if isinstance(s, int):
         return s
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", str(s))
-    if not m:
-        raise ConfigError(f"cannot read cache TTL '{s}'", hint="use e.g. 5m, 1h or 300s")
-    return int(float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)])
+    return int(parse_duration(s, what="cache TTL"))
 
 
 PRESETS: dict[str, dict[str, Any]] = {
