@@ -75,10 +75,12 @@ def reuse(
 
 
 def render(data: dict, console) -> None:
-    """Rich tables of a reuse report."""
-    from rich.table import Table
+    """The reuse report as the report's tables (reuse time, TTL what-if, spend) and two summary lines."""
+    from dataclasses import replace
 
-    from kvtrace.units import fmt_bytes, fmt_int, fmt_pct, fmt_seconds, fmt_span, fmt_tokens, fmt_ttl
+    from kvtrace.report.render import print_tables
+    from kvtrace.report.tables import reuse_cdf_table, spend_table, ttl_table
+    from kvtrace.units import fmt_int, fmt_seconds, fmt_span, fmt_tokens, fmt_ttl
 
     tr = data.get("trace")
     if not tr:
@@ -88,31 +90,7 @@ def render(data: dict, console) -> None:
     console.print(f"[bold]{tr['name']}[/] ({kind}): {fmt_int(tr['requests'])} requests, "
                   f"{fmt_tokens(tr['prompt_tokens'])} prompt tokens in {fmt_int(tr['blocks'])} blocks of "
                   f"{tr['block_size']}, {fmt_int(tr['unique_blocks'])} distinct, over {fmt_span(tr['span_s'])}")
-
-    t = Table(title="Reuse time (token-weighted share of reuse within)")
-    t.add_column("within")
-    t.add_column("block age", justify="right")
-    t.add_column("prefix (hit) age", justify="right")
-    rt, et = data["reuse_time"], data["effective_reuse_time"]
-    for a, b in zip(rt["cdf"], et["cdf"]):
-        if a["t_s"] in (10, 60, 300, 900, 3600, 86400):
-            t.add_row(fmt_ttl(a["t_s"]), fmt_pct(a["share_tokens"], 1), fmt_pct(b["share_tokens"], 1))
-    for q in ("0.9", "0.95", "0.99"):
-        v1, v2 = rt["ttl_for_share_s"][q], et["ttl_for_share_s"][q]
-        t.add_row(f"TTL for {float(q):.0%}", "–" if v1 is None else fmt_ttl(round(v1)),
-                  "–" if v2 is None else fmt_ttl(round(v2)))
-    console.print(t)
-
-    t = Table(title="TTL what-if (unlimited capacity, idle TTL refreshed on use)")
-    for c in ("TTL", "hit (tokens)", "hit (blocks)", "held mean", "held p99", "held peak", "peak bytes"):
-        t.add_column(c, justify="right")
-    for e in data["ttl"]:
-        ws = e["working_set"]
-        t.add_row("none" if e["ttl_s"] is None else fmt_ttl(e["ttl_s"]), fmt_pct(e["hit_ratio_tokens"]),
-                  fmt_pct(e["hit_ratio_blocks"]), fmt_tokens(ws["mean_tokens"]), fmt_tokens(ws["p99_tokens"]),
-                  fmt_tokens(ws["peak_tokens"]), fmt_bytes(ws["peak_bytes"]))
-    console.print(t)
-
+    print_tables([reuse_cdf_table(data), ttl_table(data)], console)
     th = data.get("threads")
     if th:
         console.print(f"Threads: {fmt_int(th['threads'])} in {fmt_int(th['sessions'])} sessions; "
@@ -120,22 +98,9 @@ def render(data: dict, console) -> None:
                       f"{fmt_int(th['idle_periods'])} idle periods over {fmt_ttl(th['idle_threshold_s'])}, "
                       f"resuming {fmt_tokens(th['resumed_prompt_tokens'])} prompt tokens; "
                       f"gap p50 {fmt_seconds(th['gap_s']['p50'])}, p90 {fmt_seconds(th['gap_s']['p90'])}")
-    sp = data.get("spend")
-    if sp:
-        t = Table(title="API spend what-if (hosted prompt caching)")
-        for c in ("TTL", "cache read", "cache write", "spend"):
-            t.add_column(c, justify="right")
-        if "observed" in sp:
-            o = sp["observed"]
-            t.add_row("as reported", fmt_tokens(o["read_tokens"]), fmt_tokens(o["write_tokens"]), f"${o['spend_usd']:,.2f}")
-        for e in sp["ttl"]:
-            t.add_row(e["ttl"], fmt_tokens(e["read_tokens"]), fmt_tokens(e["write_tokens"]), f"${e['spend_usd']:,.2f}")
-        console.print(t)
-        console.print(f"1 h instead of 5 min: {fmt_tokens(sp['writes_that_would_be_reads'])} written tokens become "
-                      f"reads; net {'+' if sp['net_difference_usd'] >= 0 else '-'}${abs(sp['net_difference_usd']):,.2f} "
-                      f"({sp['cheaper']} is cheaper)")
-        if sp["unpriced"]:
-            console.print("No price for: " + ", ".join(u["model"] for u in sp["unpriced"]) + " (see --pricing)")
+    spend = spend_table(data.get("spend") or {})
+    if spend is not None:
+        print_tables([replace(spend, title="API spend what-if (hosted prompt caching)")], console)
 
 
 def register(app: typer.Typer) -> None:

@@ -49,14 +49,14 @@ def render_markdown(d: dict, out: IO[str]) -> None:
             w(f"{note}\n\n")
 
 
-def render_terminal(d: dict, console=None) -> None:
-    from rich.console import Console
+def print_tables(specs, console) -> None:
+    """Draw :class:`~kvtrace.report.tables.TableSpec` s with rich (``None`` entries are skipped):
+    the first column left, numbers right, the total row bold, the notes under each table."""
     from rich.table import Table
 
-    console = console or Console()
-    console.print(f"[bold]{d['title']}[/bold]  {window_text(d)}")
-    console.print(headline(d))
-    for t in report_tables(d):
+    for t in specs:
+        if t is None:
+            continue
         table = Table(title=t.title, title_justify="left")
         for i, h in enumerate(t.headers):
             table.add_column(h, justify="left" if i == 0 else "right")
@@ -67,3 +67,12 @@ def render_terminal(d: dict, console=None) -> None:
         console.print(table)
         for note in t.notes:
             console.print(note)
+
+
+def render_terminal(d: dict, console=None) -> None:
+    from rich.console import Console
+
+    console = console or Console()
+    console.print(f"[bold]{d['title']}[/bold]  {window_text(d)}")
+    console.print(headline(d))
+    print_tables(report_tables(d), console)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kvtrace.units import fmt_age, fmt_bytes, fmt_int, fmt_pct, fmt_tokens, fmt_ttl, fmt_usd
+from kvtrace.units import (DASH, fmt_age, fmt_bytes, fmt_bytes_compact, fmt_duration, fmt_int, fmt_pct, fmt_tokens,
+                           fmt_tokens_compact, fmt_ttl, fmt_usd)
 
 CLASS_LABELS = {
     "cache_read": "Cache read",
@@ -19,6 +20,7 @@ CLASS_LABELS = {
     "output": "Output",
     "input_uncached": "Uncached input",
 }
+REUSE_CDF_POINTS_S = (10, 60, 300, 900, 3600, 86400)   # rows of `kvtrace reuse`'s reuse-time table
 TTL_HEADERS = ("TTL", "Hit (tokens)", "Hit (blocks)", "Working set mean", "p99", "peak", "peak bytes")
 
 
@@ -99,6 +101,21 @@ def reuse_table(reuse: dict) -> TableSpec | None:
                                                  "p90", "p99", "TTL for 90% of reuse", "95%", "99%"), rows)
 
 
+def reuse_cdf_table(d: dict) -> TableSpec | None:
+    """The reuse-time CDF at a few ages and the TTL keeping 90/95/99% of reuse (``kvtrace reuse``)."""
+    rt, et = d.get("reuse_time"), d.get("effective_reuse_time")
+    if not rt or not et:
+        return None
+    rows = [(fmt_ttl(a["t_s"]), fmt_pct(a["share_tokens"], 1), fmt_pct(b["share_tokens"], 1))
+            for a, b in zip(rt["cdf"], et["cdf"]) if a["t_s"] in REUSE_CDF_POINTS_S]
+    for q in ("0.9", "0.95", "0.99"):
+        rows.append((f"TTL for {float(q):.0%}",
+                     *(DASH if v is None else fmt_ttl(round(v)) for v in (rt["ttl_for_share_s"][q],
+                                                                          et["ttl_for_share_s"][q]))))
+    return TableSpec("reuse", "Reuse time (token-weighted share of reuse within)",
+                     ("within", "block age", "prefix (hit) age"), rows)
+
+
 def spend_table(spend: dict) -> TableSpec | None:
     if not spend.get("ttl"):
         return None
@@ -137,7 +154,8 @@ def tiers_intro(t: dict) -> str:
     return " ".join(bits) + "."
 
 
-def tier_table(t: dict) -> TableSpec | None:
+def tier_table(t: dict, *, reads: bool = False) -> TableSpec | None:
+    """The tiers of a tier replay; ``reads`` adds the read rates (``kvtrace replay`` shows them)."""
     tiers = t.get("tiers")
     if not tiers:
         return None
@@ -145,15 +163,36 @@ def tier_table(t: dict) -> TableSpec | None:
     def mbps(v):
         return "–" if v is None else f"{v / 1e6:,.1f}"
 
+    rates = ("read", "write") if reads else ("write",)
     rows = [(x.get("name", "tier"), fmt_tokens(x.get("capacity_tokens")), fmt_bytes(x.get("capacity_bytes")),
-             fmt_pct(x.get("hit_ratio_tokens")), mbps(x.get("write_bytes_per_s_mean")),
-             mbps(x.get("write_bytes_per_s_peak")),
+             fmt_pct(x.get("hit_ratio_tokens")),
+             *(mbps(x.get(f"{r}_bytes_per_s_{s}")) for r in rates for s in ("mean", "peak")),
              "–" if x.get("dwpd_per_drive") is None else f"{x['dwpd_per_drive']:.2f}",
              "–" if x.get("dwpd_rating") is None else f"{x['dwpd_rating']:g}", x.get("fills_at") or "never")
             for x in tiers]
-    return TableSpec("tiers", "Tiers", ("Tier", "Capacity (tokens)", "Capacity", "Hit ratio (tokens)",
-                                        "Writes mean (MB/s)", "Writes peak (MB/s)", "DWPD per drive", "Drive rating",
-                                        "First fills"), rows, notes=[tiers_intro(t)])
+    rate_headers = tuple(f"{r.capitalize()}s {s} (MB/s)" for r in rates for s in ("mean", "peak"))
+    return TableSpec("tiers", "Tiers", ("Tier", "Capacity (tokens)", "Capacity", "Hit ratio (tokens)", *rate_headers,
+                                        "DWPD per drive", "Drive rating", "First fills"), rows, notes=[tiers_intro(t)])
+
+
+def grid_table(t: dict) -> TableSpec | None:
+    """Hit ratio by LRU capacity x idle TTL from a replay's ``grid`` (``kvtrace replay``)."""
+    grid = t.get("grid")
+    if not grid:
+        return None
+    ttls = list(dict.fromkeys(g["ttl_s"] for g in grid))
+    caps = list(dict.fromkeys(g["capacity_tokens"] for g in grid))
+    cell = {(g["capacity_tokens"], g["ttl_s"]): g for g in grid}
+    with_bytes = bool(t.get("model"))
+    rows = []
+    for c in caps:
+        row = [fmt_tokens_compact(c)]
+        if with_bytes:
+            row.append(fmt_bytes_compact(cell[(c, ttls[0])]["capacity_bytes"]))
+        row += [f"{cell[(c, x)]['hit_ratio_tokens']:.2%} ({cell[(c, x)]['hit_ratio_blocks']:.2%})" for x in ttls]
+        rows.append(tuple(row))
+    headers = ("capacity", *(("bytes",) if with_bytes else ()), *(f"TTL {fmt_duration(x)}" for x in ttls))
+    return TableSpec("grid", "Hit ratio (tokens; blocks in brackets) by LRU capacity and idle TTL", headers, rows)
 
 
 def ttft_table(ttft: dict) -> TableSpec | None:
@@ -172,8 +211,10 @@ def ttft_table(ttft: dict) -> TableSpec | None:
         return None
     notes = []
     if ttft.get("gpu_seconds_avoided"):
+        total = ttft.get("gpu_seconds_no_cache")
         notes.append("GPU-seconds of prefill avoided per tier: "
-                     + ", ".join(f"{k} {v:,.0f}" for k, v in ttft["gpu_seconds_avoided"].items()) + ".")
+                     + ", ".join(f"{k} {v:,.0f}" for k, v in ttft["gpu_seconds_avoided"].items())
+                     + ("" if total is None else f" (of {total:,.0f} without any cache)") + ".")
     return TableSpec("ttft", "Time to first token (modelled)", ("Session", "Requests", "p50 (ms)", "p90 (ms)",
                                                                  "p99 (ms)", "max (ms)", "p50 without cache (ms)",
                                                                  "p99 without cache (ms)"), rows, notes=notes)
