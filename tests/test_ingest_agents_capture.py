@@ -22,8 +22,9 @@ CODEX = sorted(p.parent for p in (FIX / "codex").glob("*/expected.json"))
 GEMINI = sorted(p.parent for p in (FIX / "gemini").glob("*/expected.json"))
 sys.path.insert(0, str(CAPTURE))
 
-from stub_gemini import GemReply, StubGemini  # noqa: E402
-from stub_openai import OaiReply, StubOpenAI  # noqa: E402
+from agent_common import AgentReply  # noqa: E402
+from stub_gemini import StubGemini  # noqa: E402
+from stub_openai import StubOpenAI  # noqa: E402
 
 
 def _post(url: str, body: dict, headers: dict | None = None) -> tuple[int, bytes, dict]:
@@ -38,7 +39,7 @@ def _sse(data: bytes) -> list[dict]:
 
 
 def test_openai_stub_streams_usage_with_cached_and_written_tokens_inside_input():
-    with StubOpenAI([OaiReply.call("exec_command", {"cmd": "echo hi"}), OaiReply.say("done")], "t", 0,
+    with StubOpenAI([AgentReply.call("exec_command", {"cmd": "echo hi"}), AgentReply.say("done")], "t", 0,
                     report_cache_write=True) as stub:
         meta = {"x-codex-turn-metadata": json.dumps({"request_kind": "turn", "session_id": "s1"})}
         events = [_sse(_post(stub.url + "/v1/responses", {"model": "m", "stream": True}, meta)[1])
@@ -60,7 +61,7 @@ def test_openai_stub_streams_usage_with_cached_and_written_tokens_inside_input()
 
 
 def test_gemini_stub_streams_usage_metadata_with_cached_inside_the_prompt():
-    with StubGemini([GemReply.say("Hello there.")], "t", 0) as stub:
+    with StubGemini([AgentReply.say("Hello there.")], "t", 0) as stub:
         _, data, _ = _post(stub.url + "/v1beta/models/gemini-x:streamGenerateContent?alt=sse", {"contents": []})
         _, router, _ = _post(stub.url + "/v1beta/models/gemini-lite:generateContent", {
             "generationConfig": {"responseMimeType": "application/json", "responseJsonSchema": {
