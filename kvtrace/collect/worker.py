@@ -45,6 +45,12 @@ def _init_worker(parent: int) -> None:
         pass
     if os.getppid() != parent:  # the collector died before prctl took effect
         os._exit(1)
+    # Conversion and ingest are background work: on a busy machine the receiver, which clients
+    # wait on, goes first (DuckDB's threads inherit the niceness).
+    try:
+        os.nice(10)
+    except OSError:
+        pass
 
 
 MAX_ATTEMPTS = 3      # a segment that fails this often is moved to SPOOL/failed/ (kept, never dropped)
