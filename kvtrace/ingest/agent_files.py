@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from kvtrace.ingest.base import Reject
+from kvtrace.ingest.base import REQUEST_SCHEMA, Reject
 
 
 def read_files(paths: list[Path]) -> tuple[pa.Table, list[Reject]]:
@@ -46,3 +46,18 @@ def connect():
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
     return con
+
+
+def line_rejects(con, table: str, paths: list[Path], reasons: dict[str, tuple[str, str | None]]) -> list[Reject]:
+    """A :class:`Reject` for every line of ``table`` whose ``kind`` is a key of ``reasons``
+    (``kind -> (reason, field)``), in file and line order, naming its file."""
+    kinds = ", ".join(f"'{k}'" for k in reasons)
+    rows = con.execute(f"SELECT file_idx, lineno, kind FROM {table} WHERE kind IN ({kinds}) "
+                       "ORDER BY file_idx, lineno").fetchall()
+    return [Reject(lineno, reasons[kind][0], field=reasons[kind][1], path=str(paths[file_idx]))
+            for file_idx, lineno, kind in rows]
+
+
+def requests_table(con, table: str) -> pa.Table:
+    """The parser's ``requests`` view as an Arrow table of :data:`REQUEST_SCHEMA`."""
+    return con.sql(f"SELECT {', '.join(REQUEST_SCHEMA.names)} FROM {table}").to_arrow_table().cast(REQUEST_SCHEMA)

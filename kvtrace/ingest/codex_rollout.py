@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvtrace.ingest.agent_files import connect, read_files
-from kvtrace.ingest.base import REQUEST_SCHEMA, Parsed, Reject
+from kvtrace.ingest.agent_files import connect, line_rejects, read_files, requests_table
+from kvtrace.ingest.base import Parsed, Reject
 from kvtrace.store import load_query
 
 _REJECTS = {
@@ -55,11 +55,7 @@ def parse(paths: list[Path]) -> Parsed:
         parsed.lines = int(con.execute(
             "SELECT coalesce(sum(len(string_split(content, chr(10))) "
             "- CASE WHEN ends_with(content, chr(10)) THEN 1 ELSE 0 END), 0) FROM cx_raw").fetchone()[0])
-        for file_idx, lineno, kind in con.execute(
-                "SELECT file_idx, lineno, kind FROM cx_lines WHERE kind IN ('malformed', 'negative', "
-                "'bad_timestamp') ORDER BY file_idx, lineno").fetchall():
-            reason, fld = _REJECTS[kind]
-            parsed.rejects.append(Reject(lineno, reason, field=fld, path=str(paths[file_idx])))
+        parsed.rejects += line_rejects(con, "cx_lines", paths, _REJECTS)
         for kind, n in con.execute("SELECT kind, count(*) FROM cx_lines GROUP BY kind").fetchall():
             if kind not in _NOT_COUNTED and kind not in _REJECTS:
                 parsed.unknown[f"codex-rollout:{kind}"] += int(n)
@@ -74,8 +70,7 @@ def parse(paths: list[Path]) -> Parsed:
                 lineno, f"input_tokens {total} is less than cached_input_tokens {cached or 0} + "
                 f"cache_write_input_tokens {written or 0}: uncached input stored as 0 (row kept)",
                 field="input_tokens", path=str(paths[file_idx])))
-        parsed.requests = con.sql(
-            f"SELECT {', '.join(REQUEST_SCHEMA.names)} FROM cx_requests").to_arrow_table().cast(REQUEST_SCHEMA)
+        parsed.requests = requests_table(con, "cx_requests")
     finally:
         con.close()
     return parsed

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvtrace.ingest.agent_files import connect, read_files
-from kvtrace.ingest.base import REQUEST_SCHEMA, Parsed, Reject
+from kvtrace.ingest.agent_files import connect, line_rejects, read_files, requests_table
+from kvtrace.ingest.base import Parsed, Reject
 from kvtrace.store import load_query
 
 _REJECTS = {
@@ -54,11 +54,7 @@ def parse(paths: list[Path]) -> Parsed:
         parsed.lines = int(con.execute(
             "SELECT coalesce(sum(CASE WHEN json_valid(content) THEN 1 ELSE len(string_split(content, chr(10))) "
             "- CASE WHEN ends_with(content, chr(10)) THEN 1 ELSE 0 END END), 0) FROM gm_raw").fetchone()[0])
-        for file_idx, lineno, kind in con.execute(
-                "SELECT file_idx, lineno, kind FROM gm_items WHERE kind IN ('malformed', 'negative', "
-                "'bad_timestamp') ORDER BY file_idx, lineno").fetchall():
-            reason, fld = _REJECTS[kind]
-            parsed.rejects.append(Reject(lineno, reason, field=fld, path=str(paths[file_idx])))
+        parsed.rejects += line_rejects(con, "gm_items", paths, _REJECTS)
         for kind, n in con.execute(
                 "SELECT kind, sum(n) FROM gm_items WHERE kind IN ('prompt_log', 'torn_last_line') "
                 "GROUP BY kind").fetchall():
@@ -76,8 +72,7 @@ def parse(paths: list[Path]) -> Parsed:
             parsed.rejects.append(Reject(
                 lineno, f"tokens.input {total} is less than tokens.cached {cached}: uncached input "
                 "stored as the tool tokens only (row kept)", field="tokens.input", path=str(paths[file_idx])))
-        parsed.requests = con.sql(
-            f"SELECT {', '.join(REQUEST_SCHEMA.names)} FROM gm_requests").to_arrow_table().cast(REQUEST_SCHEMA)
+        parsed.requests = requests_table(con, "gm_requests")
     finally:
         con.close()
     return parsed
