@@ -218,3 +218,12 @@ def test_unrecognized_file_in_a_folder_is_counted_but_named_one_is_an_error(stor
     assert s.unknown_records == {"file:unrecognized": 1}
     with pytest.raises(UnknownFormat, match="history.jsonl"):
         ingest(store, [d / "history.jsonl"])
+
+
+def test_event_after_its_span_sets_model_and_query_source(store):
+    merge(store, dict(request_key="req_5", request_id="req_5", source="otlp-span", ts=1, model="claude-opus-4-8[1m]",
+                      query_source=None, ttft_ms=321.0, output_tokens=4))
+    merge(store, dict(request_key="req_5", request_id="req_5", source="otlp-log", ts=1, model="claude-opus-4-8",
+                      query_source="subagent", thread_id="general-purpose", output_tokens=4))
+    assert store.query("SELECT count(*), any_value(model), any_value(query_source), any_value(thread_id), "
+                       "any_value(ttft_ms) FROM requests") == [(1, "claude-opus-4-8", "subagent", "general-purpose", 321.0)]

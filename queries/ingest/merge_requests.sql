@@ -6,7 +6,8 @@
 --   the larger output count, as transcripts write a response several times). A copy from another
 --   source (a transcript of a request also seen as an OTLP event) never replaces the row: it
 --   fills what the stored row lacks (TTFT, cost, duration, the 5m/1h split of a cache write,
---   the message id) and, from a transcript, the thread the request ran in.
+--   the message id) and, from a transcript, the thread the request ran in; an event fills the
+--   model, query source and thread of a row first stored from its trace span.
 
 CREATE OR REPLACE TEMP TABLE staged AS
 SELECT * FROM staged_in
@@ -56,7 +57,10 @@ UPDATE requests AS r SET
     request_id = coalesce(r.request_id, s.request_id), message_id = coalesce(r.message_id, s.message_id),
     ttft_ms = coalesce(r.ttft_ms, s.ttft_ms), cost_usd = coalesce(r.cost_usd, s.cost_usd),
     duration_ms = coalesce(r.duration_ms, s.duration_ms), project = coalesce(r.project, s.project),
-    thread_id = CASE WHEN from_transcript THEN s.thread_id ELSE r.thread_id END,
+    thread_id = CASE WHEN from_transcript OR from_event THEN s.thread_id ELSE r.thread_id END,
+    query_source = CASE WHEN from_event THEN coalesce(s.query_source, r.query_source)
+                        ELSE coalesce(r.query_source, s.query_source) END,
+    model = CASE WHEN from_event THEN coalesce(s.model, r.model) ELSE r.model END,
     is_sidechain = CASE WHEN from_transcript THEN s.is_sidechain ELSE r.is_sidechain END,
     cache_write_5m_tokens = CASE WHEN split THEN s.cache_write_5m_tokens ELSE r.cache_write_5m_tokens END,
     cache_write_1h_tokens = CASE WHEN split THEN s.cache_write_1h_tokens ELSE r.cache_write_1h_tokens END,
@@ -66,7 +70,10 @@ FROM (
            (rr.cache_write_unknown_tokens > 0 AND s.cache_write_unknown_tokens = 0
             AND s.cache_write_5m_tokens + s.cache_write_1h_tokens = rr.cache_write_unknown_tokens
             AND rr.cache_write_5m_tokens + rr.cache_write_1h_tokens = 0) AS split,
-           (s.source = 'claude-transcript' AND rr.source <> s.source AND s.thread_id IS NOT NULL) AS from_transcript
+           (s.source = 'claude-transcript' AND rr.source <> s.source AND s.thread_id IS NOT NULL) AS from_transcript,
+           -- a span stored first (traces ingested before logs) yields to its event: the span
+           -- names the model as the client labels it ("...[1m]") and carries no query source
+           (rr.source = 'otlp-span' AND s.source = 'otlp-log') AS from_event
     FROM staged s JOIN matched m ON m.s_key = s.request_key JOIN requests rr ON rr.request_key = m.r_key
     WHERE NOT m.better
 ) s
