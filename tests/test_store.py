@@ -55,3 +55,30 @@ def test_env_var_sets_default_path(monkeypatch, tmp_path):
 
     monkeypatch.setenv("KVTRACE_DB", str(tmp_path / "x.duckdb"))
     assert default_db_path() == tmp_path / "x.duckdb"
+
+
+def test_reader_waits_for_a_writer_that_holds_the_file(db_path):
+    import subprocess
+    import sys
+    import time
+
+    Store(db_path).close()
+    holder = subprocess.Popen([sys.executable, "-c", f"import duckdb, time; c = duckdb.connect({str(db_path)!r}); "
+                               "print('held', flush=True); time.sleep(1.0)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        t = time.monotonic()
+        with Store(db_path, read_only=True) as s:
+            assert s.scalar("SELECT count(*) FROM requests") == 0
+        assert time.monotonic() - t < 10
+        with pytest.raises(SchemaError, match="holds it for writing"):
+            holder2 = subprocess.Popen([sys.executable, "-c", f"import duckdb, time; c = duckdb.connect({str(db_path)!r}); "
+                                        "print('held', flush=True); time.sleep(3)"], stdout=subprocess.PIPE, text=True)
+            try:
+                holder2.stdout.readline()
+                Store(db_path, read_only=True, lock_wait_s=0.3)
+            finally:
+                holder2.kill()
+                holder2.wait()
+    finally:
+        holder.wait(timeout=10)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,21 +37,20 @@ class Store:
         memory: an in-memory warehouse (tests).
         read_only: open without migrating or writing (reports beside a running collector).
         tracer: called with every SQL statement and its parameters (``--trace-sql``).
+        lock_wait_s: how long to wait for a writer (``kvtrace collect`` ingesting a segment,
+            another ingest) that holds the warehouse file before giving up.
     """
 
     def __init__(self, path: str | Path | None = None, *, memory: bool = False,
-                 read_only: bool = False, tracer: Callable[[str, Any], None] | None = None):
+                 read_only: bool = False, tracer: Callable[[str, Any], None] | None = None,
+                 lock_wait_s: float = 10.0):
         self.path = None if memory else Path(path) if path is not None else default_db_path()
         self.tracer = tracer
         target = ":memory:" if memory else str(self.path)
         if read_only and not memory and not self.path.exists():
             raise SchemaError(f"no warehouse at {self.path}",
                               hint="run `kvtrace ingest FILE --db PATH` first, or pass --db")
-        try:
-            self.con = duckdb.connect(target, read_only=read_only and not memory)
-        except duckdb.IOException as e:
-            raise SchemaError(f"cannot open warehouse {target}: {e}",
-                              hint="another kvtrace process may hold it for writing; retry shortly") from e
+        self.con = self._connect(target, read_only and not memory, lock_wait_s)
         self.con.execute("SET TimeZone = 'UTC'")
         # Never resolve an unknown table name to a Python variable of the caller's scope.
         self.con.execute("SET python_enable_replacements = false")
@@ -58,6 +58,22 @@ class Store:
             self.migrate()
         else:
             self._check_version()
+
+    @staticmethod
+    def _connect(target: str, read_only: bool, lock_wait_s: float):
+        # DuckDB lets one process write a file; the collector and scheduled runs hold it only for
+        # one transaction, so a short wait usually gets through.
+        deadline = time.monotonic() + lock_wait_s
+        delay = 0.05
+        while True:
+            try:
+                return duckdb.connect(target, read_only=read_only)
+            except duckdb.IOException as e:
+                if "lock" not in str(e).lower() or time.monotonic() + delay > deadline:
+                    raise SchemaError(f"cannot open warehouse {target}: {e}",
+                                      hint="another kvtrace process holds it for writing; retry when it is done") from e
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
 
     # -- schema ------------------------------------------------------------------------------
     def migrate(self) -> list[str]:
