@@ -28,11 +28,13 @@ from pathlib import Path
 
 import numpy as np
 
+from tests.paths import TRACES
+
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = bool(os.environ.get("KVTRACE_BENCH_QUICK"))
 N_FLEET = 300_000 if QUICK else 10_000_000
 REPEATS = 2 if QUICK else 5
-CONVERSATION = Path("/work/shared/traces/mooncake-fast25-conversation/conversation_trace.jsonl")
+CONVERSATION = TRACES / "mooncake-fast25-conversation/conversation_trace.jsonl"
 TTLS = ["30s", "1m", "5m", "10m", "30m", "1h", "2h", "none"]
 LCS_CAPACITY_BLOCKS = 3_000_000 // 512
 

@@ -13,8 +13,9 @@ from kvtrace.analyze.export import write_mooncake
 from kvtrace.analyze.load import load_block_trace, read_block_trace
 from kvtrace.analyze.ttl import hit_ratios
 from kvtrace.ingest.block_hash import parse_bailian, parse_mooncake, sniff, trace_name
+from tests.paths import TRACES
 
-TRACES = Path("/work/shared/traces")
+TRACES = TRACES
 CONVERSATION = TRACES / "mooncake-fast25-conversation/conversation_trace.jsonl"
 SYNTHETIC = TRACES / "mooncake-fast25-synthetic/synthetic_trace.jsonl"
 

@@ -8,9 +8,10 @@ import pytest
 from typer.testing import CliRunner
 
 from kvtrace.cli import app
+from tests.paths import TRACES
 
-CONV = "/work/shared/traces/mooncake-fast25-conversation/conversation_trace.jsonl"
-SYNTH = "/work/shared/traces/mooncake-fast25-synthetic/synthetic_trace.jsonl"
+CONV = str(TRACES / "mooncake-fast25-conversation/conversation_trace.jsonl")
+SYNTH = str(TRACES / "mooncake-fast25-synthetic/synthetic_trace.jsonl")
 
 
 def _run(*args):

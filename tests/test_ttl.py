@@ -14,8 +14,9 @@ from kvtrace.analyze.load import read_block_trace
 from kvtrace.analyze.ttl import hit_ratios, request_hits, ttl_section
 from kvtrace.units import parse_ttls
 from kvtrace.analyze.working_set import held_after_requests, working_set
+from tests.paths import TRACES
 
-CONVERSATION = Path("/work/shared/traces/mooncake-fast25-conversation/conversation_trace.jsonl")
+CONVERSATION = TRACES / "mooncake-fast25-conversation/conversation_trace.jsonl"
 
 
 @pytest.fixture(scope="module")
