@@ -153,24 +153,8 @@ def _importtime(argv: list[str]) -> dict:
             "heaviest_ms": [{"module": m, "cumulative_ms": round(ms, 1), "depth": d} for m, ms, d in heavy]}
 
 
-_PHASES = """
-import json, sys, time
-t0 = time.perf_counter()
-from kvtrace.ingest import ingest
-from kvtrace.store import Store
-t1 = time.perf_counter()
-store = Store(sys.argv[1])
-t2 = time.perf_counter()
-s = ingest(store, [sys.argv[2]], format=sys.argv[3] or None)
-t3 = time.perf_counter()
-store.close()
-t4 = time.perf_counter()
-print(json.dumps({"import_s": t1 - t0, "open_s": t2 - t1, "ingest_s": t3 - t2, "close_s": t4 - t3,
-                  "files": s.files, "files_skipped": s.files_skipped, "requests_added": s.requests_added}))
-"""
-
-
-_FIRST_PHASES = """
+# Run in a child process: the library ingest with its phases timed by wrapping pipeline functions.
+_PHASES_SCRIPT = """
 import json, sys, time
 from collections import defaultdict
 t0 = time.perf_counter()
@@ -178,87 +162,43 @@ import kvtrace.ingest.claude_transcripts as ct
 import kvtrace.ingest.pipeline as pl
 from kvtrace.store import Store
 spent = defaultdict(float)
-depth = [0]
-def timed(name, fn, outer_only=False):
+def timed(name, fn):
     def wrapper(*a, **k):
-        if outer_only and depth[0]:
-            return fn(*a, **k)
-        depth[0] += 1
         t = time.perf_counter()
         try:
             return fn(*a, **k)
         finally:
-            depth[0] -= 1
             spent[name] += time.perf_counter() - t
     return wrapper
 ct.parse = timed("parse_s", ct.parse)
 pl._merge = timed("merge_s", pl._merge)
 pl.expand_inputs = timed("walk_s", pl.expand_inputs)
 pl.sniff = timed("sniff_s", pl.sniff)
-Store.run = timed("ledger_rows_s", Store.run, outer_only=True)  # the runs outside _merge
+if hasattr(pl, "_record_files"):
+    pl._record_files = timed("ledger_s", pl._record_files)
 t1 = time.perf_counter()
 store = Store(sys.argv[1])
-s = pl.ingest(store, [sys.argv[2]], format=sys.argv[3] or None)
 t2 = time.perf_counter()
+s = pl.ingest(store, [sys.argv[2]], format=sys.argv[3] or None)
+t3 = time.perf_counter()
 store.close()
-out = {"import_s": t1 - t0, "ingest_s": t2 - t1, **spent}
-out["other_s"] = out["ingest_s"] - sum(spent.values())
-print(json.dumps({k: round(v, 3) for k, v in out.items()}))
+t4 = time.perf_counter()
+out = {"import_s": t1 - t0, "open_s": t2 - t1, "ingest_s": t3 - t2, "close_s": t4 - t3, **spent}
+out["ingest_other_s"] = out["ingest_s"] - sum(spent.values())
+out.update(files=s.files, files_skipped=s.files_skipped, requests_added=s.requests_added,
+           unrecognized=s.unknown_records.get("file:unrecognized", 0))
+print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}))
 """
 
 
-# ``kvtrace ingest`` with the ledger rows of a transaction written by one INSERT instead of one per
-# file: a projection of the pipeline fix this benchmark recommends (same CLI otherwise).
-_BATCHED_LEDGER_INGEST = """
-import contextlib, sys
-import pyarrow as pa
-from kvtrace.store import Store
-from kvtrace.cli import main
-pending = []
-_run, _transaction = Store.run, Store.transaction
-def run(self, sql, params=None):
-    if sql.lstrip().startswith("INSERT INTO ingested_files VALUES") and params is not None:
-        pending.append(list(params))
-        return None
-    return _run(self, sql, params)
-@contextlib.contextmanager
-def transaction(self):
-    with _transaction(self):
-        yield
-        if pending:
-            cols = list(zip(*pending))
-            self.con.register("ledger_in", pa.table({f"c{i}": list(c) for i, c in enumerate(cols)}))
-            self.con.execute("INSERT INTO ingested_files SELECT * FROM ledger_in ON CONFLICT DO NOTHING")
-            self.con.unregister("ledger_in")
-            pending.clear()
-Store.run, Store.transaction = run, transaction
-sys.argv = ["kvtrace", *sys.argv[1:]]
-main()
-"""
-
-
-def _kvtrace_pair_batched_ledger(tree: Path, db: Path) -> float:
-    db.unlink(missing_ok=True)
-    t_ingest, _, _ = _run([sys.executable, "-c", _BATCHED_LEDGER_INGEST, "ingest", str(tree / "projects"),
-                           "--db", str(db), "--quiet", *INGEST_FORMAT])
-    t_report, _, out = _run(KVTRACE + ["report", "--db", str(db), "--group-by", "day", "--format", "json"])
-    return t_ingest + t_report
-
-
-def _first_phases(tree: Path, db: Path) -> dict:
-    """In-process phases of a first ingest: walk, sniff, parse, merge, per-file ledger rows."""
-    db.unlink(missing_ok=True)
+def _ingest_phases(tree: Path, db: Path, fresh: bool) -> dict:
+    """In-process phases of an ingest (first into a fresh warehouse, or a repeat on a kept one):
+    imports, warehouse open, walk, sniff, parse, merge, ledger of files read, close."""
+    if fresh:
+        db.unlink(missing_ok=True)
     fmt = INGEST_FORMAT[1] if INGEST_FORMAT else ""
-    _, _, out = _run([sys.executable, "-c", _FIRST_PHASES, str(db), str(tree / "projects"), fmt])
+    _, _, out = _run([sys.executable, "-c", _PHASES_SCRIPT, str(db), str(tree / "projects"), fmt])
     return json.loads(out)
-
-
-def _phases(tree: Path, db: Path) -> dict:
-    """In-process phases of a repeat ingest (library imports, warehouse open, ingest, close)."""
-    fmt = INGEST_FORMAT[1] if INGEST_FORMAT else ""
-    _, _, out = _run([sys.executable, "-c", _PHASES, str(db), str(tree / "projects"), fmt])
-    d = json.loads(out)
-    return {k: round(v, 3) if isinstance(v, float) else v for k, v in d.items()}
 
 
 # -- main ----------------------------------------------------------------------------------------
@@ -303,7 +243,7 @@ def main() -> dict:
         result["kvtrace_ingest_needs_format"] = failure
         # -- first run: a fresh warehouse each time; one warm-up of each tool first.
         db = work / "first.duckdb"
-        first_kv, first_ingest, first_cc, first_proj = [], [], [], []
+        first_kv, first_ingest, first_cc = [], [], []
         rss_kv = rss_cc = 0
         for i in range(reps + 1):
             db.unlink(missing_ok=True)
@@ -312,15 +252,13 @@ def main() -> dict:
             if i:
                 first_kv.append(wall)
                 first_ingest.append(t_ingest)
-                first_proj.append(_kvtrace_pair_batched_ledger(tree, work / "projection.duckdb"))
             if have_ccusage:
                 cc_wall, cc_doc, rss = _ccusage(tree, home)
                 rss_cc = max(rss_cc, rss or 0)
                 if i:
                     first_cc.append(cc_wall)
         result["first_run"] = {"kvtrace_ingest_plus_report": _stats(first_kv), "kvtrace_ingest_only": _stats(first_ingest),
-                               "kvtrace_ingest_phases_in_process": _first_phases(tree, work / "phases.duckdb"),
-                               "kvtrace_with_batched_ledger_projection": _stats(first_proj),
+                               "kvtrace_ingest_phases_in_process": _ingest_phases(tree, work / "phases.duckdb", fresh=True),
                                "kvtrace_peak_rss_mb": round(rss_kv / 1024) if rss_kv else None}
         result["totals"] = {"truth": {k: sum(v[k] for v in want.values()) for k in KEYS} | {"responses": truth["totals"]["responses"]},
                             "kvtrace": _compare(_kvtrace_days(report), want) | {"requests": report["requests"]}}
@@ -357,7 +295,7 @@ def main() -> dict:
         # -- where the repeat's time goes.
         path, t = add_session(tree, seed=20_000)
         added.append(path)
-        phases = _phases(tree, db)
+        phases = _ingest_phases(tree, db, fresh=False)
         py = min(_run([sys.executable, "-c", "pass"])[0] for _ in range(3))
         help_t = min(_run(KVTRACE + ["--help"])[0] for _ in range(3))
         result["startup"] = {
