@@ -70,7 +70,7 @@ def parse(paths: list[Path]) -> Parsed:
         return parsed
     con = duckdb.connect()
     try:
-        con.execute("SET TimeZone = 'UTC'")
+        _settings(con)
         con.register("tx_files", _files_table(paths))
         try:
             parsed.lines, n_groups = _parse_fast(con, paths)
@@ -86,9 +86,15 @@ def parse(paths: list[Path]) -> Parsed:
     return parsed
 
 
+def _settings(cur) -> None:
+    cur.execute("SET TimeZone = 'UTC'")
+    # Every result is ordered explicitly; keeping insertion order makes storing tx_rec ~1.5x slower.
+    cur.execute("SET preserve_insertion_order = false")
+
+
 def _parse_group(cur, k: int, paths: list[Path], idx: list[int]) -> int:
     """Filter and parse one group of plain files on its own connection; returns its line count."""
-    cur.execute("SET TimeZone = 'UTC'")
+    _settings(cur)
     cur.execute("SET VARIABLE tx_group = ?", [[str(paths[i]) for i in idx]])
     cur.execute("SET VARIABLE tx_idx = ?", [idx])
     # read_text gives filenames back as given: map them to their index in the batch.

@@ -2,10 +2,11 @@
 -- description: reads tx_raw(file_idx, content), whole transcript files, and builds table tx_part
 --   (the parser names it tx_rec_<group>): the lines that contain the JSON token "assistant" or
 --   "compact_boundary" (matched whatever the whitespace around it), their 1-based line numbers,
---   the parsed fields and what each line is (kind: a usable response line, or why not), plus
---   each file's last piece (kind 'eof' unless it is a candidate) carrying the file's line count.
---   Parsing only the candidate lines is most of the speed: user, progress and snapshot records
---   hold most of the bytes. The parser runs this on one connection per group of files, in parallel.
+--   the fields kvtrace keeps (flat columns: a nested struct column is much slower to store) and
+--   what each line is (kind: a usable response line, or why not), plus each file's last piece
+--   (kind 'eof' unless it is a candidate) carrying the file's line count. Parsing only the
+--   candidate lines is most of the speed: user, progress and snapshot records hold most of the
+--   bytes. The parser runs this on one connection per group of files, in parallel.
 
 CREATE OR REPLACE TABLE tx_part AS
 WITH sp AS (
@@ -15,16 +16,16 @@ WITH sp AS (
 ), cand AS (
     SELECT *, contains(line, '"assistant"') OR contains(line, '"compact_boundary"') AS candidate
     FROM ln
+    WHERE contains(line, '"assistant"') OR contains(line, '"compact_boundary"') OR lineno = n
 ), parsed AS (
     SELECT file_idx, lineno, candidate,
-           -- the piece after the last newline: empty, or a line still being written
-           lineno = n AS last, line = '' AS empty,
-           n - CASE WHEN lineno = n AND line = '' THEN 1 ELSE 0 END AS file_lines,
+           lineno = n AS last,   -- the piece after the last newline: empty, or a line still being written
+           CASE WHEN lineno = n THEN n - CASE WHEN line = '' THEN 1 ELSE 0 END END AS file_lines,
            CASE WHEN candidate THEN try(json_transform(line, '{
-               "type": "VARCHAR", "subtype": "VARCHAR", "uuid": "VARCHAR", "timestamp": "VARCHAR",
+               "type": "VARCHAR", "subtype": "VARCHAR", "timestamp": "VARCHAR",
                "sessionId": "VARCHAR", "agentId": "VARCHAR", "requestId": "VARCHAR", "isSidechain": "BOOLEAN",
                "isApiErrorMessage": "BOOLEAN", "cwd": "VARCHAR", "version": "VARCHAR", "gitBranch": "VARCHAR",
-               "entrypoint": "VARCHAR", "compactMetadata": {"preTokens": "BIGINT", "trigger": "VARCHAR"},
+               "entrypoint": "VARCHAR",
                "message": {"id": "VARCHAR", "model": "VARCHAR", "stop_reason": "VARCHAR",
                    "usage": {"input_tokens": "BIGINT", "output_tokens": "BIGINT",
                              "cache_read_input_tokens": "BIGINT", "cache_creation_input_tokens": "BIGINT",
@@ -32,28 +33,40 @@ WITH sp AS (
                                                 "ephemeral_1h_input_tokens": "BIGINT"},
                              "service_tier": "VARCHAR"}}}')) END AS j
     FROM cand
-    WHERE candidate OR lineno = n
+), flat AS (
+    SELECT file_idx, lineno, candidate, last, file_lines, j IS NULL AS unparsed,
+           j.type AS type, j.subtype AS subtype, j.isApiErrorMessage AS api_error,
+           j.message.id AS message_id, j.requestId AS request_id,
+           try_cast(j.timestamp AS TIMESTAMPTZ)::TIMESTAMP AS ts,
+           j.isSidechain AS is_sidechain, j.sessionId AS session_id, j.agentId AS agent_id, j.cwd AS cwd,
+           j.message.model AS model, j.message.usage IS NOT NULL AS has_usage,
+           j.message.usage.input_tokens AS input_tokens,
+           j.message.usage.output_tokens AS output_tokens,
+           j.message.usage.cache_read_input_tokens AS cache_read_tokens,
+           j.message.usage.cache_creation_input_tokens AS cache_creation_tokens,
+           j.message.usage.cache_creation.ephemeral_5m_input_tokens AS cache_5m_tokens,
+           j.message.usage.cache_creation.ephemeral_1h_input_tokens AS cache_1h_tokens,
+           j.message.usage.cache_creation IS NOT NULL AS has_split_object,
+           j.version AS version, j.gitBranch AS git_branch, j.entrypoint AS entrypoint,
+           j.message.usage.service_tier AS service_tier, j.message.stop_reason AS stop_reason
+    FROM parsed
 )
-SELECT file_idx, lineno, CASE WHEN last THEN file_lines END AS file_lines, j,
+SELECT * EXCLUDE (candidate, last, unparsed, type, subtype, api_error, has_usage, has_split_object),
        CASE
            WHEN NOT candidate THEN 'eof'
-           WHEN j IS NULL AND last THEN 'torn_last_line'
-           WHEN j IS NULL THEN 'malformed'
-           WHEN j.type = 'system' AND j.subtype = 'compact_boundary' THEN 'compact_boundary'
-           WHEN j.type IS DISTINCT FROM 'assistant' THEN 'other'
-           WHEN j.isApiErrorMessage THEN 'api_error'
-           WHEN j.message.model = '<synthetic>' THEN 'synthetic'
-           WHEN j.message.usage IS NULL
-                OR (j.message.usage.input_tokens IS NULL AND j.message.usage.output_tokens IS NULL
-                    AND j.message.usage.cache_read_input_tokens IS NULL
-                    AND j.message.usage.cache_creation_input_tokens IS NULL
-                    AND j.message.usage.cache_creation IS NULL) THEN 'assistant_without_usage'
-           WHEN least(j.message.usage.input_tokens, j.message.usage.output_tokens,
-                      j.message.usage.cache_read_input_tokens, j.message.usage.cache_creation_input_tokens,
-                      j.message.usage.cache_creation.ephemeral_5m_input_tokens,
-                      j.message.usage.cache_creation.ephemeral_1h_input_tokens) < 0 THEN 'negative'
-           WHEN try_cast(j.timestamp AS TIMESTAMPTZ) IS NULL THEN 'bad_timestamp'
-           WHEN coalesce(j.requestId, j.message.id) IS NULL THEN 'no_id'
+           WHEN unparsed AND last THEN 'torn_last_line'
+           WHEN unparsed THEN 'malformed'
+           WHEN type = 'system' AND subtype = 'compact_boundary' THEN 'compact_boundary'
+           WHEN type IS DISTINCT FROM 'assistant' THEN 'other'
+           WHEN api_error THEN 'api_error'
+           WHEN model = '<synthetic>' THEN 'synthetic'
+           WHEN NOT has_usage
+                OR (input_tokens IS NULL AND output_tokens IS NULL AND cache_read_tokens IS NULL
+                    AND cache_creation_tokens IS NULL AND NOT has_split_object) THEN 'assistant_without_usage'
+           WHEN least(input_tokens, output_tokens, cache_read_tokens, cache_creation_tokens,
+                      cache_5m_tokens, cache_1h_tokens) < 0 THEN 'negative'
+           WHEN ts IS NULL THEN 'bad_timestamp'
+           WHEN coalesce(request_id, message_id) IS NULL THEN 'no_id'
            ELSE 'usage'
        END AS kind
-FROM parsed;
+FROM flat;
