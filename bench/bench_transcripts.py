@@ -201,6 +201,25 @@ def _ingest_phases(tree: Path, db: Path, fresh: bool) -> dict:
     return json.loads(out)
 
 
+def _whitespace_variant(work: Path, home: Path, have_ccusage: bool) -> dict:
+    """A small tree re-written with spaces after ':' and ',': both tools' totals against the truth."""
+    root = work / "spaced"
+    truth = generate(root, 2 << 20, seed=SEED + 1)
+    for f in (root / "projects").rglob("*.jsonl"):
+        lines = f.read_bytes().splitlines()
+        f.write_text("".join(json.dumps(json.loads(x), separators=(", ", ": "), ensure_ascii=False) + "\n"
+                             for x in lines))
+    want = _truth_days(truth)
+    db = work / "spaced.duckdb"
+    _, report, _, _ = _kvtrace_pair(root, db)
+    out = {"responses": truth["totals"]["responses"],
+           "kvtrace": _compare(_kvtrace_days(report), want) | {"requests": report["requests"]}}
+    if have_ccusage:
+        _, doc, _ = _ccusage(root, home)
+        out["ccusage"] = _compare(_ccusage_days(doc), want)
+    return out
+
+
 # -- main ----------------------------------------------------------------------------------------
 
 def _tree(mb: int) -> tuple[Path, dict]:
@@ -292,6 +311,8 @@ def main() -> dict:
                 statistics.median(rep_cc) / statistics.median(rep_kv), 2)
             result["totals"]["ccusage_after_repeats"] = _compare(_ccusage_days(cc_doc), want_now)
 
+        result["whitespace_variant"] = _whitespace_variant(work, home, have_ccusage)
+
         # -- where the repeat's time goes.
         path, t = add_session(tree, seed=20_000)
         added.append(path)
@@ -341,6 +362,9 @@ def _print(r: dict) -> None:
     for tool in ("kvtrace", "ccusage"):
         if tool in tot:
             print(f"totals {tool}: exact={tot[tool]['exact']} diff={tot[tool]['diff_vs_truth']}", file=sys.stderr)
+    for tool, v in r.get("whitespace_variant", {}).items():
+        if isinstance(v, dict):
+            print(f"spaced JSON, {tool}: exact={v['exact']} totals={v['totals']}", file=sys.stderr)
 
 
 if __name__ == "__main__":
