@@ -227,3 +227,21 @@ def test_event_after_its_span_sets_model_and_query_source(store):
                       query_source="subagent", thread_id="general-purpose", output_tokens=4))
     assert store.query("SELECT count(*), any_value(model), any_value(query_source), any_value(thread_id), "
                        "any_value(ttft_ms) FROM requests") == [(1, "claude-opus-4-8", "subagent", "general-purpose", 321.0)]
+
+
+def test_unrecognized_files_are_not_sniffed_again_until_they_change(store, tmp_path, monkeypatch):
+    d = tmp_path / "tree"
+    d.mkdir()
+    write_lines(d / "a.jsonl", [{"resourceLogs": []}])
+    side = d / "agent-1.meta.json"
+    side.write_text('{"agentType": "general-purpose"}\n')
+    assert ingest(store, [d]).unknown_records == {"file:unrecognized": 1}
+    import kvtrace.ingest.pipeline as pl
+
+    sniffed = []
+    monkeypatch.setattr(pl, "sniff", lambda p: sniffed.append(p) or "otlp-json")
+    s = ingest(store, [d])
+    assert sniffed == [] and s.files_skipped == 2
+    side.write_text('{"agentType": "general-purpose", "more": 1}\n')
+    ingest(store, [d])
+    assert sniffed == [side]

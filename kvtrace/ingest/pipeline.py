@@ -68,7 +68,8 @@ def expand_inputs(paths: Iterable[str | Path], stdin_dir: Path | None = None,
             continue
         p = Path(s).expanduser()
         if p.is_dir():
-            found = sorted(q for q in p.rglob("*") if q.is_file() and q.name.endswith(INGESTIBLE_SUFFIXES))
+            root = p.resolve()
+            found = sorted(root / rel for rel in _walk(root))
             out.extend(found)
             if walked is not None:
                 walked.update(found)
@@ -83,16 +84,29 @@ def expand_inputs(paths: Iterable[str | Path], stdin_dir: Path | None = None,
             raise KvtraceError(f"{s}: no such file or folder", hint="pass files, folders, globs or - for stdin")
     seen, unique = set(), []
     for p in out:
-        key = p.resolve()
+        key = os.path.abspath(p)
         if key not in seen:
             seen.add(key)
             unique.append(p)
     return unique
 
 
+def _walk(root: Path) -> list[str]:
+    """Ingestible files under ``root``, as paths relative to it (os.walk: no per-file stat)."""
+    out = []
+    for folder, _dirs, names in os.walk(root):
+        rel = os.path.relpath(folder, root)
+        for n in names:
+            if n.endswith(INGESTIBLE_SUFFIXES):
+                out.append(n if rel == "." else os.path.join(rel, n))
+    return out
+
+
 def _stat(p: Path) -> tuple[str, int, int]:
-    st = p.stat()
-    return str(p.resolve()), st.st_size, st.st_mtime_ns
+    # abspath, not resolve(): resolve() lstat()s every component of every path (a third of a
+    # repeat ingest of a big transcript tree); folders are resolved once in expand_inputs.
+    st = os.stat(p)
+    return os.path.abspath(p), st.st_size, st.st_mtime_ns
 
 
 # -- merge ---------------------------------------------------------------------------------------
@@ -156,11 +170,16 @@ def ingest(store: Store, paths: Iterable[str | Path], *, format: str | None = No
         walked: set[Path] = set()
         files = expand_inputs(paths, stdin_dir=Path(tmp), walked=walked)
         summary.files = len(files)
-        ledger = set() if force else {tuple(r) for r in store.query("SELECT path, size, mtime_ns FROM ingested_files")}
+        # Files a walk found unrecognizable are in the ledger too (format 'unrecognized'), so a
+        # repeat does not sniff them again; forcing a format reads them after all.
+        ledger = {} if force else {(r[0], r[1], r[2]): r[3] for r in store.query(
+            "SELECT path, size, mtime_ns, format FROM ingested_files WHERE format <> 'unrecognized' OR NOT ?",
+            [forced is not None])}
         todo: dict[str, list[tuple[Path, tuple]]] = {}
+        unrecognized: list[tuple[Path, tuple]] = []
         for p in files:
             st = _stat(p)
-            if st in ledger:
+            if st in ledger and (ledger[st] != "unrecognized" or p in walked):
                 summary.files_skipped += 1
                 continue
             try:
@@ -170,6 +189,7 @@ def ingest(store: Store, paths: Iterable[str | Path], *, format: str | None = No
                     raise
                 # e.g. ~/.codex/history.jsonl beside the sessions: not telemetry, not an error
                 summary.unknown_records["file:unrecognized"] = summary.unknown_records.get("file:unrecognized", 0) + 1
+                unrecognized.append((p, st))
                 continue
             todo.setdefault(name, []).append((p, st))
         units = _units(todo)
@@ -180,7 +200,14 @@ def ingest(store: Store, paths: Iterable[str | Path], *, format: str | None = No
             for fmt_name, group in units:
                 _ingest_unit(store, get_format(fmt_name), group, summary, strict)
                 bar.advance(task, sum(st[1] for _, st in group))
+        if unrecognized:
+            with store.transaction():
+                _record_files(store, unrecognized, "unrecognized", _now(), 0, 0, 0)
     return summary
+
+
+def _now():
+    return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
 def _units(todo: dict[str, list[tuple[Path, tuple]]]) -> list[tuple[str, list[tuple[Path, tuple]]]]:
@@ -207,7 +234,7 @@ def _ingest_unit(store: Store, fmt, group, summary: IngestSummary, strict: bool)
     paths = [p for p, _ in group]
     parsed: Parsed = parser(paths) if fmt.batch else parser(paths[0])
     _record_rejects(parsed, str(paths[0]), summary, strict)
-    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    now = _now()
     before = (summary.requests_added, summary.metric_points_added, summary.block_requests_added,
               summary.duplicates_skipped)
     with store.transaction():
