@@ -32,6 +32,7 @@ def _root() -> None:
 from kvtrace.cli import collect as _collect  # noqa: E402
 from kvtrace.cli import export as _export  # noqa: E402
 from kvtrace.cli import ingest as _ingest  # noqa: E402
+from kvtrace.cli import lake as _lake  # noqa: E402
 from kvtrace.cli import query as _query  # noqa: E402
 from kvtrace.cli import replay as _replay  # noqa: E402
 from kvtrace.cli import report as _report  # noqa: E402
@@ -44,6 +45,7 @@ from kvtrace.cli import synth as _synth  # noqa: E402
 _collect.register(app)
 _export.register(app)
 _ingest.register(app)
+_lake.register(app)
 _query.register(app)
 _replay.register(app)
 _report.register(app)

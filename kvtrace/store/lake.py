@@ -1,0 +1,67 @@
+"""The warehouse as a hive-partitioned Parquet lake (``TABLE/day=YYYY-MM-DD/*.parquet``).
+
+A team that outgrows one machine points an existing distributed engine (Spark, Trino, DuckDB on
+object storage) at the lake and runs the same portable SQL of ``queries/`` over it. The lake is
+written to a temporary folder beside the target and renamed into place, so a reader never sees
+half a lake.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from datetime import datetime
+from pathlib import Path
+
+from kvtrace.errors import KvtraceError
+from kvtrace.store.queries import load_query
+from kvtrace.store.store import Store
+
+TABLES = ("requests", "metric_points", "block_requests")
+
+
+def _literal(path: Path) -> str:
+    return "'" + str(path).replace("'", "''") + "'"
+
+
+def export_lake(store: Store, out: str | Path, *, since: datetime | None = None, until: datetime | None = None,
+                force: bool = False) -> dict[str, int]:
+    """Write each warehouse table with rows in the window to ``out/<table>/day=.../``.
+
+    Args:
+        store: the warehouse.
+        out: the lake folder; it must not exist unless ``force`` (then it is replaced whole).
+        since, until: the UTC window ``[since, until)``; None is open.
+        force: replace an existing lake folder.
+
+    Returns:
+        Rows written per table (tables without rows in the window are left out of the lake).
+    """
+    out = Path(out)
+    if out.exists() and not force:
+        raise KvtraceError(f"{out} already exists", hint="choose a new folder, or pass --force to replace it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    counts: dict[str, int] = {}
+    try:
+        params = {"since": since, "until": until}
+        for table in TABLES:
+            sql = load_query(f"lake_{table}").sql
+            n = store.scalar(f"SELECT count(*) FROM ({sql})", params)
+            if not n:
+                continue
+            store.run(f"COPY ({sql}) TO {_literal(tmp / table)} "
+                      "(FORMAT PARQUET, PARTITION_BY (day), COMPRESSION ZSTD)", params)
+            counts[table] = int(n)
+        if out.exists():
+            old = out.with_name(f".{out.name}.old")
+            os.replace(out, old)
+            os.replace(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return counts
