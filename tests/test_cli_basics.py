@@ -52,3 +52,19 @@ def test_query_list_and_run(tmp_path):
     assert r.output.splitlines()[0] == "first_ts,last_ts,requests,metric_points,block_requests"
     r = runner.invoke(app, ["query", "nope", "--db", str(tmp_path / "kv.duckdb")])
     assert r.exit_code == 1 and "known queries" in r.output
+
+
+def test_report_can_ingest_first_in_one_process(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[1] / "sample_traces" / "otlp"
+    d = tmp_path / "otlp"
+    shutil.copytree(src, d)
+    db = str(tmp_path / "kv.duckdb")
+    r = runner.invoke(app, ["report", "--db", db, "--ingest", str(d), "--format", "json", "--out", str(tmp_path / "r.json")])
+    assert r.exit_code == 0, r.output
+    first = json.loads((tmp_path / "r.json").read_text())
+    assert first["requests"] > 0
+    r = runner.invoke(app, ["report", "--db", db, "--ingest", str(d), "--format", "json", "--out", str(tmp_path / "r2.json")])
+    assert json.loads((tmp_path / "r2.json").read_text())["token_mix"] == first["token_mix"]

@@ -24,10 +24,11 @@ def report(
     model: Annotated[Optional[str], typer.Option("--model", help="KV geometry for bytes: a catalog name (kvtrace size --list) or a config.json path.")] = None,
     tiers: Annotated[Optional[str], typer.Option("--tiers", help="Add a tier replay: a preset name or a tiers TOML file.")] = None,
     title: Annotated[str, typer.Option("--title", help="Report title.")] = "kvtrace report",
+    ingest: Annotated[Optional[list[str]], typer.Option("--ingest", help="Ingest these files or folders first, in the same process (only what is new is read).")] = None,
 ) -> None:
     """Report the token mix (and, with --ttl / --tiers, reuse and capacity) of the warehouse.
 
-    Example: kvtrace report --ttl 5m,1h --group-by day --format html --out report.html
+    Example: kvtrace report --ingest ~/.claude/projects --ttl 5m,1h --group-by day --format html --out report.html
     """
     from kvtrace.report.build import ReportOptions, build_report
     from kvtrace.units import parse_durations
@@ -38,8 +39,17 @@ def report(
     groups = [g.strip() for item in (group_by or []) for g in item.split(",") if g.strip()]
     opts = ReportOptions(since=since, until=until, group_by=groups, ttls=parse_durations(ttl),
                          model=model, tiers=tiers, title=title)
-    with Store(db, read_only=True) as store:
-        rep = build_report(store, opts)
+    if ingest:
+        from kvtrace.ingest import ingest as run_ingest
+
+        with Store(db) as store:
+            summary = run_ingest(store, ingest)
+            rep = build_report(store, opts)
+        if summary.lines_rejected:
+            typer.echo(f"ingest skipped {summary.lines_rejected} bad lines (kvtrace ingest lists them)", err=True)
+    else:
+        with Store(db, read_only=True) as store:
+            rep = build_report(store, opts)
     write_report(rep.data, format, out)
 
 
