@@ -50,3 +50,14 @@ def test_cli_window(warehouse, tmp_path):
     r = CliRunner().invoke(app, ["lake", str(tmp_path / "l"), "--db", str(warehouse), "--since", "2026-11-03"])
     assert r.exit_code == 0, r.output
     assert "requests" in r.output
+
+
+def test_force_survives_a_leftover_of_an_interrupted_replace(warehouse, tmp_path):
+    out = tmp_path / "lake"
+    with Store(warehouse, read_only=True) as s:
+        export_lake(s, out)
+        leftover = tmp_path / ".lake.old" / "requests"
+        leftover.mkdir(parents=True)
+        (leftover / "x").write_text("x")
+        export_lake(s, out, force=True)
+    assert (out / "requests").is_dir()

@@ -84,3 +84,11 @@ def test_shares_sum_to_one(values):
     total = sum(m["shares"][k] for k in CLASSES)
     assert total == pytest.approx(1.0) if m["total"] else total == 0
     assert 0.0 <= m["cache_hit_ratio"] <= 1.0
+
+
+def test_rows_without_a_session_are_not_a_session(store):
+    load(store, dict(request_key="a", ts=0, output_tokens=1, session_id="s1"),
+         dict(request_key="b", ts=1, output_tokens=1, session_id=None))
+    d = build_report(store, ReportOptions(group_by=["day"])).data
+    assert d["requests"] == 2 and d["sessions"] == 1
+    assert d["groups"]["day"][0]["sessions"] == 1

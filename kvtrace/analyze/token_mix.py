@@ -69,7 +69,7 @@ def token_mix_by(usage: pl.DataFrame, group: str) -> list[dict]:
     if usage.height == 0:
         return []
     agg = (usage.group_by(expr.alias("key"))
-           .agg(pl.col("requests").sum(), pl.col("session_id").n_unique().alias("sessions"), *_mix_exprs()))
+           .agg(pl.col("requests").sum(), pl.col("session_id").drop_nulls().n_unique().alias("sessions"), *_mix_exprs()))
     if group in TIME_KEY_FORMAT:
         agg = agg.with_columns(pl.col("key").dt.strftime(TIME_KEY_FORMAT[group]))
     out = []

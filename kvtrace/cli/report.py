@@ -42,14 +42,13 @@ def report(
     if ingest:
         from kvtrace.ingest import ingest as run_ingest
 
+        # Hold the write lock only while ingesting: the report itself reads, beside collectors.
         with Store(db) as store:
             summary = run_ingest(store, ingest)
-            rep = build_report(store, opts)
         if summary.lines_rejected:
             typer.echo(f"ingest skipped {summary.lines_rejected} bad lines (kvtrace ingest lists them)", err=True)
-    else:
-        with Store(db, read_only=True) as store:
-            rep = build_report(store, opts)
+    with Store(db, read_only=True) as store:
+        rep = build_report(store, opts)
     write_report(rep.data, format, out)
 
 

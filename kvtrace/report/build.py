@@ -105,7 +105,7 @@ def build_report(store: Store, opts: ReportOptions | None = None) -> Report:
             "last_request": iso(usage["last_ts"].max()) if usage.height else None,
         },
         "requests": int(usage["requests"].sum()) if usage.height else 0,
-        "sessions": usage["session_id"].n_unique() if usage.height else 0,
+        "sessions": usage["session_id"].drop_nulls().n_unique() if usage.height else 0,  # no session is not a session
         "token_mix": token_mix(usage),
         "groups": {g: token_mix_by(usage, g) for g in opts.group_by},
     }

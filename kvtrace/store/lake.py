@@ -55,8 +55,9 @@ def export_lake(store: Store, out: str | Path, *, since: datetime | None = None,
                       "(FORMAT PARQUET, PARTITION_BY (day), COMPRESSION ZSTD)", params)
             counts[table] = int(n)
         if out.exists():
-            old = out.with_name(f".{out.name}.old")
-            os.replace(out, old)
+            # a fresh name: a leftover of an interrupted replace must not block this one
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
+            os.replace(out, old / out.name)
             os.replace(tmp, out)
             shutil.rmtree(old, ignore_errors=True)
         else:
