@@ -246,17 +246,23 @@ def test_span_counts_are_read_by_name_whatever_the_wire_type():
 
 # -- the warehouse ------------------------------------------------------------------------------
 
-def test_a_session_less_metric_point_counts_only_on_days_without_request_rows(store):
-    """codex.turn.token_usage has no session id: it must not double the request rows it repeats."""
+def test_a_session_less_metric_point_counts_only_without_request_rows_of_its_user_and_window(store):
+    """codex.turn.token_usage has no session id: it must not double the request rows it repeats, and
+    must not be dropped because of other users' requests or requests outside its window."""
     day = dt.datetime(2026, 11, 2, 10)
-    store.run("INSERT INTO requests (request_key, ts, source, agent, session_id, input_tokens, ingested_from) "
-              "VALUES ('r1', ?, 't', 'codex', 's1', 7, 't:1')", [day])
-    for i, (when, value) in enumerate(((day + dt.timedelta(hours=1), 7), (day + dt.timedelta(days=2), 11))):
+    store.run("INSERT INTO requests (request_key, ts, source, agent, session_id, user_id, input_tokens, ingested_from) "
+              "VALUES ('r1', ?, 't', 'codex', 's1', 'alice', 7, 't:1')", [day])
+    points = (  # (time, user, value): the repeat of r1; later that day; another user at the same time
+        (day + dt.timedelta(seconds=20), "alice", 7),
+        (day + dt.timedelta(hours=1), "alice", 5),
+        (day + dt.timedelta(seconds=20), "bob", 11),
+    )
+    for i, (when, user, value) in enumerate(points):
         store.run("INSERT INTO metric_points VALUES (?, 'codex.turn.token_usage', ?, 1, ?, ?, ?, 'input', "
-                  "'otlp-metric', 'codex', NULL, NULL, NULL, 'm', NULL, NULL, 't:1')",
-                  [f"p{i}", f"series{i}", when - dt.timedelta(seconds=30), when, value])
-    got = store.query("SELECT CAST(ts AS DATE), sum(input_tokens) FROM request_usage GROUP BY 1 ORDER BY 1")
-    assert [(str(d), int(n)) for d, n in got] == [("2026-11-02", 7), ("2026-11-04", 11)]
+                  "'otlp-metric', 'codex', NULL, ?, NULL, 'm', NULL, NULL, 't:1')",
+                  [f"p{i}", f"series{i}", when - dt.timedelta(seconds=30), when, value, user])
+    got = store.query("SELECT user_id, sum(input_tokens) FROM request_usage GROUP BY 1 ORDER BY 1")
+    assert [(u, int(n)) for u, n in got] == [("alice", 7 + 5), ("bob", 11)]
 
 
 def test_all_codex_sources_together_store_each_response_once(store):
