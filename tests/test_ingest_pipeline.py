@@ -245,3 +245,21 @@ def test_unrecognized_files_are_not_sniffed_again_until_they_change(store, tmp_p
     side.write_text('{"agentType": "general-purpose", "more": 1}\n')
     ingest(store, [d])
     assert sniffed == [side]
+
+
+@pytest.mark.parametrize("event_has_id", [True, False])
+def test_event_and_transcript_without_a_shared_id_are_one_request(store, event_has_id):
+    """A gateway drops requestId from transcripts, or an event lacks request_id: the two copies still
+    merge (same session, same prompt-side counts, close in time) instead of counting twice."""
+    event = dict(request_key="req_7" if event_has_id else "otlp:abc", request_id="req_7" if event_has_id else None,
+                 source="otlp-log", ts=2, session_id="s9", input_tokens=3, cache_read_tokens=900,
+                 cache_write_unknown_tokens=120, output_tokens=40, ttft_ms=250.0)
+    transcript = dict(request_key="msg_7", message_id="msg_7", request_id=None if event_has_id else "req_8",
+                      source="claude-transcript", ts=1, session_id="s9", input_tokens=3, cache_read_tokens=900,
+                      cache_write_5m_tokens=120, output_tokens=40)
+    other_turn = dict(transcript, request_key="msg_8", message_id="msg_8", cache_read_tokens=1020, ts=3)
+    merge(store, event)
+    s = merge(store, transcript, other_turn)
+    assert s.requests_added == 1 and s.duplicates_skipped == 1
+    assert store.query("SELECT count(*), sum(cache_write_5m_tokens), sum(cache_write_unknown_tokens) FROM requests") == \
+        [(2, 120 + 120, 0)]
