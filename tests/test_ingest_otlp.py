@@ -518,3 +518,25 @@ def test_otlp_structure_with_arbitrary_values_never_crashes_the_decoder(values):
 @given(st.lists(NEAR_VALID, min_size=1, max_size=4))
 def test_valid_exports_with_some_arbitrary_values_never_crash_the_decoder(values):
     _check(values)
+
+
+def test_a_gzip_file_that_ends_early_keeps_the_whole_lines_before_the_cut(tmp_path):
+    """A writer killed mid-file leaves a truncated .gz: the lines before the damage are stored,
+    the damage is one reject."""
+    import zlib as _zlib
+
+    from kvtrace.ingest import ingest as _ingest
+    from kvtrace.store import Store as _Store
+
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[1] / "sample_traces" / "otlp" / "logs.jsonl.gz"
+    cut = tmp_path / "logs.jsonl.gz"
+    cut.write_bytes(src.read_bytes()[:100_000])
+    whole_lines = _zlib.decompressobj(31).decompress(cut.read_bytes()).count(b"\n")
+    with _Store(memory=True) as store:
+        s = _ingest(store, [cut])
+        assert s.lines_rejected == 1 and "gzip" in s.rejects[0]
+        assert s.requests_added > 0
+        kept = store.scalar("SELECT count(DISTINCT split_part(ingested_from, ':', -1)) FROM requests")
+    assert 0 < kept <= whole_lines

@@ -10,6 +10,8 @@ be normalized on one core.
 
 from __future__ import annotations
 
+import zlib
+
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
@@ -34,6 +36,9 @@ class Lines:
     rejects: list[Reject] = field(default_factory=list)
 
 
+READ_STEP = 1 << 20
+
+
 def iter_chunks(fh: BinaryIO, size: int = CHUNK_BYTES) -> Iterator[bytearray]:
     """Read ``fh`` in pieces of about ``size`` bytes that end at a line end (except the last).
 
@@ -46,7 +51,16 @@ def iter_chunks(fh: BinaryIO, size: int = CHUNK_BYTES) -> Iterator[bytearray]:
         buf[:len(carry)] = carry
         got = len(carry)
         while got < len(buf):
-            n = fh.readinto(memoryview(buf)[got:])
+            try:
+                # at most READ_STEP at a time: a gzip stream that ends early raises inside
+                # readinto, and whatever that call had decompressed is lost with it
+                n = fh.readinto(memoryview(buf)[got:got + READ_STEP])
+            except (EOFError, OSError, zlib.error):
+                cut = buf.rfind(b"\n", 0, got)
+                if cut >= 0:                      # keep the whole lines read so far
+                    del buf[cut + 1:]
+                    yield buf
+                raise
             if not n:
                 break
             got += n
