@@ -263,3 +263,15 @@ def test_event_and_transcript_without_a_shared_id_are_one_request(store, event_h
     assert s.requests_added == 1 and s.duplicates_skipped == 1
     assert store.query("SELECT count(*), sum(cache_write_5m_tokens), sum(cache_write_unknown_tokens) FROM requests") == \
         [(2, 120 + 120, 0)]
+
+
+def test_a_file_rewritten_in_place_with_its_old_mtime_is_read_again(store, tmp_path):
+    import os
+
+    f = write_lines(tmp_path / "a.jsonl", [{"key": "r1", "minute": 1, "out": 1}])
+    st = os.stat(f)
+    ingest(store, [f], format="fake")
+    write_lines(f, [{"key": "r2", "minute": 1, "out": 2}])   # same size
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert os.stat(f).st_size == st.st_size
+    assert ingest(store, [f], format="fake").requests_added == 1

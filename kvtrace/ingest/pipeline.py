@@ -105,8 +105,10 @@ def _walk(root: Path) -> list[str]:
 def _stat(p: Path) -> tuple[str, int, int]:
     # abspath, not resolve(): resolve() lstat()s every component of every path (a third of a
     # repeat ingest of a big transcript tree); folders are resolved once in expand_inputs.
+    # The later of mtime and ctime: a tool can put an old mtime back after rewriting a file in
+    # place with the same size, but not the ctime (a chmod only costs one harmless re-read).
     st = os.stat(p)
-    return os.path.abspath(p), st.st_size, st.st_mtime_ns
+    return os.path.abspath(p), st.st_size, max(st.st_mtime_ns, st.st_ctime_ns)
 
 
 # -- merge ---------------------------------------------------------------------------------------
