@@ -82,3 +82,11 @@ def test_reader_waits_for_a_writer_that_holds_the_file(db_path):
                 holder2.wait()
     finally:
         holder.wait(timeout=10)
+
+
+def test_read_only_open_migrates_an_older_warehouse_first(db_path):
+    with Store(db_path) as s:
+        s.run("DELETE FROM _migrations WHERE version = (SELECT max(version) FROM _migrations)")
+    with Store(db_path, read_only=True) as s:
+        assert s.scalar("SELECT max(version) FROM _migrations") == max(v for v, _ in __import__(
+            "kvtrace.store.store", fromlist=["_migrations"])._migrations())

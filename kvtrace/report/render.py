@@ -59,7 +59,8 @@ def print_tables(specs, console) -> None:
             continue
         table = Table(title=t.title, title_justify="left")
         for i, h in enumerate(t.headers):
-            table.add_column(h, justify="left" if i == 0 else "right")
+            # a number is never cut: it wraps onto a second line rather than ending in "…"
+            table.add_column(h, justify="left" if i == 0 else "right", overflow="fold")
         for row in t.rows:
             table.add_row(*row)
         if t.foot:
@@ -72,7 +73,10 @@ def print_tables(specs, console) -> None:
 def render_terminal(d: dict, console=None) -> None:
     from rich.console import Console
 
-    console = console or Console()
+    if console is None:
+        console = Console()
+        if not console.is_terminal:   # a pipe or a file: no width to fit, so do not squeeze tables
+            console = Console(width=160)
     console.print(f"[bold]{d['title']}[/bold]  {window_text(d)}")
     console.print(headline(d))
     print_tables(report_tables(d), console)

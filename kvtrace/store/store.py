@@ -56,7 +56,14 @@ class Store:
         self.con.execute("SET python_enable_replacements = false")
         if not read_only:
             self.migrate()
-        else:
+        elif not memory and self._check_version():
+            # An older warehouse: migrate it once through a short write connection (the
+            # migrations are idempotent), then read as asked.
+            self.con.close()
+            Store(self.path, lock_wait_s=lock_wait_s).close()
+            self.con = self._connect(target, True, lock_wait_s)
+            self.con.execute("SET TimeZone = 'UTC'")
+            self.con.execute("SET python_enable_replacements = false")
             self._check_version()
 
     @staticmethod
@@ -91,19 +98,18 @@ class Store:
             applied.append(name)
         return applied
 
-    def _check_version(self) -> None:
+    def _check_version(self) -> bool:
+        """True when the warehouse needs migrations; raises when it is not one or is newer."""
         try:
             have = self.con.execute("SELECT max(version) FROM _migrations").fetchall()[0][0]
         except duckdb.Error as e:
             raise SchemaError(f"{self.path} is not a kvtrace warehouse",
                               hint="create one with `kvtrace ingest FILE --db PATH`") from e
         want = max(v for v, _ in _migrations())
-        if have is None or have < want:
-            raise SchemaError(f"{self.path} has schema version {have}, this kvtrace needs {want}",
-                              hint="open it once for writing (e.g. `kvtrace ingest` with no new files) to migrate")
-        if have > want:
+        if have is not None and have > want:
             raise SchemaError(f"{self.path} has schema version {have}, newer than this kvtrace ({want})",
                               hint="upgrade kvtrace")
+        return have is None or have < want
 
     # -- access ------------------------------------------------------------------------------
     def _trace(self, sql: str, params: Any) -> None:
