@@ -24,9 +24,17 @@ def default_db_path() -> Path:
 
 def _migrations() -> list[tuple[int, str]]:
     out = []
-    for p in sorted((queries_dir() / "schema").glob("*.sql")):
+    for p in sorted((queries_dir() / "schema").glob("[0-9][0-9][0-9]_*.sql")):
         out.append((int(p.stem.split("_", 1)[0]), p.stem))
     return out
+
+
+def _views_sql() -> tuple[str, str]:
+    """The text of ``queries/schema/views.sql`` and its checksum."""
+    import hashlib
+
+    sql = load_query("schema/views").sql
+    return sql, hashlib.sha256(sql.encode()).hexdigest()
 
 
 class Store:
@@ -51,9 +59,6 @@ class Store:
             raise SchemaError(f"no warehouse at {self.path}",
                               hint="run `kvtrace ingest FILE --db PATH` first, or pass --db")
         self.con = self._connect(target, read_only and not memory, lock_wait_s)
-        self.con.execute("SET TimeZone = 'UTC'")
-        # Never resolve an unknown table name to a Python variable of the caller's scope.
-        self.con.execute("SET python_enable_replacements = false")
         if not read_only:
             self.migrate()
         elif not memory and self._check_version():
@@ -62,8 +67,6 @@ class Store:
             self.con.close()
             Store(self.path, lock_wait_s=lock_wait_s).close()
             self.con = self._connect(target, True, lock_wait_s)
-            self.con.execute("SET TimeZone = 'UTC'")
-            self.con.execute("SET python_enable_replacements = false")
             self._check_version()
 
     @staticmethod
@@ -74,7 +77,11 @@ class Store:
         delay = 0.05
         while True:
             try:
-                return duckdb.connect(target, read_only=read_only)
+                con = duckdb.connect(target, read_only=read_only)
+                con.execute("SET TimeZone = 'UTC'")
+                # Never resolve an unknown table name to a Python variable of the caller's scope.
+                con.execute("SET python_enable_replacements = false")
+                return con
             except duckdb.IOException as e:
                 if "lock" not in str(e).lower() or time.monotonic() + delay > deadline:
                     raise SchemaError(f"cannot open warehouse {target}: {e}",
@@ -96,6 +103,14 @@ class Store:
                 self.con.execute(load_query(f"schema/{name}").sql).fetchall()
                 self.con.execute("INSERT INTO _migrations (version, name) VALUES (?, ?)", [version, name])
             applied.append(name)
+        sql, digest = _views_sql()
+        self.con.execute("CREATE TABLE IF NOT EXISTS _views (sha256 VARCHAR NOT NULL)")
+        if self.con.execute("SELECT sha256 FROM _views").fetchall() != [(digest,)]:
+            with self.transaction():
+                self.con.execute(sql).fetchall()
+                self.con.execute("DELETE FROM _views")
+                self.con.execute("INSERT INTO _views VALUES (?)", [digest])
+            applied.append("views")
         return applied
 
     def _check_version(self) -> bool:
@@ -109,7 +124,11 @@ class Store:
         if have is not None and have > want:
             raise SchemaError(f"{self.path} has schema version {have}, newer than this kvtrace ({want})",
                               hint="upgrade kvtrace")
-        return have is None or have < want
+        try:
+            views = self.con.execute("SELECT sha256 FROM _views").fetchall()
+        except duckdb.Error:
+            views = []
+        return have is None or have < want or views != [(_views_sql()[1],)]
 
     # -- access ------------------------------------------------------------------------------
     def _trace(self, sql: str, params: Any) -> None:
