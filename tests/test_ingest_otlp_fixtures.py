@@ -101,3 +101,22 @@ def test_llm_request_spans_add_time_to_first_token_without_a_second_row():
     rows = p.requests.to_pylist()
     assert len(rows) == len(expected(scenario)["requests"])
     assert all(r["source"] == "otlp-log" and r["ttft_ms"] is not None for r in rows)
+
+
+@pytest.mark.parametrize("scenario", ["cumulative", "multi_turn"])
+def test_a_file_that_repeats_its_own_lines_counts_each_request_and_point_once(scenario, tmp_path):
+    # a Collector retry written into the same file: every key repeats inside one transaction
+    exp = expected(scenario)
+    for name in ("logs.jsonl", "metrics.jsonl"):
+        text = (FIXTURES / scenario / name).read_text()
+        (tmp_path / name).write_text(text + text)
+    with Store(memory=True) as store:
+        s = ingest(store, [tmp_path / "logs.jsonl"])
+        assert (s.requests_added, s.duplicates_skipped) == (len(exp["requests"]), len(exp["requests"]))
+        m = ingest(store, [tmp_path / "metrics.jsonl"])
+        assert warehouse_total(store) == served_total(exp)
+        again = ingest(store, [tmp_path / "metrics.jsonl"], force=True)
+        assert again.metric_points_added == 0 and again.duplicates_skipped > 0
+    with Store(memory=True) as once:
+        single = ingest(once, [FIXTURES / scenario / "metrics.jsonl"]).metric_points_added
+    assert m.metric_points_added == single > 0

@@ -90,3 +90,31 @@ def test_read_only_open_migrates_an_older_warehouse_first(db_path):
     with Store(db_path, read_only=True) as s:
         assert s.scalar("SELECT max(version) FROM _migrations") == max(v for v, _ in __import__(
             "kvtrace.store.store", fromlist=["_migrations"])._migrations())
+
+
+def test_warehouse_with_primary_keys_is_rebuilt_without_them_rows_kept(db_path):
+    # a warehouse written before migration 005: the tables of 001 (primary keys), migrations 1-4
+    con = duckdb.connect(str(db_path))
+    con.execute(load_query("schema/001_init").sql)
+    con.execute("CREATE TABLE _migrations (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
+                "applied_at TIMESTAMP NOT NULL DEFAULT now())")
+    for v, name in [(1, "001_init"), (2, "002_request_usage_view"), (3, "003_sessionless_metric_points"),
+                    (4, "004_sessionless_points_per_user")]:
+        con.execute("INSERT INTO _migrations (version, name) VALUES (?, ?)", [v, name])
+    con.execute("INSERT INTO requests (request_key, ts, source, agent, input_tokens, output_tokens, "
+                "ingested_from) VALUES ('req_1', TIMESTAMP '2026-03-02 10:00:00', 'otlp-log', 'claude-code', 7, 9, 'f:1')")
+    con.execute("INSERT INTO metric_points (point_key, metric, series_key, temporality, ts, value, token_type, "
+                "source, agent, ingested_from) VALUES ('p1', 'claude_code.token.usage', 's', 1, "
+                "TIMESTAMP '2026-03-02 10:00:00', 5, 'input', 'otlp-metric', 'claude-code', 'f:2')")
+    assert con.execute("SELECT count(*) FROM duckdb_constraints() WHERE constraint_type = 'PRIMARY KEY' "
+                       "AND table_name IN ('requests', 'metric_points')").fetchone()[0] == 2
+    con.close()
+    with Store(db_path) as s:
+        assert s.query("SELECT request_key, input_tokens, output_tokens FROM requests") == [("req_1", 7, 9)]
+        assert s.query("SELECT point_key, value FROM metric_points") == [("p1", 5.0)]
+        assert s.scalar("SELECT count(*) FROM duckdb_constraints() WHERE constraint_type = 'PRIMARY KEY' "
+                        "AND table_name IN ('requests', 'metric_points')") == 0
+        # the columns keep their NOT NULL constraints and defaults
+        with pytest.raises(duckdb.ConstraintException):
+            s.run("INSERT INTO requests (request_key, ts, source, agent) VALUES (NULL, now(), 'x', 'y')")
+        assert s.scalar("SELECT count(*) FROM request_usage") == 1

@@ -8,16 +8,8 @@
 --   fills what the stored row lacks (TTFT, cost, duration, the 5m/1h split of a cache write,
 --   the message id) and, from a transcript, the thread the request ran in; an event fills the
 --   model, query source and thread of a row first stored from its trace span.
-
-CREATE OR REPLACE TEMP TABLE staged AS
-SELECT * FROM staged_in
-QUALIFY row_number() OVER (PARTITION BY request_key
-                           ORDER BY is_sidechain, output_tokens DESC, ingested_from) = 1;
-
-CREATE OR REPLACE TEMP TABLE staged AS
-SELECT * FROM staged
-QUALIFY row_number() OVER (PARTITION BY coalesce(message_id, request_key)
-                           ORDER BY is_sidechain, output_tokens DESC, ingested_from) = 1;
+--   Reads view staged: the staged rows with one row per key and per message id (staged_in as
+--   it is when already so, else ingest/merge_dedup's table).
 
 CREATE OR REPLACE TEMP TABLE matched AS
 SELECT s_key, r_key, better FROM (
