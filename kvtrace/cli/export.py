@@ -31,9 +31,9 @@ def export(
     """
     from kvtrace.analyze.chains import ChainParams
     from kvtrace.analyze.export import export_warehouse
-    from kvtrace.store import Store
+    from kvtrace.store import open_store
 
-    with Store(db, read_only=True) as store:
+    with open_store(db, read_only=True) as store:
         info = export_warehouse(store, out, format=format, trace=trace, since=since, until=until,
                                 params=ChainParams.from_settings(chain, block_size=block_size, head_tokens=head_tokens),
                                 absolute=absolute)

@@ -27,9 +27,9 @@ def ingest(
     Example: kvtrace ingest otel-logs.jsonl ~/.claude/projects --db team.duckdb
     """
     from kvtrace.ingest import ingest as run
-    from kvtrace.store import Store
+    from kvtrace.store import open_store
 
-    with Store(db) as store:
+    with open_store(db) as store:
         summary = run(store, paths, format=format, strict=strict, force=force, progress=not quiet and not as_json)
     if as_json:
         d = summary.to_dict()

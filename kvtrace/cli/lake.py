@@ -22,10 +22,10 @@ def lake(
     Example: kvtrace lake lake/ --since 2026-11-01 --until 2026-11-08 && spark.read.parquet("lake/requests")
     """
     from kvtrace.report.window import parse_instant
-    from kvtrace.store import Store
+    from kvtrace.store import open_store
     from kvtrace.store.lake import export_lake
 
-    with Store(db, read_only=True) as store:
+    with open_store(db, read_only=True) as store:
         last = store.named("usage_bounds").fetchall()[0][1]
         counts = export_lake(store, out, since=parse_instant(since, last), until=parse_instant(until, last), force=force)
     written = ", ".join(f"{n:,} {t}" for t, n in counts.items()) or "nothing (no rows in the window)"

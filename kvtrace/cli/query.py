@@ -22,7 +22,7 @@ def query(
 
     Example: kvtrace query usage_window -p since=2026-11-01 -p until=2026-11-08 --format csv
     """
-    from kvtrace.store import Store, list_queries, load_query
+    from kvtrace.store import open_store, list_queries, load_query
 
     if list_ or name is None:
         for q in list_queries():
@@ -39,7 +39,7 @@ def query(
 
     for needed in set(re.findall(r"\$([A-Za-z_]\w*)", q.sql)) - set(params):
         params[needed] = None  # an unset parameter is an open bound
-    with Store(db, read_only=True) as store:
+    with open_store(db, read_only=True) as store:
         df = store.to_polars(q.sql, params)
     if format == "csv":
         typer.echo(df.write_csv(), nl=False)

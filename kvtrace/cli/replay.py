@@ -67,8 +67,8 @@ def replay(
         bt = read_trace(trace, block_size=block_size)
     else:
         from kvtrace.analyze.load import load_block_trace
-        from kvtrace.store import Store
-        with Store(db, read_only=True) as store:
+        from kvtrace.store import open_store
+        with open_store(db, read_only=True) as store:
             bt = load_block_trace(store, trace=trace_name, since=since, until=until)
     from kvtrace.replay.catalog import tokens_for_bytes
 

@@ -32,7 +32,7 @@ def report(
     """
     from kvtrace.report.build import ReportOptions, build_report
     from kvtrace.units import parse_durations
-    from kvtrace.store import Store
+    from kvtrace.store import open_store
 
     if format not in FORMATS:
         raise ConfigError(f"unknown --format '{format}'", hint="choose table, json, md or html")
@@ -43,11 +43,11 @@ def report(
         from kvtrace.ingest import ingest as run_ingest
 
         # Hold the write lock only while ingesting: the report itself reads, beside collectors.
-        with Store(db) as store:
+        with open_store(db) as store:
             summary = run_ingest(store, ingest)
         if summary.lines_rejected:
             typer.echo(f"ingest skipped {summary.lines_rejected} bad lines (kvtrace ingest lists them)", err=True)
-    with Store(db, read_only=True) as store:
+    with open_store(db, read_only=True) as store:
         rep = build_report(store, opts)
     write_report(rep.data, format, out)
 

@@ -52,9 +52,9 @@ def reuse(
     if file is not None:
         data = reuse_report(None, opts)
     else:
-        from kvtrace.store import Store
+        from kvtrace.store import open_store
 
-        with Store(db, read_only=True) as store:
+        with open_store(db, read_only=True) as store:
             data = reuse_report(store, opts)
     if format == "json":
         import orjson

@@ -166,7 +166,7 @@ def run_profile(profile: Profile, *, at: datetime | None = None, force: bool = F
         ReportExists: the period's folder exists and ``force`` is off.
     """
     from kvtrace.schedule.index import write_index
-    from kvtrace.store import Store
+    from kvtrace.store import open_store
 
     period = period_for(profile.window, at or _now())
     final = period_folder(profile, period, output_root)
@@ -177,7 +177,7 @@ def run_profile(profile: Profile, *, at: datetime | None = None, force: bool = F
     ingested = {}
     if profile.spool is not None:
         ingested["spool"] = _ingest_spool(profile.spool, db)
-    with Store(db, read_only=not (profile.files or profile.spool)) as store:
+    with open_store(db, read_only=not (profile.files or profile.spool)) as store:
         if profile.files:
             ingested["files"] = _ingest_files(store, profile)
         data = _report(store, profile, period)

@@ -83,6 +83,13 @@ class Store:
                 con.execute("SET python_enable_replacements = false")
                 return con
             except duckdb.IOException as e:
+                if "lock" in str(e).lower() and target != ":memory:":
+                    # `kvtrace serve` holds it for good: say so at once rather than wait.
+                    from kvtrace.serve.paths import holder_message
+
+                    held = holder_message(target)
+                    if held is not None:
+                        raise SchemaError(held[0], hint=held[1]) from e
                 if "lock" not in str(e).lower() or time.monotonic() + delay > deadline:
                     raise SchemaError(f"cannot open warehouse {target}: {e}",
                                       hint="another kvtrace process holds it for writing; retry when it is done") from e

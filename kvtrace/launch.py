@@ -1,0 +1,77 @@
+"""The ``kvtrace`` console entry: hand the command to a running ``kvtrace serve``, else run it here.
+
+Standard library only, and nothing but one ``stat`` when no server runs: a warehouse command
+whose warehouse (``--db``, ``$KVTRACE_DB`` or ``./kvtrace.duckdb``) has a serve socket beside it
+is forwarded to that server, which has the warehouse open and the heavy modules imported, so a
+repeat report takes milliseconds instead of a Python start-up. Everything else, and any command
+the server does not take, runs in this process exactly as before.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# Commands that read or write the warehouse and may run inside the server.
+FORWARDED = frozenset({"ingest", "report", "query", "export", "lake", "replay", "reuse", "size", "run"})
+# Never forwarded: serve itself, the long-running collect and schedule, synth (no warehouse),
+# help and version, anything reading stdin ("-").
+LOCAL_ARGS = frozenset({"--help", "-h", "--version", "-"})
+
+
+def db_arg(argv: list[str]) -> tuple[bool, str | None]:
+    """Whether ``--db`` is given, and its value (the last one wins, as in click)."""
+    found, value = False, None
+    for i, a in enumerate(argv):
+        if a == "--":
+            break
+        if a == "--db" and i + 1 < len(argv):
+            found, value = True, argv[i + 1]
+        elif a.startswith("--db="):
+            found, value = True, a[len("--db="):]
+    return found, value
+
+
+def forward_target(argv: list[str], environ=None) -> tuple[str, str] | None:
+    """``(socket path, warehouse real path)`` when ``argv`` should go to a server, else None."""
+    from kvtrace.serve.paths import resolve_db, socket_path
+
+    environ = os.environ if environ is None else environ
+    if not argv or argv[0] not in FORWARDED or environ.get("KVTRACE_NO_SERVE"):
+        return None
+    if any(a in LOCAL_ARGS for a in argv):
+        return None
+    given, db = db_arg(argv)
+    if argv[0] == "run" and not given:
+        return None          # the profile names its warehouse; only an explicit --db is known here
+    db_real = resolve_db(db, environ)
+    sock = socket_path(db_real)
+    if not os.path.exists(sock):
+        return None
+    return sock, db_real
+
+
+def prog_name() -> str:
+    """The program name click would show in usage lines (``kvtrace`` or ``python -m kvtrace``)."""
+    main = sys.modules.get("__main__")
+    path = sys.argv[0] if sys.argv else "kvtrace"
+    package = getattr(main, "__package__", None)
+    if not package:
+        return os.path.basename(path)
+    name = os.path.splitext(os.path.basename(path))[0]
+    module = package if name == "__main__" else f"{package}.{name}"
+    return f"python -m {module.lstrip('.')}"
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    target = forward_target(argv)
+    if target is not None:
+        from kvtrace.serve.client import forward
+
+        code = forward(target[0], argv, target[1], prog_name())
+        if code is not None:
+            sys.exit(code)
+    from kvtrace.cli import main as run_here
+
+    run_here()

@@ -1,0 +1,146 @@
+"""The client side of ``kvtrace serve``: forward one command and relay its output (standard library only).
+
+The launcher calls :func:`forward` only when the warehouse's socket file exists. Whatever goes
+wrong before the server has accepted the command (no server behind a stale socket, a server
+that does not answer within ``HELLO_TIMEOUT_S``, a refusal) returns None, and the launcher runs
+the command itself, so a dead server never makes a command hang or fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+
+from kvtrace.serve import protocol
+
+# True inside the server: a command it runs must never forward to itself.
+SERVING = False
+
+# A live server answers at once, even while it runs another command (the command then waits
+# for its turn); a stopped or frozen one is given up on after this.
+HELLO_TIMEOUT_S = 3.0
+
+# The environment a command sees: what changes kvtrace's behaviour or its output's bytes.
+ENV_PREFIXES = ("KVTRACE_", "POLARS_", "XDG_", "LC_")
+ENV_NAMES = frozenset({
+    "COLUMNS", "LINES", "TERM", "COLORTERM", "NO_COLOR", "FORCE_COLOR", "PY_COLORS", "CLICOLOR",
+    "CLICOLOR_FORCE", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "TERMINAL_WIDTH", "GITHUB_ACTIONS",
+    "TZ", "HOME", "USER", "LANG", "TMPDIR", "TEMP", "TMP",
+})
+
+
+def relevant_env(environ) -> dict[str, str]:
+    return {k: v for k, v in environ.items() if k in ENV_NAMES or k.startswith(ENV_PREFIXES)}
+
+
+def _isatty(stream) -> bool:
+    try:
+        return bool(stream is not None and stream.isatty())
+    except (ValueError, OSError):
+        return False
+
+
+def _size(fd: int) -> list[int] | None:
+    try:
+        return list(os.get_terminal_size(fd))
+    except (OSError, ValueError):
+        return None
+
+
+def _encoding(stream) -> list[str]:
+    return [getattr(stream, "encoding", None) or "utf-8", getattr(stream, "errors", None) or "strict"]
+
+
+def request(argv: list[str], db_real: str, prog: str) -> dict:
+    """What the server needs to run ``argv`` as this process would: cwd, env, terminal, umask."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return {
+        "v": protocol.VERSION, "argv": list(argv), "prog": prog, "db": db_real, "cwd": os.getcwd(),
+        "env": relevant_env(os.environ), "umask": mask, "pid": os.getpid(),
+        "tty": [_isatty(s) for s in (sys.stdin, sys.stdout, sys.stderr)],
+        "size": [_size(fd) for fd in (0, 1, 2)],
+        "encoding": [_encoding(sys.stdout), _encoding(sys.stderr)],
+    }
+
+
+def connect(sock_path: str, timeout: float = HELLO_TIMEOUT_S) -> socket.socket | None:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    try:
+        s.connect(sock_path)
+    except OSError:
+        s.close()
+        return None
+    return s
+
+
+def forward(sock_path: str, argv: list[str], db_real: str, prog: str) -> int | None:
+    """Run ``argv`` in the server behind ``sock_path``; returns its exit code, or None when the
+    server did not take the command (the caller then runs it itself)."""
+    s = connect(sock_path)
+    if s is None:
+        return None
+    try:
+        protocol.send(s, protocol.REQUEST, json.dumps(request(argv, db_real, prog)).encode())
+        frame = protocol.recv(s)
+    except OSError:
+        s.close()
+        return None
+    if frame is None or frame[0] != protocol.ACCEPTED:
+        s.close()
+        return None
+    s.settimeout(None)
+    return _relay(s)
+
+
+def _relay(s: socket.socket) -> int | None:
+    out, err = sys.stdout.buffer, sys.stderr.buffer
+    printed = False
+    try:
+        while True:
+            frame = protocol.recv(s)
+            if frame is None:
+                err.write(b"kvtrace: the server (kvtrace serve) stopped before the command finished\n")
+                return 1
+            kind, data = frame
+            if kind == protocol.STDOUT:
+                out.write(data)
+                out.flush()
+            elif kind == protocol.STDERR:
+                err.write(data)
+                err.flush()
+            elif kind == protocol.EXIT:
+                return int(data)
+            elif kind == protocol.REFUSED and not printed:
+                return None          # the server stopped before the command's turn: run it here
+            printed = printed or kind in (protocol.STDOUT, protocol.STDERR)
+    except KeyboardInterrupt:
+        # Closing the connection makes the server interrupt the command (and roll it back).
+        err.write(b"\nAborted!\n")
+        return 1
+    except BrokenPipeError:
+        # Our stdout was closed (`| head`): end quietly, as the server stops writing too.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except OSError:
+            pass
+        return 1
+    finally:
+        s.close()
+
+
+def call(sock_path: str, kind: bytes, timeout: float = HELLO_TIMEOUT_S) -> tuple[bytes, bytes] | None:
+    """Send a control frame (ping, stop) and return the answer; None if no server answered."""
+    s = connect(sock_path, timeout)
+    if s is None:
+        return None
+    try:
+        protocol.send(s, kind)
+        return protocol.recv(s)
+    except OSError:
+        return None
+    finally:
+        s.close()

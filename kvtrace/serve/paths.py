@@ -1,0 +1,77 @@
+"""Where a warehouse's ``kvtrace serve`` listens and records itself (standard library only).
+
+The launcher imports this on every command, so it must cost nothing: no kvtrace, no third-party
+imports. A warehouse ``W`` is served through the socket ``W.serve.sock`` beside it (mode 0600),
+and the server writes ``W.serve.pid`` (JSON: pid, socket, started) so that a process that finds
+the warehouse locked can say who holds it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+DEFAULT_DB = "kvtrace.duckdb"      # as kvtrace.store.store.DEFAULT_DB
+SOCKET_SUFFIX = ".serve.sock"
+PID_SUFFIX = ".serve.pid"
+# sun_path holds 108 bytes on Linux (104 on macOS): a longer socket path goes to a private folder.
+_MAX_SOCKET_PATH = 100
+
+
+def resolve_db(db: str | os.PathLike | None, env=None, cwd: str | None = None) -> str:
+    """The real path of the warehouse a command means: ``--db``, else ``$KVTRACE_DB``, else
+    ``./kvtrace.duckdb``, taken relative to ``cwd`` as the command would (no ``~`` expansion:
+    the CLI does not expand it either)."""
+    env = os.environ if env is None else env
+    raw = os.fspath(db) if db else (env.get("KVTRACE_DB") or DEFAULT_DB)
+    return os.path.realpath(os.path.join(cwd or os.getcwd(), raw))
+
+
+def socket_path(db_real: str) -> str:
+    """The serve socket of a warehouse (its real path, see :func:`resolve_db`)."""
+    beside = db_real + SOCKET_SUFFIX
+    if len(os.fsencode(beside)) <= _MAX_SOCKET_PATH:
+        return beside
+    digest = hashlib.sha256(os.fsencode(db_real)).hexdigest()[:24]
+    return os.path.join(private_dir(), f"{digest}.sock")
+
+
+def private_dir() -> str:
+    """A folder only this user can enter, for sockets whose path beside the warehouse is too long."""
+    base = os.environ.get("XDG_RUNTIME_DIR") or "/tmp"
+    return os.path.join(base, f"kvtrace-serve-{os.getuid()}")
+
+
+def pid_path(db_real: str) -> str:
+    return db_real + PID_SUFFIX
+
+
+def read_pid_file(db_real: str) -> dict | None:
+    """The serve record of a warehouse if its process is still alive, else None."""
+    try:
+        with open(pid_path(db_real), encoding="utf-8") as fh:
+            info = json.load(fh)
+        pid = int(info["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass                      # alive, another user's
+    return info
+
+
+def holder_message(db: str | os.PathLike) -> tuple[str, str] | None:
+    """When ``kvtrace serve`` holds warehouse ``db`` and accepts commands: a message naming it and
+    a hint how to reach or stop it (for the lock error of a second opener); else None."""
+    db_real = os.path.realpath(os.fspath(db))
+    info = read_pid_file(db_real)
+    if info is None or not os.path.exists(info.get("socket") or socket_path(db_real)):
+        return None
+    pid = info["pid"]
+    return (f"warehouse {db_real} is held by `kvtrace serve` (pid {pid})",
+            f"run the command with the kvtrace CLI, which forwards it to the server, or stop the server "
+            f"first: kvtrace serve --stop --db {db_real}  (or kill {pid})")
