@@ -92,3 +92,86 @@ def test_rows_without_a_session_are_not_a_session(store):
     d = build_report(store, ReportOptions(group_by=["day"])).data
     assert d["requests"] == 2 and d["sessions"] == 1
     assert d["groups"]["day"][0]["sessions"] == 1
+
+
+_ROWS = st.lists(st.fixed_dictionaries({
+    "ts": st.integers(0, 6 * 24 * 60),   # minutes over six days
+    "model": st.sampled_from(["claude-sonnet-4-6", "claude-opus-4-6"]),
+    "session_id": st.sampled_from(["s1", "s2", "s3", None]),
+    "user_id": st.sampled_from(["u1", "u2", None]),
+    "query_source": st.sampled_from(["main", "subagent"]),
+    "project": st.sampled_from(["p", "q", None]),
+    "cache_read_tokens": st.integers(0, 10**6), "cache_write_5m_tokens": st.integers(0, 10**4),
+    "output_tokens": st.integers(0, 10**4), "input_tokens": st.integers(0, 100),
+}), min_size=1, max_size=25)
+
+
+@settings(max_examples=25, deadline=None)
+@given(_ROWS, st.sampled_from([None, "2026-11-04"]))
+def test_groups_match_a_recount_of_the_rows(rows, since):
+    """Every group's entries, recounted in Python from the rows themselves: requests, distinct
+    sessions and each token class per key; time keys in order, others largest total first."""
+    import datetime as dt
+
+    from kvtrace.analyze.token_mix import GROUPS
+    from kvtrace.store import Store
+
+    s = Store(memory=True)
+    try:
+        load(s, *[dict(r, request_key=f"k{i}") for i, r in enumerate(rows)])
+        d = build_report(s, ReportOptions(group_by=list(GROUPS), since=since)).data
+    finally:
+        s.close()
+    start = dt.datetime(2026, 11, 2, 9, 0)
+    lo = dt.datetime.fromisoformat(since) if since else None
+    kept = [dict(r, t=start + dt.timedelta(minutes=r["ts"])) for r in rows]
+    kept = [r for r in kept if lo is None or r["t"] >= lo]
+    key_of = {"day": lambda r: r["t"].strftime("%Y-%m-%d"), "hour": lambda r: r["t"].strftime("%Y-%m-%dT%H:00"),
+              "model": lambda r: r["model"], "user": lambda r: r["user_id"], "session": lambda r: r["session_id"],
+              "query_source": lambda r: r["query_source"], "agent": lambda r: "claude-code",
+              "project": lambda r: r["project"]}
+    assert d["requests"] == len(kept)
+    assert d["sessions"] == len({r["session_id"] for r in kept} - {None})
+    for g, key in key_of.items():
+        want: dict = {}
+        for r in kept:
+            w = want.setdefault(key(r), {"requests": 0, "sessions": set(), "cache_read": 0, "output": 0})
+            w["requests"] += 1
+            w["sessions"] |= {r["session_id"]} - {None}
+            w["cache_read"] += r["cache_read_tokens"]
+            w["output"] += r["output_tokens"]
+        got = {e["key"]: {"requests": e["requests"], "sessions": e["sessions"], "cache_read": e["token_mix"]["cache_read"],
+                          "output": e["token_mix"]["output"]} for e in d["groups"][g]}
+        assert got == {k: dict(w, sessions=len(w["sessions"])) for k, w in want.items()}, g
+        entries = d["groups"][g]
+        if g in ("day", "hour"):
+            assert [e["key"] for e in entries] == sorted(e["key"] for e in entries)
+        else:
+            totals = [e["token_mix"]["total"] for e in entries]
+            assert totals == sorted(totals, reverse=True)
+    series = d["series"]["token_mix"]
+    if not kept:   # an empty window is charted per day, with nothing in it
+        assert series == {"bucket": "day", "entries": []}
+        return
+    span = max(r["t"] for r in kept) - min(r["t"] for r in kept)
+    assert series["bucket"] == ("hour" if span <= dt.timedelta(days=3) else "day")
+    assert series["entries"] == d["groups"][series["bucket"]]
+
+
+def test_a_token_mix_report_imports_neither_polars_nor_arrow(tmp_path):
+    """The token-mix report is summed by DuckDB: its process never loads Polars or pyarrow
+    (a quarter of a second of start-up)."""
+    import subprocess
+    import sys
+
+    from kvtrace.store import Store
+
+    db = tmp_path / "kv.duckdb"
+    with Store(db) as s:
+        load(s, dict(request_key="a", ts=0, output_tokens=5))
+    code = ("import sys, json\nfrom kvtrace.store import Store\nfrom kvtrace.report.build import build_report, ReportOptions\n"
+            f"s = Store({str(db)!r}, read_only=True)\n"
+            "d = build_report(s, ReportOptions(group_by=['day', 'model', 'session'])).data\n"
+            "print(json.dumps([d['requests'], [m for m in ('polars', 'pyarrow', 'numpy') if m in sys.modules]]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert json.loads(out) == [1, []]

@@ -4,14 +4,15 @@ Shares are token-weighted (never per call). The hit ratio is
 ``cache_read / (cache_read + cache_write + uncached input)``: the share of prompt tokens served
 from the cache.
 
-The input is a *rollup* frame (``queries/usage_rollup.sql``): token sums per hour x agent x
-session x user x model x query source x project, with a ``requests`` count. DuckDB does the scan
-over every request; Polars groups the much smaller rollup however the report asks.
+DuckDB does all the summing (``queries/token_mix_groups.sql``: the window's requests rolled up
+per hour x session x dimension, then grouped however the report asks), so a token-mix report
+imports neither Polars nor Arrow; Python only shapes the few result rows.
 """
 
 from __future__ import annotations
 
-import polars as pl
+from dataclasses import dataclass, field
+from datetime import datetime
 
 # Report key -> warehouse column, in the order reports show them.
 CLASSES: dict[str, str] = {
@@ -24,21 +25,9 @@ CLASSES: dict[str, str] = {
 }
 WRITE_KEYS = ("cache_write_5m", "cache_write_1h", "cache_write_unknown")
 
-# --group-by name -> expression over the rollup frame (time keys are formatted after grouping).
-GROUPS: dict[str, pl.Expr] = {
-    "day": pl.col("hour").dt.truncate("1d"),
-    "hour": pl.col("hour"),
-    "model": pl.col("model"),
-    "user": pl.col("user_id"),
-    "session": pl.col("session_id"),
-    "query_source": pl.col("query_source"),
-    "agent": pl.col("agent"),
-    "project": pl.col("project"),
-}
-
-
-def _mix_exprs() -> list[pl.Expr]:
-    return [pl.col(col).sum().cast(pl.Int64).alias(key) for key, col in CLASSES.items()]
+# --group-by names (their key expressions are in queries/token_mix_groups.sql).
+GROUPS: tuple[str, ...] = ("day", "hour", "model", "user", "session", "query_source", "agent", "project")
+TIME_GROUPS = ("day", "hour")
 
 
 def mix_from_totals(t: dict) -> dict:
@@ -52,33 +41,58 @@ def mix_from_totals(t: dict) -> dict:
     return mix
 
 
-TIME_KEY_FORMAT = {"day": "%Y-%m-%d", "hour": "%Y-%m-%dT%H:00"}
+@dataclass
+class TokenMix:
+    """The token mix of a window: overall, per asked group, and the chart series."""
+
+    requests: int = 0
+    sessions: int = 0
+    first_ts: datetime | None = None
+    last_ts: datetime | None = None
+    mix: dict = field(default_factory=lambda: mix_from_totals({}))
+    groups: dict[str, list[dict]] = field(default_factory=dict)
+    series_bucket: str = "day"
+    series: list[dict] = field(default_factory=list)
 
 
-def token_mix(usage: pl.DataFrame) -> dict:
-    """The overall token mix of a rollup frame."""
-    if usage.height == 0:
-        return mix_from_totals({})
-    return mix_from_totals(usage.select(_mix_exprs()).row(0, named=True))
+def token_mix_report(store, since: datetime | None, until: datetime | None, groups: list[str],
+                     hourly_max_s: float) -> TokenMix:
+    """Token mix of the requests in ``[since, until)`` (None: open), overall and per group.
 
+    Args:
+        store: the warehouse.
+        since, until: the window (naive UTC).
+        groups: ``--group-by`` names (see :data:`GROUPS`).
+        hourly_max_s: the chart series is per hour when the requests span at most this long,
+            else per day.
 
-def token_mix_by(usage: pl.DataFrame, group: str) -> list[dict]:
-    """One token-mix entry per value of ``group`` (see :data:`GROUPS`), largest total first
-    (by key for time groups)."""
-    expr = GROUPS[group]
-    if usage.height == 0:
-        return []
-    agg = (usage.group_by(expr.alias("key"))
-           .agg(pl.col("requests").sum(), pl.col("session_id").drop_nulls().n_unique().alias("sessions"), *_mix_exprs()))
-    if group in TIME_KEY_FORMAT:
-        agg = agg.with_columns(pl.col("key").dt.strftime(TIME_KEY_FORMAT[group]))
-    out = []
-    for row in agg.iter_rows(named=True):
-        entry = {"key": row["key"], "requests": row["requests"], "sessions": row["sessions"]}
-        entry["token_mix"] = mix_from_totals(row)
-        out.append(entry)
-    if group in ("day", "hour"):
-        out.sort(key=lambda e: (e["key"] is None, e["key"] or ""))
-    else:
-        out.sort(key=lambda e: -e["token_mix"]["total"])
+    Returns:
+        A :class:`TokenMix`; each group's entries (``{key, requests, sessions, token_mix}``)
+        come by key for time groups, else largest total first.
+    """
+    rows = store.named("token_mix_groups", {"since": since, "until": until, "groups": ",".join(groups),
+                                             "hourly_max_s": hourly_max_s}).fetchall()
+    out = TokenMix(groups={g: [] for g in groups})
+    for grp, key, requests, sessions, *classes, first_ts, last_ts in rows:
+        totals = dict(zip(CLASSES, classes))
+        if grp == "total":
+            out.requests, out.sessions, out.first_ts, out.last_ts = int(requests), int(sessions), first_ts, last_ts
+            out.mix = mix_from_totals(totals)
+            continue
+        entry = {"key": key, "requests": int(requests), "sessions": int(sessions), "token_mix": mix_from_totals(totals)}
+        if grp.startswith("series:"):
+            out.series_bucket = grp.split(":", 1)[1]
+            out.series.append(entry)
+        else:
+            out.groups[grp].append(entry)
+    _sort(out.series, out.series_bucket)
+    for g, entries in out.groups.items():
+        _sort(entries, g)
     return out
+
+
+def _sort(entries: list[dict], group: str) -> None:
+    if group in TIME_GROUPS:
+        entries.sort(key=lambda e: (e["key"] is None, e["key"] or ""))
+    else:   # ties (equal totals) by key, so that the order never depends on hashing
+        entries.sort(key=lambda e: (-e["token_mix"]["total"], e["key"] is None, e["key"] or ""))

@@ -65,20 +65,6 @@ def _window(store: Store, opts: ReportOptions) -> dict:
 HOURLY_SERIES_MAX_S = 3 * 86400
 
 
-def _series(usage, groups: dict) -> dict:
-    """Time series for charts (``series`` in docs/report-schema.md): the token mix per hour for
-    windows up to three days, else per day, whatever ``--group-by`` asks for (and reused from
-    ``groups`` when it asked for the same bucket)."""
-    from kvtrace.analyze.token_mix import token_mix_by
-
-    if usage.height == 0:
-        return {"token_mix": {"bucket": "day", "entries": []}}
-    span = (usage["last_ts"].max() - usage["first_ts"].min()).total_seconds()
-    bucket = "hour" if span <= HOURLY_SERIES_MAX_S else "day"
-    entries = groups[bucket] if bucket in groups else token_mix_by(usage, bucket)
-    return {"token_mix": {"bucket": bucket, "entries": entries}}
-
-
 def build_report(store: Store, opts: ReportOptions | None = None) -> Report:
     """Compute the report for a warehouse.
 
@@ -86,14 +72,14 @@ def build_report(store: Store, opts: ReportOptions | None = None) -> Report:
         store: the warehouse (may be opened read-only).
         opts: window, grouping and optional analyses.
     """
-    from kvtrace.analyze.token_mix import GROUPS, token_mix, token_mix_by
+    from kvtrace.analyze.token_mix import GROUPS, token_mix_report
 
     opts = opts or ReportOptions()
     for g in opts.group_by:
         if g not in GROUPS:
             raise ConfigError(f"unknown --group-by '{g}'", hint="choose from " + ", ".join(GROUPS))
     win = _window(store, opts)
-    usage = store.to_polars("usage_rollup", {"since": win["since"], "until": win["until"]})
+    tm = token_mix_report(store, win["since"], win["until"], opts.group_by, HOURLY_SERIES_MAX_S)
     data: dict = {
         "schema_version": SCHEMA_VERSION,
         "generator": f"kvtrace {__version__}",
@@ -101,15 +87,16 @@ def build_report(store: Store, opts: ReportOptions | None = None) -> Report:
         "title": opts.title,
         "window": {
             "since": iso(win["since"]), "until": iso(win["until"]),
-            "first_request": iso(usage["first_ts"].min()) if usage.height else None,
-            "last_request": iso(usage["last_ts"].max()) if usage.height else None,
+            "first_request": iso(tm.first_ts), "last_request": iso(tm.last_ts),
         },
-        "requests": int(usage["requests"].sum()) if usage.height else 0,
-        "sessions": usage["session_id"].drop_nulls().n_unique() if usage.height else 0,  # no session is not a session
-        "token_mix": token_mix(usage),
-        "groups": {g: token_mix_by(usage, g) for g in opts.group_by},
+        "requests": tm.requests,
+        "sessions": tm.sessions,   # requests without a session are not a session
+        "token_mix": tm.mix,
+        "groups": tm.groups,
+        # Time series for charts (``series`` in docs/report-schema.md): the token mix per hour for
+        # windows up to three days, else per day, whatever --group-by asks for.
+        "series": {"token_mix": {"bucket": tm.series_bucket, "entries": tm.series}},
     }
-    data["series"] = _series(usage, data["groups"])
     for key, target, cond in SECTIONS:  # they share `win` (and the block trace cached in it)
         if getattr(opts, cond):
             mod, fn = target.split(":")

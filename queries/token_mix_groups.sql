@@ -1,0 +1,53 @@
+-- title: token mix of a window: overall, per report group and per chart bucket
+-- description: the requests between $since (inclusive) and $until (exclusive), UTC (NULL bounds
+--   are open), first rolled up per hour x agent x session x user x model x query source x project
+--   (as in usage_rollup), then summed (token classes, requests, distinct sessions) per (grp, key):
+--   grp 'total' (one row, key NULL, with the first and last request time); one grp per name in
+--   $groups, a comma-separated list of day, hour, model, user, session, query_source, agent,
+--   project (key: the group's value, times as text); and 'series:hour' or 'series:day', the
+--   chart's buckets (per hour when the requests span at most $hourly_max_s seconds, else per day).
+--   A group not asked for costs one constant filter. Rows come in no particular order.
+WITH usage AS MATERIALIZED (
+    SELECT date_trunc('hour', ts) AS hour, agent, session_id, user_id, model, query_source, project,
+           count(*) AS requests,
+           sum(input_tokens) AS input_tokens, sum(cache_read_tokens) AS cache_read_tokens,
+           sum(cache_write_5m_tokens) AS cache_write_5m_tokens, sum(cache_write_1h_tokens) AS cache_write_1h_tokens,
+           sum(cache_write_unknown_tokens) AS cache_write_unknown_tokens, sum(output_tokens) AS output_tokens,
+           min(ts) AS first_ts, max(ts) AS last_ts
+    FROM request_usage
+    WHERE ($since IS NULL OR ts >= CAST($since AS TIMESTAMP))
+      AND ($until IS NULL OR ts < CAST($until AS TIMESTAMP))
+    GROUP BY ALL
+), asked AS MATERIALIZED (
+    SELECT coalesce(string_split($groups, ','), []) AS names,
+           (SELECT epoch_us(max(last_ts)) - epoch_us(min(first_ts)) FROM usage) <= CAST($hourly_max_s AS DOUBLE) * 1e6 AS hourly
+)
+SELECT grp, key, sum(requests) AS requests, count(DISTINCT session_id) AS sessions,
+       sum(cache_read_tokens) AS cache_read, sum(cache_write_5m_tokens) AS cache_write_5m,
+       sum(cache_write_1h_tokens) AS cache_write_1h, sum(cache_write_unknown_tokens) AS cache_write_unknown,
+       sum(output_tokens) AS output, sum(input_tokens) AS input_uncached,
+       min(first_ts) AS first_ts, max(last_ts) AS last_ts
+FROM (
+    SELECT 'total' AS grp, CAST(NULL AS VARCHAR) AS key, u.* FROM usage u
+    UNION ALL
+    SELECT CASE WHEN a.hourly THEN 'series:hour' ELSE 'series:day' END,
+           CASE WHEN a.hourly THEN strftime(u.hour, '%Y-%m-%dT%H:00') ELSE strftime(u.hour, '%Y-%m-%d') END, u.*
+    FROM usage u, asked a
+    UNION ALL
+    SELECT 'day', strftime(u.hour, '%Y-%m-%d'), u.* FROM usage u, asked a WHERE list_contains(a.names, 'day')
+    UNION ALL
+    SELECT 'hour', strftime(u.hour, '%Y-%m-%dT%H:00'), u.* FROM usage u, asked a WHERE list_contains(a.names, 'hour')
+    UNION ALL
+    SELECT 'model', u.model, u.* FROM usage u, asked a WHERE list_contains(a.names, 'model')
+    UNION ALL
+    SELECT 'user', u.user_id, u.* FROM usage u, asked a WHERE list_contains(a.names, 'user')
+    UNION ALL
+    SELECT 'session', u.session_id, u.* FROM usage u, asked a WHERE list_contains(a.names, 'session')
+    UNION ALL
+    SELECT 'query_source', u.query_source, u.* FROM usage u, asked a WHERE list_contains(a.names, 'query_source')
+    UNION ALL
+    SELECT 'agent', u.agent, u.* FROM usage u, asked a WHERE list_contains(a.names, 'agent')
+    UNION ALL
+    SELECT 'project', u.project, u.* FROM usage u, asked a WHERE list_contains(a.names, 'project')
+)
+GROUP BY grp, key
