@@ -14,9 +14,11 @@ WITH sp AS (
 ), ln AS (
     SELECT file_idx, unnest(ls) AS line, unnest(range(1, len(ls) + 1)) AS lineno, len(ls) AS n FROM sp
 ), cand AS (
-    SELECT *, contains(line, '"assistant"') OR contains(line, '"compact_boundary"') AS candidate
+    -- One regular expression, not two contains(): RE2 looks for the shared leading quote with
+    -- memchr and tests both words at once, so a line that has neither (most bytes) is read once.
+    SELECT *, lineno <> n OR regexp_matches(line, '"(?:assistant|compact_boundary)"') AS candidate
     FROM ln
-    WHERE contains(line, '"assistant"') OR contains(line, '"compact_boundary"') OR lineno = n
+    WHERE lineno = n OR regexp_matches(line, '"(?:assistant|compact_boundary)"')
 ), parsed AS (
     SELECT file_idx, lineno, candidate,
            lineno = n AS last,   -- the piece after the last newline: empty, or a line still being written

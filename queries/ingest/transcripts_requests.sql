@@ -1,12 +1,12 @@
 -- title: Claude Code transcripts: one row per API response
 -- description: from tx_rec (the parsed candidate lines of every file of the batch, see
 --   ingest/transcripts_lines) and tx_files(file_idx, path, project, file_agent_id, file_is_agent)
---   builds tx_requests with the columns of the requests table, one row per response:
---   lines grouped by message id (a response is written as one line per content block); each
---   copy of a response counts with its largest output_tokens; the main-thread copy wins over a
---   sidechain replay, then the larger output. Rows come in no particular order.
+--   selects the columns of the requests table, one row per response: lines grouped by message id
+--   (a response is written as one line per content block); each copy of a response counts with
+--   its largest output_tokens; the main-thread copy wins over a sidechain replay, then the larger
+--   output. Rows come in no particular order; the parser fetches them as Arrow straight from this
+--   query (storing them in a table first cost a third more).
 
-CREATE OR REPLACE TEMP TABLE tx_requests AS
 WITH u AS (
     SELECT k.file_idx, k.lineno, coalesce(k.message_id, k.request_id) AS dedup_key,
            coalesce(k.is_sidechain, f.file_is_agent) AS sidechain,
