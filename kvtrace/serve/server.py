@@ -128,6 +128,7 @@ class Server:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: self._stopping.set())
         self._say(f"kvtrace serve: pid {os.getpid()} serving {self.db_real} on {self.sock_path}")
+        self._last_active = time.monotonic()
         try:
             while not self._stopping.is_set():
                 if self._idle_too_long():

@@ -1,0 +1,215 @@
+"""``kvtrace serve`` and the launcher: forwarded commands print the same bytes and exit codes as
+local runs, in the client's cwd; a stale socket falls back to a local run; a second writer is
+told who holds the warehouse; the server survives failing commands and stops cleanly.
+
+Servers run as child processes on Unix sockets in tmp folders and are always stopped by the
+fixture's finalizer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kvtrace.launch import db_arg, forward_target
+from kvtrace.serve import paths
+from kvtrace.serve.server import status
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "sample_traces"
+KV = [sys.executable, "-m", "kvtrace"]
+
+
+def _env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("KVTRACE_DB", "KVTRACE_NO_SERVE")}
+    env.update(extra)
+    return env
+
+
+def kv(*args, cwd: Path, **env) -> subprocess.CompletedProcess:
+    return subprocess.run(KV + [str(a) for a in args], cwd=cwd, env=_env(**env), capture_output=True, timeout=120)
+
+
+class Served:
+    """A running ``kvtrace serve`` child process."""
+
+    def __init__(self, db: Path, *extra: str):
+        self.db = db
+        self.log = open(db.parent / (db.name + ".test-serve.log"), "wb")
+        self.proc = subprocess.Popen(KV + ["serve", "--db", str(db), *extra], cwd=db.parent, env=_env(),
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while (info := status(db)) is None:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                pytest.fail("kvtrace serve did not start: " + (db.parent / (db.name + ".test-serve.log")).read_text())
+            time.sleep(0.05)
+        self.pid = info["pid"]
+
+    def commands(self) -> int:
+        return status(self.db)["commands"]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """A server on warehouse A; B is the same data without a server (the local twin)."""
+    root = tmp_path_factory.mktemp("serve")
+    shutil.copytree(SAMPLES / "otlp", root / "traces")
+    srv = Served(root / "a.duckdb")
+    try:
+        yield srv, root
+    finally:
+        srv.stop()
+
+
+def _same(served, *args, strip_generated: bool = False, **env) -> subprocess.CompletedProcess:
+    """Run ``args`` on A (through the server) and on B (locally); assert the same bytes and exit code."""
+    srv, root = served
+    before = srv.commands()
+    a = kv(*args, "--db", "a.duckdb", cwd=root, **env)
+    assert srv.commands() == before + 1, "the command was not forwarded"
+    b = kv(*args, "--db", "b.duckdb", cwd=root, **env)
+    out_a, out_b = a.stdout, b.stdout
+    if strip_generated:
+        out_a, out_b = (json.dumps({k: v for k, v in json.loads(o).items() if k != "generated_at"})
+                        for o in (out_a, out_b))
+    assert (out_a, a.stderr, a.returncode) == (out_b, b.stderr, b.returncode)
+    return a
+
+
+def test_forwarded_commands_match_local_runs(served):
+    r = _same(served, "ingest", "traces", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["requests_added"] > 0
+    _same(served, "ingest", "traces")                                  # a repeat: all unchanged
+    _same(served, "report", "--group-by", "day", "--format", "json", strip_generated=True)
+    _same(served, "report", "--format", "md", "--ttl", "5m,1h")
+    _same(served, "report", COLUMNS="90")
+    _same(served, "query", "usage_bounds", "--format", "csv")
+    bad = _same(served, "ingest", "no-such-folder")
+    assert bad.returncode == 1 and b"no such file or folder" in bad.stderr
+    usage = _same(served, "report", "--no-such-option")
+    assert usage.returncode == 2
+
+
+def test_relative_paths_resolve_in_the_clients_cwd(served):
+    srv, root = served
+    sub = root / "client-cwd"
+    (sub / "more").mkdir(parents=True)
+    shutil.copy(next((SAMPLES / "claude").rglob("*.jsonl.gz")), sub / "more" / "session.jsonl.gz")
+    before = srv.commands()
+    r = kv("report", "--ingest", "more", "--db", "../a.duckdb", "--format", "json", "--out", "r.json", cwd=sub)
+    assert r.returncode == 0, r.stderr
+    assert srv.commands() == before + 1
+    assert json.loads((sub / "r.json").read_text())["requests"] > 0
+    assert not (root / "r.json").exists()
+
+
+def test_server_survives_a_failing_command(served):
+    srv, root = served
+    assert kv("ingest", "traces", "--db", "a.duckdb", cwd=root).returncode == 0
+    r = kv("query", "usage_window", "-p", "since=not-a-date", "--db", "a.duckdb", cwd=root)
+    assert r.returncode == 1 and b"Traceback" in r.stderr      # an unexpected error, as a local run shows it
+    assert status(srv.db)["pid"] == srv.pid
+    ok = kv("query", "usage_bounds", "--format", "csv", "--db", "a.duckdb", cwd=root)
+    assert ok.returncode == 0 and ok.stdout.startswith(b"first_ts,")
+
+
+def test_a_second_writer_is_told_who_holds_the_warehouse(served):
+    from kvtrace.errors import SchemaError
+    from kvtrace.store import Store
+
+    srv, root = served
+    t = time.monotonic()
+    with pytest.raises(SchemaError) as e:
+        Store(srv.db)
+    assert time.monotonic() - t < 5, "waited for a lock that a server never lets go"
+    assert f"kvtrace serve` (pid {srv.pid})" in str(e.value) and "kvtrace serve --stop" in str(e.value)
+    r = kv("report", "--db", "a.duckdb", cwd=root, KVTRACE_NO_SERVE="1")
+    assert r.returncode == 1 and f"(pid {srv.pid})".encode() in r.stderr
+
+
+def test_socket_is_private_and_refuses_other_commands(served):
+    srv, root = served
+    sock = paths.socket_path(str(srv.db))
+    assert os.stat(sock).st_mode & 0o777 == 0o600
+    # The launcher keeps some commands local: they must not reach the server.
+    before = srv.commands()
+    r = kv("report", "--help", "--db", "a.duckdb", cwd=root)
+    assert r.returncode == 0 and srv.commands() == before
+
+
+def test_stale_socket_falls_back_to_a_local_run(tmp_path):
+    db = tmp_path / "kv.duckdb"
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(paths.socket_path(str(db)))
+    s.close()                                  # a socket file nobody listens on (a killed server)
+    t = time.monotonic()
+    r = kv("ingest", SAMPLES / "otlp", "--db", db, "--quiet", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert time.monotonic() - t < 30
+    assert "requests added" in r.stdout.decode()
+
+
+def test_stop_and_idle_exit(tmp_path):
+    db = tmp_path / "kv.duckdb"
+    srv = Served(db)
+    try:
+        r = kv("serve", "--stop", "--db", db, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        assert srv.proc.wait(timeout=20) == 0
+        assert not os.path.exists(paths.socket_path(str(db))) and not os.path.exists(paths.pid_path(str(db)))
+        assert kv("query", "usage_bounds", "--db", db, cwd=tmp_path).returncode == 0   # local again
+        r = kv("serve", "--stop", "--db", db, cwd=tmp_path)
+        assert r.returncode == 1 and b"no kvtrace serve" in r.stderr
+    finally:
+        srv.stop()
+    idle = Served(db, "--idle-exit", "1s")
+    try:
+        assert idle.proc.wait(timeout=20) == 0
+        assert not os.path.exists(paths.socket_path(str(db)))
+    finally:
+        idle.stop()
+
+
+def test_launcher_decides_what_to_forward(tmp_path, monkeypatch):
+    assert db_arg(["report", "--db", "x.duckdb"]) == (True, "x.duckdb")
+    assert db_arg(["report", "--db=y.duckdb", "--db", "z.duckdb"]) == (True, "z.duckdb")
+    assert db_arg(["report"]) == (False, None)
+    db = tmp_path / "kv.duckdb"
+    sock = paths.socket_path(os.path.realpath(db))
+    Path(sock).touch()
+    env = {"KVTRACE_DB": str(db)}
+    assert forward_target(["report", "--format", "json"], env) == (sock, os.path.realpath(db))
+    assert forward_target(["report", "--db", str(db)], {}) == (sock, os.path.realpath(db))
+    assert forward_target(["report", "--db", str(tmp_path / "other.duckdb")], env) is None
+    for argv in (["report", "--help"], ["ingest", "-"], ["serve"], ["collect"], ["synth", "x"], ["run", "daily"], []):
+        assert forward_target(argv, env) is None, argv
+    assert forward_target(["report"], env | {"KVTRACE_NO_SERVE": "1"}) is None
+    assert forward_target(["run", "daily", "--db", str(db)], {}) is not None
+
+
+def test_long_warehouse_paths_get_a_short_socket(tmp_path):
+    deep = "/tmp/" + "d" * 150 + "/kv.duckdb"
+    sock = paths.socket_path(deep)
+    assert len(sock) < 108 and sock.startswith(paths.private_dir())
+    assert paths.socket_path(str(tmp_path / "kv.duckdb")).endswith("kv.duckdb.serve.sock")
