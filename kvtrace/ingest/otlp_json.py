@@ -38,7 +38,7 @@ from kvtrace.store import load_query
 # query runs on every chunk, on no lines when the chunk has none of its signal, so the final
 # queries always find their tables.
 # The other agents' records (Codex, Gemini CLI, GenAI/OpenInference spans) have their own queries;
-# the Claude Code ones leave those records to them.
+# otlp_logs marks the lines with a Codex or Gemini CLI event for otlp_agents_logs (kind NULL).
 _SIGNALS = ((1, "ingest/otlp_logs", "otlp_log_rows"), (2, "ingest/otlp_metrics", "otlp_metric_rows"),
             (4, "ingest/otlp_spans", "otlp_span_rows"),
             (1, "ingest/otlp_agents_logs", "otlp_agent_log_rows"),
@@ -125,6 +125,13 @@ def _normalize(con, lines, append: bool) -> None:
     signals[cls["line_no"] - lines.first] = cls["signals"]
     for bit, query, table in _SIGNALS:
         mask = (signals & bit) != 0
+        if query == "ingest/otlp_agents_logs":
+            # only the lines where otlp_logs met a Codex or Gemini CLI event (kind NULL): a
+            # Claude Code file is not searched again
+            agent_lines = con.execute("SELECT DISTINCT line_no FROM otlp_log_rows WHERE kind IS NULL "
+                                      "AND line_no >= ?", [lines.first]).fetchnumpy()["line_no"]
+            mask = np.zeros(lines.count, dtype=bool)
+            mask[np.asarray(agent_lines, dtype=np.int64) - lines.first] = True
         if append and not mask.any():
             continue   # its table exists (first chunk) and would get nothing: skip the query
         con.register("otlp_lines", lines.table if mask.all() else lines.table.filter(pa.array(mask)))

@@ -3,8 +3,10 @@
 --   selects the rows of temp table otlp_log_rows (each chunk's are appended): one row per log
 --   record. Claude Code api_request events become request rows (out = true) unless a field is
 --   unusable (reject_field); every other record is only counted by kind (event:<name> for Claude
---   Code events, log:<name> otherwise). Numbers are read by attribute name whatever the wire type
---   (otlp_text / otlp_num); the whole per-record normalization runs here, vectorized, not in Python.
+--   Code events, log:<name> otherwise); a Codex or Gemini CLI event is a row of kind NULL, which
+--   only tells the parser to give its line to otlp_agents_logs. Numbers are read by attribute
+--   name whatever the wire type (otlp_text / otlp_num); the whole per-record normalization runs
+--   here, vectorized, not in Python.
 
 WITH parsed AS (
     SELECT line_no, from_json(line, '{"resourceLogs": [{
@@ -65,7 +67,8 @@ WITH parsed AS (
 ), classified AS (
     SELECT *,
            coalesce(body_event, field_event, a_event) AS event,
-           coalesce(body_event, field_event, a_event) = 'api_request' AS is_request
+           coalesce(body_event, field_event, a_event) = 'api_request' AS is_request,
+           otlp_agent_event(a_event) AS agent_event
     FROM named
 ), numbers AS (
     SELECT *,
@@ -84,17 +87,19 @@ WITH parsed AS (
     FROM classified
 ), checked AS (
     SELECT *,
-           CASE WHEN bad_field IS NOT NULL THEN bad_field
+           CASE WHEN agent_event THEN NULL
+                WHEN bad_field IS NOT NULL THEN bad_field
                 WHEN is_request AND ts IS NULL THEN 'timeUnixNano' END AS reject_field
     FROM numbers
 )
 -- One pass over every record; only api_request rows are output (out), the others are counted
 -- by kind.
 SELECT line_no,
-       CASE WHEN is_request THEN 'event:api_request'
+       CASE WHEN agent_event THEN NULL   -- read by otlp_agents_logs, on the lines that have one
+            WHEN is_request THEN 'event:api_request'
             WHEN is_claude THEN 'event:' || coalesce(event, '(unnamed)')
             ELSE 'log:' || coalesce(field_event, a_event, '(unnamed)') END AS kind,
-       is_request AND reject_field IS NULL AS out,
+       is_request AND NOT agent_event AND reject_field IS NULL AS out,
        reject_field,
        CASE WHEN bad_field IS NOT NULL THEN 'not a token count: ' || CASE bad_field
                 WHEN 'input_tokens' THEN a_input WHEN 'output_tokens' THEN a_output
@@ -128,5 +133,4 @@ SELECT line_no,
                 'cache_creation_tokens', 'cache_creation_5m_tokens', 'cache_creation_1h_tokens',
                 'cost_usd', 'duration_ms', 'ttft_ms', 'event.name'], rattrs) AS attributes
 FROM checked
--- Codex, Gemini CLI and GenAI events are read by otlp_agents_logs.
-WHERE NOT otlp_agent_event(a_event)
+-- Codex and Gemini CLI events (kind NULL) only mark their lines for otlp_agents_logs.

@@ -3,7 +3,7 @@
 --   records that are neither output nor rejected.
 
 SELECT kind, sum(n) AS n FROM (
-    SELECT kind, 1 AS n FROM otlp_log_rows WHERE NOT out AND reject_field IS NULL
+    SELECT kind, 1 AS n FROM otlp_log_rows WHERE NOT out AND reject_field IS NULL AND kind IS NOT NULL
     UNION ALL
     SELECT kind, n FROM otlp_metric_rows WHERE NOT out AND reject_field IS NULL
     UNION ALL
