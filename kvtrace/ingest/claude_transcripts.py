@@ -95,14 +95,17 @@ def _settings(cur) -> None:
 def _parse_group(cur, k: int, paths: list[Path], idx: list[int]) -> int:
     """Filter and parse one group of plain files on its own connection; returns its line count."""
     _settings(cur)
-    cur.execute("SET VARIABLE tx_group = ?", [[str(paths[i]) for i in idx]])
-    cur.execute("SET VARIABLE tx_idx = ?", [idx])
-    # read_text gives filenames back as given: map them to their index in the batch.
-    cur.execute("CREATE OR REPLACE TEMP VIEW tx_raw AS "
-                "SELECT m.file_idx, r.content FROM read_text(getvariable('tx_group')) r "
-                "JOIN (SELECT unnest(getvariable('tx_group')) AS path, unnest(getvariable('tx_idx')) AS file_idx) m "
-                "ON m.path = r.filename")
+    _names(cur, [str(paths[i]) for i in idx], idx)
+    cur.execute("CREATE OR REPLACE TEMP VIEW tx_raw AS SELECT filename, content FROM read_text(getvariable('tx_names'))")
     return _run_lines(cur, k)
+
+
+def _names(cur, names: list[str], idx: list[int]) -> None:
+    """View ``tx_names(filename, file_idx)``: read_text gives filenames back as given."""
+    cur.execute("SET VARIABLE tx_names = ?", [names])
+    cur.execute("SET VARIABLE tx_idx = ?", [idx])
+    cur.execute("CREATE OR REPLACE TEMP VIEW tx_names AS "
+                "SELECT unnest(getvariable('tx_names')) AS filename, unnest(getvariable('tx_idx')) AS file_idx")
 
 
 def _run_lines(cur, k: int) -> int:
@@ -171,8 +174,10 @@ def _parse_slow(con, paths: list[Path], parsed: Parsed) -> int:
             continue
         idx.append(i)
         texts.append(data.decode("utf-8", errors="replace"))
+    names = [str(paths[i]) for i in idx]
+    _names(con, names, idx)
     con.execute("DROP VIEW IF EXISTS tx_raw")
-    con.register("tx_raw", pa.table({"file_idx": pa.array(idx, pa.int32()),
+    con.register("tx_raw", pa.table({"filename": pa.array(names, pa.string()),
                                      "content": pa.array(texts, pa.large_string())}))
     try:
         return _run_lines(con, 0)
