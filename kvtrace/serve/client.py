@@ -8,9 +8,9 @@ the command itself, so a dead server never makes a command hang or fail.
 
 from __future__ import annotations
 
-import json
+import _socket
+import marshal
 import os
-import socket
 import sys
 
 from kvtrace.serve import protocol
@@ -66,8 +66,9 @@ def request(argv: list[str], db_real: str, prog: str) -> dict:
     }
 
 
-def connect(sock_path: str, timeout: float = HELLO_TIMEOUT_S) -> socket.socket | None:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+def connect(sock_path: str, timeout: float = HELLO_TIMEOUT_S):
+    # _socket, not socket: the socket module's enums cost the client ~3 ms of imports.
+    s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     s.settimeout(timeout)
     try:
         s.connect(sock_path)
@@ -84,7 +85,7 @@ def forward(sock_path: str, argv: list[str], db_real: str, prog: str) -> int | N
     if s is None:
         return None
     try:
-        protocol.send(s, protocol.REQUEST, json.dumps(request(argv, db_real, prog)).encode())
+        protocol.send(s, protocol.REQUEST, marshal.dumps(request(argv, db_real, prog), 4))
         frame = protocol.recv(s)
     except OSError:
         s.close()
@@ -96,7 +97,7 @@ def forward(sock_path: str, argv: list[str], db_real: str, prog: str) -> int | N
     return _relay(s)
 
 
-def _relay(s: socket.socket) -> int | None:
+def _relay(s) -> int | None:
     out, err = sys.stdout.buffer, sys.stderr.buffer
     printed = False
     try:

@@ -8,8 +8,6 @@ the warehouse locked can say who holds it.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 
 DEFAULT_DB = "kvtrace.duckdb"      # as kvtrace.store.store.DEFAULT_DB
@@ -33,6 +31,8 @@ def socket_path(db_real: str) -> str:
     beside = db_real + SOCKET_SUFFIX
     if len(os.fsencode(beside)) <= _MAX_SOCKET_PATH:
         return beside
+    import hashlib
+
     digest = hashlib.sha256(os.fsencode(db_real)).hexdigest()[:24]
     return os.path.join(private_dir(), f"{digest}.sock")
 
@@ -49,6 +49,8 @@ def pid_path(db_real: str) -> str:
 
 def read_pid_file(db_real: str) -> dict | None:
     """The serve record of a warehouse if its process is still alive, else None."""
+    import json
+
     try:
         with open(pid_path(db_real), encoding="utf-8") as fh:
             info = json.load(fh)

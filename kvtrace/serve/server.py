@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import marshal
 import os
 import signal
 import socket
@@ -217,7 +218,10 @@ class Server:
                     self._stopped.wait(timeout=660)
                     protocol.send(conn, protocol.EXIT, b"0")
                 elif kind == protocol.REQUEST:
-                    self._command(conn, json.loads(payload))
+                    req = marshal.loads(payload)
+                    if not isinstance(req, dict):
+                        raise ValueError("a request is a dict")
+                    self._command(conn, req)
         except Exception as e:  # noqa: BLE001 - one bad connection must not stop the server
             self._say(f"kvtrace serve: connection failed: {type(e).__name__}: {e}")
         finally:
