@@ -213,3 +213,18 @@ def test_long_warehouse_paths_get_a_short_socket(tmp_path):
     sock = paths.socket_path(deep)
     assert len(sock) < 108 and sock.startswith(paths.private_dir())
     assert paths.socket_path(str(tmp_path / "kv.duckdb")).endswith("kv.duckdb.serve.sock")
+
+
+def test_the_collectors_ingest_goes_through_the_server(served):
+    from kvtrace.collect import worker
+
+    srv, root = served
+    spool = root / "spool"
+    spool.mkdir()
+    logs = next(p for p in sorted((SAMPLES / "otlp").iterdir()) if "log" in p.name)
+    shutil.copy(logs, spool / "seg-1.jsonl")
+    before = srv.commands()
+    totals = worker.ingest_segments(str(spool), str(srv.db), 3600)
+    assert totals["segments"] == 1 and totals["failed"] == 0
+    assert srv.commands() == before + 1
+    assert (spool / "ingested" / "seg-1.jsonl.done").exists()

@@ -14,6 +14,7 @@ anyway).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -91,19 +92,45 @@ def finish_segments(spool: str) -> dict:
     return out
 
 
-def _open_store(db: str):
+def _open_store(db: str, stack: contextlib.ExitStack):
+    """The warehouse, closed with ``stack`` (inside ``kvtrace serve``: the server's, left open)."""
     from kvtrace.errors import SchemaError
-    from kvtrace.store import Store
+    from kvtrace.store import open_store
 
     deadline = time.monotonic() + STORE_RETRY_SECONDS
     while True:
         try:
-            return Store(db)
+            return stack.enter_context(open_store(db))
         except SchemaError:
             # Another process (a report, a manual ingest) holds the file; DuckDB allows one writer.
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
+
+
+class _Summary:
+    def __init__(self, d: dict):
+        self.requests_added = d.get("requests_added", 0)
+        self.metric_points_added = d.get("metric_points_added", 0)
+        self.duplicates_skipped = d.get("duplicates_skipped", 0)
+        self.lines_rejected = d.get("lines_rejected", 0)
+        self.rejects = list(d.get("rejects") or [])
+
+
+def _served_ingest(db: str, segment: Path) -> dict | None:
+    """Ingest one segment through ``kvtrace serve`` when a server holds ``db`` (it keeps the
+    warehouse open, so this process could not): the ingest's ``--json`` summary, ``{"error": ...}``
+    if it failed, or None when no server runs. The server ingests in one transaction, as here."""
+    from kvtrace.serve.client import run_captured
+
+    res = run_captured(db, ["ingest", str(Path(segment).resolve()), "--format", "otlp-json", "--json",
+                            "--quiet", "--db", str(db)])
+    if res is None:
+        return None
+    code, out, err = res
+    if code != 0:
+        return {"error": err.decode(errors="replace").strip() or f"kvtrace serve: ingest exited {code}"}
+    return json.loads(out)
 
 
 def ingest_segments(spool: str, db: str, keep_seconds: float) -> dict:
@@ -124,8 +151,22 @@ def ingest_segments(spool: str, db: str, keep_seconds: float) -> dict:
               "lines_rejected": 0, "rejects": [], "failed": 0}
     with ops_lock(root):
         for ready in seg.listing(root, seg.READY):
+            served = _served_ingest(db, ready)
+            if served is not None:
+                if served.get("error"):
+                    totals["failed"] += _give_up(root, ready, RuntimeError(served["error"]))
+                    continue
+                s = _Summary(served)
+                os.replace(ready, done_dir / (seg.segment_id(ready) + seg.DONE))
+                seg.fsync_dir(root)
+                totals["segments"] += 1
+                for k in ("requests_added", "metric_points_added", "duplicates_skipped", "lines_rejected"):
+                    totals[k] += getattr(s, k)
+                totals["rejects"].extend(s.rejects[: max(0, 10 - len(totals["rejects"]))])
+                continue
             # The warehouse is held for one segment's transaction at a time, so reports can run.
-            store = _open_store(db)    # SchemaError (busy or unusable warehouse): the cycle ends here
+            stack = contextlib.ExitStack()
+            store = _open_store(db, stack)    # SchemaError (busy or unusable warehouse): the cycle ends here
             try:
                 s = ingest(store, [ready], format="otlp-json")
             except SchemaError:
@@ -134,7 +175,7 @@ def ingest_segments(spool: str, db: str, keep_seconds: float) -> dict:
                 totals["failed"] += _give_up(root, ready, e)
                 continue
             finally:
-                store.close()
+                stack.close()
             os.replace(ready, done_dir / (seg.segment_id(ready) + seg.DONE))
             seg.fsync_dir(root)
             totals["segments"] += 1

@@ -78,14 +78,18 @@ def connect(sock_path: str, timeout: float = HELLO_TIMEOUT_S):
     return s
 
 
-def forward(sock_path: str, argv: list[str], db_real: str, prog: str) -> int | None:
+def forward(sock_path: str, argv: list[str], db_real: str, prog: str, out=None, err=None) -> int | None:
     """Run ``argv`` in the server behind ``sock_path``; returns its exit code, or None when the
-    server did not take the command (the caller then runs it itself)."""
+    server did not take the command (the caller then runs it itself). Output goes to our
+    stdout/stderr, or to the binary streams ``out``/``err``."""
     s = connect(sock_path)
     if s is None:
         return None
+    req = request(argv, db_real, prog)
+    if out is not None:
+        req["tty"] = [False, False, False]
     try:
-        protocol.send(s, protocol.REQUEST, marshal.dumps(request(argv, db_real, prog), 4))
+        protocol.send(s, protocol.REQUEST, marshal.dumps(req, 4))
         frame = protocol.recv(s)
     except OSError:
         s.close()
@@ -94,11 +98,28 @@ def forward(sock_path: str, argv: list[str], db_real: str, prog: str) -> int | N
         s.close()
         return None
     s.settimeout(None)
-    return _relay(s)
+    return _relay(s, out or sys.stdout.buffer, err or sys.stderr.buffer)
 
 
-def _relay(s) -> int | None:
-    out, err = sys.stdout.buffer, sys.stderr.buffer
+def run_captured(db: str, argv: list[str]) -> tuple[int, bytes, bytes] | None:
+    """Run a kvtrace command in the server of warehouse ``db`` if one answers, capturing its
+    output: ``(exit code, stdout, stderr)``; None when no server took it (or we are the server)."""
+    import io
+
+    from kvtrace.serve.paths import resolve_db, socket_path
+
+    if SERVING:
+        return None
+    db_real = resolve_db(db)
+    sock = socket_path(db_real)
+    if not os.path.exists(sock):
+        return None
+    out, err = io.BytesIO(), io.BytesIO()
+    code = forward(sock, argv, db_real, "kvtrace", out, err)
+    return None if code is None else (code, out.getvalue(), err.getvalue())
+
+
+def _relay(s, out, err) -> int | None:
     printed = False
     try:
         while True:
