@@ -6,6 +6,12 @@ Measures, as whole processes with repeats (min / median of N, after a warm-up, p
   --group-by day --format json``, against ``ccusage daily --json --offline``;
 * **repeat**: one new session file is added, then the same kvtrace pair on the kept warehouse
   (unchanged files are skipped), against ccusage again (it re-reads everything);
+* **repeat in one process**: ``kvtrace report --ingest <tree>/projects --group-by day --format
+  json`` after one new file, as one local process;
+* **repeat served**: the same command while ``kvtrace serve`` holds the warehouse (started before
+  the timed runs and given one untimed call first; its start-up is not timed): the client's
+  whole-process wall, against ccusage measured in the same rounds, and its JSON against the truth
+  and against a local run's;
 * **totals**: both tools' per-day and overall token totals against the generator's truth;
 * where a repeat's time goes: ``python -X importtime`` of the ingest command and the report.
 
@@ -40,9 +46,11 @@ KEYS = ("input", "cache_read", "cache_write", "output")
 
 # -- processes -----------------------------------------------------------------------------------
 
-def _run(argv: list[str], env: dict | None = None) -> tuple[float, int | None, bytes]:
-    """Run a process; return (wall seconds, peak RSS in KiB if /usr/bin/time is there, stdout)."""
-    timer = ["/usr/bin/time", "-f", "maxrss_kb=%M"] if Path("/usr/bin/time").exists() else []
+def _run(argv: list[str], env: dict | None = None, rss: bool = True) -> tuple[float, int | None, bytes]:
+    """Run a process; return (wall seconds, peak RSS in KiB if /usr/bin/time is there, stdout).
+    ``rss=False`` runs it without /usr/bin/time (its own fork and exec cost ~1 ms, which
+    matters for a command that takes tens of milliseconds)."""
+    timer = ["/usr/bin/time", "-f", "maxrss_kb=%M"] if rss and Path("/usr/bin/time").exists() else []
     t = time.perf_counter()
     p = subprocess.run(timer + [str(a) for a in argv], capture_output=True, env=env, cwd=REPO)
     wall = time.perf_counter() - t
@@ -131,6 +139,85 @@ def _compare(got: dict[str, dict], want: dict[str, dict]) -> dict:
     return {"exact": not bad_days, "days": len(got), "days_differing": len(bad_days),
             "totals": tot, "diff_vs_truth": {k: tot[k] - want_tot[k] for k in KEYS},
             "ratio_vs_truth": {k: round(tot[k] / want_tot[k], 6) if want_tot[k] else None for k in KEYS}}
+
+
+# -- the repeat through `kvtrace serve` ----------------------------------------------------------
+
+def _report_ingest(tree: Path, db: Path) -> tuple[float, dict]:
+    """``kvtrace report --ingest <tree>/projects`` as one client process (no /usr/bin/time)."""
+    wall, _, out = _run(KVTRACE + ["report", "--ingest", str(tree / "projects"), "--group-by", "day",
+                                   "--format", "json", "--db", str(db), *INGEST_FORMAT], rss=False)
+    return wall, json.loads(out)
+
+
+def _start_server(db: Path, log: Path) -> subprocess.Popen:
+    from kvtrace.serve.server import status
+
+    proc = subprocess.Popen(KVTRACE + ["serve", "--db", str(db)], cwd=REPO, stdin=subprocess.DEVNULL,
+                            stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while status(db) is None:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"kvtrace serve did not start: {log.read_text()[-2000:]}")
+        time.sleep(0.05)
+    return proc
+
+
+def _stop_server(proc: subprocess.Popen, db: Path) -> None:
+    if proc.poll() is None:
+        subprocess.run(KVTRACE + ["serve", "--stop", "--db", str(db)], capture_output=True, timeout=120)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _without(report: dict, key: str = "generated_at") -> dict:
+    return {k: v for k, v in report.items() if k != key}
+
+
+def _served_repeat(tree: Path, db: Path, home: Path, reps: int, seed: int, have_ccusage: bool,
+                   work: Path, added: list[Path]) -> tuple[dict, dict]:
+    """The one-process repeat, locally and then through `kvtrace serve` (interleaved with ccusage);
+    returns (results, truth per day of the sessions added here)."""
+    extra: dict = {}
+    local = []
+    for i in range(reps):
+        path, t = add_session(tree, seed=seed + i)
+        extra.update(t)
+        added.append(path)
+        local.append(_report_ingest(tree, db)[0])
+    out: dict = {"kvtrace_report_ingest_one_process": _stats(local)}
+    proc = _start_server(db, work / "serve.log")
+    served, cc = [], []
+    try:
+        _report_ingest(tree, db)          # untimed: nothing new; the server's first command
+        for i in range(reps):
+            path, t = add_session(tree, seed=seed + 100 + i)
+            extra.update(t)
+            added.append(path)
+            wall, report = _report_ingest(tree, db)
+            served.append(wall)
+            if have_ccusage:
+                cc.append(_ccusage(tree, home)[0])
+        from kvtrace.serve.server import status
+
+        info = status(db)
+    finally:
+        _stop_server(proc, db)
+    _, local_report = _report_ingest(tree, db)   # the same warehouse, no server: nothing new to read
+    out["kvtrace_served"] = _stats(served)
+    out["server"] = {"commands": info["commands"] if info else None,
+                     "json_same_as_local_run": _without(report) == _without(local_report)}
+    if have_ccusage:
+        out["ccusage_daily_same_rounds"] = _stats(cc)
+        out["speedup_ccusage_over_served_median"] = round(statistics.median(cc) / statistics.median(served), 2)
+        out["speedup_ccusage_over_served_min"] = round(min(cc) / min(served), 2)
+        out["speedup_ccusage_over_one_process_median"] = round(statistics.median(cc) / statistics.median(local), 2)
+    out["_report"] = report
+    return out, extra
 
 
 # -- where a repeat's time goes ------------------------------------------------------------------
@@ -311,6 +398,13 @@ def main() -> dict:
                 statistics.median(rep_cc) / statistics.median(rep_kv), 2)
             result["totals"]["ccusage_after_repeats"] = _compare(_ccusage_days(cc_doc), want_now)
 
+        # -- the repeat as one process, then through `kvtrace serve` (a resident process).
+        served, extra_served = _served_repeat(tree, db, home, reps, 30_000, have_ccusage, work, added)
+        served_report = served.pop("_report")
+        want_now = _add_days(want_now, _truth_days(summarize(extra_served)))
+        served["totals_vs_truth"] = _compare(_kvtrace_days(served_report), want_now)
+        result["repeat_served"] = served
+
         result["whitespace_variant"] = _whitespace_variant(work, home, have_ccusage)
 
         # -- where the repeat's time goes.
@@ -359,6 +453,17 @@ def _print(r: dict) -> None:
     print("  " + line("kvtrace ingest + report", rep["kvtrace_ingest_plus_report"]), file=sys.stderr)
     if "ccusage_daily" in rep:
         print("  " + line("ccusage daily --json --offline", rep["ccusage_daily"]), file=sys.stderr)
+    if "repeat_served" in r:
+        sv = r["repeat_served"]
+        print("repeat after one new file, `kvtrace report --ingest` as one process", file=sys.stderr)
+        print("  " + line("local (no server)", sv["kvtrace_report_ingest_one_process"]), file=sys.stderr)
+        print("  " + line("through kvtrace serve", sv["kvtrace_served"]), file=sys.stderr)
+        if "ccusage_daily_same_rounds" in sv:
+            print("  " + line("ccusage (same rounds)", sv["ccusage_daily_same_rounds"]), file=sys.stderr)
+            print(f"  ccusage / served: {sv['speedup_ccusage_over_served_median']}x (median), "
+                  f"{sv['speedup_ccusage_over_served_min']}x (min)", file=sys.stderr)
+        print(f"  served totals exact={sv['totals_vs_truth']['exact']}, "
+              f"JSON same as a local run={sv['server']['json_same_as_local_run']}", file=sys.stderr)
     for tool in ("kvtrace", "ccusage"):
         if tool in tot:
             print(f"totals {tool}: exact={tot[tool]['exact']} diff={tot[tool]['diff_vs_truth']}", file=sys.stderr)
