@@ -34,8 +34,6 @@ def db_arg(argv: list[str]) -> tuple[bool, str | None]:
 
 def forward_target(argv: list[str], environ=None) -> tuple[str, str] | None:
     """``(socket path, warehouse real path)`` when ``argv`` should go to a server, else None."""
-    from kvtrace.serve.paths import resolve_db, socket_path
-
     environ = os.environ if environ is None else environ
     if not argv or argv[0] not in FORWARDED or environ.get("KVTRACE_NO_SERVE"):
         return None
@@ -44,6 +42,8 @@ def forward_target(argv: list[str], environ=None) -> tuple[str, str] | None:
     given, db = db_arg(argv)
     if argv[0] == "run" and not given:
         return None          # the profile names its warehouse; only an explicit --db is known here
+    from kvtrace.serve.paths import resolve_db, socket_path
+
     db_real = resolve_db(db, environ)
     sock = socket_path(db_real)
     if not os.path.exists(sock):
