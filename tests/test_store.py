@@ -118,3 +118,30 @@ def test_warehouse_with_primary_keys_is_rebuilt_without_them_rows_kept(db_path):
         with pytest.raises(duckdb.ConstraintException):
             s.run("INSERT INTO requests (request_key, ts, source, agent) VALUES (NULL, now(), 'x', 'y')")
         assert s.scalar("SELECT count(*) FROM request_usage") == 1
+
+
+def _partial_row_groups(s, table="requests"):
+    return s.scalar(f"""SELECT count(*) FILTER (WHERE n < 122880) FROM (
+        SELECT row_group_id, sum(count) AS n FROM pragma_storage_info('{table}')
+        WHERE column_id = 0 AND segment_type <> 'VALIDITY' GROUP BY row_group_id)""")
+
+
+def test_a_bulk_checkpoint_leaves_partial_row_groups_that_later_checkpoints_merge(db_path):
+    def insert(s, batch, n):
+        s.run(f"""INSERT INTO requests (request_key, ts, source, agent, output_tokens, ingested_from)
+                  SELECT 'k{batch}-' || i, TIMESTAMP '2026-03-02' + INTERVAL (i) SECOND, 'otlp-log',
+                         'claude-code', i % 7, 'f:' || i FROM range({n}) t(i)""")
+
+    with Store(db_path) as s:
+        s.run("SET threads = 2")
+        insert(s, 0, 300000)                 # parallel: a partial row group per thread
+        s.checkpoint_bulk()
+        assert s.scalar("SELECT current_setting('max_vacuum_tasks')") > 0    # restored
+        left = _partial_row_groups(s)
+        for batch in range(1, 21):           # small transactions, as the collector writes
+            insert(s, batch, 50)
+            s.run("CHECKPOINT")
+        # merged by the later checkpoints' vacuum, and the small inserts did not pile up
+        assert _partial_row_groups(s) <= max(left, 2)
+        assert s.query("SELECT count(*), sum(output_tokens) FROM requests") == [
+            (301000, sum(i % 7 for i in range(300000)) + 20 * sum(i % 7 for i in range(50)))]

@@ -22,6 +22,7 @@ from kvtrace.errors import BadTraceInput, KvtraceError, UnknownFormat
 from kvtrace.ingest.base import Parsed, Reject
 from kvtrace.ingest.formats import FORMATS, INGESTIBLE_SUFFIXES, get_format, sniff
 from kvtrace.store import Store, load_query
+from kvtrace.store.store import ROW_GROUP_ROWS
 
 BATCH_BYTES = 512 << 20  # batch parsers read at most this much per transaction (peak RSS ~0.6 GB)
 MAX_REPORTED_REJECTS = 50
@@ -220,6 +221,8 @@ def ingest(store: Store, paths: Iterable[str | Path], *, format: str | None = No
         if unrecognized:
             with store.transaction():
                 _record_files(store, unrecognized, "unrecognized", _now(), 0, 0, 0)
+    if summary.requests_added + summary.metric_points_added + summary.block_requests_added >= ROW_GROUP_ROWS:
+        store.checkpoint_bulk()
     return summary
 
 

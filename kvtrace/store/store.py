@@ -15,6 +15,7 @@ from kvtrace.errors import SchemaError
 from kvtrace.store.queries import load_query, queries_dir
 
 DEFAULT_DB = "kvtrace.duckdb"
+ROW_GROUP_ROWS = 122_880          # DuckDB's row group size: an insert of more is a bulk insert
 
 
 def default_db_path() -> Path:
@@ -186,6 +187,20 @@ class Store:
             raise
         else:
             self.con.execute("COMMIT")
+
+    def checkpoint_bulk(self) -> None:
+        """Checkpoint after a bulk insert without merging its partial row groups.
+
+        A bulk insert on N threads leaves up to N partial row groups, and merging them at the
+        checkpoint rewrote most of the insert (0.44 s of a 3.5 s ingest of 262 k requests,
+        measured). Left as they are, they are merged by the vacuum of a later checkpoint that
+        touches the table (the next small insert's), which rewrites only those row groups.
+        """
+        self.con.execute("SET max_vacuum_tasks = 0")
+        try:
+            self.con.execute("CHECKPOINT")
+        finally:
+            self.con.execute("RESET max_vacuum_tasks")
 
     def close(self) -> None:
         self.con.close()
