@@ -228,3 +228,69 @@ def test_the_collectors_ingest_goes_through_the_server(served):
     assert totals["segments"] == 1 and totals["failed"] == 0
     assert srv.commands() == before + 1
     assert (spool / "ingested" / "seg-1.jsonl.done").exists()
+
+
+def _in_terminal(args, cwd: Path, cols: int) -> tuple[bytes, int]:
+    """Run kvtrace with stdin/stdout/stderr on a pseudo-terminal ``cols`` wide."""
+    import fcntl
+    import struct
+    import termios
+
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, cols, 0, 0))
+    env = _env(TERM="xterm-256color")
+    env.pop("COLUMNS", None)
+    p = subprocess.Popen(KV + [str(a) for a in args], cwd=cwd, env=env, stdin=slave, stdout=slave, stderr=slave)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 1 << 16)
+        except OSError:            # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    return out, p.wait(timeout=60)
+
+
+def test_terminal_output_matches_a_local_run(served):
+    srv, root = served
+    assert kv("ingest", "traces", "--db", "a.duckdb", cwd=root).returncode == 0
+    assert kv("ingest", "traces", "--db", "b.duckdb", cwd=root).returncode == 0
+    before = srv.commands()
+    a = _in_terminal(["report", "--db", "a.duckdb"], root, cols=93)
+    assert srv.commands() == before + 1
+    b = _in_terminal(["report", "--db", "b.duckdb"], root, cols=93)
+    assert a == b and a[1] == 0
+    assert b"\x1b[" in a[0]                   # rich saw a terminal: colours and styles
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another user")
+def test_a_peer_of_another_uid_is_refused():
+    import tempfile
+
+    from kvtrace.serve import client, protocol
+
+    folder = Path(tempfile.mkdtemp(prefix="kvtrace-serve-uid-"))   # reachable by another user
+    os.chmod(folder, 0o755)
+    srv = Served(folder / "kv.duckdb")
+    try:
+        sock = paths.socket_path(str(srv.db))
+        os.chmod(sock, 0o666)               # let the other user reach the check behind the file mode
+        pid = os.fork()
+        if pid == 0:                        # the child: become nobody and ask for a status
+            try:
+                os.setgid(65534)
+                os.setuid(65534)
+                answer = client.call(sock, protocol.PING)
+                os._exit(0 if answer is not None and answer[0] == protocol.REFUSED else 1)
+            except BaseException:
+                os._exit(2)
+        _, code = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(code) == 0
+        assert status(srv.db)["pid"] == srv.pid      # and it still serves its own user
+    finally:
+        srv.stop()
+        shutil.rmtree(folder, ignore_errors=True)
