@@ -274,6 +274,15 @@ def test_pieces_are_whole_lines_and_lose_nothing(lines_, final_newline, size):
     pieces = list(otlp_common.iter_chunks(io.BytesIO(data), size))
     assert b"".join(pieces) == data
     assert all(p.endswith(b"\n") for p in pieces[:-1]) and all(pieces)
+    # two buffers in turn: a piece stays intact while the next one is read (prefetch's case)
+    held, prev = [], None
+    for p in otlp_common.iter_chunks(io.BytesIO(data), size, buffers=2):
+        if prev is not None:
+            held.append(bytes(prev))       # read after the next piece was filled
+        prev = p
+    if prev is not None:
+        held.append(bytes(prev))
+    assert held == [bytes(p) for p in pieces]
 
 
 def test_prefetch_yields_everything_in_order_and_passes_errors_on():

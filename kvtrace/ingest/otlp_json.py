@@ -75,7 +75,8 @@ def parse_lines(data: bytes | Iterable[bytes | str], origin: str) -> Parsed:
 def _read(fh, compressed: bool) -> Iterator[tuple[bytes | bytearray, str | None]]:
     """Chunks of whole lines; a gzip stream that ends early yields what it had and says so."""
     try:
-        for chunk in iter_chunks(fh, CHUNK_BYTES):
+        # two buffers in turn: _parse is done with a piece before prefetch reads the one after next
+        for chunk in iter_chunks(fh, CHUNK_BYTES, buffers=2):
             yield chunk, None
     except (EOFError, gzip.BadGzipFile, zlib.error) as e:
         if not compressed:
@@ -98,7 +99,7 @@ def _parse(chunks: Iterator[tuple[bytes | bytearray, str | None]], origin: str) 
             problems.extend(lines.rejects)
             _normalize(con, lines, append=first > 1)
             first += lines.count
-            ends_with_newline = data.endswith(b"\n")
+            ends_with_newline = data[-1:] == b"\n"
         parsed.lines = first - 1
         if parsed.lines == 0:
             parsed.rejects = problems
