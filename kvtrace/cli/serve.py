@@ -19,10 +19,12 @@ def serve(
     idle_exit: Annotated[Optional[str], typer.Option("--idle-exit", help="Stop after this long without a command: 30m, 8h.")] = None,
     log: Annotated[Optional[Path], typer.Option("--log", help="With --detach: the server's log file.")] = None,
 ) -> None:
-    """Serve one warehouse from a resident process: the kvtrace CLI then runs warehouse commands
-    (ingest, report, query, export, lake, reuse, replay, size, run --db) inside it, with the
-    warehouse open and the libraries loaded, instead of starting afresh. Output and exit codes are
-    the same as without it; when no server answers, commands run in their own process as usual.
+    """Keep a warehouse open in a resident process, so kvtrace commands on it answer in milliseconds.
+
+    The kvtrace CLI runs warehouse commands (ingest, report, query, export, lake, reuse, replay,
+    size, run --db) inside the server, with the warehouse open and the libraries loaded, instead of
+    starting afresh. Output and exit codes are the same as without it; when no server answers,
+    commands run in their own process as usual.
 
     While it runs, only the CLI reaches the warehouse (through it). Stop it with Ctrl-C, SIGTERM
     or `kvtrace serve --stop`. Runs in the foreground (for systemd, see collectors/) unless --detach.
