@@ -191,7 +191,7 @@ def test_stop_and_idle_exit(tmp_path):
         assert r.returncode == 1 and b"no kvtrace serve" in r.stderr
     finally:
         srv.stop()
-    idle = Served(db, "--idle-exit", "1s")
+    idle = Served(db, "--idle-exit", "2s")
     try:
         assert idle.proc.wait(timeout=20) == 0
         assert not os.path.exists(paths.socket_path(str(db)))
