@@ -91,7 +91,10 @@ class Server:
         import typer.main
 
         for name in WARM_MODULES:
-            importlib.import_module(name)
+            try:
+                importlib.import_module(name)
+            except ImportError as e:      # a module renamed since: only its first command pays
+                self._say(f"kvtrace serve: not preloaded: {name}: {e}")
         from kvtrace.cli import app
 
         self._click = typer.main.get_command(app)   # typer builds it anew on every app() call
