@@ -88,12 +88,7 @@ def forward(sock_path: str, argv: list[str], db_real: str, prog: str, out=None, 
     req = request(argv, db_real, prog)
     if out is not None:
         req["tty"] = [False, False, False]
-    try:
-        protocol.send(s, protocol.REQUEST, marshal.dumps(req, 4))
-        frame = protocol.recv(s)
-    except OSError:
-        s.close()
-        return None
+    frame = _ask(s, protocol.REQUEST, marshal.dumps(req, 4))
     if frame is None or frame[0] != protocol.ACCEPTED:
         s.close()
         return None
@@ -160,9 +155,19 @@ def call(sock_path: str, kind: bytes, timeout: float = HELLO_TIMEOUT_S) -> tuple
     if s is None:
         return None
     try:
-        protocol.send(s, kind)
+        return _ask(s, kind)
+    finally:
+        s.close()
+
+
+def _ask(s, kind: bytes, payload: bytes = b"") -> tuple[bytes, bytes] | None:
+    """Send a frame and read the answer. A server that refuses us answers before reading and
+    closes: our send may then fail (EPIPE) while its answer is still there to read."""
+    try:
+        protocol.send(s, kind, payload)
+    except OSError:
+        pass
+    try:
         return protocol.recv(s)
     except OSError:
         return None
-    finally:
-        s.close()
