@@ -37,11 +37,13 @@ class Lines:
 
 
 READ_STEP = 1 << 20
+FIRST_PIECE = 8 << 20     # iter_chunks' first piece (reading 128 MB before any work began took 0.15 s)
 
 
 def iter_chunks(fh: BinaryIO, size: int = CHUNK_BYTES, buffers: int = 0,
                 step: int = READ_STEP) -> Iterator[bytearray | memoryview]:
-    """Read ``fh`` in pieces of about ``size`` bytes that end at a line end (except the last).
+    """Read ``fh`` in pieces of about ``size`` bytes (the first ones smaller: 8 MB, doubling) that
+    end at a line end (except the last).
 
     Each piece is read straight into a buffer (``readinto``), which the Arrow lines then share:
     only the few bytes after the last newline are copied, to start the next piece.
@@ -61,8 +63,10 @@ def iter_chunks(fh: BinaryIO, size: int = CHUNK_BYTES, buffers: int = 0,
     pool: list[bytearray] = []
     turn = 0
     carry = b""
+    piece = min(size, FIRST_PIECE)    # doubling up to size: the first piece's consumer starts soon
     while True:
-        need = len(carry) + size
+        need = len(carry) + piece
+        piece = min(piece * 2, size)
         slot = turn % buffers if buffers else 0
         if buffers and slot < len(pool) and len(pool[slot]) >= need:
             buf = pool[slot]
