@@ -29,6 +29,7 @@ from __future__ import annotations
 import gzip
 import os
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
@@ -45,6 +46,8 @@ _REJECTS = {
 }
 # ... or a record kind counted in Parsed.unknown.
 _COUNTED = ("torn_last_line", "synthetic", "api_error", "assistant_without_usage", "compact_boundary")
+
+_MAX_GROUPS = 4      # parallel groups (connections) at most
 
 # Below this many bytes one connection is quicker than starting threads.
 _PARALLEL_BYTES = 16 << 20
@@ -68,8 +71,7 @@ def parse(paths: list[Path]) -> Parsed:
     if not paths:
         parsed.requests = REQUEST_SCHEMA.empty_table()
         return parsed
-    con = duckdb.connect()
-    try:
+    with _connection() as con:
         _settings(con)
         con.register("tx_files", _files_table(paths))
         try:
@@ -81,9 +83,40 @@ def parse(paths: list[Path]) -> Parsed:
         con.execute("CREATE OR REPLACE TEMP VIEW tx_rec AS "
                     + " UNION ALL ".join(f"SELECT * FROM main.tx_rec_{k}" for k in range(n_groups)))
         _collect(con, parsed, paths)
-    finally:
-        con.close()
     return parsed
+
+
+# A new in-memory DuckDB costs 10-20 ms; a cursor on one kept for the process costs nothing (a
+# resident `kvtrace serve` parses a few new files per command). One parse at a time uses it.
+_DB = None
+_DB_LOCK = threading.Lock()
+
+
+@contextmanager
+def _connection():
+    """A connection for one parse: a cursor on the process's in-memory DuckDB, or a new one while
+    another parse holds that. Temporary views and registrations end with the cursor; the
+    ``main.tx_rec_<k>`` tables (shared by a parse's group cursors) are dropped here."""
+    global _DB
+    import duckdb
+
+    if not _DB_LOCK.acquire(blocking=False):
+        with duckdb.connect() as con:
+            yield con
+        return
+    try:
+        if _DB is None:
+            _DB = duckdb.connect()
+        cur = _DB.cursor()
+        try:
+            yield cur
+        finally:
+            try:
+                cur.execute("; ".join(f"DROP TABLE IF EXISTS main.tx_rec_{k}" for k in range(_MAX_GROUPS)))
+            finally:
+                cur.close()
+    finally:
+        _DB_LOCK.release()
 
 
 def _settings(cur) -> None:
@@ -122,7 +155,7 @@ def _parse_fast(con, paths: list[Path]) -> tuple[int, int]:
     if any(p.name.endswith(".gz") for p in paths):
         raise OSError("gzip input: read in Python")
     sizes = [p.stat().st_size for p in paths]   # OSError if a file vanished: read in Python
-    n_groups = min(os.cpu_count() or 1, 4, len(paths)) if sum(sizes) >= _PARALLEL_BYTES else 1
+    n_groups = min(os.cpu_count() or 1, _MAX_GROUPS, len(paths)) if sum(sizes) >= _PARALLEL_BYTES else 1
     groups: list[list[int]] = [[] for _ in range(max(n_groups, 1))]
     load = [0] * len(groups)
     for i in sorted(range(len(paths)), key=lambda i: -sizes[i]):  # largest first, to the lightest group

@@ -56,7 +56,17 @@ def expand_inputs(paths: Iterable[str | Path], stdin_dir: Path | None = None,
     Files found by walking a folder are added to ``walked`` (when given): an unrecognized one
     there is skipped and counted, while a file named on the command line must be readable.
     """
-    out: list[Path] = []
+    found: set[str] = set()
+    out = [Path(p) for p in _expand(paths, stdin_dir, found)]
+    if walked is not None:
+        walked.update(Path(p) for p in found)
+    return out
+
+
+def _expand(paths: Iterable[str | Path], stdin_dir: Path | None, walked: set[str]) -> list[str | Path]:
+    """:func:`expand_inputs` with the files of walked folders as absolute path strings (in
+    ``walked`` too): for a tree of thousands of files, Path objects cost several times the walk."""
+    out: list[str | Path] = []
     for raw in paths:
         s = str(raw)
         if s == "-":
@@ -69,37 +79,53 @@ def expand_inputs(paths: Iterable[str | Path], stdin_dir: Path | None = None,
             continue
         p = Path(s).expanduser()
         if p.is_dir():
-            root = p.resolve()
-            found = sorted(root / rel for rel in _walk(root))
+            root = str(p.resolve())
+            # Strings, sorted as Paths sort (by component), are ~10x cheaper than Path objects
+            # for a tree of thousands of files.
+            found = sorted(_walk_abs(root), key=_parts)
             out.extend(found)
-            if walked is not None:
-                walked.update(found)
+            walked.update(found)
         elif p.is_file():
             out.append(p)
         elif any(c in s for c in "*?["):
             matches = sorted(Path(m) for m in glob.glob(os.path.expanduser(s), recursive=True))
             if not matches:
                 raise KvtraceError(f"{s}: no file matches", hint="check the pattern, or quote it so the shell does not expand it")
-            out.extend(expand_inputs(matches))
+            out.extend(_expand(matches, None, set()))
         else:
             raise KvtraceError(f"{s}: no such file or folder", hint="pass files, folders, globs or - for stdin")
     seen, unique = set(), []
     for p in out:
-        key = os.path.abspath(p)
+        key = p if isinstance(p, str) else os.path.abspath(p)   # walked files are absolute already
         if key not in seen:
             seen.add(key)
             unique.append(p)
     return unique
 
 
-def _walk(root: Path) -> list[str]:
-    """Ingestible files under ``root``, as paths relative to it (os.walk: no per-file stat)."""
-    out = []
-    for folder, _dirs, names in os.walk(root):
-        rel = os.path.relpath(folder, root)
-        for n in names:
-            if n.endswith(INGESTIBLE_SUFFIXES):
-                out.append(n if rel == "." else os.path.join(rel, n))
+def _parts(path: str) -> list[str]:
+    return path.split(os.sep)
+
+
+def _walk_abs(root: str) -> list[str]:
+    """Ingestible files under ``root`` (absolute), as absolute paths (scandir: no per-file stat)."""
+    out, stack = [], [root]
+    while stack:
+        folder = stack.pop()
+        try:
+            with os.scandir(folder) as it:
+                for e in it:
+                    try:
+                        is_dir = e.is_dir()
+                    except OSError:           # as os.walk: an entry that cannot be stat'ed is a file
+                        is_dir = False
+                    if is_dir:                # as os.walk: a link to a folder is neither entered nor read
+                        if not e.is_symlink():
+                            stack.append(e.path)
+                    elif e.name.endswith(INGESTIBLE_SUFFIXES):
+                        out.append(e.path)
+        except OSError:                       # as os.walk: an unreadable folder is skipped
+            continue
     return out
 
 
@@ -109,7 +135,7 @@ def _stat(p: Path) -> tuple[str, int, int]:
     # The later of mtime and ctime: a tool can put an old mtime back after rewriting a file in
     # place with the same size, but not the ctime (a chmod only costs one harmless re-read).
     st = os.stat(p)
-    return os.path.abspath(p), st.st_size, max(st.st_mtime_ns, st.st_ctime_ns)
+    return p if isinstance(p, str) else os.path.abspath(p), st.st_size, max(st.st_mtime_ns, st.st_ctime_ns)
 
 
 # -- merge ---------------------------------------------------------------------------------------
@@ -185,8 +211,8 @@ def ingest(store: Store, paths: Iterable[str | Path], *, format: str | None = No
     summary = IngestSummary()
     forced = get_format(format) if format else None
     with tempfile.TemporaryDirectory(prefix="kvtrace-") as tmp:
-        walked: set[Path] = set()
-        files = expand_inputs(paths, stdin_dir=Path(tmp), walked=walked)
+        walked: set[str] = set()
+        files = _expand(paths, Path(tmp), walked)
         summary.files = len(files)
         # Files a walk found unrecognizable are in the ledger too (format 'unrecognized'), so a
         # repeat does not sniff them again; forcing a format reads them after all.
@@ -197,13 +223,15 @@ def ingest(store: Store, paths: Iterable[str | Path], *, format: str | None = No
         unrecognized: list[tuple[Path, tuple]] = []
         for p in files:
             st = _stat(p)
-            if st in ledger and (ledger[st] != "unrecognized" or p in walked):
+            was_walked = p in walked
+            if st in ledger and (ledger[st] != "unrecognized" or was_walked):
                 summary.files_skipped += 1
                 continue
+            p = Path(p)
             try:
                 name = forced.name if forced else sniff(p)
             except UnknownFormat:
-                if p not in walked:
+                if not was_walked:
                     raise
                 # e.g. ~/.codex/history.jsonl beside the sessions: not telemetry, not an error
                 summary.unknown_records["file:unrecognized"] = summary.unknown_records.get("file:unrecognized", 0) + 1
