@@ -10,6 +10,7 @@ be normalized on one core.
 
 from __future__ import annotations
 
+import mmap
 import zlib
 
 from collections.abc import Iterable, Iterator
@@ -68,12 +69,16 @@ def iter_chunks(fh: BinaryIO, size: int = CHUNK_BYTES, buffers: int = 0,
         need = len(carry) + piece
         piece = min(piece * 2, size)
         slot = turn % buffers if buffers else 0
-        if buffers and slot < len(pool) and len(pool[slot]) >= need:
+        if not buffers:
+            buf = bytearray(need)
+        elif slot < len(pool) and len(pool[slot]) >= need:
             buf = pool[slot]
         else:
-            buf = bytearray(need)        # never resized in place: an old piece may still be exported
-            if buffers:
-                pool[slot:slot + 1] = [buf]
+            # Anonymous memory is zeroed page by page as it is first written, so the small first
+            # pieces touch only what they use. Never resized in place: an old piece may still be
+            # exported.
+            buf = mmap.mmap(-1, max(need, size + READ_STEP))
+            pool[slot:slot + 1] = [buf]
         buf[:len(carry)] = carry
         got = len(carry)
         while got < need:
@@ -100,7 +105,7 @@ def iter_chunks(fh: BinaryIO, size: int = CHUNK_BYTES, buffers: int = 0,
         yield _piece(buf, cut + 1, buffers)
 
 
-def _piece(buf: bytearray, n: int, shared: int) -> bytearray | memoryview:
+def _piece(buf: bytearray | mmap.mmap, n: int, shared: int) -> bytearray | memoryview:
     if shared:
         return memoryview(buf)[:n]
     del buf[n:]
