@@ -156,13 +156,7 @@ def ingest_segments(spool: str, db: str, keep_seconds: float) -> dict:
                 if served.get("error"):
                     totals["failed"] += _give_up(root, ready, RuntimeError(served["error"]))
                     continue
-                s = _Summary(served)
-                os.replace(ready, done_dir / (seg.segment_id(ready) + seg.DONE))
-                seg.fsync_dir(root)
-                totals["segments"] += 1
-                for k in ("requests_added", "metric_points_added", "duplicates_skipped", "lines_rejected"):
-                    totals[k] += getattr(s, k)
-                totals["rejects"].extend(s.rejects[: max(0, 10 - len(totals["rejects"]))])
+                _done(root, ready, done_dir, _Summary(served), totals)
                 continue
             # The warehouse is held for one segment's transaction at a time, so reports can run.
             stack = contextlib.ExitStack()
@@ -176,14 +170,19 @@ def ingest_segments(spool: str, db: str, keep_seconds: float) -> dict:
                 continue
             finally:
                 stack.close()
-            os.replace(ready, done_dir / (seg.segment_id(ready) + seg.DONE))
-            seg.fsync_dir(root)
-            totals["segments"] += 1
-            for k in ("requests_added", "metric_points_added", "duplicates_skipped", "lines_rejected"):
-                totals[k] += getattr(s, k)
-            totals["rejects"].extend(s.rejects[: max(0, 10 - len(totals["rejects"]))])
+            _done(root, ready, done_dir, s, totals)
         prune(done_dir, keep_seconds)
     return totals
+
+
+def _done(root: Path, ready: Path, done_dir: Path, s, totals: dict) -> None:
+    """A segment is stored: move it to done/ (durably) and add its counts to the cycle's."""
+    os.replace(ready, done_dir / (seg.segment_id(ready) + seg.DONE))
+    seg.fsync_dir(root)
+    totals["segments"] += 1
+    for k in ("requests_added", "metric_points_added", "duplicates_skipped", "lines_rejected"):
+        totals[k] += getattr(s, k)
+    totals["rejects"].extend(s.rejects[: max(0, 10 - len(totals["rejects"]))])
 
 
 def prune(done_dir: Path, keep_seconds: float) -> int:
