@@ -147,33 +147,50 @@ def _merge(store: Store, parsed: Parsed, summary: IngestSummary) -> None:
         try:
             n_in = table.num_rows
             if name == "requests":
-                before = store.scalar("SELECT count(*) FROM requests")
-                _stage_unique(store)
-                store.run(load_query("ingest/merge_requests").sql)
-                after = store.scalar("SELECT count(*) FROM requests")
-                replaced = store.scalar("SELECT count(*) FROM matched WHERE better AND r_key <> s_key")
-                added = after - before + replaced
-                summary.requests_added += added - replaced
-                summary.duplicates_skipped += n_in - (added - replaced)
+                added = _merge_requests(store, table)
+                summary.requests_added += added
+                summary.duplicates_skipped += n_in - added
             else:
-                before = store.scalar(f"SELECT count(*) FROM {name}")
-                store.run(load_query("ingest/merge_points").sql if name == "metric_points" else
-                          f"INSERT INTO {name} BY NAME SELECT * FROM staged_in ON CONFLICT DO NOTHING")
-                added = store.scalar(f"SELECT count(*) FROM {name}") - before
+                added = store.scalar(load_query("ingest/merge_points").sql if name == "metric_points" else
+                                     f"INSERT INTO {name} BY NAME SELECT * FROM staged_in ON CONFLICT DO NOTHING")
                 setattr(summary, f"{name}_added", getattr(summary, f"{name}_added") + added)
                 summary.duplicates_skipped += n_in - added
         finally:
             con.unregister("staged_in")
 
 
-def _stage_unique(store: Store) -> None:
+def _merge_requests(store: Store, table) -> int:
+    """Merge the requests registered as ``staged_in``; returns how many rows the table gained.
+
+    An INSERT's or CREATE TABLE AS's result is its row count, so a batch that matches no stored
+    row (new sessions: the common case) costs two statements: ingest/merge_match and one INSERT.
+    """
+    _stage_unique(store, table)
+    if not store.scalar(load_query("ingest/merge_match").sql):
+        return store.scalar("INSERT INTO requests BY NAME SELECT * FROM staged")
+    before = store.scalar("SELECT count(*) FROM requests")
+    store.run(load_query("ingest/merge_requests").sql)
+    return store.scalar("SELECT count(*) FROM requests") - before
+
+
+# Up to this many staged rows, uniqueness is checked in Python: a statement costs more.
+_PY_UNIQUE_ROWS = 5000
+
+
+def _stage_unique(store: Store, table) -> None:
     """View ``staged``: the staged requests with one row per key and per message id.
 
     Most inputs repeat neither (an OTLP file, a batch of transcripts the parser has already
     reduced), and two distinct counts cost a tenth of the window passes that would find that out.
     """
-    unique = store.scalar("SELECT count(DISTINCT request_key) = count(*) "
-                          "AND count(DISTINCT coalesce(message_id, request_key)) = count(*) FROM staged_in")
+    if table.num_rows <= _PY_UNIQUE_ROWS:
+        keys = table.column("request_key").to_pylist()
+        ids = [m if m is not None else k for m, k in zip(table.column("message_id").to_pylist(), keys)]
+        # count(DISTINCT x) = count(*) in SQL: a NULL key makes the batch "not unique" there too
+        unique = None not in keys and len(set(keys)) == len(keys) and len(set(ids)) == len(ids)
+    else:
+        unique = store.scalar("SELECT count(DISTINCT request_key) = count(*) "
+                              "AND count(DISTINCT coalesce(message_id, request_key)) = count(*) FROM staged_in")
     if not unique:
         store.run(load_query("ingest/merge_dedup").sql)
     store.run(f"CREATE OR REPLACE TEMP VIEW staged AS SELECT * FROM {'staged_in' if unique else 'staged_dedup'}")
@@ -240,15 +257,18 @@ def ingest(store: Store, paths: Iterable[str | Path], *, format: str | None = No
             todo.setdefault(name, []).append((p, st))
         units = _units(todo)
         total = sum(st[1] for _, group in units for _, st in group)
+        # Unrecognized files go into the ledger with the last unit (one transaction less).
+        pending = _ledger_rows(unrecognized, "unrecognized", _now(), 0, 0, 0)
         bar = _progress(progress and total > 0)
         with bar:
             task = bar.add_task("ingest", total=total or 1)
-            for fmt_name, group in units:
-                _ingest_unit(store, get_format(fmt_name), group, summary, strict)
+            for i, (fmt_name, group) in enumerate(units):
+                _ingest_unit(store, get_format(fmt_name), group, summary, strict,
+                             pending if i == len(units) - 1 else [])
                 bar.advance(task, sum(st[1] for _, st in group))
-        if unrecognized:
+        if pending and not units:
             with store.transaction():
-                _record_files(store, unrecognized, "unrecognized", _now(), 0, 0, 0)
+                _record_files(store, pending)
     if summary.requests_added + summary.metric_points_added + summary.block_requests_added >= ROW_GROUP_ROWS:
         store.checkpoint_bulk()
     return summary
@@ -277,7 +297,8 @@ def _units(todo: dict[str, list[tuple[Path, tuple]]]) -> list[tuple[str, list[tu
     return units
 
 
-def _ingest_unit(store: Store, fmt, group, summary: IngestSummary, strict: bool) -> None:
+def _ingest_unit(store: Store, fmt, group, summary: IngestSummary, strict: bool, also: list[tuple]) -> None:
+    """Parse one unit and merge it in one transaction, with its ledger rows (and ``also``'s)."""
     parser = fmt.load()
     paths = [p for p, _ in group]
     parsed: Parsed = parser(paths) if fmt.batch else parser(paths[0])
@@ -290,26 +311,37 @@ def _ingest_unit(store: Store, fmt, group, summary: IngestSummary, strict: bool)
         added = (summary.requests_added - before[0]) + (summary.metric_points_added - before[1]) \
             + (summary.block_requests_added - before[2])
         dups = summary.duplicates_skipped - before[3]
-        _record_files(store, group, fmt.name, now, added, dups, len(parsed.rejects))
+        _record_files(store, _ledger_rows(group, fmt.name, now, added, dups, len(parsed.rejects)) + also)
     summary.formats[fmt.name] = summary.formats.get(fmt.name, 0) + len(group)
 
 
-def _record_files(store: Store, group, fmt_name: str, now, added: int, dups: int, rejected: int) -> None:
-    """One ledger insert per transaction (a batch can hold thousands of small transcript files).
-    A batch's counts are booked on its first file."""
+def _ledger_rows(group, fmt_name: str, now, added: int, dups: int, rejected: int) -> list[tuple]:
+    """``ingested_files`` rows of a unit's files; a batch's counts are booked on its first file."""
+    return [(st[0], st[1], st[2], fmt_name, now, added, dups, rejected) if i == 0 else
+            (st[0], st[1], st[2], fmt_name, now, 0, 0, 0) for i, (_, st) in enumerate(group)]
+
+
+_LEDGER_COLUMNS = ("path", "size", "mtime_ns", "format", "ingested_at", "rows_added", "duplicates", "lines_rejected")
+# Up to this many ledger rows go in as statement parameters; more as one Arrow table (a batch
+# can hold thousands of small transcript files).
+_LEDGER_PARAM_ROWS = 64
+
+
+def _record_files(store: Store, rows: list[tuple]) -> None:
+    """One ledger insert per transaction."""
+    if not rows:
+        return
+    insert = f"INSERT INTO ingested_files ({', '.join(_LEDGER_COLUMNS)}) "
+    if len(rows) <= _LEDGER_PARAM_ROWS:
+        values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * len(rows))
+        store.run(insert + f"VALUES {values} ON CONFLICT DO NOTHING", [v for row in rows for v in row])
+        return
     import pyarrow as pa
 
-    n = len(group)
-    first = [1] + [0] * (n - 1)
-    ledger = pa.table({
-        "path": [st[0] for _, st in group], "size": [st[1] for _, st in group],
-        "mtime_ns": [st[2] for _, st in group], "format": [fmt_name] * n, "ingested_at": [now] * n,
-        "rows_added": [added * f for f in first], "duplicates": [dups * f for f in first],
-        "lines_rejected": [rejected * f for f in first],
-    })
+    ledger = pa.table({c: [row[k] for row in rows] for k, c in enumerate(_LEDGER_COLUMNS)})
     store.con.register("ledger_in", ledger)
     try:
-        store.run("INSERT INTO ingested_files BY NAME SELECT * FROM ledger_in ON CONFLICT DO NOTHING")
+        store.run(insert + f"SELECT {', '.join(_LEDGER_COLUMNS)} FROM ledger_in ON CONFLICT DO NOTHING")
     finally:
         store.con.unregister("ledger_in")
 
