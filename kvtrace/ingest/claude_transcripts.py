@@ -1,10 +1,11 @@
 """Claude Code transcripts (``~/.claude/projects/**/*.jsonl``) -> one ``requests`` row per API response.
 
 A batch parser: the pipeline hands it many files at once (up to ``BATCH_BYTES``), read by DuckDB
-on a private in-memory connection, because a Python loop over the lines is several times slower
-than the files take to read. The files are split into one group per core; each group's lines
-are filtered and parsed on its own connection in parallel (``queries/ingest/transcripts_lines.sql``),
-then one query de-duplicates the whole batch (``queries/ingest/transcripts_requests.sql``).
+on a private in-memory database (kept for the process, see ``_Db``), because a Python loop over
+the lines is several times slower than the files take to read. The files are split into one
+group per core; each group's lines are filtered and parsed on its own cursor in parallel
+(``queries/ingest/transcripts_lines.sql``), then one query de-duplicates the whole batch
+(``queries/ingest/transcripts_requests.sql``).
 
 Only lines containing the JSON token ``"assistant"`` (or ``"compact_boundary"``) are parsed;
 the match does not depend on whitespace, and a line is used only if its parsed top-level
@@ -71,87 +72,140 @@ def parse(paths: list[Path]) -> Parsed:
     if not paths:
         parsed.requests = REQUEST_SCHEMA.empty_table()
         return parsed
-    with _connection() as con:
-        _settings(con)
+    with _connection() as db:
+        con = db.cursor(0)
         con.register("tx_files", _files_table(paths))
         try:
-            parsed.lines, n_groups = _parse_fast(con, paths)
+            n_groups = _parse_fast(db, paths)
         except (OSError, duckdb.IOException, duckdb.InvalidInputException, duckdb.ConversionException):
             # A gzip file, a file that vanished, or bytes that are not UTF-8: read each file in
             # Python instead, so one bad file does not sink the batch.
-            parsed.lines, n_groups = _parse_slow(con, paths, parsed), 1
-        con.execute("CREATE OR REPLACE TEMP VIEW tx_rec AS "
-                    + " UNION ALL ".join(f"SELECT * FROM main.tx_rec_{k}" for k in range(n_groups)))
+            n_groups = _parse_slow(db, paths, parsed)
+        db.union_view(n_groups)
         _collect(con, parsed, paths)
+        db.big = n_groups > 1 or parsed.lines > _KEEP_LINES
     return parsed
 
 
-# A new in-memory DuckDB costs 10-20 ms; a cursor on one kept for the process costs nothing (a
-# resident `kvtrace serve` parses a few new files per command). One parse at a time uses it.
-_DB = None
+# Parse tables of at most this many lines stay until the next parse replaces them (dropping
+# costs a statement); bigger ones are dropped at once.
+_KEEP_LINES = 200_000
+
+
+class _Db:
+    """Connections for one parse at a time: cursor ``k`` parses group ``k``, cursor 0 collects.
+
+    The process keeps one in-memory DuckDB and its cursors, each set up once (settings, the
+    views over the file list): a new in-memory DuckDB costs 10-20 ms, and a resident ``kvtrace
+    serve`` parses a few new files per command. A cursor's temporary views and registrations are
+    its own; the ``main.tx_rec_<k>`` tables are shared by a parse's cursors.
+    """
+
+    def __init__(self, con):
+        self.con = con
+        self.cursors: dict[int, object] = {}
+        self.view_groups = 0        # the groups the temp view tx_rec of cursor 0 reads
+        self.raw_views: set[int] = set()   # cursors with their view tx_raw
+        self.big = False
+
+    def cursor(self, k: int):
+        cur = self.cursors.get(k)
+        if cur is None:
+            cur = self.con.cursor()
+            cur.execute("SET TimeZone = 'UTC'")
+            # Every result is ordered explicitly; keeping insertion order makes storing tx_rec ~1.5x slower.
+            cur.execute("SET preserve_insertion_order = false")
+            cur.execute("CREATE OR REPLACE TEMP VIEW tx_names AS "
+                        "SELECT unnest(getvariable('tx_names')) AS filename, unnest(getvariable('tx_idx')) AS file_idx")
+            self.cursors[k] = cur
+        return cur
+
+    def names(self, k: int, names: list[str], idx: list[int]) -> None:
+        """The file list that cursor ``k``'s views ``tx_names(filename, file_idx)`` and ``tx_raw``
+        read (read_text gives filenames back as given)."""
+        cur = self.cursor(k)
+        cur.execute("SET VARIABLE tx_names = ?", [names])
+        cur.execute("SET VARIABLE tx_idx = ?", [idx])
+        if k not in self.raw_views and names:      # read_text needs the list to bind the view
+            cur.execute("CREATE OR REPLACE TEMP VIEW tx_raw AS "
+                        "SELECT filename, content FROM read_text(getvariable('tx_names'))")
+            self.raw_views.add(k)
+
+    def union_view(self, n_groups: int) -> None:
+        if n_groups != self.view_groups:
+            self.cursor(0).execute("CREATE OR REPLACE TEMP VIEW tx_rec AS " + " UNION ALL ".join(
+                f"SELECT * FROM main.tx_rec_{k}" for k in range(n_groups)))
+            self.view_groups = n_groups
+
+    def end(self, ok: bool) -> None:
+        """After a parse: drop big tables; after a failure forget every cursor (whatever state
+        it was left in)."""
+        if ok and not self.big:
+            return
+        self.big = False
+        try:
+            with self.con.cursor() as cur:
+                cur.execute("; ".join(f"DROP TABLE IF EXISTS main.tx_rec_{k}" for k in range(_MAX_GROUPS)))
+        finally:
+            if not ok:
+                self.close_cursors()
+
+    def close_cursors(self) -> None:
+        for cur in self.cursors.values():
+            cur.close()
+        self.cursors.clear()
+        self.view_groups = 0
+        self.raw_views.clear()
+
+
+_DB: _Db | None = None
 _DB_LOCK = threading.Lock()
 
 
 @contextmanager
 def _connection():
-    """A connection for one parse: a cursor on the process's in-memory DuckDB, or a new one while
-    another parse holds that. Temporary views and registrations end with the cursor; the
-    ``main.tx_rec_<k>`` tables (shared by a parse's group cursors) are dropped here."""
+    """The process's kept :class:`_Db`, or a new one while another parse holds that."""
     global _DB
     import duckdb
 
     if not _DB_LOCK.acquire(blocking=False):
-        with duckdb.connect() as con:
-            yield con
+        db = _Db(duckdb.connect())
+        try:
+            yield db
+        finally:
+            db.close_cursors()
+            db.con.close()
         return
     try:
         if _DB is None:
-            _DB = duckdb.connect()
-        cur = _DB.cursor()
+            _DB = _Db(duckdb.connect())
+        ok = False
         try:
-            yield cur
+            yield _DB
+            ok = True
         finally:
-            try:
-                cur.execute("; ".join(f"DROP TABLE IF EXISTS main.tx_rec_{k}" for k in range(_MAX_GROUPS)))
-            finally:
-                cur.close()
+            _DB.end(ok)
     finally:
         _DB_LOCK.release()
 
 
-def _settings(cur) -> None:
-    cur.execute("SET TimeZone = 'UTC'")
-    # Every result is ordered explicitly; keeping insertion order makes storing tx_rec ~1.5x slower.
-    cur.execute("SET preserve_insertion_order = false")
+def _parse_group(db: _Db, k: int, paths: list[Path], idx: list[int]) -> None:
+    """Filter and parse one group of plain files on cursor ``k``."""
+    db.names(k, [str(paths[i]) for i in idx], idx)
+    _run_lines(db.cursor(k), k)
 
 
-def _parse_group(cur, k: int, paths: list[Path], idx: list[int]) -> int:
-    """Filter and parse one group of plain files on its own connection; returns its line count."""
-    _settings(cur)
-    _names(cur, [str(paths[i]) for i in idx], idx)
-    cur.execute("CREATE OR REPLACE TEMP VIEW tx_raw AS SELECT filename, content FROM read_text(getvariable('tx_names'))")
-    return _run_lines(cur, k)
-
-
-def _names(cur, names: list[str], idx: list[int]) -> None:
-    """View ``tx_names(filename, file_idx)``: read_text gives filenames back as given."""
-    cur.execute("SET VARIABLE tx_names = ?", [names])
-    cur.execute("SET VARIABLE tx_idx = ?", [idx])
-    cur.execute("CREATE OR REPLACE TEMP VIEW tx_names AS "
-                "SELECT unnest(getvariable('tx_names')) AS filename, unnest(getvariable('tx_idx')) AS file_idx")
-
-
-def _run_lines(cur, k: int) -> int:
-    """Parse tx_raw's candidate lines into table ``tx_rec_<k>``; return the lines read."""
+def _run_lines(cur, k: int) -> None:
+    """Parse tx_raw's candidate lines into table ``tx_rec_<k>``."""
     sql = load_query("ingest/transcripts_lines").sql
     named = sql.replace("CREATE OR REPLACE TABLE tx_part AS", f"CREATE OR REPLACE TABLE main.tx_rec_{k} AS", 1)
     assert named != sql, "ingest/transcripts_lines.sql must create table tx_part"
     cur.execute(named)
-    return int(cur.execute(f"SELECT coalesce(sum(file_lines), 0) FROM main.tx_rec_{k}").fetchall()[0][0])
 
 
-def _parse_fast(con, paths: list[Path]) -> tuple[int, int]:
-    """DuckDB reads the files itself, one group per core in parallel (plain UTF-8 files only)."""
+def _parse_fast(db: _Db, paths: list[Path]) -> int:
+    """DuckDB reads the files itself, one group per core in parallel (plain UTF-8 files only);
+    returns the number of groups."""
     if any(p.name.endswith(".gz") for p in paths):
         raise OSError("gzip input: read in Python")
     sizes = [p.stat().st_size for p in paths]   # OSError if a file vanished: read in Python
@@ -164,15 +218,16 @@ def _parse_fast(con, paths: list[Path]) -> tuple[int, int]:
         load[g] += sizes[i]
     groups = [g for g in groups if g]
     if len(groups) == 1:
-        return _parse_group(con, 0, paths, groups[0]), 1
-    results: list[int | BaseException] = [0] * len(groups)
-    cursors = [con.cursor() for _ in groups]
+        _parse_group(db, 0, paths, groups[0])
+        return 1
+    cursors = [db.cursor(k) for k in range(len(groups))]
+    errors: list[BaseException | None] = [None] * len(groups)
 
     def work(k: int) -> None:
         try:
-            results[k] = _parse_group(cursors[k], k, paths, groups[k])
+            _parse_group(db, k, paths, groups[k])
         except BaseException as e:  # re-raised in the calling thread
-            results[k] = e
+            errors[k] = e
 
     threads = [threading.Thread(target=work, args=(k,), daemon=True) for k in range(len(groups))]
     for t in threads:
@@ -186,16 +241,13 @@ def _parse_fast(con, paths: list[Path]) -> tuple[int, int]:
         for t in threads:
             t.join()
         raise
-    finally:
-        for c in cursors:
-            c.close()
-    for r in results:
-        if isinstance(r, BaseException):
-            raise r
-    return sum(results), len(groups)
+    for e in errors:
+        if e is not None:
+            raise e
+    return len(groups)
 
 
-def _parse_slow(con, paths: list[Path], parsed: Parsed) -> int:
+def _parse_slow(db: _Db, paths: list[Path], parsed: Parsed) -> int:
     """Read each file in Python (gzip, undecodable bytes replaced, unreadable files rejected)."""
     idx, texts = [], []
     for i, p in enumerate(paths):
@@ -208,26 +260,34 @@ def _parse_slow(con, paths: list[Path], parsed: Parsed) -> int:
         idx.append(i)
         texts.append(data.decode("utf-8", errors="replace"))
     names = [str(paths[i]) for i in idx]
-    _names(con, names, idx)
+    con = db.cursor(0)
+    db.names(0, names, idx)
     con.execute("DROP VIEW IF EXISTS tx_raw")
+    db.raw_views.discard(0)
     con.register("tx_raw", pa.table({"filename": pa.array(names, pa.string()),
                                      "content": pa.array(texts, pa.large_string())}))
     try:
-        return _run_lines(con, 0)
+        _run_lines(con, 0)
     finally:
         con.unregister("tx_raw")
+    return 1
 
 
 def _collect(con, parsed: Parsed, paths: list[Path]) -> None:
-    """Rejects and counts from the parsed lines, then the de-duplicated requests."""
-    for file_idx, lineno, kind in con.execute(
-            "SELECT file_idx, lineno, kind FROM tx_rec WHERE kind IN ('malformed', 'negative', "
-            "'bad_timestamp', 'no_id') ORDER BY file_idx, lineno").fetchall():
-        reason, field = _REJECTS[kind]
-        parsed.rejects.append(Reject(lineno, reason, field=field, path=str(paths[file_idx])))
-    for kind, n in con.execute("SELECT kind, count(*) FROM tx_rec GROUP BY kind").fetchall():
+    """Line count, rejects and counts from the parsed lines (one query), then the de-duplicated
+    requests."""
+    rejects = []
+    for kind, n, lines, at in con.execute(
+            "SELECT kind, count(*), coalesce(sum(file_lines), 0), "
+            "CASE WHEN kind IN ('malformed', 'negative', 'bad_timestamp', 'no_id') "
+            "THEN list([file_idx, lineno]) END FROM tx_rec GROUP BY kind").fetchall():
+        parsed.lines += int(lines)
         if kind in _COUNTED:
             parsed.unknown[kind] += n
+        rejects.extend((file_idx, lineno, kind) for file_idx, lineno in at or ())
+    for file_idx, lineno, kind in sorted(rejects):
+        reason, field = _REJECTS[kind]
+        parsed.rejects.append(Reject(lineno, reason, field=field, path=str(paths[file_idx])))
     table = con.sql(load_query("ingest/transcripts_requests").sql).to_arrow_table()
     # The query already gives REQUEST_SCHEMA's types; cast() would import pyarrow.compute (50 ms).
     parsed.requests = table if table.schema.equals(REQUEST_SCHEMA) else table.cast(REQUEST_SCHEMA)
