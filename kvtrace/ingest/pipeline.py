@@ -8,6 +8,7 @@ pass) is one transaction, so an error or Ctrl-C leaves nothing half-written; an 
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
@@ -20,7 +21,8 @@ from pathlib import Path
 
 from kvtrace.errors import BadTraceInput, KvtraceError, UnknownFormat
 from kvtrace.ingest.base import Parsed, Reject
-from kvtrace.ingest.formats import FORMATS, INGESTIBLE_SUFFIXES, get_format, sniff
+from kvtrace.ingest import resident
+from kvtrace.ingest.formats import FORMATS, get_format, sniff
 from kvtrace.store import Store, load_query
 from kvtrace.store.store import ROW_GROUP_ROWS
 
@@ -63,9 +65,11 @@ def expand_inputs(paths: Iterable[str | Path], stdin_dir: Path | None = None,
     return out
 
 
-def _expand(paths: Iterable[str | Path], stdin_dir: Path | None, walked: set[str]) -> list[str | Path]:
+def _expand(paths: Iterable[str | Path], stdin_dir: Path | None, walked: set[str],
+            kept: resident.State | None = None) -> list[str | Path]:
     """:func:`expand_inputs` with the files of walked folders as absolute path strings (in
-    ``walked`` too): for a tree of thousands of files, Path objects cost several times the walk."""
+    ``walked`` too): for a tree of thousands of files, Path objects cost several times the walk.
+    ``kept``: a resident process's state (folder listings it need not make again)."""
     out: list[str | Path] = []
     for raw in paths:
         s = str(raw)
@@ -79,10 +83,7 @@ def _expand(paths: Iterable[str | Path], stdin_dir: Path | None, walked: set[str
             continue
         p = Path(s).expanduser()
         if p.is_dir():
-            root = str(p.resolve())
-            # Strings, sorted as Paths sort (by component), are ~10x cheaper than Path objects
-            # for a tree of thousands of files.
-            found = sorted(_walk_abs(root), key=_parts)
+            found = resident.walk(str(p.resolve()), kept)
             out.extend(found)
             walked.update(found)
         elif p.is_file():
@@ -101,32 +102,6 @@ def _expand(paths: Iterable[str | Path], stdin_dir: Path | None, walked: set[str
             seen.add(key)
             unique.append(p)
     return unique
-
-
-def _parts(path: str) -> list[str]:
-    return path.split(os.sep)
-
-
-def _walk_abs(root: str) -> list[str]:
-    """Ingestible files under ``root`` (absolute), as absolute paths (scandir: no per-file stat)."""
-    out, stack = [], [root]
-    while stack:
-        folder = stack.pop()
-        try:
-            with os.scandir(folder) as it:
-                for e in it:
-                    try:
-                        is_dir = e.is_dir()
-                    except OSError:           # as os.walk: an entry that cannot be stat'ed is a file
-                        is_dir = False
-                    if is_dir:                # as os.walk: a link to a folder is neither entered nor read
-                        if not e.is_symlink():
-                            stack.append(e.path)
-                    elif e.name.endswith(INGESTIBLE_SUFFIXES):
-                        out.append(e.path)
-        except OSError:                       # as os.walk: an unreadable folder is skipped
-            continue
-    return out
 
 
 def _stat(p: Path) -> tuple[str, int, int]:
@@ -227,51 +202,63 @@ def ingest(store: Store, paths: Iterable[str | Path], *, format: str | None = No
     """
     summary = IngestSummary()
     forced = get_format(format) if format else None
-    with tempfile.TemporaryDirectory(prefix="kvtrace-") as tmp:
-        walked: set[str] = set()
-        files = _expand(paths, Path(tmp), walked)
-        summary.files = len(files)
-        # Files a walk found unrecognizable are in the ledger too (format 'unrecognized'), so a
-        # repeat does not sniff them again; forcing a format reads them after all.
-        ledger = {} if force else {(r[0], r[1], r[2]): r[3] for r in store.query(
-            "SELECT path, size, mtime_ns, format FROM ingested_files WHERE format <> 'unrecognized' OR NOT ?",
-            [forced is not None])}
-        todo: dict[str, list[tuple[Path, tuple]]] = {}
-        unrecognized: list[tuple[Path, tuple]] = []
-        for p in files:
-            st = _stat(p)
-            was_walked = p in walked
-            if st in ledger and (ledger[st] != "unrecognized" or was_walked):
-                summary.files_skipped += 1
-                continue
-            p = Path(p)
-            try:
-                name = forced.name if forced else sniff(p)
-            except UnknownFormat:
-                if not was_walked:
-                    raise
-                # e.g. ~/.codex/history.jsonl beside the sessions: not telemetry, not an error
-                summary.unknown_records["file:unrecognized"] = summary.unknown_records.get("file:unrecognized", 0) + 1
-                unrecognized.append((p, st))
-                continue
-            todo.setdefault(name, []).append((p, st))
-        units = _units(todo)
-        total = sum(st[1] for _, group in units for _, st in group)
-        # Unrecognized files go into the ledger with the last unit (one transaction less).
-        pending = _ledger_rows(unrecognized, "unrecognized", _now(), 0, 0, 0)
-        bar = _progress(progress and total > 0)
-        with bar:
-            task = bar.add_task("ingest", total=total or 1)
-            for i, (fmt_name, group) in enumerate(units):
-                _ingest_unit(store, get_format(fmt_name), group, summary, strict,
-                             pending if i == len(units) - 1 else [])
-                bar.advance(task, sum(st[1] for _, st in group))
-        if pending and not units:
-            with store.transaction():
-                _record_files(store, pending)
+    kept = resident.state(store)
+    paths = list(paths)
+    try:
+        with (tempfile.TemporaryDirectory(prefix="kvtrace-") if any(str(p) == "-" for p in paths)
+              else contextlib.nullcontext()) as tmp:
+            _ingest_files(store, paths, Path(tmp) if tmp else None, forced, strict, progress, force, kept, summary)
+    except BaseException:
+        resident.forget(store)       # what it kept may no longer match the warehouse
+        raise
     if summary.requests_added + summary.metric_points_added + summary.block_requests_added >= ROW_GROUP_ROWS:
         store.checkpoint_bulk()
     return summary
+
+
+def _ingest_files(store: Store, paths: list, stdin_dir: Path | None, forced, strict: bool, progress: bool,
+                  force: bool, kept: resident.State | None, summary: IngestSummary) -> None:
+    walked: set[str] = set()
+    files = _expand(paths, stdin_dir, walked, kept)
+    summary.files = len(files)
+    # Files a walk found unrecognizable are in the ledger too (format 'unrecognized'), so a
+    # repeat does not sniff them again; forcing a format reads them after all.
+    ledger = {} if force else resident.ledger(store, kept)
+    todo: dict[str, list[tuple[Path, tuple]]] = {}
+    unrecognized: list[tuple[Path, tuple]] = []
+    for p in files:
+        st = _stat(p)
+        was_walked = p in walked
+        known = ledger.get(st)
+        if known is not None and (known != "unrecognized" or (was_walked and forced is None)):
+            summary.files_skipped += 1
+            continue
+        p = Path(p)
+        try:
+            name = forced.name if forced else sniff(p)
+        except UnknownFormat:
+            if not was_walked:
+                raise
+            # e.g. ~/.codex/history.jsonl beside the sessions: not telemetry, not an error
+            summary.unknown_records["file:unrecognized"] = summary.unknown_records.get("file:unrecognized", 0) + 1
+            unrecognized.append((p, st))
+            continue
+        todo.setdefault(name, []).append((p, st))
+    units = _units(todo)
+    total = sum(st[1] for _, group in units for _, st in group)
+    # Unrecognized files go into the ledger with the last unit (one transaction less).
+    pending = _ledger_rows(unrecognized, "unrecognized", _now(), 0, 0, 0)
+    bar = _progress(progress and total > 0)
+    with bar:
+        task = bar.add_task("ingest", total=total or 1)
+        for i, (fmt_name, group) in enumerate(units):
+            _ingest_unit(store, get_format(fmt_name), group, summary, strict,
+                         pending if i == len(units) - 1 else [], kept)
+            bar.advance(task, sum(st[1] for _, st in group))
+    if pending and not units:
+        with store.transaction():
+            _record_files(store, pending)
+        resident.recorded(kept, pending)
 
 
 def _now():
@@ -297,7 +284,8 @@ def _units(todo: dict[str, list[tuple[Path, tuple]]]) -> list[tuple[str, list[tu
     return units
 
 
-def _ingest_unit(store: Store, fmt, group, summary: IngestSummary, strict: bool, also: list[tuple]) -> None:
+def _ingest_unit(store: Store, fmt, group, summary: IngestSummary, strict: bool, also: list[tuple],
+                 kept: resident.State | None) -> None:
     """Parse one unit and merge it in one transaction, with its ledger rows (and ``also``'s)."""
     parser = fmt.load()
     paths = [p for p, _ in group]
@@ -311,7 +299,9 @@ def _ingest_unit(store: Store, fmt, group, summary: IngestSummary, strict: bool,
         added = (summary.requests_added - before[0]) + (summary.metric_points_added - before[1]) \
             + (summary.block_requests_added - before[2])
         dups = summary.duplicates_skipped - before[3]
-        _record_files(store, _ledger_rows(group, fmt.name, now, added, dups, len(parsed.rejects)) + also)
+        rows = _ledger_rows(group, fmt.name, now, added, dups, len(parsed.rejects)) + also
+        _record_files(store, rows)
+    resident.recorded(kept, rows)
     summary.formats[fmt.name] = summary.formats.get(fmt.name, 0) + len(group)
 
 

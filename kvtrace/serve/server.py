@@ -96,8 +96,12 @@ class Server:
             except ImportError as e:      # a module renamed since: only its first command pays
                 self._say(f"kvtrace serve: not preloaded: {name}: {e}")
         from kvtrace.cli import app
+        from kvtrace.ingest import resident
 
         self._click = typer.main.get_command(app)   # typer builds it anew on every app() call
+        # The only writer of the warehouse while it runs: ingests may keep the ledger and folder
+        # listings from one command to the next.
+        resident.enable()
 
     def _listen(self) -> None:
         folder = os.path.dirname(self.sock_path)

@@ -1,0 +1,167 @@
+"""What a resident process (``kvtrace serve``) keeps between ingests: the ledger and folder listings.
+
+A repeat ingest of a big transcript tree reads the whole ``ingested_files`` ledger and lists
+every folder, only to find the one or two files that are new or grew. A process that stays up
+keeps both between commands (it holds the warehouse for writing, so no other process writes it):
+
+* the ledger, as a dict that its own ingests update after each commit; it is read again whenever
+  the table's row count or latest ``ingested_at`` is not what this process expects (a write it
+  did not make), and dropped after any failed ingest;
+* each walked folder's sorted listing with the folder's stat: a folder whose mtime, ctime and
+  inode are unchanged is not listed again. Files are still stat'ed one by one (a file that grows
+  does not change its folder). The listing of a folder whose mtime is within ``RACY_NS`` of the
+  walk is not kept: a second change in the same clock tick would leave the mtime as it was.
+
+Off unless :func:`enable` is called: a one-shot command has nothing to keep.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import weakref
+
+from kvtrace.ingest.formats import INGESTIBLE_SUFFIXES
+
+RACY_NS = 5 * 10**9
+
+LEDGER_SQL = "SELECT path, size, mtime_ns, format FROM ingested_files"
+_TOKEN_SQL = "SELECT count(*), max(ingested_at) FROM ingested_files"
+
+_enabled = False
+_states: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def enable(on: bool = True) -> None:
+    """Keep ledgers and folder listings between ingests in this process (``kvtrace serve``)."""
+    global _enabled
+    _enabled = on
+    if not on:
+        _states.clear()
+
+
+class State:
+    """One warehouse's kept state."""
+
+    def __init__(self) -> None:
+        self.ledger: dict[tuple[str, int, int], str] | None = None
+        self.token: tuple | None = None                 # (rows, latest ingested_at) of that ledger
+        self.folders: dict[str, dict[str, tuple]] = {}  # walked root -> folder -> (stat, entries)
+
+
+def state(store) -> State | None:
+    """The kept state of ``store``'s warehouse, or None when nothing is kept."""
+    if not _enabled:
+        return None
+    st = _states.get(store)
+    if st is None:
+        st = _states[store] = State()
+    return st
+
+
+def forget(store) -> None:
+    """Drop what is kept for ``store`` (after a failed ingest: its writes were rolled back)."""
+    _states.pop(store, None)
+
+
+# -- the ledger ----------------------------------------------------------------------------------
+
+def ledger(store, st: State | None) -> dict[tuple[str, int, int], str]:
+    """``(path, size, mtime_ns) -> format`` of every file in ``ingested_files``."""
+    if st is None:
+        return {(r[0], r[1], r[2]): r[3] for r in store.query(LEDGER_SQL)}
+    token = tuple(store.query(_TOKEN_SQL)[0])
+    if st.ledger is None or token != st.token:
+        st.ledger = {(r[0], r[1], r[2]): r[3] for r in store.query(LEDGER_SQL)}
+        st.token = token
+    return st.ledger
+
+
+def recorded(st: State | None, rows: list[tuple]) -> None:
+    """Note ledger rows (path, size, mtime_ns, format, ingested_at, ...) that a committed
+    ``INSERT ... ON CONFLICT DO NOTHING`` wrote: a key already there kept its row."""
+    if st is None or st.ledger is None:
+        return
+    count, latest = st.token
+    for row in rows:
+        key = (row[0], row[1], row[2])
+        if key not in st.ledger:
+            st.ledger[key] = row[3]
+            count += 1
+            latest = row[4] if latest is None or row[4] > latest else latest
+    st.token = (count, latest)
+
+
+# -- folders -------------------------------------------------------------------------------------
+
+def walk(root: str, st: State | None) -> list[str]:
+    """Ingestible files under ``root`` (an absolute, resolved folder) as absolute paths, sorted as
+    ``Path`` objects sort (component by component): each folder's entries are visited by name.
+
+    As ``os.walk``: a link to a folder is neither entered nor listed, an unreadable folder is
+    skipped, an entry that cannot be stat'ed counts as a file.
+    """
+    kept = st.folders.get(root, {}) if st is not None else None
+    fresh: dict[str, tuple] | None = {} if st is not None else None
+    now = time.time_ns()
+
+    def entries(folder: str) -> list[tuple[str, bool]]:
+        if kept is None:
+            return _list(folder)[0]
+        try:
+            s = os.stat(folder)
+        except OSError:
+            return []
+        stamp = (s.st_mtime_ns, s.st_ctime_ns, s.st_ino, s.st_dev)
+        old = kept.get(folder)
+        if old is not None and old[0] == stamp:
+            fresh[folder] = old
+            return old[1]
+        listed, has_links = _list(folder)
+        # A link's target can turn from a file into a folder without the folder changing.
+        # An entry added or removed later sets the mtime to that moment: unless the mtime we saw
+        # is that recent (the same clock tick), a change shows. ctime is in the stamp for a
+        # change that puts an old mtime back.
+        if not has_links and now - s.st_mtime_ns > RACY_NS:
+            fresh[folder] = (stamp, listed)
+        return listed
+
+    out: list[str] = []
+    stack = [(root.rstrip(os.sep), iter(entries(root)))]     # "/" joins as "" + "/name"
+    while stack:
+        folder, it = stack[-1]
+        for name, is_dir in it:
+            path = folder + os.sep + name
+            if is_dir:
+                stack.append((path, iter(entries(path))))
+                break
+            out.append(path)
+        else:
+            stack.pop()
+    if st is not None:
+        st.folders[root] = fresh
+    return out
+
+
+def _list(folder: str) -> tuple[list[tuple[str, bool]], bool]:
+    """A folder's subfolders and ingestible files as sorted ``(name, is_folder)``, and whether it
+    holds links."""
+    out, links = [], False
+    try:
+        with os.scandir(folder) as it:
+            for e in it:
+                try:
+                    is_dir = e.is_dir()
+                except OSError:
+                    is_dir = False
+                link = e.is_symlink()
+                links = links or link
+                if is_dir:
+                    if not link:
+                        out.append((e.name, True))
+                elif e.name.endswith(INGESTIBLE_SUFFIXES):
+                    out.append((e.name, False))
+    except OSError:
+        return [], True        # not kept: listed again next time
+    out.sort()
+    return out, links
