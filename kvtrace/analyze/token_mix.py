@@ -70,8 +70,10 @@ def token_mix_report(store, since: datetime | None, until: datetime | None, grou
         A :class:`TokenMix`; each group's entries (``{key, requests, sessions, token_mix}``)
         come by key for time groups, else largest total first.
     """
+    # Without metric points request_usage holds just the requests: read the table, not the view.
+    usage = "requests" if store.scalar("SELECT count(*) = 0 FROM metric_points") else None
     rows = store.named("token_mix_groups", {"since": since, "until": until, "groups": ",".join(groups),
-                                             "hourly_max_s": hourly_max_s}).fetchall()
+                                             "hourly_max_s": hourly_max_s, "usage": usage}).fetchall()
     out = TokenMix(groups={g: [] for g in groups})
     for grp, key, requests, sessions, *classes, first_ts, last_ts in rows:
         totals = dict(zip(CLASSES, classes))
