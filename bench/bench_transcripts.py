@@ -259,7 +259,7 @@ def timed(name, fn):
     return wrapper
 ct.parse = timed("parse_s", ct.parse)
 pl._merge = timed("merge_s", pl._merge)
-pl.expand_inputs = timed("walk_s", pl.expand_inputs)
+pl._expand = timed("walk_s", pl._expand)
 pl.sniff = timed("sniff_s", pl.sniff)
 if hasattr(pl, "_record_files"):
     pl._record_files = timed("ledger_s", pl._record_files)
@@ -309,10 +309,27 @@ def _whitespace_variant(work: Path, home: Path, have_ccusage: bool) -> dict:
 
 # -- main ----------------------------------------------------------------------------------------
 
+def _all_files(tree: Path) -> set[Path]:
+    return {p for p in (tree / "projects").rglob("*") if p.is_file()}
+
+
+def _remove_orphans(tree: Path, truth_file: Path) -> int:
+    """Delete subagent sidecars (``agent-*.meta.json``) that an earlier run added and left without
+    their transcript (only ``*.jsonl`` used to be cleaned up); returns how many."""
+    since = truth_file.stat().st_mtime
+    orphans = [p for p in (tree / "projects").rglob("agent-*.meta.json")
+               if p.stat().st_mtime > since and not p.with_name(p.name[:-len(".meta.json")] + ".jsonl").exists()]
+    for p in orphans:
+        p.unlink()
+    return len(orphans)
+
+
 def _tree(mb: int) -> tuple[Path, dict]:
     root = DATA / f"transcripts-{mb}mb-seed{SEED}-v{GENERATOR_VERSION}"
     truth_file = root / "truth.json"
     if truth_file.is_file():
+        if n := _remove_orphans(root, truth_file):
+            print(f"   removed {n} sidecar files left by an earlier run", file=sys.stderr)
         return root, json.loads(truth_file.read_text())
     shutil.rmtree(root, ignore_errors=True)
     t = time.perf_counter()
@@ -338,7 +355,7 @@ def main() -> dict:
         "ccusage": _ccusage_version() if have_ccusage else "not installed (make tools)",
     }
     added: list[Path] = []
-    before_files = set((tree / "projects").rglob("*.jsonl"))
+    before_files = _all_files(tree)
     work = Path(tempfile.mkdtemp(prefix="kvtrace-bench-"))
     try:
         home = work / "home"
@@ -421,7 +438,8 @@ def main() -> dict:
             "report_day_json": _importtime(["report", "--db", str(db), "--group-by", "day", "--format", "json"]),
         }
     finally:
-        for p in set((tree / "projects").rglob("*.jsonl")) - before_files:
+        # Every file the run added: the new sessions' transcripts and their subagents' sidecars.
+        for p in _all_files(tree) - before_files:
             p.unlink()
         for d in sorted((tree / "projects").rglob("*"), reverse=True):
             if d.is_dir() and not any(d.iterdir()):
