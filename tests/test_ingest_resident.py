@@ -202,3 +202,25 @@ def test_parse_from_threads_one_at_a_time_or_beside(tmp_path):
         t.join()
     assert not errors and got == [want] * 4
 
+
+
+@pytest.mark.parametrize("cap", [0, 10**6])
+def test_stored_keys_never_let_a_copy_in_twice(store, tmp_path, kept, monkeypatch, cap):
+    """A batch that shares a message id (a subagent's replay under a new request id) or a
+    session with stored rows is merged, whether the kept keys are there (cap) or not."""
+    monkeypatch.setattr(resident, "KEY_INDEX_MAX_ROWS", cap)
+    root = tmp_path / "t"
+    write(main_file(root, "s0"), [assistant(msg="m0", req="r0", out=5)])
+    ingest(store, [root / "projects"])
+    resident.warm(store)
+    assert (resident.state(store).keys is None) == (cap == 0)
+    write(agent_file(root, "a1"), [assistant(msg="m0", req="replay", out=5, sidechain=True, agent="a1")])
+    s = ingest(store, [root / "projects"])
+    assert (s.requests_added, s.duplicates_skipped) == (0, 1)
+    # A row another writer added is noticed (the row count is not what the process expects).
+    store.run("INSERT INTO requests BY NAME SELECT * REPLACE ('r9' AS request_key, 'm9' AS message_id) "
+              "FROM requests LIMIT 1")
+    write(main_file(root, "s9"), [assistant(msg="m9", req="r9", out=7)])
+    s = ingest(store, [root / "projects"])
+    assert (s.requests_added, s.duplicates_skipped) == (0, 1)
+    assert store.scalar("SELECT count(*) FROM requests") == 2

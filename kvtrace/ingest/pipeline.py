@@ -117,12 +117,13 @@ def _stat(p: Path) -> tuple[str, int, int]:
 
 def _merge(store: Store, parsed: Parsed, summary: IngestSummary) -> None:
     con = store.con
+    kept = resident.state(store)
     for name, table in parsed.tables().items():
         con.register("staged_in", table)
         try:
             n_in = table.num_rows
             if name == "requests":
-                added = _merge_requests(store, table)
+                added = _merge_requests(store, table, kept)
                 summary.requests_added += added
                 summary.duplicates_skipped += n_in - added
             else:
@@ -134,18 +135,22 @@ def _merge(store: Store, parsed: Parsed, summary: IngestSummary) -> None:
             con.unregister("staged_in")
 
 
-def _merge_requests(store: Store, table) -> int:
+def _merge_requests(store: Store, table, kept: resident.State | None) -> int:
     """Merge the requests registered as ``staged_in``; returns how many rows the table gained.
 
     An INSERT's or CREATE TABLE AS's result is its row count, so a batch that matches no stored
-    row (new sessions: the common case) costs two statements: ingest/merge_match and one INSERT.
+    row (new sessions: the common case) costs two statements: ingest/merge_match and one INSERT,
+    or just the INSERT when a resident process's stored keys show that nothing can match.
     """
     _stage_unique(store, table)
-    if not store.scalar(load_query("ingest/merge_match").sql):
-        return store.scalar("INSERT INTO requests BY NAME SELECT * FROM staged")
-    before = store.scalar("SELECT count(*) FROM requests")
-    store.run(load_query("ingest/merge_requests").sql)
-    return store.scalar("SELECT count(*) FROM requests") - before
+    if not resident.may_match(store, kept, table) or not store.scalar(load_query("ingest/merge_match").sql):
+        added = store.scalar("INSERT INTO requests BY NAME SELECT * FROM staged")
+    else:
+        before = store.scalar("SELECT count(*) FROM requests")
+        store.run(load_query("ingest/merge_requests").sql)
+        added = store.scalar("SELECT count(*) FROM requests") - before
+    resident.merged(kept, table, added)
+    return added
 
 
 # Up to this many staged rows, uniqueness is checked in Python: a statement costs more.
@@ -224,13 +229,14 @@ def _ingest_files(store: Store, paths: list, stdin_dir: Path | None, forced, str
     # Files a walk found unrecognizable are in the ledger too (format 'unrecognized'), so a
     # repeat does not sniff them again; forcing a format reads them after all.
     ledger = {} if force else resident.ledger(store, kept)
+    known = None if force else ledger    # every ledger row there is, when it was read
     todo: dict[str, list[tuple[Path, tuple]]] = {}
     unrecognized: list[tuple[Path, tuple]] = []
     for p in files:
         st = _stat(p)
         was_walked = p in walked
-        known = ledger.get(st)
-        if known is not None and (known != "unrecognized" or (was_walked and forced is None)):
+        was = ledger.get(st)
+        if was is not None and (was != "unrecognized" or (was_walked and forced is None)):
             summary.files_skipped += 1
             continue
         p = Path(p)
@@ -253,11 +259,11 @@ def _ingest_files(store: Store, paths: list, stdin_dir: Path | None, forced, str
         task = bar.add_task("ingest", total=total or 1)
         for i, (fmt_name, group) in enumerate(units):
             _ingest_unit(store, get_format(fmt_name), group, summary, strict,
-                         pending if i == len(units) - 1 else [], kept)
+                         pending if i == len(units) - 1 else [], kept, known)
             bar.advance(task, sum(st[1] for _, st in group))
     if pending and not units:
         with store.transaction():
-            _record_files(store, pending)
+            _record_files(store, pending, known)
         resident.recorded(kept, pending)
 
 
@@ -285,7 +291,7 @@ def _units(todo: dict[str, list[tuple[Path, tuple]]]) -> list[tuple[str, list[tu
 
 
 def _ingest_unit(store: Store, fmt, group, summary: IngestSummary, strict: bool, also: list[tuple],
-                 kept: resident.State | None) -> None:
+                 kept: resident.State | None, known: dict | None) -> None:
     """Parse one unit and merge it in one transaction, with its ledger rows (and ``also``'s)."""
     parser = fmt.load()
     paths = [p for p, _ in group]
@@ -300,7 +306,7 @@ def _ingest_unit(store: Store, fmt, group, summary: IngestSummary, strict: bool,
             + (summary.block_requests_added - before[2])
         dups = summary.duplicates_skipped - before[3]
         rows = _ledger_rows(group, fmt.name, now, added, dups, len(parsed.rejects)) + also
-        _record_files(store, rows)
+        _record_files(store, rows, known)
     resident.recorded(kept, rows)
     summary.formats[fmt.name] = summary.formats.get(fmt.name, 0) + len(group)
 
@@ -317,21 +323,25 @@ _LEDGER_COLUMNS = ("path", "size", "mtime_ns", "format", "ingested_at", "rows_ad
 _LEDGER_PARAM_ROWS = 64
 
 
-def _record_files(store: Store, rows: list[tuple]) -> None:
-    """One ledger insert per transaction."""
+def _record_files(store: Store, rows: list[tuple], known: dict | None) -> None:
+    """One ledger insert per transaction. ``known``: the ledger's keys as read at the start of
+    the ingest (None: not read); when none of the rows is there, the insert skips the conflict
+    check (a third of its cost)."""
     if not rows:
         return
     insert = f"INSERT INTO ingested_files ({', '.join(_LEDGER_COLUMNS)}) "
+    conflicts = known is None or any((row[0], row[1], row[2]) in known for row in rows)
+    on_conflict = " ON CONFLICT DO NOTHING" if conflicts else ""
     if len(rows) <= _LEDGER_PARAM_ROWS:
         values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * len(rows))
-        store.run(insert + f"VALUES {values} ON CONFLICT DO NOTHING", [v for row in rows for v in row])
+        store.run(insert + f"VALUES {values}{on_conflict}", [v for row in rows for v in row])
         return
     import pyarrow as pa
 
     ledger = pa.table({c: [row[k] for row in rows] for k, c in enumerate(_LEDGER_COLUMNS)})
     store.con.register("ledger_in", ledger)
     try:
-        store.run(insert + f"SELECT {', '.join(_LEDGER_COLUMNS)} FROM ledger_in ON CONFLICT DO NOTHING")
+        store.run(insert + f"SELECT {', '.join(_LEDGER_COLUMNS)} FROM ledger_in{on_conflict}")
     finally:
         store.con.unregister("ledger_in")
 

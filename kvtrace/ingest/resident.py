@@ -12,6 +12,12 @@ keeps both between commands (it holds the warehouse for writing, so no other pro
   does not change its folder). The listing of a folder whose mtime is within ``RACY_NS`` of the
   walk is not kept: a second change in the same clock tick would leave the mtime as it was.
 
+* the set of request keys, message ids and session ids stored in ``requests`` (as ``hash()``
+  values, a superset: values only join it), so that a batch sharing none of them with the
+  warehouse (new sessions) is inserted without the merge's joins against every stored row; it
+  is rebuilt when the table's row count is not what this process expects, and not kept for a
+  warehouse of more than ``KEY_INDEX_MAX_ROWS`` requests (~100 bytes a row).
+
 Off unless :func:`enable` is called: a one-shot command has nothing to keep.
 """
 
@@ -24,6 +30,8 @@ import weakref
 from kvtrace.ingest.formats import INGESTIBLE_SUFFIXES
 
 RACY_NS = 5 * 10**9
+KEY_INDEX_MAX_ROWS = 250_000
+_KEY_COLUMNS = ("request_key", "message_id", "session_id")
 
 LEDGER_SQL = "SELECT path, size, mtime_ns, format FROM ingested_files"
 _TOKEN_SQL = "SELECT count(*), max(ingested_at) FROM ingested_files"
@@ -47,6 +55,8 @@ class State:
         self.ledger: dict[tuple[str, int, int], str] | None = None
         self.token: tuple | None = None                 # (rows, latest ingested_at) of that ledger
         self.folders: dict[str, dict[str, tuple]] = {}  # walked root -> folder -> (stat, entries)
+        self.keys: set[int] | None = None               # hash() of stored request keys, message and session ids
+        self.key_rows = -1                              # requests rows the keys were last in step with
 
 
 def state(store) -> State | None:
@@ -57,6 +67,15 @@ def state(store) -> State | None:
     if st is None:
         st = _states[store] = State()
     return st
+
+
+def warm(store) -> None:
+    """Read the ledger and the stored keys now (a server's start-up) rather than in the first
+    ingest."""
+    st = state(store)
+    if st is not None:
+        ledger(store, st)
+        _keys(store, st)
 
 
 def forget(store) -> None:
@@ -90,6 +109,38 @@ def recorded(st: State | None, rows: list[tuple]) -> None:
             count += 1
             latest = row[4] if latest is None or row[4] > latest else latest
     st.token = (count, latest)
+
+
+# -- stored keys ---------------------------------------------------------------------------------
+
+def may_match(store, st: State | None, staged) -> bool:
+    """Whether a staged row (Arrow table ``staged``) may share a request key, message id or
+    session id with a stored request: False only when provably none does."""
+    keys = _keys(store, st) if st is not None else None
+    if keys is None:
+        return True
+    return any(hash(v) in keys for c in _KEY_COLUMNS for v in staged.column(c).to_pylist() if v is not None)
+
+
+def _keys(store, st: State) -> set[int] | None:
+    rows = store.scalar("SELECT count(*) FROM requests")
+    if rows > KEY_INDEX_MAX_ROWS:
+        st.keys = None
+        return None
+    if st.keys is None or rows != st.key_rows:
+        st.keys = {hash(v) for row in store.query(f"SELECT {', '.join(_KEY_COLUMNS)} FROM requests")
+                   for v in row if v is not None}
+        st.key_rows = rows
+    return st.keys
+
+
+def merged(st: State | None, staged, rows_added: int) -> None:
+    """After a merge of ``staged`` that changed the row count by ``rows_added``: its values join
+    the stored keys (the merge's updates only copy staged values into stored rows)."""
+    if st is None or st.keys is None:
+        return
+    st.keys.update(hash(v) for c in _KEY_COLUMNS for v in staged.column(c).to_pylist() if v is not None)
+    st.key_rows += rows_added
 
 
 # -- folders -------------------------------------------------------------------------------------

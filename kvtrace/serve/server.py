@@ -99,9 +99,10 @@ class Server:
         from kvtrace.ingest import resident
 
         self._click = typer.main.get_command(app)   # typer builds it anew on every app() call
-        # The only writer of the warehouse while it runs: ingests may keep the ledger and folder
-        # listings from one command to the next.
+        # The only writer of the warehouse while it runs: ingests may keep the ledger, folder
+        # listings and stored keys from one command to the next.
         resident.enable()
+        resident.warm(self.store)
 
     def _listen(self) -> None:
         folder = os.path.dirname(self.sock_path)
