@@ -56,7 +56,7 @@ class TokenMix:
 
 
 def token_mix_report(store, since: datetime | None, until: datetime | None, groups: list[str],
-                     hourly_max_s: float) -> TokenMix:
+                     hourly_max_s: float, metric_points: int | None = None) -> TokenMix:
     """Token mix of the requests in ``[since, until)`` (None: open), overall and per group.
 
     Args:
@@ -65,13 +65,16 @@ def token_mix_report(store, since: datetime | None, until: datetime | None, grou
         groups: ``--group-by`` names (see :data:`GROUPS`).
         hourly_max_s: the chart series is per hour when the requests span at most this long,
             else per day.
+        metric_points: the warehouse's metric point count when the caller has it (None: counted here).
 
     Returns:
         A :class:`TokenMix`; each group's entries (``{key, requests, sessions, token_mix}``)
         come by key for time groups, else largest total first.
     """
     # Without metric points request_usage holds just the requests: read the table, not the view.
-    usage = "requests" if store.scalar("SELECT count(*) = 0 FROM metric_points") else None
+    if metric_points is None:
+        metric_points = store.scalar("SELECT count(*) FROM metric_points")
+    usage = "requests" if metric_points == 0 else None
     rows = store.named("token_mix_groups", {"since": since, "until": until, "groups": ",".join(groups),
                                              "hourly_max_s": hourly_max_s, "usage": usage}).fetchall()
     out = TokenMix(groups={g: [] for g in groups})

@@ -105,6 +105,7 @@ class _Db:
         self.con = con
         self.cursors: dict[int, object] = {}
         self.view_groups = 0        # the groups the temp view tx_rec of cursor 0 reads
+        self.one_thread = False     # DuckDB's own threads set to 1 (small batches)
         self.raw_views: set[int] = set()   # cursors with their view tx_raw
         self.big = False
 
@@ -130,6 +131,14 @@ class _Db:
             cur.execute("CREATE OR REPLACE TEMP VIEW tx_raw AS "
                         "SELECT filename, content FROM read_text(getvariable('tx_names'))")
             self.raw_views.add(k)
+
+    def threads_for(self, total_bytes: int) -> None:
+        """One DuckDB thread for a small batch: scheduling a few kilobytes' pipelines on two
+        threads costs more than it saves (~10% of a one-session parse)."""
+        one = total_bytes < _PARALLEL_BYTES
+        if one != self.one_thread:
+            self.con.execute("SET threads = 1" if one else "RESET threads")
+            self.one_thread = one
 
     def union_view(self, n_groups: int) -> None:
         if n_groups != self.view_groups:
@@ -209,6 +218,7 @@ def _parse_fast(db: _Db, paths: list[Path]) -> int:
     if any(p.name.endswith(".gz") for p in paths):
         raise OSError("gzip input: read in Python")
     sizes = [p.stat().st_size for p in paths]   # OSError if a file vanished: read in Python
+    db.threads_for(sum(sizes))
     n_groups = min(os.cpu_count() or 1, _MAX_GROUPS, len(paths)) if sum(sizes) >= _PARALLEL_BYTES else 1
     groups: list[list[int]] = [[] for _ in range(max(n_groups, 1))]
     load = [0] * len(groups)

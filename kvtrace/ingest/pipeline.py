@@ -71,7 +71,9 @@ def _expand(paths: Iterable[str | Path], stdin_dir: Path | None, walked: set[str
     ``walked`` too): for a tree of thousands of files, Path objects cost several times the walk.
     ``kept``: a resident process's state (folder listings it need not make again)."""
     out: list[str | Path] = []
+    inputs = 0
     for raw in paths:
+        inputs += 1
         s = str(raw)
         if s == "-":
             if stdin_dir is None:
@@ -95,6 +97,8 @@ def _expand(paths: Iterable[str | Path], stdin_dir: Path | None, walked: set[str
             out.extend(_expand(matches, None, set()))
         else:
             raise KvtraceError(f"{s}: no such file or folder", hint="pass files, folders, globs or - for stdin")
+    if inputs == 1:
+        return out             # one input names each file once
     seen, unique = set(), []
     for p in out:
         key = p if isinstance(p, str) else os.path.abspath(p)   # walked files are absolute already
@@ -223,6 +227,7 @@ def ingest(store: Store, paths: Iterable[str | Path], *, format: str | None = No
 
 def _ingest_files(store: Store, paths: list, stdin_dir: Path | None, forced, strict: bool, progress: bool,
                   force: bool, kept: resident.State | None, summary: IngestSummary) -> None:
+    resident.sync(store, kept)
     walked: set[str] = set()
     files = _expand(paths, stdin_dir, walked, kept)
     summary.files = len(files)

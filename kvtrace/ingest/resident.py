@@ -34,7 +34,9 @@ KEY_INDEX_MAX_ROWS = 250_000
 _KEY_COLUMNS = ("request_key", "message_id", "session_id")
 
 LEDGER_SQL = "SELECT path, size, mtime_ns, format FROM ingested_files"
-_TOKEN_SQL = "SELECT count(*), max(ingested_at) FROM ingested_files"
+# What tells a write this process did not make: the ledger's rows and latest time, the requests' rows.
+_TOKEN_SQL = ("SELECT l.n, l.latest, r.n FROM (SELECT count(*) AS n, max(ingested_at) AS latest FROM ingested_files) l, "
+              "(SELECT count(*) AS n FROM requests) r")
 
 _enabled = False
 _states: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -74,7 +76,7 @@ def warm(store) -> None:
     ingest."""
     st = state(store)
     if st is not None:
-        ledger(store, st)
+        sync(store, st)
         _keys(store, st)
 
 
@@ -85,14 +87,25 @@ def forget(store) -> None:
 
 # -- the ledger ----------------------------------------------------------------------------------
 
+def sync(store, st: State | None) -> None:
+    """At the start of an ingest: read again what no longer matches the warehouse (the ledger
+    now, the stored keys when a merge needs them)."""
+    if st is None:
+        return
+    files, latest, requests = store.query(_TOKEN_SQL)[0]
+    if st.ledger is None or (files, latest) != st.token:
+        st.ledger = {(r[0], r[1], r[2]): r[3] for r in store.query(LEDGER_SQL)}
+        st.token = (files, latest)
+    if requests != st.key_rows:
+        st.keys = None
+
+
 def ledger(store, st: State | None) -> dict[tuple[str, int, int], str]:
     """``(path, size, mtime_ns) -> format`` of every file in ``ingested_files``."""
     if st is None:
         return {(r[0], r[1], r[2]): r[3] for r in store.query(LEDGER_SQL)}
-    token = tuple(store.query(_TOKEN_SQL)[0])
-    if st.ledger is None or token != st.token:
-        st.ledger = {(r[0], r[1], r[2]): r[3] for r in store.query(LEDGER_SQL)}
-        st.token = token
+    if st.ledger is None:
+        sync(store, st)
     return st.ledger
 
 
@@ -123,14 +136,17 @@ def may_match(store, st: State | None, staged) -> bool:
 
 
 def _keys(store, st: State) -> set[int] | None:
-    rows = store.scalar("SELECT count(*) FROM requests")
-    if rows > KEY_INDEX_MAX_ROWS:
-        st.keys = None
-        return None
-    if st.keys is None or rows != st.key_rows:
+    """The stored keys (after :func:`sync`, which drops them when the row count is not the one
+    they were in step with), read again if dropped; None over ``KEY_INDEX_MAX_ROWS``."""
+    if st.keys is None:
+        rows = store.scalar("SELECT count(*) FROM requests")
+        if rows > KEY_INDEX_MAX_ROWS:
+            return None
         st.keys = {hash(v) for row in store.query(f"SELECT {', '.join(_KEY_COLUMNS)} FROM requests")
                    for v in row if v is not None}
         st.key_rows = rows
+    elif st.key_rows > KEY_INDEX_MAX_ROWS:
+        st.keys = None
     return st.keys
 
 
@@ -157,6 +173,7 @@ def walk(root: str, st: State | None) -> list[str]:
     now = time.time_ns()
 
     def entries(folder: str) -> list[tuple[str, bool]]:
+        """``(path, is_folder)`` of the folder's entries, by name."""
         if kept is None:
             return _list(folder)[0]
         try:
@@ -178,13 +195,11 @@ def walk(root: str, st: State | None) -> list[str]:
         return listed
 
     out: list[str] = []
-    stack = [(root.rstrip(os.sep), iter(entries(root)))]     # "/" joins as "" + "/name"
+    stack = [iter(entries(root))]
     while stack:
-        folder, it = stack[-1]
-        for name, is_dir in it:
-            path = folder + os.sep + name
+        for path, is_dir in stack[-1]:
             if is_dir:
-                stack.append((path, iter(entries(path))))
+                stack.append(iter(entries(path)))
                 break
             out.append(path)
         else:
@@ -195,8 +210,8 @@ def walk(root: str, st: State | None) -> list[str]:
 
 
 def _list(folder: str) -> tuple[list[tuple[str, bool]], bool]:
-    """A folder's subfolders and ingestible files as sorted ``(name, is_folder)``, and whether it
-    holds links."""
+    """A folder's subfolders and ingestible files as ``(path, is_folder)`` sorted by name, and
+    whether it holds links."""
     out, links = [], False
     try:
         with os.scandir(folder) as it:
@@ -215,4 +230,5 @@ def _list(folder: str) -> tuple[list[tuple[str, bool]], bool]:
     except OSError:
         return [], True        # not kept: listed again next time
     out.sort()
-    return out, links
+    base = folder.rstrip(os.sep) + os.sep      # "/" gives "/name"
+    return [(base + name, is_dir) for name, is_dir in out], links

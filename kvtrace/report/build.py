@@ -53,12 +53,12 @@ SECTIONS: list[tuple[str, str, str]] = [
 
 
 def _window(store: Store, opts: ReportOptions) -> dict:
-    first, last, *_ = store.named("usage_bounds").fetchall()[0]
+    first, last, _requests, metric_points, _blocks = store.named("usage_bounds").fetchall()[0]
     since = parse_instant(opts.since, last)
     until = parse_instant(opts.until, last)
     if since and until and since >= until:
         raise ConfigError(f"--since {opts.since} is not before --until {opts.until}")
-    return {"since": since, "until": until, "first": first, "last": last}
+    return {"since": since, "until": until, "first": first, "last": last, "metric_points": metric_points}
 
 
 # Windows up to this long are charted per hour, longer ones per day.
@@ -79,7 +79,8 @@ def build_report(store: Store, opts: ReportOptions | None = None) -> Report:
         if g not in GROUPS:
             raise ConfigError(f"unknown --group-by '{g}'", hint="choose from " + ", ".join(GROUPS))
     win = _window(store, opts)
-    tm = token_mix_report(store, win["since"], win["until"], opts.group_by, HOURLY_SERIES_MAX_S)
+    tm = token_mix_report(store, win["since"], win["until"], opts.group_by, HOURLY_SERIES_MAX_S,
+                          metric_points=win["metric_points"])
     data: dict = {
         "schema_version": SCHEMA_VERSION,
         "generator": f"kvtrace {__version__}",
