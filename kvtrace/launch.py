@@ -71,7 +71,21 @@ def main() -> None:
 
         code = forward(target[0], argv, target[1], prog_name())
         if code is not None:
-            sys.exit(code)
+            _exit_now(code)
     from kvtrace.cli import main as run_here
 
     run_here()
+
+
+def _exit_now(code: int) -> None:
+    """End a forwarded command without the interpreter's teardown (~1 ms of its ~15): the client
+    starts no thread, registers no atexit handler and holds nothing but its flushed streams."""
+    try:
+        sys.stdout.flush()
+    except Exception:                     # a full disk or closed pipe: exit 120, as the interpreter does
+        code = code or 120
+    try:
+        sys.stderr.flush()
+    except Exception:
+        pass
+    os._exit(code)
