@@ -146,8 +146,11 @@ def _merge_requests(store: Store, table, kept: resident.State | None) -> int:
     row (new sessions: the common case) costs two statements: ingest/merge_match and one INSERT,
     or just the INSERT when a resident process's stored keys show that nothing can match.
     """
-    _stage_unique(store, table)
-    if not resident.may_match(store, kept, table) or not store.scalar(load_query("ingest/merge_match").sql):
+    staged = _stage_unique(store, table)
+    if not resident.may_match(store, kept, table):
+        added = store.scalar(f"INSERT INTO requests BY NAME SELECT * FROM {staged}")
+    elif not store.scalar("CREATE OR REPLACE TEMP VIEW staged AS SELECT * FROM " + staged + ";\n"
+                          + load_query("ingest/merge_match").sql):
         added = store.scalar("INSERT INTO requests BY NAME SELECT * FROM staged")
     else:
         before = store.scalar("SELECT count(*) FROM requests")
@@ -161,8 +164,9 @@ def _merge_requests(store: Store, table, kept: resident.State | None) -> int:
 _PY_UNIQUE_ROWS = 5000
 
 
-def _stage_unique(store: Store, table) -> None:
-    """View ``staged``: the staged requests with one row per key and per message id.
+def _stage_unique(store: Store, table) -> str:
+    """The staged requests with one row per key and per message id: ``staged_in`` itself, or
+    the table ``staged_dedup``.
 
     Most inputs repeat neither (an OTLP file, a batch of transcripts the parser has already
     reduced), and two distinct counts cost a tenth of the window passes that would find that out.
@@ -175,9 +179,10 @@ def _stage_unique(store: Store, table) -> None:
     else:
         unique = store.scalar("SELECT count(DISTINCT request_key) = count(*) "
                               "AND count(DISTINCT coalesce(message_id, request_key)) = count(*) FROM staged_in")
-    if not unique:
-        store.run(load_query("ingest/merge_dedup").sql)
-    store.run(f"CREATE OR REPLACE TEMP VIEW staged AS SELECT * FROM {'staged_in' if unique else 'staged_dedup'}")
+    if unique:
+        return "staged_in"
+    store.run(load_query("ingest/merge_dedup").sql)
+    return "staged_dedup"
 
 
 def _record_rejects(parsed: Parsed, default_path: str, summary: IngestSummary, strict: bool) -> None:
