@@ -549,3 +549,11 @@ def test_a_gzip_file_that_ends_early_keeps_the_whole_lines_before_the_cut(tmp_pa
         assert s.requests_added > 0
         kept = store.scalar("SELECT count(DISTINCT split_part(ingested_from, ':', -1)) FROM requests")
     assert 0 < kept <= whole_lines
+
+
+def test_a_record_without_any_name_is_counted_as_unnamed():
+    rec = {"timeUnixNano": "1772409605742000000", "attributes": [{"key": "x", "value": {"stringValue": "y"}}]}
+    line = json.dumps({"resourceLogs": [{"scopeLogs": [{"logRecords": [rec, rec]}]}]})
+    p = otlp_json.parse_lines([line], "mem")
+    assert p.requests.num_rows == 0 and not p.rejects
+    assert dict(p.unknown) == {"log:(unnamed)": 2}

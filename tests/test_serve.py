@@ -290,3 +290,33 @@ def test_a_peer_of_another_uid_is_refused():
     finally:
         srv.stop()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_served_reads_cannot_write_and_parser_sql_is_not_a_named_query(served):
+    srv, root = served
+    assert kv("ingest", "traces", "--db", "a.duckdb", cwd=root).returncode == 0
+    before = kv("query", "usage_bounds", "--format", "csv", "--db", "a.duckdb", cwd=root).stdout
+    # the merge script is the parser's, not a query: refused, served or not, and nothing changes
+    for db in ("a.duckdb", "b.duckdb"):
+        r = kv("query", "ingest/merge_requests", "--db", db, cwd=root)
+        assert r.returncode == 1 and b"no query named" in r.stderr and b"Traceback" not in r.stderr
+    assert kv("query", "usage_bounds", "--format", "csv", "--db", "a.duckdb", cwd=root).stdout == before
+    assert status(srv.db)["pid"] == srv.pid
+
+
+def test_a_read_only_open_of_the_shared_store_refuses_writes(tmp_path):
+    import duckdb
+
+    from kvtrace.store import Store
+    from kvtrace.store.opener import open_store, sharing
+
+    db = tmp_path / "w.duckdb"
+    with Store(db) as store, sharing(store):
+        with open_store(db, read_only=True) as s:
+            assert s is store
+            s.run("CREATE TEMP TABLE scratch AS SELECT 1 AS x")      # a reader's temp work is fine
+            with pytest.raises(duckdb.Error, match="read-only"):
+                s.run("INSERT INTO ingested_files VALUES ('a', 1, 2, 'otlp-json', now(), 0, 0, 0)")
+        with open_store(db) as s:                                      # a writer still writes
+            s.run("INSERT INTO ingested_files VALUES ('a', 1, 2, 'otlp-json', now(), 0, 0, 0)")
+        assert store.scalar("SELECT count(*) FROM ingested_files") == 1

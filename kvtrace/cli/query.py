@@ -28,6 +28,11 @@ def query(
         for q in list_queries():
             typer.echo(f"{q.name:28} {q.title}")
         return
+    if "/" in name or "\\" in name:
+        # the parser's and the migrations' SQL (ingest/..., schema/...) is not for running by hand
+        from kvtrace.errors import UnknownQuery
+
+        raise UnknownQuery(f"no query named '{name}'", hint="`kvtrace query --list` shows the named queries")
     q = load_query(name)
     params = {}
     for item in param or []:

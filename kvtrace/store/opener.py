@@ -24,13 +24,22 @@ def open_store(path: str | Path | None = None, *, read_only: bool = False, **kwa
 
     Args:
         path: the database file.
-        read_only: open without writing (a shared server Store is a writer, and is handed out
-            all the same: the command only reads).
+        read_only: open without writing (a shared server Store is a writer: it is handed out
+            inside a read-only transaction).
         **kwargs: passed on to :class:`~kvtrace.store.store.Store`.
     """
     shared = _shared
     if shared is not None and shared.path is not None and _same_file(path, shared.path):
-        yield shared
+        if not read_only:
+            yield shared
+            return
+        # the server's connection writes: a command that asked to only read gets a read-only
+        # transaction on it, so it cannot write even by a query that tries to (DuckDB refuses)
+        shared.con.execute("BEGIN TRANSACTION READ ONLY")
+        try:
+            yield shared
+        finally:
+            shared.con.execute("ROLLBACK")
         return
     with Store(path, read_only=read_only, **kwargs) as store:
         yield store

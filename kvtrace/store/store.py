@@ -196,11 +196,11 @@ class Store:
         measured). Left as they are, they are merged by the vacuum of a later checkpoint that
         touches the table (the next small insert's), which rewrites only those row groups.
         """
-        self.con.execute("SET max_vacuum_tasks = 0")
         try:
+            self.con.execute("SET max_vacuum_tasks = 0")
             self.con.execute("CHECKPOINT")
         finally:
-            self.con.execute("RESET max_vacuum_tasks")
+            self.con.execute("RESET max_vacuum_tasks")   # even when interrupted between the two
 
     def close(self) -> None:
         self.con.close()

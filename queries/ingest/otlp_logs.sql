@@ -67,7 +67,8 @@ WITH parsed AS (
 ), classified AS (
     SELECT *,
            coalesce(body_event, field_event, a_event) AS event,
-           coalesce(body_event, field_event, a_event) = 'api_request' AS is_request,
+           -- (false, not NULL, for a record without any name: it is counted as unnamed)
+           coalesce(coalesce(body_event, field_event, a_event) = 'api_request', false) AS is_request,
            otlp_agent_event(a_event) AS agent_event
     FROM named
 ), numbers AS (
