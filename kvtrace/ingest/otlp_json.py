@@ -83,7 +83,9 @@ def _read(fh, compressed: bool) -> Iterator[tuple[bytes | bytearray, str | None]
     except (EOFError, gzip.BadGzipFile, zlib.error) as e:
         if not compressed:
             raise
-        yield b"", f"the gzip stream is damaged or ends early ({e}); lines after this point are lost"
+        # the failing read's output is lost with it: up to READ_STEP of text before the damage
+        yield b"", (f"the gzip stream is damaged or ends early ({e}); the lines after this point, and up to "
+                    f"{READ_STEP >> 20} MiB of text just before it, are lost")
 
 
 def _pieces(chunks: Iterator[tuple[bytes | bytearray | memoryview, str | None]]
