@@ -103,6 +103,9 @@ class Server:
         # listings and stored keys from one command to the next.
         resident.enable()
         resident.warm(self.store)
+        from kvtrace.ingest import claude_transcripts
+
+        claude_transcripts.warm()
 
     def _listen(self) -> None:
         folder = os.path.dirname(self.sock_path)
