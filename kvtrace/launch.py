@@ -80,6 +80,11 @@ def main() -> None:
 def _exit_now(code: int) -> None:
     """End a forwarded command without the interpreter's teardown (~1 ms of its ~15): the client
     starts no thread, registers no atexit handler and holds nothing but its flushed streams."""
+    exit_flushed(code)
+
+
+def exit_flushed(code: int) -> None:
+    """Flush the standard streams and leave the process at once (``os._exit``)."""
     try:
         sys.stdout.flush()
     except Exception:                     # a full disk or closed pipe: exit 120, as the interpreter does

@@ -79,7 +79,6 @@ def _exit(code) -> None:
     another thread still alive, exit normally (the interpreter waits for it).
     """
     import atexit
-    import os
     import threading
 
     if threading.active_count() > 1:
@@ -88,12 +87,6 @@ def _exit(code) -> None:
         print(code, file=sys.stderr)      # what the interpreter does with sys.exit("message")
         code = 1
     atexit._run_exitfuncs()
-    try:
-        sys.stdout.flush()
-    except Exception:                     # a full disk or closed pipe: exit 120, as the interpreter does
-        code = code or 120
-    try:
-        sys.stderr.flush()
-    except Exception:
-        pass
-    os._exit(code or 0)
+    from kvtrace.launch import exit_flushed
+
+    exit_flushed(code or 0)
