@@ -29,7 +29,7 @@ def parse_every(text: str) -> float:
     """A duration (``60s``, ``5m``) or ``off``/``0`` (no ingest by the collector) -> seconds."""
     if str(text).strip().lower() in ("off", "none", "never", "0"):
         return 0.0
-    from kvtrace.report.window import parse_duration
+    from kvtrace.units import parse_duration
 
     return parse_duration(text)
 

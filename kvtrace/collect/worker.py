@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from kvtrace.collect import segments as seg
@@ -94,27 +95,10 @@ def finish_segments(spool: str) -> dict:
 
 def _open_store(db: str, stack: contextlib.ExitStack):
     """The warehouse, closed with ``stack`` (inside ``kvtrace serve``: the server's, left open)."""
-    from kvtrace.errors import SchemaError
     from kvtrace.store import open_store
 
-    deadline = time.monotonic() + STORE_RETRY_SECONDS
-    while True:
-        try:
-            return stack.enter_context(open_store(db))
-        except SchemaError:
-            # Another process (a report, a manual ingest) holds the file; DuckDB allows one writer.
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
-
-
-class _Summary:
-    def __init__(self, d: dict):
-        self.requests_added = d.get("requests_added", 0)
-        self.metric_points_added = d.get("metric_points_added", 0)
-        self.duplicates_skipped = d.get("duplicates_skipped", 0)
-        self.lines_rejected = d.get("lines_rejected", 0)
-        self.rejects = list(d.get("rejects") or [])
+    # Another process (a report, a manual ingest) may hold the file: Store waits for it.
+    return stack.enter_context(open_store(db, lock_wait_s=STORE_RETRY_SECONDS))
 
 
 def _served_ingest(db: str, segment: Path) -> dict | None:
@@ -156,7 +140,7 @@ def ingest_segments(spool: str, db: str, keep_seconds: float) -> dict:
                 if served.get("error"):
                     totals["failed"] += _give_up(root, ready, RuntimeError(served["error"]))
                     continue
-                _done(root, ready, done_dir, _Summary(served), totals)
+                _done(root, ready, done_dir, served, totals)
                 continue
             # The warehouse is held for one segment's transaction at a time, so reports can run.
             stack = contextlib.ExitStack()
@@ -170,19 +154,19 @@ def ingest_segments(spool: str, db: str, keep_seconds: float) -> dict:
                 continue
             finally:
                 stack.close()
-            _done(root, ready, done_dir, s, totals)
+            _done(root, ready, done_dir, asdict(s), totals)
         prune(done_dir, keep_seconds)
     return totals
 
 
-def _done(root: Path, ready: Path, done_dir: Path, s, totals: dict) -> None:
+def _done(root: Path, ready: Path, done_dir: Path, s: dict, totals: dict) -> None:
     """A segment is stored: move it to done/ (durably) and add its counts to the cycle's."""
     os.replace(ready, done_dir / (seg.segment_id(ready) + seg.DONE))
     seg.fsync_dir(root)
     totals["segments"] += 1
     for k in ("requests_added", "metric_points_added", "duplicates_skipped", "lines_rejected"):
-        totals[k] += getattr(s, k)
-    totals["rejects"].extend(s.rejects[: max(0, 10 - len(totals["rejects"]))])
+        totals[k] += s.get(k, 0)
+    totals["rejects"].extend((s.get("rejects") or [])[: max(0, 10 - len(totals["rejects"]))])
 
 
 def prune(done_dir: Path, keep_seconds: float) -> int:

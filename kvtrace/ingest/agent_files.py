@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from kvtrace.ingest.base import REQUEST_SCHEMA, Reject
+from kvtrace.ingest.base import REQUEST_SCHEMA, Reject, arrow_as
 
 
 def read_files(paths: list[Path]) -> tuple[pa.Table, list[Reject]]:
@@ -60,4 +60,4 @@ def line_rejects(con, table: str, paths: list[Path], reasons: dict[str, tuple[st
 
 def requests_table(con, table: str) -> pa.Table:
     """The parser's ``requests`` view as an Arrow table of :data:`REQUEST_SCHEMA`."""
-    return con.sql(f"SELECT {', '.join(REQUEST_SCHEMA.names)} FROM {table}").to_arrow_table().cast(REQUEST_SCHEMA)
+    return arrow_as(con.table(table), REQUEST_SCHEMA)

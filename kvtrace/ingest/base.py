@@ -102,3 +102,8 @@ def query_source_sql(expr: str) -> str:
             f"WHEN {expr} IN ('main','sdk','print') OR starts_with({expr}, 'repl_main') THEN 'main' "
             f"WHEN {expr} = 'subagent' OR starts_with({expr}, 'agent') OR contains({expr}, 'subagent') "
             f"OR starts_with({expr}, 'task') THEN 'subagent' ELSE 'auxiliary' END")
+
+
+def arrow_as(relation, schema: pa.Schema) -> pa.Table:
+    """A DuckDB relation's columns of ``schema`` as an Arrow table of exactly that schema."""
+    return relation.project(", ".join(schema.names)).to_arrow_table().cast(schema)

@@ -29,22 +29,22 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from kvtrace.ingest.base import METRIC_POINT_SCHEMA, REQUEST_SCHEMA, Parsed, Reject
+from kvtrace.ingest.base import METRIC_POINT_SCHEMA, REQUEST_SCHEMA, Parsed, Reject, arrow_as
 from kvtrace.ingest.formats import open_text
 from kvtrace.ingest.otlp_common import (CHUNK_BYTES, READ_STEP, Lines, connect, iter_chunks, join_lines,
                                          lines_table, prefetch)
 from kvtrace.store import load_query
 
-# (bit in otlp_line_class.signals, normalization query, the temp table its rows go to). Every
-# query runs on every chunk, on no lines when the chunk has none of its signal, so the final
-# queries always find their tables.
-# The other agents' records (Codex, Gemini CLI, GenAI/OpenInference spans) have their own queries;
-# otlp_logs marks the lines with a Codex or Gemini CLI event for otlp_agents_logs (kind NULL).
-_SIGNALS = ((1, "ingest/otlp_logs", "otlp_log_rows"), (2, "ingest/otlp_metrics", "otlp_metric_rows"),
-            (4, "ingest/otlp_spans", "otlp_span_rows"),
-            (1, "ingest/otlp_agents_logs", "otlp_agent_log_rows"),
-            (2, "ingest/otlp_agents_metrics", "otlp_agent_metric_rows"),
-            (4, "ingest/otlp_genai_spans", "otlp_genai_span_rows"))
+# (bit in otlp_line_class.signals, normalization query, the temp table its rows go to, and the
+# table whose kind-NULL rows mark its lines, if not the signal bit). Every query runs on every
+# chunk, on no lines when the chunk has none for it, so the final queries always find their tables.
+# otlp_logs marks the lines with a Codex or Gemini CLI event for otlp_agents_logs, so a Claude
+# Code file is not searched again; the other agents' metrics and spans have their own queries.
+_SIGNALS = ((1, "ingest/otlp_logs", "otlp_log_rows", None), (2, "ingest/otlp_metrics", "otlp_metric_rows", None),
+            (4, "ingest/otlp_spans", "otlp_span_rows", None),
+            (1, "ingest/otlp_agents_logs", "otlp_agent_log_rows", "otlp_log_rows"),
+            (2, "ingest/otlp_agents_metrics", "otlp_agent_metric_rows", None),
+            (4, "ingest/otlp_genai_spans", "otlp_genai_span_rows", None))
 
 
 def parse(path: Path) -> Parsed:
@@ -127,8 +127,8 @@ def _parse(chunks: Iterator[tuple[bytes | bytearray | memoryview, str | None]], 
         parsed.rejects = sorted(problems + _rejects(con, torn), key=lambda r: r.line or 0)
         parsed.unknown = Counter({k: int(n) for k, n in con.execute(load_query("ingest/otlp_unknown").sql).fetchall()})
         params = {"origin": origin}
-        parsed.requests = _as(con.sql(load_query("ingest/otlp_requests").sql, params=params), REQUEST_SCHEMA)
-        parsed.metric_points = _as(con.sql(load_query("ingest/otlp_points").sql, params=params), METRIC_POINT_SCHEMA)
+        parsed.requests = arrow_as(con.sql(load_query("ingest/otlp_requests").sql, params=params), REQUEST_SCHEMA)
+        parsed.metric_points = arrow_as(con.sql(load_query("ingest/otlp_points").sql, params=params), METRIC_POINT_SCHEMA)
         return parsed
     finally:
         con.close()
@@ -143,15 +143,14 @@ def _normalize(con, lines, append: bool) -> None:
     cls = con.execute("SELECT line_no, signals FROM otlp_line_class WHERE line_no >= ?", [lines.first]).fetchnumpy()
     signals = np.zeros(lines.count, dtype=np.int64)
     signals[cls["line_no"] - lines.first] = cls["signals"]
-    for bit, query, table in _SIGNALS:
-        mask = (signals & bit) != 0
-        if query == "ingest/otlp_agents_logs":
-            # only the lines where otlp_logs met a Codex or Gemini CLI event (kind NULL): a
-            # Claude Code file is not searched again
-            agent_lines = con.execute("SELECT DISTINCT line_no FROM otlp_log_rows WHERE kind IS NULL "
-                                      "AND line_no >= ?", [lines.first]).fetchnumpy()["line_no"]
+    for bit, query, table, marked_in in _SIGNALS:
+        if marked_in is None:
+            mask = (signals & bit) != 0
+        else:
+            marked = con.execute(f"SELECT DISTINCT line_no FROM {marked_in} WHERE kind IS NULL AND line_no >= ?",
+                                 [lines.first]).fetchnumpy()["line_no"]
             mask = np.zeros(lines.count, dtype=bool)
-            mask[np.asarray(agent_lines, dtype=np.int64) - lines.first] = True
+            mask[np.asarray(marked, dtype=np.int64) - lines.first] = True
         if append and not mask.any():
             continue   # its table exists (first chunk) and would get nothing: skip the query
         con.register("otlp_lines", lines.table if mask.all() else lines.table.filter(pa.array(mask)))
@@ -175,6 +174,3 @@ def _rejects(con, torn_line: int | None) -> list[Reject]:
     return out
 
 
-def _as(relation, schema: pa.Schema) -> pa.Table:
-    table = relation.to_arrow_table()
-    return table.select(schema.names).cast(schema)

@@ -147,7 +147,8 @@ def _merge_requests(store: Store, table, kept: resident.State | None) -> int:
     or just the INSERT when a resident process's stored keys show that nothing can match.
     """
     staged = _stage_unique(store, table)
-    if not resident.may_match(store, kept, table):
+    hashes = resident.key_hashes(table) if kept is not None else None
+    if not resident.may_match(store, kept, hashes):
         added = store.scalar(f"INSERT INTO requests BY NAME SELECT * FROM {staged}")
     elif not store.scalar("CREATE OR REPLACE TEMP VIEW staged AS SELECT * FROM " + staged + ";\n"
                           + load_query("ingest/merge_match").sql):
@@ -156,7 +157,7 @@ def _merge_requests(store: Store, table, kept: resident.State | None) -> int:
         before = store.scalar("SELECT count(*) FROM requests")
         store.run(load_query("ingest/merge_requests").sql)
         added = store.scalar("SELECT count(*) FROM requests") - before
-    resident.merged(kept, table, added)
+    resident.merged(kept, hashes, added)
     return added
 
 

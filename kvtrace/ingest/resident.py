@@ -126,13 +126,18 @@ def recorded(st: State | None, rows: list[tuple]) -> None:
 
 # -- stored keys ---------------------------------------------------------------------------------
 
-def may_match(store, st: State | None, staged) -> bool:
-    """Whether a staged row (Arrow table ``staged``) may share a request key, message id or
+def key_hashes(staged) -> set[int]:
+    """The hashes of a staged Arrow table's request keys, message ids and session ids."""
+    return {hash(v) for c in _KEY_COLUMNS for v in staged.column(c).to_pylist() if v is not None}
+
+
+def may_match(store, st: State | None, hashes: set[int] | None) -> bool:
+    """Whether a staged row (its :func:`key_hashes`) may share a request key, message id or
     session id with a stored request: False only when provably none does."""
     keys = _keys(store, st) if st is not None else None
     if keys is None:
         return True
-    return any(hash(v) in keys for c in _KEY_COLUMNS for v in staged.column(c).to_pylist() if v is not None)
+    return not keys.isdisjoint(hashes)
 
 
 def _keys(store, st: State) -> set[int] | None:
@@ -150,12 +155,13 @@ def _keys(store, st: State) -> set[int] | None:
     return st.keys
 
 
-def merged(st: State | None, staged, rows_added: int) -> None:
-    """After a merge of ``staged`` that changed the row count by ``rows_added``: its values join
-    the stored keys (the merge's updates only copy staged values into stored rows)."""
+def merged(st: State | None, hashes: set[int] | None, rows_added: int) -> None:
+    """After a merge of staged rows (their :func:`key_hashes`) that changed the row count by
+    ``rows_added``: their values join the stored keys (the merge's updates only copy staged
+    values into stored rows)."""
     if st is None or st.keys is None:
         return
-    st.keys.update(hash(v) for c in _KEY_COLUMNS for v in staged.column(c).to_pylist() if v is not None)
+    st.keys |= hashes
     st.key_rows += rows_added
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kvtrace.analyze.token_mix import WRITE_KEYS
 from kvtrace.units import (DASH, fmt_age, fmt_bytes, fmt_bytes_compact, fmt_duration, fmt_int, fmt_pct, fmt_tokens,
                            fmt_tokens_compact, fmt_ttl, fmt_usd)
 
@@ -48,7 +49,7 @@ def shares_line(mix: dict) -> str:
     """The seed study's four-way split: reads / creation (all write TTLs) / output / uncached input."""
     s = mix["shares"]
     parts = [("Cache read", s["cache_read"]),
-             ("Cache creation", s["cache_write_5m"] + s["cache_write_1h"] + s["cache_write_unknown"]),
+             ("Cache creation", sum(s[k] for k in WRITE_KEYS)),
              ("Output", s["output"]), ("Uncached input", s["input_uncached"])]
     return " · ".join(f"{k} {fmt_pct(v)}" for k, v in parts)
 
@@ -57,7 +58,7 @@ def ttl_rows(d: dict) -> list[tuple[str, ...]]:
     rows = []
     for e in d.get("ttl", []):
         ws = e["working_set"]
-        rows.append(("none" if e["ttl_s"] is None else fmt_ttl(e["ttl_s"]), fmt_pct(e["hit_ratio_tokens"]),
+        rows.append((fmt_ttl(e["ttl_s"]), fmt_pct(e["hit_ratio_tokens"]),
                      fmt_pct(e["hit_ratio_blocks"]), fmt_tokens(ws["mean_tokens"]), fmt_tokens(ws["p99_tokens"]),
                      fmt_tokens(ws["peak_tokens"]), fmt_bytes(ws.get("peak_bytes"))))
     return rows
@@ -73,7 +74,7 @@ def group_table(g: str, entries: list[dict]) -> TableSpec:
     rows = []
     for e in entries:
         m = e["token_mix"]
-        writes = m["cache_write_5m"] + m["cache_write_1h"] + m["cache_write_unknown"]
+        writes = sum(m[k] for k in WRITE_KEYS)
         rows.append((str(e["key"]), fmt_int(e["requests"]), fmt_int(m["total"]), fmt_pct(m["shares"]["cache_read"]),
                      fmt_int(writes), fmt_int(m["output"]), fmt_pct(m["cache_hit_ratio"])))
     return TableSpec("groups", f"By {g}", (g, "Requests", "Total tokens", "Read share", "Cache write", "Output",
@@ -161,14 +162,14 @@ def tier_table(t: dict, *, reads: bool = False) -> TableSpec | None:
         return None
 
     def mbps(v):
-        return "–" if v is None else f"{v / 1e6:,.1f}"
+        return DASH if v is None else f"{v / 1e6:,.1f}"
 
     rates = ("read", "write") if reads else ("write",)
     rows = [(x.get("name", "tier"), fmt_tokens(x.get("capacity_tokens")), fmt_bytes(x.get("capacity_bytes")),
              fmt_pct(x.get("hit_ratio_tokens")),
              *(mbps(x.get(f"{r}_bytes_per_s_{s}")) for r in rates for s in ("mean", "peak")),
-             "–" if x.get("dwpd_per_drive") is None else f"{x['dwpd_per_drive']:.2f}",
-             "–" if x.get("dwpd_rating") is None else f"{x['dwpd_rating']:g}", x.get("fills_at") or "never")
+             DASH if x.get("dwpd_per_drive") is None else f"{x['dwpd_per_drive']:.2f}",
+             DASH if x.get("dwpd_rating") is None else f"{x['dwpd_rating']:g}", x.get("fills_at") or "never")
             for x in tiers]
     rate_headers = tuple(f"{r.capitalize()}s {s} (MB/s)" for r in rates for s in ("mean", "peak"))
     return TableSpec("tiers", "Tiers", ("Tier", "Capacity (tokens)", "Capacity", "Hit ratio (tokens)", *rate_headers,
@@ -197,7 +198,7 @@ def grid_table(t: dict) -> TableSpec | None:
 
 def ttft_table(ttft: dict) -> TableSpec | None:
     def ms(q, k):
-        return "–" if not q or q.get(k) is None else f"{q[k]:,.1f}"
+        return DASH if not q or q.get(k) is None else f"{q[k]:,.1f}"
 
     rows = []
     for key, label in (("all", "All requests"), ("continuing", "Continuing"), ("resumed", "Resumed after idle"),

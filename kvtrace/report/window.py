@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from kvtrace.errors import ConfigError
-from kvtrace.units import is_span, parse_duration  # noqa: F401  (parse_duration: kvtrace.collect.config imports it here)
+from kvtrace.units import is_span, parse_duration
 
 
 def parse_instant(text: str | None, last: datetime | None) -> datetime | None:

@@ -31,8 +31,13 @@ ENV_NAMES = frozenset({
 })
 
 
+def is_relevant(key: str) -> bool:
+    """Whether an environment variable travels with a forwarded command."""
+    return key in ENV_NAMES or key.startswith(ENV_PREFIXES)
+
+
 def relevant_env(environ) -> dict[str, str]:
-    return {k: v for k, v in environ.items() if k in ENV_NAMES or k.startswith(ENV_PREFIXES)}
+    return {k: v for k, v in environ.items() if is_relevant(k)}
 
 
 def _isatty(stream) -> bool:

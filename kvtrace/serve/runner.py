@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from kvtrace.serve import protocol
-from kvtrace.serve.client import ENV_NAMES, ENV_PREFIXES
+from kvtrace.serve.client import is_relevant, relevant_env
 
 
 class Sink(io.RawIOBase):
@@ -65,10 +65,6 @@ def _text_stream(send, kind: bytes, tty: bool, encoding: list[str], stderr: bool
                             errors=errors, line_buffering=tty or stderr)
 
 
-def _relevant(key: str) -> bool:
-    return key in ENV_NAMES or key.startswith(ENV_PREFIXES)
-
-
 @contextmanager
 def client_view(req: dict, send: Callable[[bytes, bytes], bool]) -> Iterator[tuple]:
     """Take on the client's cwd, env, umask, argv, streams and terminal sizes; yields (stdout, stderr)."""
@@ -77,8 +73,8 @@ def client_view(req: dict, send: Callable[[bytes, bytes], bool]) -> Iterator[tup
     encodings = list(req.get("encoding") or [[], []]) + [[], []]
     out = _text_stream(send, protocol.STDOUT, bool(tty[1]), encodings[0], stderr=False)
     err = _text_stream(send, protocol.STDERR, bool(tty[2]), encodings[1], stderr=True)
-    env = {str(k): str(v) for k, v in (req.get("env") or {}).items() if _relevant(str(k))}
-    keys = set(env) | {k for k in os.environ if _relevant(k)}
+    env = relevant_env({str(k): str(v) for k, v in (req.get("env") or {}).items()})
+    keys = set(env) | {k for k in os.environ if is_relevant(k)}
     saved_env = {k: os.environ.get(k) for k in keys}
     saved = (os.getcwd(), sys.stdin, sys.stdout, sys.stderr, sys.argv, os.get_terminal_size)
     saved_umask = os.umask(int(req.get("umask", 0o022)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -30,6 +31,7 @@ def _migrations() -> list[tuple[int, str]]:
     return out
 
 
+@functools.cache
 def _views_sql() -> tuple[str, str]:
     """The text of ``queries/schema/views.sql`` and its checksum."""
     import hashlib

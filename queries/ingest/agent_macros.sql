@@ -56,19 +56,5 @@ CREATE OR REPLACE MACRO otlp_usage_span(name, keys) AS
 CREATE OR REPLACE MACRO otlp_agent_metric(name) AS
     coalesce(name IN ('codex.turn.token_usage', 'gemini_cli.token.usage'), false);
 
--- The members of a JSON object (without braces) for an attribute list's entries, except the keys
--- in ``skip``, as text values; '' for none (text, not a MAP: duplicate keys must not fail a batch).
-CREATE OR REPLACE MACRO agent_members(attrs, skip) AS
-    array_to_string(list_transform(
-        list_filter(attrs, lambda a: NOT list_contains(skip, a.key)),
-        lambda a: to_json(a.key) || ':' || coalesce(to_json(otlp_text(a.value)), 'null')), ',');
-
--- The attributes column: record attributes not in a column, then the resource attributes the
--- record does not repeat.
-CREATE OR REPLACE MACRO agent_attributes(attrs, skip, rattrs, keys) AS
-    '{' || concat_ws(',', nullif(agent_members(attrs, skip), ''), nullif(agent_members(rattrs, keys), '')) || '}';
-
--- A content hash of an attribute list that does not depend on attribute order (series keys).
-CREATE OR REPLACE MACRO agent_attrs_key(attrs) AS
-    array_to_string(list_sort(list_transform(attrs,
-        lambda a: coalesce(a.key, '') || '=' || coalesce(otlp_text(a.value), ''))), chr(31));
+-- (the attributes column and series keys of these records use otlp_members, otlp_attributes
+-- and otlp_attrs_key from otlp_macros.sql)

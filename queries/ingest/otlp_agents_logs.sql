@@ -6,7 +6,7 @@
 --   Gemini CLI gemini_cli.api_response records, become request rows (out) in disjoint buckets
 --   (docs/agents.md): both APIs count cached tokens inside input. Every other record is counted
 --   by kind. A clipped subtraction keeps the row (out) and names the field (reject_field) so
---   the parse reports it. Only lines containing one of the prefixes are parsed.
+--   the parse reports it. The parser hands it only the lines where otlp_logs met such an event.
 
 WITH parsed AS (
     SELECT line_no, from_json(line, '{"resourceLogs": [{
@@ -19,9 +19,7 @@ WITH parsed AS (
                 "attributes": [{"key": "VARCHAR", "value": {"stringValue": "VARCHAR",
                     "intValue": "VARCHAR", "doubleValue": "VARCHAR", "boolValue": "VARCHAR",
                     "arrayValue": "JSON", "kvlistValue": "JSON"}}]}]}]}]}') AS j
-    FROM otlp_lines
-    -- a cheap pre-filter (a pattern that starts with a quote is several times slower to find)
-    WHERE contains(line, 'codex.') OR contains(line, 'gemini_cli.')
+    FROM otlp_lines   -- only the lines where otlp_logs met such an event (kind NULL)
 ), resources AS (
     SELECT line_no, unnest(j.resourceLogs) AS rl FROM parsed
 ), scopes AS (
@@ -125,6 +123,6 @@ SELECT line_no,
            ELSE coalesce(n_output, 0) + coalesce(n_thoughts, 0) END AS output_tokens,
        CAST(NULL AS DOUBLE) AS cost_usd, otlp_num(a_duration) AS duration_ms,
        otlp_num(a_ttft) AS ttft_ms, false AS is_sidechain,
-       agent_attributes(attrs, ['conversation.id', 'session.id', 'model', 'duration_ms', 'ttft_ms'],
+       otlp_attributes(attrs, ['conversation.id', 'session.id', 'model', 'duration_ms', 'ttft_ms'],
                        rattrs, keys) AS attributes
 FROM checked

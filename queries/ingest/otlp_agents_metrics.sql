@@ -76,7 +76,7 @@ WITH parsed AS (
                 WHEN time_ns IS NULL THEN 'timeUnixNano'
                 WHEN raw_type IS NULL THEN CASE WHEN metric = 'codex.turn.token_usage' THEN 'token_type' ELSE 'type' END
            END AS reject_field,
-           md5(metric || chr(30) || agent_attrs_key(rattrs) || chr(30) || agent_attrs_key(group_attrs)
+           md5(metric || chr(30) || otlp_attrs_key(rattrs) || chr(30) || otlp_attrs_key(group_attrs)
                || chr(30) || coalesce(CAST(time_ns AS VARCHAR), '')) AS group_key
     FROM named
 ), groups AS (
@@ -104,7 +104,7 @@ WITH parsed AS (
                WHEN 'cacheCreation' THEN v_written
                ELSE v_output + CASE WHEN agent = 'gemini-cli' THEN v_thought ELSE 0 END
            END AS value,
-           md5(metric || chr(30) || agent_attrs_key(rattrs) || chr(30) || agent_attrs_key(group_attrs)
+           md5(metric || chr(30) || otlp_attrs_key(rattrs) || chr(30) || otlp_attrs_key(group_attrs)
                || chr(30) || d.token_type) AS series_key
     FROM groups g, (VALUES ('input'), ('cacheRead'), ('cacheCreation'), ('output')) d(token_type)
     WHERE NOT bad AND (d.token_type <> 'cacheCreation' OR agent = 'codex')
@@ -119,8 +119,8 @@ SELECT line_no, 'metric:' || metric AS kind, 1 AS n, true AS out,
        vals[list_position(keys, 'installation.id')] AS user_id, CAST(NULL AS VARCHAR) AS org_id,
        vals[list_position(keys, 'model')] AS model, CAST(NULL AS VARCHAR) AS query_source,
        '{"token_types_sent":' || to_json(list_sort(raw_types))
-           || coalesce(',' || nullif(agent_members(group_attrs, ['session.id', 'installation.id', 'model']), ''), '')
-           || coalesce(',' || nullif(agent_members(rattrs, keys), ''), '') || '}' AS attributes
+           || coalesce(',' || nullif(otlp_members(group_attrs, ['session.id', 'installation.id', 'model']), ''), '')
+           || coalesce(',' || nullif(otlp_members(rattrs, keys), ''), '') || '}' AS attributes
 FROM derived
 UNION ALL BY NAME
 SELECT line_no, 'metric:' || metric AS kind, 1 AS n, false AS out, reject_field,

@@ -147,6 +147,6 @@ SELECT line_no,
        -- the convention and provider stay visible beside the attributes
        '{"convention":' || to_json(convention) || coalesce(',"provider":' || to_json(provider), '')
            || coalesce(',"trace_id":' || to_json(trace_id), '') || coalesce(',"span_id":' || to_json(span_id), '')
-           || coalesce(',' || nullif(agent_members(attrs, ['gen_ai.conversation.id', 'session.id']), ''), '')
-           || coalesce(',' || nullif(agent_members(rattrs, keys), ''), '') || '}' AS attributes
+           || coalesce(',' || nullif(otlp_members(attrs, ['gen_ai.conversation.id', 'session.id']), ''), '')
+           || coalesce(',' || nullif(otlp_members(rattrs, keys), ''), '') || '}' AS attributes
 FROM final
