@@ -9,16 +9,7 @@
 --   the parse reports it. The parser hands it only the lines where otlp_logs met such an event.
 
 WITH parsed AS (
-    SELECT line_no, from_json(line, '{"resourceLogs": [{
-        "resource": {"attributes": [{"key": "VARCHAR", "value": {"stringValue": "VARCHAR",
-            "intValue": "VARCHAR", "doubleValue": "VARCHAR", "boolValue": "VARCHAR",
-            "arrayValue": "JSON", "kvlistValue": "JSON"}}]},
-        "scopeLogs": [{
-            "logRecords": [{
-                "timeUnixNano": "VARCHAR", "observedTimeUnixNano": "VARCHAR",
-                "attributes": [{"key": "VARCHAR", "value": {"stringValue": "VARCHAR",
-                    "intValue": "VARCHAR", "doubleValue": "VARCHAR", "boolValue": "VARCHAR",
-                    "arrayValue": "JSON", "kvlistValue": "JSON"}}]}]}]}]}') AS j
+    SELECT line_no, otlp_logs_json(line) AS j
     FROM otlp_lines   -- only the lines where otlp_logs met such an event (kind NULL)
 ), resources AS (
     SELECT line_no, unnest(j.resourceLogs) AS rl FROM parsed

@@ -9,18 +9,7 @@
 --   here, vectorized, not in Python.
 
 WITH parsed AS (
-    SELECT line_no, from_json(line, '{"resourceLogs": [{
-        "resource": {"attributes": [{"key": "VARCHAR", "value": {"stringValue": "VARCHAR",
-            "intValue": "VARCHAR", "doubleValue": "VARCHAR", "boolValue": "VARCHAR",
-            "arrayValue": "JSON", "kvlistValue": "JSON"}}]},
-        "scopeLogs": [{
-            "scope": {"name": "VARCHAR"},
-            "logRecords": [{
-                "timeUnixNano": "VARCHAR", "observedTimeUnixNano": "VARCHAR", "eventName": "VARCHAR",
-                "body": {"stringValue": "VARCHAR"},
-                "attributes": [{"key": "VARCHAR", "value": {"stringValue": "VARCHAR",
-                    "intValue": "VARCHAR", "doubleValue": "VARCHAR", "boolValue": "VARCHAR",
-                    "arrayValue": "JSON", "kvlistValue": "JSON"}}]}]}]}]}') AS j
+    SELECT line_no, otlp_logs_json(line) AS j
     FROM otlp_lines
 ), resources AS (
     SELECT line_no, unnest(j.resourceLogs) AS rl FROM parsed

@@ -59,3 +59,18 @@ CREATE OR REPLACE MACRO otlp_attributes(attrs, skip, rattrs, keys) AS
 CREATE OR REPLACE MACRO otlp_attrs_key(attrs) AS
     array_to_string(list_sort(list_transform(attrs,
         lambda a: coalesce(a.key, '') || '=' || coalesce(otlp_text(a.value), ''))), chr(31));
+
+-- An ExportLogsServiceRequest line parsed with the fields the log queries read (otlp_logs for
+-- Claude Code, otlp_agents_logs for Codex and Gemini CLI): one schema, kept here.
+CREATE OR REPLACE MACRO otlp_logs_json(line) AS from_json(line, '{"resourceLogs": [{
+        "resource": {"attributes": [{"key": "VARCHAR", "value": {"stringValue": "VARCHAR",
+            "intValue": "VARCHAR", "doubleValue": "VARCHAR", "boolValue": "VARCHAR",
+            "arrayValue": "JSON", "kvlistValue": "JSON"}}]},
+        "scopeLogs": [{
+            "scope": {"name": "VARCHAR"},
+            "logRecords": [{
+                "timeUnixNano": "VARCHAR", "observedTimeUnixNano": "VARCHAR", "eventName": "VARCHAR",
+                "body": {"stringValue": "VARCHAR"},
+                "attributes": [{"key": "VARCHAR", "value": {"stringValue": "VARCHAR",
+                    "intValue": "VARCHAR", "doubleValue": "VARCHAR", "boolValue": "VARCHAR",
+                    "arrayValue": "JSON", "kvlistValue": "JSON"}}]}]}]}]}');
