@@ -311,7 +311,7 @@ def _ingest_unit(store: Store, fmt, group, summary: IngestSummary, strict: bool,
     now = _now()
     before = (summary.requests_added, summary.metric_points_added, summary.block_requests_added,
               summary.duplicates_skipped)
-    with store.transaction():
+    with store.transaction(), store.unordered():
         _merge(store, parsed, summary)
         added = (summary.requests_added - before[0]) + (summary.metric_points_added - before[1]) \
             + (summary.block_requests_added - before[2])

@@ -190,6 +190,20 @@ class Store:
         else:
             self.con.execute("COMMIT")
 
+    @contextmanager
+    def unordered(self) -> Iterator[None]:
+        """Let the statements inside write (and return) rows in any order.
+
+        An ``INSERT ... SELECT`` then runs on every thread instead of one: merging 262 k
+        parsed requests took 0.40 s instead of 0.74 s (measured). Rows never depend on their
+        physical order here: every query that needs an order says ORDER BY.
+        """
+        self.con.execute("SET preserve_insertion_order = false")
+        try:
+            yield
+        finally:
+            self.con.execute("RESET preserve_insertion_order")
+
     def checkpoint_bulk(self) -> None:
         """Checkpoint after a bulk insert without merging its partial row groups.
 
