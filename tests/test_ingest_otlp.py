@@ -557,3 +557,53 @@ def test_a_record_without_any_name_is_counted_as_unnamed():
     p = otlp_json.parse_lines([line], "mem")
     assert p.requests.num_rows == 0 and not p.rejects
     assert dict(p.unknown) == {"log:(unnamed)": 2}
+
+
+# -- the unclassified path: the log query vouching for lines that start as logs -------------------
+
+def _both_paths(data: bytes) -> tuple:
+    """The parse of ``data`` as it is, and with every chunk classified first."""
+    from unittest import mock
+
+    def seen(p):
+        return (sorted(rows(p), key=lambda r: (r["request_key"], r["ingested_from"])),
+                sorted(p.metric_points.to_pylist(), key=lambda r: r["point_key"]),
+                [(r.line, r.reason, r.field) for r in p.rejects], dict(p.unknown), p.lines)
+
+    fast = seen(parse_lines(data, "h"))
+    with mock.patch.object(otlp_json, "_starts_as_logs", lambda lines: False):
+        return fast, seen(parse_lines(data, "h"))
+
+
+def test_logs_lines_skip_classification_and_give_the_same_result(monkeypatch):
+    made = []
+    real_into = otlp_json._into
+    monkeypatch.setattr(otlp_json, "_into", lambda con, table, sql, m: (made.append(table), real_into(con, table, sql, m)))
+    data = lines(*(logs_line(event(request_id=f"r{i}"), event("user_prompt")) for i in range(5)))
+    fast, classified = _both_paths(data)
+    assert fast == classified and len(fast[0]) == 5
+    assert made[0] == "otlp_log_rows" and "otlp_line_class" in made    # first the fast parse, then the patched one
+
+
+@pytest.mark.parametrize("odd", [
+    "{not json",                                                                        # not JSON
+    '{"resourceLogs": [], "resourceMetrics": ' + json.dumps(json.loads(metrics_line(point("input", 5.0, T0, T0 + 1)))["resourceMetrics"]) + "}",
+    '{"resourceLogs": [], "resource\\u004detrics": []}',                             # an escaped key is the same key
+    '{"resourceLogs": [], "resource_logs": []}',                                        # snake_case beside camelCase
+    '{"resourceLogs": [], "resource_logs": null}',                                      # a null one is absent
+    '{"resourceLogs": [], "resourceSpans": ' + json.dumps(json.loads(spans_line(span()))["resourceSpans"]) + "}",
+    '{"resourceLogs": [{"scopeLogs": [{"logRecords": [1]}]}]} trailing',
+])
+def test_a_line_the_log_query_cannot_vouch_for_is_classified(odd):
+    data = lines(logs_line(event(request_id="a")), odd, logs_line(event(request_id="b")))
+    fast, classified = _both_paths(data)
+    assert fast == classified
+    assert {r["request_id"] for r in fast[0]} >= {"a", "b"}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.lists(NEAR_VALID | EXPORT, min_size=1, max_size=5))
+def test_vouched_and_classified_parses_agree(values):
+    data = b"".join(json.dumps(v).encode() + b"\n" for v in values)
+    fast, classified = _both_paths(data)
+    assert fast == classified

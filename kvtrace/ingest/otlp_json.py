@@ -92,14 +92,24 @@ def _read(fh, compressed: bool) -> Iterator[tuple[bytes | bytearray, str | None]
 
 
 def _pieces(chunks: Iterator[tuple[bytes | bytearray | memoryview, str | None]]
-            ) -> Iterator[tuple[Lines | None, str | None, bool]]:
-    """Each chunk as numbered lines, with its problem and whether it ends with a newline."""
+            ) -> Iterator[tuple[Lines | None, str | None, bool, bool]]:
+    """Each chunk as numbered lines, with its problem, whether it ends with a newline, and
+    whether every line starts as an ExportLogsServiceRequest (see ``_normalize``)."""
     first = 1
     for data, problem in chunks:
         lines = lines_table(data, first) if data else None
         if lines is not None:
             first += lines.count
-        yield lines, problem, data[-1:] == b"\n"
+        newline_end = data[-1:] == b"\n"
+        yield lines, problem, newline_end, newline_end and lines is not None and _starts_as_logs(lines)
+
+
+def _starts_as_logs(lines: Lines) -> bool:
+    import pyarrow.compute as pc
+
+    col = lines.table.column("line")
+    return bool(pc.all(pc.starts_with(col, '{"resourceLogs":[')).as_py()
+                or pc.all(pc.match_substring_regex(col, r'^\{\s*"resourceLogs"\s*:\s*\[')).as_py())
 
 
 def _parse(chunks: Iterator[tuple[bytes | bytearray | memoryview, str | None]], origin: str,
@@ -114,13 +124,13 @@ def _parse(chunks: Iterator[tuple[bytes | bytearray | memoryview, str | None]], 
         problems: list[Reject] = []
         first, ends_with_newline = 1, True
         made: set[str] = set()
-        for lines, problem, newline_end in pieces:
+        for lines, problem, newline_end, logs_only in pieces:
             if problem:
                 problems.append(Reject(first, problem))
             if lines is None:
                 continue
             problems.extend(lines.rejects)
-            _normalize(con, lines, made)
+            _normalize(con, lines, made, logs_only)
             first += lines.count
             ends_with_newline = newline_end
         parsed.lines = first - 1
@@ -141,20 +151,41 @@ def _parse(chunks: Iterator[tuple[bytes | bytearray | memoryview, str | None]], 
         con.close()
 
 
-def _normalize(con, lines, made: set[str]) -> None:
+def _normalize(con, lines, made: set[str], logs_only: bool) -> None:
     """Classify a chunk's lines, then normalize the lines of each signal; rows go to temp tables.
 
     ``made`` holds the temp tables created so far: a query runs only on a chunk with lines for
     it (``_finish`` gives the tables of signals never seen an empty stand-in).
+
+    ``logs_only``: every line starts as an ExportLogsServiceRequest (what exporters write for
+    logs), so the log query is tried on the lines unclassified, vouching for them: it fails,
+    having stored nothing, on a line that is not JSON or also has another signal's key, and the
+    chunk is classified after all. Classifying costs a JSON parse of every line.
     """
+    import duckdb
     import numpy as np
 
-    con.register("otlp_lines", lines.table)
-    _into(con, "otlp_line_class", load_query("ingest/otlp_lines").sql, made)
-    cls = con.execute("SELECT line_no, signals FROM otlp_line_class WHERE line_no >= ?", [lines.first]).fetchnumpy()
-    signals = np.zeros(lines.count, dtype=np.int64)
-    signals[cls["line_no"] - lines.first] = cls["signals"]
+    signals, done = None, set()
+    if logs_only:
+        con.register("otlp_lines", lines.table)
+        con.execute("SET VARIABLE otlp_vouch = true")
+        try:
+            _into(con, "otlp_log_rows", load_query("ingest/otlp_logs").sql, made)
+            signals, done = np.ones(lines.count, dtype=np.int64), {"otlp_log_rows"}
+        except duckdb.InvalidInputException:
+            pass
+        finally:
+            con.execute("SET VARIABLE otlp_vouch = false")
+    if signals is None:
+        con.register("otlp_lines", lines.table)
+        _into(con, "otlp_line_class", load_query("ingest/otlp_lines").sql, made)
+        cls = con.execute("SELECT line_no, signals FROM otlp_line_class WHERE line_no >= ?",
+                          [lines.first]).fetchnumpy()
+        signals = np.zeros(lines.count, dtype=np.int64)
+        signals[cls["line_no"] - lines.first] = cls["signals"]
     for bit, query, table, marked_in in _SIGNALS:
+        if table in done:
+            continue
         if marked_in is None:
             mask = (signals & bit) != 0
         else:
@@ -173,7 +204,7 @@ def _normalize(con, lines, made: set[str]) -> None:
 def _finish(con, made: set[str]) -> tuple[bool, bool]:
     """Give each signal table never created an empty stand-in with the columns the final queries
     name; returns whether any request table and any metric point table was really made."""
-    for _, _, table, _ in _SIGNALS:
+    for table in ("otlp_line_class",) + tuple(t for _, _, t, _ in _SIGNALS):
         if table not in made:
             con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS {load_query('ingest/otlp_no_rows').sql}")
     return bool(made & _REQUEST_TABLES), bool(made & _POINT_TABLES)

@@ -3,6 +3,7 @@
 --   line of view otlp_lines(line_no, line): which signals it carries (bit 1 logs, 2 metrics, 4
 --   spans) or why it is rejected (blank lines are neither). One parse per line (json_type takes
 --   every path at once); whatever else reads a whole line runs only on the rare lines that need it.
+--   A snake_case key whose value is null counts as absent, as it does for ingest/otlp_logs.
 --   The normalization queries then read only the lines of their signal, known to be valid.
 
 WITH typed AS (
@@ -30,7 +31,7 @@ SELECT line_no,
            WHEN t[2] NOT IN ('ARRAY', 'NULL') THEN 'expected an array, found ' || lower(t[2])
            WHEN t[3] NOT IN ('ARRAY', 'NULL') THEN 'expected an array, found ' || lower(t[3])
            WHEN t[4] NOT IN ('ARRAY', 'NULL') THEN 'expected an array, found ' || lower(t[4])
-           WHEN coalesce(t[5], t[6], t[7]) IS NOT NULL
+           WHEN coalesce(nullif(t[5], 'NULL'), nullif(t[6], 'NULL'), nullif(t[7], 'NULL')) IS NOT NULL
                THEN 'snake_case keys are not OTLP JSON (its keys are lowerCamelCase: resourceLogs, ...)'
            WHEN NOT empty_object
                THEN 'not an OTLP export request (no resourceLogs, resourceMetrics or resourceSpans)'
@@ -40,9 +41,9 @@ SELECT line_no,
            WHEN t[2] NOT IN ('ARRAY', 'NULL') THEN 'resourceLogs'
            WHEN t[3] NOT IN ('ARRAY', 'NULL') THEN 'resourceMetrics'
            WHEN t[4] NOT IN ('ARRAY', 'NULL') THEN 'resourceSpans'
-           WHEN t[5] IS NOT NULL THEN 'resource_logs'
-           WHEN t[6] IS NOT NULL THEN 'resource_metrics'
-           WHEN t[7] IS NOT NULL THEN 'resource_spans'
+           WHEN t[5] <> 'NULL' THEN 'resource_logs'
+           WHEN t[6] <> 'NULL' THEN 'resource_metrics'
+           WHEN t[7] <> 'NULL' THEN 'resource_spans'
        END AS field,
        coalesce(blank, false) AS blank
 FROM shaped

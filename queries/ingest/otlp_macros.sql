@@ -61,8 +61,13 @@ CREATE OR REPLACE MACRO otlp_attrs_key(attrs) AS
         lambda a: coalesce(a.key, '') || '=' || coalesce(otlp_text(a.value), ''))), chr(31));
 
 -- An ExportLogsServiceRequest line parsed with the fields the log queries read (otlp_logs for
--- Claude Code, otlp_agents_logs for Codex and Gemini CLI): one schema, kept here.
-CREATE OR REPLACE MACRO otlp_logs_json(line) AS from_json(line, '{"resourceLogs": [{
+-- Claude Code, otlp_agents_logs for Codex and Gemini CLI): one schema, kept here. The other
+-- signals' keys (and their snake_case spellings) are there only to be seen present: otlp_logs
+-- refuses a line it was told to vouch for when one of them is (see its $vouch).
+CREATE OR REPLACE MACRO otlp_logs_json(line) AS from_json(line, '{
+    "resourceMetrics": "JSON", "resourceSpans": "JSON",
+    "resource_logs": "JSON", "resource_metrics": "JSON", "resource_spans": "JSON",
+    "resourceLogs": [{
         "resource": {"attributes": [{"key": "VARCHAR", "value": {"stringValue": "VARCHAR",
             "intValue": "VARCHAR", "doubleValue": "VARCHAR", "boolValue": "VARCHAR",
             "arrayValue": "JSON", "kvlistValue": "JSON"}}]},
