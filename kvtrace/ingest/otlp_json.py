@@ -16,7 +16,7 @@ not valid JSON or not an export request, and a record whose token count is not a
 ``Reject`` naming the line and the field; the rest of the input is still read.
 
 The normalization is SQL (``queries/ingest/otlp_*.sql``) run by a private in-memory DuckDB
-over the lines; see ``kvtrace.ingest.otlp_common`` for why.
+(one per thread, kept between parses) over the lines; see ``kvtrace.ingest.otlp_common`` for why.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from kvtrace.ingest.base import METRIC_POINT_SCHEMA, REQUEST_SCHEMA, Parsed, Reject, arrow_as
 from kvtrace.ingest.formats import open_text
-from kvtrace.ingest.otlp_common import (CHUNK_BYTES, READ_STEP, Lines, connect, iter_chunks, join_lines,
+from kvtrace.ingest.otlp_common import (CHUNK_BYTES, READ_STEP, Lines, connection, iter_chunks, join_lines,
                                          lines_table, prefetch)
 from kvtrace.store import load_query
 
@@ -118,8 +118,7 @@ def _parse(chunks: Iterator[tuple[bytes | bytearray | memoryview, str | None]], 
     # this one. Cutting lines there, not here, matters: a Python loop beside a running read
     # was 6x slower (measured), while DuckDB lets the GIL go.
     pieces = prefetch(_pieces(chunks)) if read_ahead else _pieces(chunks)
-    con = connect()
-    try:
+    with connection() as con:
         parsed = Parsed()
         problems: list[Reject] = []
         first, ends_with_newline = 1, True
@@ -147,8 +146,6 @@ def _parse(chunks: Iterator[tuple[bytes | bytearray | memoryview, str | None]], 
         parsed.metric_points = (arrow_as(con.sql(load_query("ingest/otlp_points").sql, params=params),
                                          METRIC_POINT_SCHEMA) if any_points else METRIC_POINT_SCHEMA.empty_table())
         return parsed
-    finally:
-        con.close()
 
 
 def _normalize(con, lines, made: set[str], logs_only: bool) -> None:
