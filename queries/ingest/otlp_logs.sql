@@ -25,19 +25,19 @@ WITH parsed AS (
 ), resources AS (
     SELECT line_no, unnest(j.resourceLogs) AS rl FROM vouched
 ), scopes AS (
-    SELECT line_no, coalesce(rl.resource.attributes, []) AS rattrs, unnest(rl.scopeLogs) AS sl
+    SELECT line_no, otlp_member_list(coalesce(rl.resource.attributes, [])) AS rmembers, unnest(rl.scopeLogs) AS sl
     FROM resources
 ), records AS (
     -- Each record is slimmed to key / text lists inside the parsed list, before unnest copies
     -- it: a quarter less work than unnesting whole records (measured). Lookups are list_position.
-    SELECT line_no, rattrs, sl.scope.name AS scope, unnest(list_transform(sl.logRecords, lambda r: {
+    SELECT line_no, rmembers, sl.scope.name AS scope, unnest(list_transform(sl.logRecords, lambda r: {
                't_time': r.timeUnixNano, 't_observed': r.observedTimeUnixNano,
                'event_field': r.eventName, 'body': r.body.stringValue,
                'keys': list_transform(coalesce(r.attributes, []), lambda a: a.key),
                'vals': list_transform(coalesce(r.attributes, []), lambda a: otlp_text(a.value))})) AS r
     FROM scopes
 ), named AS (
-    SELECT line_no, rattrs, r.keys AS keys, r.vals AS vals, r.t_time AS t_time, r.t_observed AS t_observed,
+    SELECT line_no, rmembers, r.keys AS keys, r.vals AS vals, r.t_time AS t_time, r.t_observed AS t_observed,
            r.event_field AS event_field, r.body AS body, scope,
            vals[list_position(keys, 'event.name')] AS a_event,
            vals[list_position(keys, 'event.timestamp')] AS a_event_ts,
@@ -132,6 +132,6 @@ SELECT line_no,
        otlp_kv_attributes(keys, vals, ['session.id', 'user.id', 'organization.id',
                 'model', 'request_id', 'input_tokens', 'output_tokens', 'cache_read_tokens',
                 'cache_creation_tokens', 'cache_creation_5m_tokens', 'cache_creation_1h_tokens',
-                'cost_usd', 'duration_ms', 'ttft_ms', 'event.name'], rattrs) AS attributes
+                'cost_usd', 'duration_ms', 'ttft_ms', 'event.name'], rmembers) AS attributes
 FROM checked
 -- Codex and Gemini CLI events (kind NULL) only mark their lines for otlp_agents_logs.

@@ -33,23 +33,29 @@ CREATE OR REPLACE MACRO otlp_ns(x) AS
 
 CREATE OR REPLACE MACRO otlp_ts(ns) AS make_timestamp(ns // 1000);
 
--- The members of a JSON object (without braces), '' for none: parallel key / text lists, except
--- the keys in ``skip``, as text values. Built as text rather than a MAP: duplicate or NULL keys
--- must not fail the whole batch.
+-- The members of a JSON object (without braces), '' or NULL for none: parallel key / text
+-- lists, except the keys in ``skip``, as text values. Built as text rather than a MAP: duplicate
+-- or NULL keys must not fail the whole batch. (array_to_string leaves out the NULLs of the
+-- skipped keys: cheaper than list_filter over list_zip, measured.)
 CREATE OR REPLACE MACRO otlp_kv_members(keys, vals, skip) AS
-    array_to_string(list_transform(
-        list_filter(list_zip(keys, vals), lambda e: NOT list_contains(skip, e[1])),
-        lambda e: to_json(e[1]) || ':' || coalesce(to_json(e[2]), 'null')), ',');
+    array_to_string(list_transform(keys, lambda k, i: CASE WHEN NOT list_contains(skip, k)
+        THEN to_json(k) || ':' || coalesce(to_json(vals[i]), 'null') END), ',');
 
 -- The same from an attribute list.
 CREATE OR REPLACE MACRO otlp_members(attrs, skip) AS
     otlp_kv_members(list_transform(attrs, lambda a: a.key), list_transform(attrs, lambda a: otlp_text(a.value)), skip);
 
--- The attributes column: record attributes not in a column, then the resource attributes the
--- record does not repeat.
-CREATE OR REPLACE MACRO otlp_kv_attributes(keys, vals, skip, rattrs) AS
+-- An attribute list as JSON members with their keys ({k, m}): the resource attributes are made
+-- members once per resource, not once per record.
+CREATE OR REPLACE MACRO otlp_member_list(attrs) AS
+    list_transform(attrs, lambda a: {'k': a.key, 'm': to_json(a.key) || ':' || coalesce(to_json(otlp_text(a.value)), 'null')});
+
+-- The attributes column: record attributes not in a column, then the resource attributes (an
+-- otlp_member_list) the record does not repeat.
+CREATE OR REPLACE MACRO otlp_kv_attributes(keys, vals, skip, rmembers) AS
     '{' || concat_ws(',', nullif(otlp_kv_members(keys, vals, skip), ''),
-                     nullif(otlp_members(rattrs, keys), '')) || '}';
+                     nullif(array_to_string(list_transform(rmembers,
+                         lambda e: CASE WHEN NOT list_contains(keys, e.k) THEN e.m END), ','), '')) || '}';
 
 -- The same from a record's attribute list (and its keys).
 CREATE OR REPLACE MACRO otlp_attributes(attrs, skip, rattrs, keys) AS

@@ -82,7 +82,7 @@ SELECT line_no, 'metric:' || metric AS kind, 1 AS n, reject_field IS NULL AS out
        'otlp-metric' AS source, 'claude-code' AS agent, session_id, user_id, org_id, model,
        otlp_qs(a_query_source) AS query_source,
        otlp_kv_attributes(keys, vals, ['type', 'session.id', 'user.id', 'organization.id', 'model'],
-                       rattrs) AS attributes
+                       otlp_member_list(rattrs)) AS attributes
 FROM checked
 UNION ALL BY NAME
 -- Every other metric is only counted, by name, with its number of points.

@@ -97,7 +97,7 @@ SELECT line_no,
        otlp_kv_attributes(keys, vals, ['session.id', 'user.id', 'organization.id', 'model',
                 'request_id', 'input_tokens', 'output_tokens', 'cache_read_tokens', 'cache_creation_tokens',
                 'cache_creation_5m_tokens', 'cache_creation_1h_tokens', 'duration_ms', 'ttft_ms'],
-                rattrs) AS attributes
+                otlp_member_list(rattrs)) AS attributes
 FROM checked
 -- Spans with GenAI/OpenInference token usage are read by otlp_genai_spans.
 WHERE NOT otlp_usage_span(name, keys)
