@@ -316,7 +316,7 @@ def test_a_read_only_open_of_the_shared_store_refuses_writes(tmp_path):
             assert s is store
             s.run("CREATE TEMP TABLE scratch AS SELECT 1 AS x")      # a reader's temp work is fine
             with pytest.raises(duckdb.Error, match="read-only"):
-                s.run("INSERT INTO ingested_files VALUES ('a', 1, 2, 'otlp-json', now(), 0, 0, 0)")
+                s.run("INSERT INTO ingested_files (path, size, mtime_ns, format, ingested_at, rows_added, duplicates, lines_rejected) VALUES ('a', 1, 2, 'otlp-json', now(), 0, 0, 0)")
         with open_store(db) as s:                                      # a writer still writes
-            s.run("INSERT INTO ingested_files VALUES ('a', 1, 2, 'otlp-json', now(), 0, 0, 0)")
+            s.run("INSERT INTO ingested_files (path, size, mtime_ns, format, ingested_at, rows_added, duplicates, lines_rejected) VALUES ('a', 1, 2, 'otlp-json', now(), 0, 0, 0)")
         assert store.scalar("SELECT count(*) FROM ingested_files") == 1

@@ -13,7 +13,7 @@ def test_migrations_are_recorded_and_idempotent(store):
 
 def test_reopen_file_keeps_data(db_path):
     with Store(db_path) as s:
-        s.run("INSERT INTO ingested_files VALUES ('a', 1, 2, 'otlp-json', now(), 0, 0, 0)")
+        s.run("INSERT INTO ingested_files (path, size, mtime_ns, format, ingested_at, rows_added, duplicates, lines_rejected) VALUES ('a', 1, 2, 'otlp-json', now(), 0, 0, 0)")
     with Store(db_path, read_only=True) as s:
         assert s.scalar("SELECT count(*) FROM ingested_files") == 1
 
@@ -33,7 +33,7 @@ def test_read_only_on_foreign_database(tmp_path):
 def test_transaction_rolls_back_on_error(store):
     with pytest.raises(KeyboardInterrupt):
         with store.transaction():
-            store.run("INSERT INTO ingested_files VALUES ('a', 1, 2, 'x', now(), 0, 0, 0)")
+            store.run("INSERT INTO ingested_files (path, size, mtime_ns, format, ingested_at, rows_added, duplicates, lines_rejected) VALUES ('a', 1, 2, 'x', now(), 0, 0, 0)")
             raise KeyboardInterrupt
     assert store.scalar("SELECT count(*) FROM ingested_files") == 0
 

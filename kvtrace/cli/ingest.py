@@ -33,7 +33,8 @@ def ingest(
         summary = run(store, paths, format=format, strict=strict, force=force, progress=not quiet and not as_json)
     if as_json:
         d = summary.to_dict()
-        typer.echo(json.dumps({k: d[k] for k in ("files", "files_skipped", "requests_added", "metric_points_added",
+        typer.echo(json.dumps({k: d[k] for k in ("files", "files_skipped", "files_resumed", "requests_added",
+                                                 "metric_points_added",
                                                  "block_requests_added", "duplicates_skipped", "lines_rejected",
                                                  "unknown_records", "rejects")}, indent=2))
         return
@@ -42,7 +43,8 @@ def ingest(
             typer.echo(f"skipped {line}", err=True)
         if summary.lines_rejected > len(summary.rejects):
             typer.echo(f"... and {summary.lines_rejected - len(summary.rejects)} more skipped lines", err=True)
-    parts = [f"{summary.files} files ({summary.files_skipped} unchanged)",
+    grown = f", {summary.files_resumed} read from where they grew" if summary.files_resumed else ""
+    parts = [f"{summary.files} files ({summary.files_skipped} unchanged{grown})",
              f"{summary.requests_added} requests added"]
     if summary.metric_points_added:
         parts.append(f"{summary.metric_points_added} metric points added")

@@ -43,6 +43,10 @@ class Parsed:
     rejects: list[Reject] = field(default_factory=list)
     unknown: Counter = field(default_factory=Counter)  # records seen but not used, per kind
     lines: int = 0                                       # input lines (or records) read
+    # Parsers that can resume a grown file (Format.resumable): the byte offset just after the
+    # last whole line read and the number of lines before it, counted from the file's start.
+    read_to: int | None = None
+    lines_read: int | None = None
 
     def tables(self) -> dict[str, pa.Table]:
         out = {}

@@ -24,6 +24,7 @@ class Format:
     parser: str            # "module:function"
     batch: bool            # parser takes list[Path] instead of one Path
     help: str
+    resumable: bool = False  # parser(path, start=(offset, line)) reads a grown file from there
 
     def load(self) -> Callable:
         mod, fn = self.parser.split(":")
@@ -32,7 +33,7 @@ class Format:
 
 FORMATS: dict[str, Format] = {f.name: f for f in [
     Format("otlp-json", "kvtrace.ingest.otlp_json:parse", False,
-           "OTLP JSON lines: one Export{Logs,Metrics,Trace}ServiceRequest per line"),
+           "OTLP JSON lines: one Export{Logs,Metrics,Trace}ServiceRequest per line", resumable=True),
     Format("claude-transcript", "kvtrace.ingest.claude_transcripts:parse", True,
            "Claude Code transcripts (~/.claude/projects/**/*.jsonl)"),
     Format("codex-rollout", "kvtrace.ingest.codex_rollout:parse", True,

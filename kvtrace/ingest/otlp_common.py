@@ -230,6 +230,19 @@ def connection() -> Iterator:
         con.execute(f'DROP TABLE "{name}"')
 
 
+# After a parse of more than this much input, the thread's connection is closed (off the
+# caller's path): a kept one holds on to 110-140 MB after a large parse (measured), which a
+# long-running collector or server should not carry for its next small segment.
+KEEP_BYTES = 64 << 20
+
+
+def retire_connection() -> None:
+    """Close the thread's kept connection in a background thread; the next parse makes a new one."""
+    con = _local.__dict__.pop("con", None)
+    if con is not None:
+        threading.Thread(target=con.close, name="kvtrace-close").start()
+
+
 def _connect():
     """A private in-memory DuckDB with the OTLP macros; the parsers never touch the warehouse."""
     import duckdb

@@ -31,8 +31,8 @@ import pyarrow as pa
 
 from kvtrace.ingest.base import METRIC_POINT_SCHEMA, REQUEST_SCHEMA, Parsed, Reject, arrow_as
 from kvtrace.ingest.formats import open_text
-from kvtrace.ingest.otlp_common import (CHUNK_BYTES, READ_STEP, Lines, connection, iter_chunks, join_lines,
-                                         lines_table, prefetch)
+from kvtrace.ingest.otlp_common import (CHUNK_BYTES, KEEP_BYTES, READ_STEP, Lines, connection, iter_chunks,
+                                         join_lines, lines_table, prefetch, retire_connection)
 from kvtrace.store import load_query
 
 # (bit in otlp_line_class.signals, normalization query, the temp table its rows go to, and the
@@ -50,18 +50,29 @@ _REQUEST_TABLES = {"otlp_log_rows", "otlp_span_rows", "otlp_agent_log_rows", "ot
 _POINT_TABLES = {"otlp_metric_rows", "otlp_agent_metric_rows"}
 
 
-def parse(path: Path) -> Parsed:
+def parse(path: Path, start: tuple[int, int] = (0, 1)) -> Parsed:
     """Parse an OTLP JSON lines file (``.gz`` too).
 
     Args:
         path: the file.
+        start: ``(byte offset, its line number)`` to read from, the start of a line: where an
+            earlier parse of a file that has since grown stopped (``Parsed.read_to`` and
+            ``Parsed.lines_read``). Plain files only.
 
     Returns:
         A :class:`Parsed` with ``requests`` and ``metric_points``; provenance is ``path:line``.
     """
     path = Path(path)
+    offset, first = start
+    compressed = path.name.endswith(".gz")
+    if offset and compressed:
+        raise ValueError("a gzip file is read from its start")
     with open_text(path) as fh:
-        return _parse(_read(fh, path.name.endswith(".gz")), str(path), read_ahead=True)
+        if offset:
+            fh.seek(offset)
+        parsed = _parse(_read(fh, compressed), str(path), read_ahead=True, first=first)
+    parsed.read_to += offset
+    return parsed
 
 
 def parse_lines(data: bytes | Iterable[bytes | str], origin: str) -> Parsed:
@@ -91,17 +102,19 @@ def _read(fh, compressed: bool) -> Iterator[tuple[bytes | bytearray, str | None]
                     f"{READ_STEP >> 20} MiB of text just before it, are lost")
 
 
-def _pieces(chunks: Iterator[tuple[bytes | bytearray | memoryview, str | None]]
-            ) -> Iterator[tuple[Lines | None, str | None, bool, bool]]:
-    """Each chunk as numbered lines, with its problem, whether it ends with a newline, and
-    whether every line starts as an ExportLogsServiceRequest (see ``_normalize``)."""
-    first = 1
+def _pieces(chunks: Iterator[tuple[bytes | bytearray | memoryview, str | None]], first: int = 1
+            ) -> Iterator[tuple[Lines | None, str | None, bool, bool, int]]:
+    """Each chunk as numbered lines, with its problem, whether it ends with a newline, whether
+    every line starts as an ExportLogsServiceRequest (see ``_normalize``), and the bytes of its
+    whole lines (all of it unless the last line is torn)."""
     for data, problem in chunks:
         lines = lines_table(data, first) if data else None
         if lines is not None:
             first += lines.count
         newline_end = data[-1:] == b"\n"
-        yield lines, problem, newline_end, newline_end and lines is not None and _starts_as_logs(lines)
+        base, end = (data.obj, data.nbytes) if isinstance(data, memoryview) else (data, len(data))
+        whole = end if newline_end else base.rfind(b"\n", 0, end) + 1
+        yield lines, problem, newline_end, newline_end and lines is not None and _starts_as_logs(lines), whole
 
 
 def _starts_as_logs(lines: Lines) -> bool:
@@ -113,17 +126,18 @@ def _starts_as_logs(lines: Lines) -> bool:
 
 
 def _parse(chunks: Iterator[tuple[bytes | bytearray | memoryview, str | None]], origin: str,
-           read_ahead: bool = False) -> Parsed:
+           read_ahead: bool = False, first: int = 1) -> Parsed:
     # read_ahead: the next chunk is read and cut into lines in a thread while DuckDB normalizes
     # this one. Cutting lines there, not here, matters: a Python loop beside a running read
     # was 6x slower (measured), while DuckDB lets the GIL go.
-    pieces = prefetch(_pieces(chunks)) if read_ahead else _pieces(chunks)
+    pieces = prefetch(_pieces(chunks, first)) if read_ahead else _pieces(chunks, first)
+    start = first
     with connection() as con:
         parsed = Parsed()
         problems: list[Reject] = []
-        first, ends_with_newline = 1, True
+        ends_with_newline, whole_bytes = True, 0
         made: set[str] = set()
-        for lines, problem, newline_end, logs_only in pieces:
+        for lines, problem, newline_end, logs_only, whole in pieces:
             if problem:
                 problems.append(Reject(first, problem))
             if lines is None:
@@ -131,13 +145,16 @@ def _parse(chunks: Iterator[tuple[bytes | bytearray | memoryview, str | None]], 
             problems.extend(lines.rejects)
             _normalize(con, lines, made, logs_only)
             first += lines.count
+            whole_bytes += whole
             ends_with_newline = newline_end
-        parsed.lines = first - 1
+        parsed.lines = first - start
+        # how far whole lines go: a torn last line is read again once the file has grown
+        parsed.read_to, parsed.lines_read = whole_bytes, first - 1 - (not ends_with_newline)
         if parsed.lines == 0:
             parsed.rejects = problems
             return parsed
         any_requests, any_points = _finish(con, made)
-        torn = None if ends_with_newline else parsed.lines
+        torn = None if ends_with_newline else first - 1
         parsed.rejects = sorted(problems + _rejects(con, torn), key=lambda r: r.line or 0)
         parsed.unknown = Counter({k: int(n) for k, n in con.execute(load_query("ingest/otlp_unknown").sql).fetchall()})
         params = {"origin": origin}
@@ -145,7 +162,9 @@ def _parse(chunks: Iterator[tuple[bytes | bytearray | memoryview, str | None]], 
                            if any_requests else REQUEST_SCHEMA.empty_table())
         parsed.metric_points = (arrow_as(con.sql(load_query("ingest/otlp_points").sql, params=params),
                                          METRIC_POINT_SCHEMA) if any_points else METRIC_POINT_SCHEMA.empty_table())
-        return parsed
+    if whole_bytes > KEEP_BYTES:
+        retire_connection()
+    return parsed
 
 
 def _normalize(con, lines, made: set[str], logs_only: bool) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from kvtrace.errors import BadTraceInput, KvtraceError, UnknownFormat
 from kvtrace.ingest.base import Parsed, Reject
-from kvtrace.ingest import resident
+from kvtrace.ingest import resident, resume
 from kvtrace.ingest.formats import FORMATS, get_format, sniff
 from kvtrace.store import Store, load_query
 from kvtrace.store.store import ROW_GROUP_ROWS
@@ -36,6 +36,7 @@ class IngestSummary:
 
     files: int = 0
     files_skipped: int = 0           # unchanged since a previous ingest
+    files_resumed: int = 0           # grown since a previous ingest: read from where it stopped
     requests_added: int = 0
     metric_points_added: int = 0
     block_requests_added: int = 0
@@ -243,6 +244,7 @@ def _ingest_files(store: Store, paths: list, stdin_dir: Path | None, forced, str
     known = None if force else ledger    # every ledger row there is, when it was read
     todo: dict[str, list[tuple[Path, tuple]]] = {}
     unrecognized: list[tuple[Path, tuple]] = []
+    starts: dict[str, tuple[int, int]] = {}     # grown files: (offset, line) to read from
     for p in files:
         st = _stat(p)
         was_walked = p in walked
@@ -261,6 +263,11 @@ def _ingest_files(store: Store, paths: list, stdin_dir: Path | None, forced, str
             unrecognized.append((p, st))
             continue
         todo.setdefault(name, []).append((p, st))
+        if not force and FORMATS[name].resumable and not p.name.endswith(".gz"):
+            at = resume.point(store, name, st)
+            if at is not None:
+                starts[st[0]] = at
+                summary.files_resumed += 1
     units = _units(todo)
     total = sum(st[1] for _, group in units for _, st in group)
     # Unrecognized files go into the ledger with the last unit (one transaction less).
@@ -270,7 +277,7 @@ def _ingest_files(store: Store, paths: list, stdin_dir: Path | None, forced, str
         task = bar.add_task("ingest", total=total or 1)
         for i, (fmt_name, group) in enumerate(units):
             _ingest_unit(store, get_format(fmt_name), group, summary, strict,
-                         pending if i == len(units) - 1 else [], kept, known)
+                         pending if i == len(units) - 1 else [], kept, known, starts)
             bar.advance(task, sum(st[1] for _, st in group))
     if pending and not units:
         with store.transaction():
@@ -302,33 +309,45 @@ def _units(todo: dict[str, list[tuple[Path, tuple]]]) -> list[tuple[str, list[tu
 
 
 def _ingest_unit(store: Store, fmt, group, summary: IngestSummary, strict: bool, also: list[tuple],
-                 kept: resident.State | None, known: dict | None) -> None:
+                 kept: resident.State | None, known: dict | None, starts: dict[str, tuple[int, int]]) -> None:
     """Parse one unit and merge it in one transaction, with its ledger rows (and ``also``'s)."""
     parser = fmt.load()
     paths = [p for p, _ in group]
-    parsed: Parsed = parser(paths) if fmt.batch else parser(paths[0])
+    if fmt.batch:
+        parsed: Parsed = parser(paths)
+    elif group[0][1][0] in starts:
+        parsed = parser(paths[0], start=starts[group[0][1][0]])
+    else:
+        parsed = parser(paths[0])
     _record_rejects(parsed, str(paths[0]), summary, strict)
     now = _now()
     before = (summary.requests_added, summary.metric_points_added, summary.block_requests_added,
               summary.duplicates_skipped)
-    with store.transaction(), store.unordered():
+    # unordered outside the transaction: its RESET must not run inside a failed one (refused there)
+    with store.unordered(), store.transaction():
         _merge(store, parsed, summary)
         added = (summary.requests_added - before[0]) + (summary.metric_points_added - before[1]) \
             + (summary.block_requests_added - before[2])
         dups = summary.duplicates_skipped - before[3]
-        rows = _ledger_rows(group, fmt.name, now, added, dups, len(parsed.rejects)) + also
+        rows = _ledger_rows(group, fmt.name, now, added, dups, len(parsed.rejects), parsed) + also
         _record_files(store, rows, known)
     resident.recorded(kept, rows)
     summary.formats[fmt.name] = summary.formats.get(fmt.name, 0) + len(group)
 
 
-def _ledger_rows(group, fmt_name: str, now, added: int, dups: int, rejected: int) -> list[tuple]:
-    """``ingested_files`` rows of a unit's files; a batch's counts are booked on its first file."""
-    return [(st[0], st[1], st[2], fmt_name, now, added, dups, rejected) if i == 0 else
-            (st[0], st[1], st[2], fmt_name, now, 0, 0, 0) for i, (_, st) in enumerate(group)]
+def _ledger_rows(group, fmt_name: str, now, added: int, dups: int, rejected: int,
+                 parsed: Parsed | None = None) -> list[tuple]:
+    """``ingested_files`` rows of a unit's files; a batch's counts are booked on its first file.
+    A parser that can resume a grown file says how far it read (``resume``)."""
+    reach = (None, None, None)
+    if parsed is not None and parsed.read_to is not None and len(group) == 1:
+        reach = (parsed.read_to, parsed.lines_read, resume.tail_sha256(group[0][0], parsed.read_to))
+    return [(st[0], st[1], st[2], fmt_name, now, added, dups, rejected) + reach if i == 0 else
+            (st[0], st[1], st[2], fmt_name, now, 0, 0, 0, None, None, None) for i, (_, st) in enumerate(group)]
 
 
-_LEDGER_COLUMNS = ("path", "size", "mtime_ns", "format", "ingested_at", "rows_added", "duplicates", "lines_rejected")
+_LEDGER_COLUMNS = ("path", "size", "mtime_ns", "format", "ingested_at", "rows_added", "duplicates", "lines_rejected",
+                   "read_to", "lines_read", "tail_sha256")
 # Up to this many ledger rows go in as statement parameters; more as one Arrow table (a batch
 # can hold thousands of small transcript files).
 _LEDGER_PARAM_ROWS = 64
@@ -344,7 +363,7 @@ def _record_files(store: Store, rows: list[tuple], known: dict | None) -> None:
     conflicts = known is None or any((row[0], row[1], row[2]) in known for row in rows)
     on_conflict = " ON CONFLICT DO NOTHING" if conflicts else ""
     if len(rows) <= _LEDGER_PARAM_ROWS:
-        values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * len(rows))
+        values = ", ".join(["(" + ", ".join("?" * len(_LEDGER_COLUMNS)) + ")"] * len(rows))
         store.run(insert + f"VALUES {values}{on_conflict}", [v for row in rows for v in row])
         return
     import pyarrow as pa
