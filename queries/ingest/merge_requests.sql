@@ -30,32 +30,57 @@ WHERE r.request_key = m.r_key AND m.better AND m.r_key = m.s_key;
 -- A better copy under another key (a sidechain replay stored first): drop the stored one.
 DELETE FROM requests WHERE request_key IN (SELECT r_key FROM matched WHERE better AND r_key <> s_key);
 
--- A duplicate that is not better fills what the stored row lacks.
+-- A duplicate that is not better fills what the stored row lacks. Only rows that change are
+-- updated: re-reading a file already stored (a rotated copy, --force) matches every row, and
+-- rewriting 263 k unchanged rows took 13.6 s (measured).
 UPDATE requests AS r SET
-    request_id = coalesce(r.request_id, s.request_id), message_id = coalesce(r.message_id, s.message_id),
-    ttft_ms = coalesce(r.ttft_ms, s.ttft_ms), cost_usd = coalesce(r.cost_usd, s.cost_usd),
-    duration_ms = coalesce(r.duration_ms, s.duration_ms), project = coalesce(r.project, s.project),
-    thread_id = CASE WHEN from_transcript OR from_event THEN s.thread_id ELSE r.thread_id END,
-    query_source = CASE WHEN from_event THEN coalesce(s.query_source, r.query_source)
-                        ELSE coalesce(r.query_source, s.query_source) END,
-    model = CASE WHEN from_event THEN coalesce(s.model, r.model) ELSE r.model END,
-    is_sidechain = CASE WHEN from_transcript THEN s.is_sidechain ELSE r.is_sidechain END,
-    cache_write_5m_tokens = CASE WHEN split THEN s.cache_write_5m_tokens ELSE r.cache_write_5m_tokens END,
-    cache_write_1h_tokens = CASE WHEN split THEN s.cache_write_1h_tokens ELSE r.cache_write_1h_tokens END,
-    cache_write_unknown_tokens = CASE WHEN split THEN 0 ELSE r.cache_write_unknown_tokens END
+    request_id = f.request_id, message_id = f.message_id, ttft_ms = f.ttft_ms, cost_usd = f.cost_usd,
+    duration_ms = f.duration_ms, project = f.project, thread_id = f.thread_id, query_source = f.query_source,
+    model = f.model, is_sidechain = f.is_sidechain, cache_write_5m_tokens = f.cache_write_5m_tokens,
+    cache_write_1h_tokens = f.cache_write_1h_tokens, cache_write_unknown_tokens = f.cache_write_unknown_tokens
 FROM (
-    SELECT s.*, m.r_key,
-           (rr.cache_write_unknown_tokens > 0 AND s.cache_write_unknown_tokens = 0
-            AND s.cache_write_5m_tokens + s.cache_write_1h_tokens = rr.cache_write_unknown_tokens
-            AND rr.cache_write_5m_tokens + rr.cache_write_1h_tokens = 0) AS split,
-           (s.source = 'claude-transcript' AND rr.source <> s.source AND s.thread_id IS NOT NULL) AS from_transcript,
-           -- a span stored first (traces ingested before logs) yields to its event: the span
-           -- names the model as the client labels it ("...[1m]") and carries no query source
-           (rr.source = 'otlp-span' AND s.source = 'otlp-log') AS from_event
-    FROM staged s JOIN matched m ON m.s_key = s.request_key JOIN requests rr ON rr.request_key = m.r_key
-    WHERE NOT m.better
-) s
-WHERE r.request_key = s.r_key;
+    SELECT *,
+           coalesce(r_request_id, s_request_id) AS request_id, coalesce(r_message_id, s_message_id) AS message_id,
+           coalesce(r_ttft_ms, s_ttft_ms) AS ttft_ms, coalesce(r_cost_usd, s_cost_usd) AS cost_usd,
+           coalesce(r_duration_ms, s_duration_ms) AS duration_ms, coalesce(r_project, s_project) AS project,
+           CASE WHEN from_transcript OR from_event THEN s_thread_id ELSE r_thread_id END AS thread_id,
+           CASE WHEN from_event THEN coalesce(s_query_source, r_query_source)
+                ELSE coalesce(r_query_source, s_query_source) END AS query_source,
+           CASE WHEN from_event THEN coalesce(s_model, r_model) ELSE r_model END AS model,
+           CASE WHEN from_transcript THEN s_is_sidechain ELSE r_is_sidechain END AS is_sidechain,
+           CASE WHEN split THEN s_5m ELSE r_5m END AS cache_write_5m_tokens,
+           CASE WHEN split THEN s_1h ELSE r_1h END AS cache_write_1h_tokens,
+           CASE WHEN split THEN 0 ELSE r_unknown END AS cache_write_unknown_tokens
+    FROM (
+        SELECT m.r_key,
+               s.request_id AS s_request_id, s.message_id AS s_message_id, s.ttft_ms AS s_ttft_ms,
+               s.cost_usd AS s_cost_usd, s.duration_ms AS s_duration_ms, s.project AS s_project,
+               s.thread_id AS s_thread_id, s.query_source AS s_query_source, s.model AS s_model,
+               s.is_sidechain AS s_is_sidechain, s.cache_write_5m_tokens AS s_5m, s.cache_write_1h_tokens AS s_1h,
+               rr.request_id AS r_request_id, rr.message_id AS r_message_id, rr.ttft_ms AS r_ttft_ms,
+               rr.cost_usd AS r_cost_usd, rr.duration_ms AS r_duration_ms, rr.project AS r_project,
+               rr.thread_id AS r_thread_id, rr.query_source AS r_query_source, rr.model AS r_model,
+               rr.is_sidechain AS r_is_sidechain, rr.cache_write_5m_tokens AS r_5m, rr.cache_write_1h_tokens AS r_1h,
+               rr.cache_write_unknown_tokens AS r_unknown,
+               (rr.cache_write_unknown_tokens > 0 AND s.cache_write_unknown_tokens = 0
+                AND s.cache_write_5m_tokens + s.cache_write_1h_tokens = rr.cache_write_unknown_tokens
+                AND rr.cache_write_5m_tokens + rr.cache_write_1h_tokens = 0) AS split,
+               (s.source = 'claude-transcript' AND rr.source <> s.source AND s.thread_id IS NOT NULL) AS from_transcript,
+               -- a span stored first (traces ingested before logs) yields to its event: the span
+               -- names the model as the client labels it ("...[1m]") and carries no query source
+               (rr.source = 'otlp-span' AND s.source = 'otlp-log') AS from_event
+        FROM staged s JOIN matched m ON m.s_key = s.request_key JOIN requests rr ON rr.request_key = m.r_key
+        WHERE NOT m.better
+    )
+) f
+WHERE r.request_key = f.r_key
+  AND (f.request_id IS DISTINCT FROM f.r_request_id OR f.message_id IS DISTINCT FROM f.r_message_id
+       OR f.ttft_ms IS DISTINCT FROM f.r_ttft_ms OR f.cost_usd IS DISTINCT FROM f.r_cost_usd
+       OR f.duration_ms IS DISTINCT FROM f.r_duration_ms OR f.project IS DISTINCT FROM f.r_project
+       OR f.thread_id IS DISTINCT FROM f.r_thread_id OR f.query_source IS DISTINCT FROM f.r_query_source
+       OR f.model IS DISTINCT FROM f.r_model OR f.is_sidechain IS DISTINCT FROM f.r_is_sidechain
+       OR f.cache_write_5m_tokens IS DISTINCT FROM f.r_5m OR f.cache_write_1h_tokens IS DISTINCT FROM f.r_1h
+       OR f.cache_write_unknown_tokens IS DISTINCT FROM f.r_unknown);
 
 INSERT INTO requests BY NAME
 SELECT s.* FROM staged s
