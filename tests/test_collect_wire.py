@@ -148,6 +148,20 @@ def test_protobuf_partial_success_reencodes_without_bad_records():
     assert resp.partial_success.rejected_log_records == 1 and "token" in resp.partial_success.error_message
 
 
+def test_protobuf_time_past_int64_is_no_time_as_ingest_reads_it():
+    """fixed64 goes to 2^64 - 1; ingest reads nanoseconds as int64, so a later time is none, and an
+    api_request with no other time is refused here rather than stored and rejected at ingest."""
+    from kvtrace.ingest.otlp_json import parse_lines
+
+    req = logs_request_pb([("req_a", (1, 2, 3, 4)), ("req_b", (1, 2, 3, 4))])
+    late = req.resource_logs[0].scope_logs[0].log_records[1]
+    late.time_unix_nano, late.observed_time_unix_nano = 0, 2**63 + 5
+    b = otlp.decode_protobuf(LOGS, req.SerializeToString())
+    assert (b.records, b.rejected) == (1, 1)
+    parsed = parse_lines(protobuf_to_json_line(LOGS, b.payload), "seg")
+    assert parsed.requests.num_rows == 1 and not parsed.rejects
+
+
 def test_protobuf_garbage_is_bad_payload():
     with pytest.raises(otlp.BadPayload):
         otlp.decode_protobuf(LOGS, b"\x0a\xff\xff\xff\xff\x0f")

@@ -24,7 +24,7 @@ import orjson
 from kvtrace.collect.fastjson import fast_count
 from kvtrace.collect.validate import (TOKEN_METRIC, has_start_json, has_time_json, json_point_problem,
                                       json_record_problem, json_span_problem, pb_point_problem, pb_record_problem,
-                                      pb_span_problem, reject_message, tokens_clean_json, tokens_clean_pb)
+                                      pb_ns_present, pb_span_problem, reject_message, tokens_clean_json, tokens_clean_pb)
 
 
 # What each signal looks like on the wire (OTLP JSON keys; protobuf classes by module).
@@ -260,7 +260,7 @@ def decode_protobuf(signal: Signal, body: bytes) -> Batch:
             for sl in rl.scope_logs:
                 bad = []
                 for i, rec in enumerate(sl.log_records):
-                    if clean and (rec.time_unix_nano or rec.observed_time_unix_nano):
+                    if clean and (pb_ns_present(rec.time_unix_nano) or pb_ns_present(rec.observed_time_unix_nano)):
                         continue
                     problem = pb_record_problem(rec)
                     if problem is not None:
@@ -291,7 +291,7 @@ def decode_protobuf(signal: Signal, body: bytes) -> Batch:
         for rs in msg.resource_spans:
             for ss in rs.scope_spans:
                 bad = [i for i, span in enumerate(ss.spans)
-                       if not (clean and span.start_time_unix_nano) and pb_span_problem(span)]
+                       if not (clean and pb_ns_present(span.start_time_unix_nano)) and pb_span_problem(span)]
                 if bad:
                     first_problem = first_problem or pb_span_problem(ss.spans[bad[0]])
                 for i in reversed(bad):

@@ -58,6 +58,11 @@ def ns_present(x: object) -> bool:
     return 0 < v <= _INT64_MAX
 
 
+def pb_ns_present(v: int) -> bool:
+    """:func:`ns_present` for a protobuf fixed64 time: past 2^63 - 1 ingest reads no time."""
+    return 0 < v <= _INT64_MAX
+
+
 def _iso_present(x: object) -> bool:
     if not isinstance(x, str):
         return False
@@ -188,7 +193,7 @@ def pb_record_problem(rec) -> str | None:
         if k in first and _pb_bad_count(first[k]):
             return f"field '{k}': not a token count"
     ts = first.get("event.timestamp")
-    if not (rec.time_unix_nano or rec.observed_time_unix_nano
+    if not (pb_ns_present(rec.time_unix_nano) or pb_ns_present(rec.observed_time_unix_nano)
             or (ts is not None and _iso_present(ts.string_value))):
         return "no time (timeUnixNano, observedTimeUnixNano or event.timestamp)"
     return None
@@ -233,7 +238,7 @@ def pb_point_problem(temporality: int, point) -> str | None:
     if kind is None or (kind == "as_int" and point.as_int < 0) or (
             kind == "as_double" and _bad_count_text(repr(point.as_double))):
         return "data point without a token count (asDouble or asInt)"
-    if not point.time_unix_nano:
+    if not pb_ns_present(point.time_unix_nano):
         return "data point without a time"
     for kv in point.attributes:
         if kv.key == "type":
@@ -275,7 +280,7 @@ def pb_span_problem(span) -> str | None:
     for k in TOKEN_ATTRIBUTES:
         if k in first and _pb_bad_count(first[k]):
             return f"field '{k}': not a token count"
-    return None if span.start_time_unix_nano else "llm_request span without a start time"
+    return None if pb_ns_present(span.start_time_unix_nano) else "llm_request span without a start time"
 
 
 def reject_message(rejected: int, first_problem: str | None) -> str | None:
