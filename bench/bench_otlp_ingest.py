@@ -32,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import child
+
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "bench" / "data"
 _SCRIPT = Path(sys.executable).parent / "kvtrace"
@@ -56,20 +58,8 @@ print(n, time.perf_counter() - t)
 # -- processes -----------------------------------------------------------------------------------
 
 def _run(argv: list[str]) -> dict:
-    """Run a child process; wall time, CPU time and peak RSS from its own rusage."""
-    t = time.perf_counter()
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        p = subprocess.Popen([str(a) for a in argv], stdout=out, stderr=err, cwd=REPO)
-        _, status, ru = os.wait4(p.pid, 0)
-        wall = time.perf_counter() - t
-        p.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        stdout, stderr = out.read(), err.read()
-    if p.returncode != 0:
-        raise RuntimeError(f"{' '.join(map(str, argv))} exited {p.returncode}: {stderr.decode(errors='replace')[-2000:]}")
-    return {"wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "maxrss_mb": ru.ru_maxrss / 1024,
-            "stdout": stdout}
+    c = child.run(argv, cwd=REPO)
+    return {"wall_s": c.wall_s, "cpu_s": c.cpu_s, "maxrss_mb": c.maxrss_mb, "stdout": c.stdout}
 
 
 def _floor(path: Path) -> dict:

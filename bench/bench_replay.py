@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import child
+
 import numpy as np
 
 from tests.paths import TRACES
@@ -66,14 +68,8 @@ def _wall(cmd: list[str]) -> tuple[float, int, float]:
 
     CPU time is the steadier figure on a shared machine: wall time also counts waiting for a core.
     """
-    t = time.perf_counter()
-    p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    _, status, usage = os.wait4(p.pid, 0)
-    wall = time.perf_counter() - t
-    err = p.stderr.read()
-    if os.waitstatus_to_exitcode(status):
-        raise RuntimeError(f"{' '.join(cmd)} failed: {err[-2000:]}")
-    return wall, round(usage.ru_maxrss / 1024), usage.ru_utime + usage.ru_stime
+    c = child.run(cmd, cwd=ROOT)
+    return c.wall_s, round(c.maxrss_mb), c.cpu_s
 
 
 def mooncake_grid(tmp: Path) -> dict:

@@ -27,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import child
+
 ROOT = Path(__file__).resolve().parents[1]
 N = 200_000 if os.environ.get("KVTRACE_BENCH_QUICK") else 10_000_000
 DATA = ROOT / "bench" / "data"
@@ -73,15 +75,9 @@ def build_warehouse(path: Path, n: int) -> dict:
 
 def timed(cmd: list[str]) -> dict:
     """Wall time and peak RSS of one process."""
-    t = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t
-    out, err = proc.stdout.read(), proc.stderr.read()
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {err[-2000:]}")
-    return {"wall_s": round(wall, 2), "peak_rss_mb": round(usage.ru_maxrss / 1024, 1), "stdout": out.strip()[-300:]}
+    c = child.run(cmd, cwd=ROOT)
+    return {"wall_s": round(c.wall_s, 2), "peak_rss_mb": round(c.maxrss_mb, 1),
+            "stdout": c.stdout.decode(errors="replace").strip()[-300:]}
 
 
 def _bounds(db: Path) -> tuple[str, str]:

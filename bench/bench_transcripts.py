@@ -33,6 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import child
+
 from bench.transcript_tree import GENERATOR_VERSION, add_session, generate, summarize
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,24 +48,10 @@ KEYS = ("input", "cache_read", "cache_write", "output")
 
 # -- processes -----------------------------------------------------------------------------------
 
-def _run(argv: list[str], env: dict | None = None, rss: bool = True) -> tuple[float, int | None, bytes]:
-    """Run a process; return (wall seconds, peak RSS in KiB if /usr/bin/time is there, stdout).
-    ``rss=False`` runs it without /usr/bin/time (its own fork and exec cost ~1 ms, which
-    matters for a command that takes tens of milliseconds)."""
-    timer = ["/usr/bin/time", "-f", "maxrss_kb=%M"] if rss and Path("/usr/bin/time").exists() else []
-    t = time.perf_counter()
-    p = subprocess.run(timer + [str(a) for a in argv], capture_output=True, env=env, cwd=REPO)
-    wall = time.perf_counter() - t
-    if p.returncode != 0:
-        err = "\n".join(x for x in p.stderr.decode(errors="replace").splitlines()
-                        if not x.startswith(("maxrss_kb=", "Command exited")))
-        raise RuntimeError(f"{' '.join(map(str, argv))} exited {p.returncode}: {err[-2000:]}")
-    rss = None
-    for line in p.stderr.decode(errors="replace").splitlines()[::-1]:
-        if line.startswith("maxrss_kb="):
-            rss = int(line.split("=", 1)[1])
-            break
-    return wall, rss, p.stdout
+def _run(argv: list[str], env: dict | None = None) -> tuple[float, int, bytes]:
+    """Run a process; return (wall seconds, peak RSS in KiB, stdout)."""
+    c = child.run(argv, cwd=REPO, env=env)
+    return c.wall_s, round(c.maxrss_mb * 1024), c.stdout
 
 
 def _stats(times: list[float]) -> dict:
@@ -144,9 +132,9 @@ def _compare(got: dict[str, dict], want: dict[str, dict]) -> dict:
 # -- the repeat through `kvtrace serve` ----------------------------------------------------------
 
 def _report_ingest(tree: Path, db: Path) -> tuple[float, dict]:
-    """``kvtrace report --ingest <tree>/projects`` as one client process (no /usr/bin/time)."""
+    """``kvtrace report --ingest <tree>/projects`` as one client process."""
     wall, _, out = _run(KVTRACE + ["report", "--ingest", str(tree / "projects"), "--group-by", "day",
-                                   "--format", "json", "--db", str(db), *INGEST_FORMAT], rss=False)
+                                   "--format", "json", "--db", str(db), *INGEST_FORMAT])
     return wall, json.loads(out)
 
 
