@@ -146,6 +146,20 @@ def test_event_then_transcript_copy_fills_split_and_keeps_one_row(store):
                        "FROM requests") == [("msg_1", 30, 20, 0, 700.0)]
 
 
+def test_two_copies_matching_one_stored_row_fill_it_as_the_main_copy_would(store):
+    """A stored event, then a transcript batch holding a main-thread copy (by request id) and a
+    sidechain copy (by message id) of it: the main copy is the one that fills the stored row."""
+    merge(store, dict(request_key="req_1", request_id="req_1", message_id="msg_1", source="otlp-log", ts=1,
+                      thread_id="main", cache_write_unknown_tokens=120, output_tokens=9))
+    s = merge(store, dict(request_key="req_1", request_id="req_1", source="claude-transcript", ts=1,
+                          thread_id="main", cache_write_unknown_tokens=120, output_tokens=9),
+              dict(request_key="msg_1", message_id="msg_1", source="claude-transcript", ts=1, thread_id="agent-a",
+                   is_sidechain=True, cache_write_5m_tokens=120, output_tokens=9))
+    assert (s.requests_added, s.duplicates_skipped) == (0, 2)
+    assert store.query("SELECT thread_id, is_sidechain, cache_write_5m_tokens, cache_write_unknown_tokens "
+                       "FROM requests") == [("main", False, 0, 120)]
+
+
 def test_sidechain_replay_loses_to_main_copy_in_either_order(store):
     side = dict(request_key="req_b", request_id="req_b", message_id="msg_1", ts=1, output_tokens=5, is_sidechain=True, thread_id="agent-1")
     main = dict(request_key="req_a", request_id="req_a", message_id="msg_1", ts=1, output_tokens=5, is_sidechain=False)

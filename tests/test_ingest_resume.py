@@ -96,3 +96,46 @@ def test_a_file_read_before_the_ledger_kept_offsets_is_read_whole_once(store, tm
     write(f, [3], mode="a")
     s = ingest(store, [f])
     assert (s.files_resumed, s.requests_added, s.duplicates_skipped) == (1, 1, 0)
+
+
+def test_a_file_rotated_while_it_is_ingested_is_stored_and_its_successor_read_whole(store, tmp_path, monkeypatch):
+    """The fingerprint comes from the bytes parsed, not from whatever has the name afterwards."""
+    f = tmp_path / "otel.jsonl"
+    write(f, range(3))
+    real = otlp_json.parse
+
+    def parse_then_rotate(path, *a, **k):
+        parsed = real(path, *a, **k)
+        os.rename(path, tmp_path / "otel.jsonl.1")     # the exporter rotates it
+        write(f, range(10, 13))                         # and starts a new file of the same length
+        return parsed
+
+    monkeypatch.setattr(otlp_json, "parse", parse_then_rotate)
+    assert ingest(store, [f]).requests_added == 3
+    monkeypatch.setattr(otlp_json, "parse", real)
+    write(f, [13], mode="a")
+    s = ingest(store, [f])
+    assert (s.files_resumed, s.requests_added) == (0, 4)
+    assert [r[0] for r in rows(store)] == ["r0", "r1", "r10", "r11", "r12", "r13", "r2"]
+
+
+def test_a_span_lends_its_event_the_same_fields_in_one_read_as_across_reads(tmp_path):
+    """Codex events lack duration and cost; their spans have them. Read together, or the spans
+    appended later (a resumed read, merged into the stored rows), the stored rows are the same."""
+    from tests.test_ingest_agents_otlp import CODEX, lines as fixture_lines
+
+    logs = b"".join(x + b"\n" for x in fixture_lines(CODEX[0], "logs"))
+    traces = b"".join(x + b"\n" for x in fixture_lines(CODEX[0], "traces"))
+    f = tmp_path / "codex.jsonl"
+    q = ("SELECT request_key, ts, duration_ms, cost_usd, ttft_ms, input_tokens, output_tokens FROM requests "
+         "WHERE agent = 'codex' ORDER BY request_key")
+    with Store(memory=True) as apart, Store(memory=True) as together:
+        f.write_bytes(logs)
+        ingest(apart, [f])
+        with open(f, "ab") as fh:
+            fh.write(traces)
+        os.utime(f, ns=(os.stat(f).st_mtime_ns + 1_000_000,) * 2)
+        assert ingest(apart, [f]).files_resumed == 1
+        ingest(together, [f])
+        got = apart.query(q)
+        assert got == together.query(q) and got and all(r[2] is not None for r in got)

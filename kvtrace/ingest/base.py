@@ -44,9 +44,11 @@ class Parsed:
     unknown: Counter = field(default_factory=Counter)  # records seen but not used, per kind
     lines: int = 0                                       # input lines (or records) read
     # Parsers that can resume a grown file (Format.resumable): the byte offset just after the
-    # last whole line read and the number of lines before it, counted from the file's start.
+    # last whole line read, the number of lines before it (both from the file's start), and the
+    # fingerprint of the bytes before that offset (kvtrace.ingest.resume).
     read_to: int | None = None
     lines_read: int | None = None
+    tail_sha256: str | None = None
 
     def tables(self) -> dict[str, pa.Table]:
         out = {}

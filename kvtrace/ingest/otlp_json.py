@@ -33,6 +33,7 @@ from kvtrace.ingest.base import METRIC_POINT_SCHEMA, REQUEST_SCHEMA, Parsed, Rej
 from kvtrace.ingest.formats import open_text
 from kvtrace.ingest.otlp_common import (CHUNK_BYTES, KEEP_BYTES, READ_STEP, Lines, connection, iter_chunks,
                                          join_lines, lines_table, prefetch, retire_connection)
+from kvtrace.ingest.resume import TAIL_BYTES, Start, fingerprint
 from kvtrace.store import load_query
 
 # (bit in otlp_line_class.signals, normalization query, the temp table its rows go to, and the
@@ -50,28 +51,29 @@ _REQUEST_TABLES = {"otlp_log_rows", "otlp_span_rows", "otlp_agent_log_rows", "ot
 _POINT_TABLES = {"otlp_metric_rows", "otlp_agent_metric_rows"}
 
 
-def parse(path: Path, start: tuple[int, int] = (0, 1)) -> Parsed:
+def parse(path: Path, start: Start | None = None) -> Parsed:
     """Parse an OTLP JSON lines file (``.gz`` too).
 
     Args:
         path: the file.
-        start: ``(byte offset, its line number)`` to read from, the start of a line: where an
-            earlier parse of a file that has since grown stopped (``Parsed.read_to`` and
-            ``Parsed.lines_read``). Plain files only.
+        start: where an earlier parse of a file that has since grown stopped
+            (``kvtrace.ingest.resume.point``): the parse reads from there and numbers lines on.
+            Plain files only.
 
     Returns:
-        A :class:`Parsed` with ``requests`` and ``metric_points``; provenance is ``path:line``.
+        A :class:`Parsed` with ``requests`` and ``metric_points``; provenance is ``path:line``;
+        ``read_to``, ``lines_read`` and ``tail_sha256`` say how far it read.
     """
     path = Path(path)
-    offset, first = start
+    start = start or Start(0, 1, b"")
     compressed = path.name.endswith(".gz")
-    if offset and compressed:
+    if start.offset and compressed:
         raise ValueError("a gzip file is read from its start")
     with open_text(path) as fh:
-        if offset:
-            fh.seek(offset)
-        parsed = _parse(_read(fh, compressed), str(path), read_ahead=True, first=first)
-    parsed.read_to += offset
+        if start.offset:
+            fh.seek(start.offset)
+        parsed = _parse(_read(fh, compressed), str(path), read_ahead=True, first=start.line, before=start.before)
+    parsed.read_to += start.offset
     return parsed
 
 
@@ -105,8 +107,8 @@ def _read(fh, compressed: bool) -> Iterator[tuple[bytes | bytearray, str | None]
 def _pieces(chunks: Iterator[tuple[bytes | bytearray | memoryview, str | None]], first: int = 1
             ) -> Iterator[tuple[Lines | None, str | None, bool, bool, int]]:
     """Each chunk as numbered lines, with its problem, whether it ends with a newline, whether
-    every line starts as an ExportLogsServiceRequest (see ``_normalize``), and the bytes of its
-    whole lines (all of it unless the last line is torn)."""
+    every line starts as an ExportLogsServiceRequest (see ``_normalize``), the bytes of its whole
+    lines (all of it unless the last line is torn) and the last ``TAIL_BYTES`` of those."""
     for data, problem in chunks:
         lines = lines_table(data, first) if data else None
         if lines is not None:
@@ -114,7 +116,8 @@ def _pieces(chunks: Iterator[tuple[bytes | bytearray | memoryview, str | None]],
         newline_end = data[-1:] == b"\n"
         base, end = (data.obj, data.nbytes) if isinstance(data, memoryview) else (data, len(data))
         whole = end if newline_end else base.rfind(b"\n", 0, end) + 1
-        yield lines, problem, newline_end, newline_end and lines is not None and _starts_as_logs(lines), whole
+        yield (lines, problem, newline_end, newline_end and lines is not None and _starts_as_logs(lines), whole,
+               bytes(data[max(0, whole - TAIL_BYTES):whole]))
 
 
 def _starts_as_logs(lines: Lines) -> bool:
@@ -126,7 +129,7 @@ def _starts_as_logs(lines: Lines) -> bool:
 
 
 def _parse(chunks: Iterator[tuple[bytes | bytearray | memoryview, str | None]], origin: str,
-           read_ahead: bool = False, first: int = 1) -> Parsed:
+           read_ahead: bool = False, first: int = 1, before: bytes = b"") -> Parsed:
     # read_ahead: the next chunk is read and cut into lines in a thread while DuckDB normalizes
     # this one. Cutting lines there, not here, matters: a Python loop beside a running read
     # was 6x slower (measured), while DuckDB lets the GIL go.
@@ -135,9 +138,9 @@ def _parse(chunks: Iterator[tuple[bytes | bytearray | memoryview, str | None]], 
     with connection() as con:
         parsed = Parsed()
         problems: list[Reject] = []
-        ends_with_newline, whole_bytes = True, 0
+        ends_with_newline, whole_bytes, tail = True, 0, before
         made: set[str] = set()
-        for lines, problem, newline_end, logs_only, whole in pieces:
+        for lines, problem, newline_end, logs_only, whole, whole_tail in pieces:
             if problem:
                 problems.append(Reject(first, problem))
             if lines is None:
@@ -146,10 +149,12 @@ def _parse(chunks: Iterator[tuple[bytes | bytearray | memoryview, str | None]], 
             _normalize(con, lines, made, logs_only)
             first += lines.count
             whole_bytes += whole
+            tail = (tail + whole_tail)[-TAIL_BYTES:]
             ends_with_newline = newline_end
         parsed.lines = first - start
         # how far whole lines go: a torn last line is read again once the file has grown
         parsed.read_to, parsed.lines_read = whole_bytes, first - 1 - (not ends_with_newline)
+        parsed.tail_sha256 = fingerprint(tail)
         if parsed.lines == 0:
             parsed.rejects = problems
             return parsed

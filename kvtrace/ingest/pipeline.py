@@ -244,7 +244,7 @@ def _ingest_files(store: Store, paths: list, stdin_dir: Path | None, forced, str
     known = None if force else ledger    # every ledger row there is, when it was read
     todo: dict[str, list[tuple[Path, tuple]]] = {}
     unrecognized: list[tuple[Path, tuple]] = []
-    starts: dict[str, tuple[int, int]] = {}     # grown files: (offset, line) to read from
+    starts: dict[str, resume.Start] = {}        # grown files: where to read from
     for p in files:
         st = _stat(p)
         was_walked = p in walked
@@ -309,7 +309,7 @@ def _units(todo: dict[str, list[tuple[Path, tuple]]]) -> list[tuple[str, list[tu
 
 
 def _ingest_unit(store: Store, fmt, group, summary: IngestSummary, strict: bool, also: list[tuple],
-                 kept: resident.State | None, known: dict | None, starts: dict[str, tuple[int, int]]) -> None:
+                 kept: resident.State | None, known: dict | None, starts: dict[str, resume.Start]) -> None:
     """Parse one unit and merge it in one transaction, with its ledger rows (and ``also``'s)."""
     parser = fmt.load()
     paths = [p for p, _ in group]
@@ -341,7 +341,7 @@ def _ledger_rows(group, fmt_name: str, now, added: int, dups: int, rejected: int
     A parser that can resume a grown file says how far it read (``resume``)."""
     reach = (None, None, None)
     if parsed is not None and parsed.read_to is not None and len(group) == 1:
-        reach = (parsed.read_to, parsed.lines_read, resume.tail_sha256(group[0][0], parsed.read_to))
+        reach = (parsed.read_to, parsed.lines_read, parsed.tail_sha256)
     return [(st[0], st[1], st[2], fmt_name, now, added, dups, rejected) + reach if i == 0 else
             (st[0], st[1], st[2], fmt_name, now, 0, 0, 0, None, None, None) for i, (_, st) in enumerate(group)]
 

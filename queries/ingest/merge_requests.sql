@@ -71,6 +71,10 @@ FROM (
                (rr.source = 'otlp-span' AND s.source = 'otlp-log') AS from_event
         FROM staged s JOIN matched m ON m.s_key = s.request_key JOIN requests rr ON rr.request_key = m.r_key
         WHERE NOT m.better
+        -- several staged copies matching one stored row (by key, and by message id): the one
+        -- a batch would keep (main thread over sidechain, then the larger output) fills it
+        QUALIFY row_number() OVER (PARTITION BY m.r_key
+                                   ORDER BY s.is_sidechain, s.output_tokens DESC, s.request_key) = 1
     )
 ) f
 WHERE r.request_key = f.r_key

@@ -8,5 +8,6 @@ SELECT CAST(NULL AS BIGINT) AS line_no, CAST(NULL AS VARCHAR) AS kind, CAST(NULL
        CAST(NULL AS BOOLEAN) AS out, CAST(NULL AS VARCHAR) AS reject_field,
        CAST(NULL AS VARCHAR) AS reject_reason, CAST(NULL AS VARCHAR) AS request_key,
        CAST(NULL AS VARCHAR) AS point_key, CAST(NULL AS DOUBLE) AS ttft_ms,
+       CAST(NULL AS DOUBLE) AS duration_ms, CAST(NULL AS DOUBLE) AS cost_usd,
        CAST(NULL AS VARCHAR) AS reason, CAST(NULL AS VARCHAR) AS field
 LIMIT 0

@@ -2,7 +2,8 @@
 -- description: the request rows of one parse, with provenance ($origin:line). A
 --   claude_code.llm_request span of a request that also has its api_request event in this
 --   input is not a second row: it only lends the event what the event lacks (time to first
---   token, which Claude Code 2.1.x puts on the span only).
+--   token, which Claude Code 2.1.x puts on the span only; duration and cost, which Codex events
+--   lack), as the warehouse merge does when the two come in separate ingests.
 
 -- NOT MATERIALIZED: each CTE is read twice, and a materialized copy of every event row costs
 -- more than reading the temp tables twice (a third of this query, measured).
@@ -15,9 +16,12 @@ WITH events AS NOT MATERIALIZED (
     UNION ALL BY NAME   -- GenAI, OpenInference and Codex spans (a Codex span shares its event's key)
     SELECT * EXCLUDE (kind, out, reject_field, reject_reason) FROM otlp_genai_span_rows WHERE out
 ), span_fill AS (
-    SELECT request_key, max(ttft_ms) AS span_ttft_ms FROM spans GROUP BY request_key
+    SELECT request_key, max(ttft_ms) AS span_ttft_ms, max(duration_ms) AS span_duration_ms,
+           max(cost_usd) AS span_cost_usd
+    FROM spans GROUP BY request_key
 )
-SELECT e.* EXCLUDE (line_no, ttft_ms), coalesce(e.ttft_ms, f.span_ttft_ms) AS ttft_ms,
+SELECT e.* EXCLUDE (line_no, ttft_ms, duration_ms, cost_usd), coalesce(e.ttft_ms, f.span_ttft_ms) AS ttft_ms,
+       coalesce(e.duration_ms, f.span_duration_ms) AS duration_ms, coalesce(e.cost_usd, f.span_cost_usd) AS cost_usd,
        $origin || ':' || e.line_no AS ingested_from
 FROM events e LEFT JOIN span_fill f USING (request_key)
 UNION ALL BY NAME
