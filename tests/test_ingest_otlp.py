@@ -607,3 +607,79 @@ def test_vouched_and_classified_parses_agree(values):
     data = b"".join(json.dumps(v).encode() + b"\n" for v in values)
     fast, classified = _both_paths(data)
     assert fast == classified
+
+
+# -- one streamed log query over many pieces ---------------------------------------------------
+
+def _file_both_ways(tmp_path, monkeypatch, data: bytes) -> tuple:
+    """``parse`` of a file cut into small pieces, and the same classified piece by piece."""
+    from unittest import mock
+
+    monkeypatch.setattr(otlp_json, "STREAM_PIECE", 3000)
+    monkeypatch.setattr(otlp_json, "CHUNK_BYTES", 3000)
+    monkeypatch.setattr(otlp_common, "FIRST_PIECE", 3000)
+    f = tmp_path / "otel.jsonl"
+    f.write_bytes(data)
+
+    def seen(p):
+        return (sorted(rows(p), key=lambda r: (r["request_key"], r["ingested_from"])),
+                sorted(p.metric_points.to_pylist(), key=lambda r: r["point_key"]),
+                [(r.line, r.reason, r.field) for r in p.rejects], dict(p.unknown), p.lines,
+                p.read_to, p.lines_read, p.tail_sha256)
+
+    streams = []
+    real = otlp_json._stream
+    monkeypatch.setattr(otlp_json, "_stream", lambda *a: streams.append(1) or real(*a))
+    fast = seen(parse(f))
+    with mock.patch.object(otlp_json, "_starts_as_logs", lambda lines: False):
+        return fast, seen(parse(f)), len(streams)
+
+
+def test_logs_pieces_stream_through_one_query(tmp_path, monkeypatch):
+    data = lines(*(logs_line(event(request_id=f"r{i}"), event("user_prompt")) for i in range(40)))
+    fast, classified, streams = _file_both_ways(tmp_path, monkeypatch, data)
+    assert fast == classified and len(fast[0]) == 40 and streams == 1
+
+
+@pytest.mark.parametrize("odd_at", [3, 25, 39])
+def test_a_line_the_stream_cannot_vouch_for_reads_the_file_again(tmp_path, monkeypatch, odd_at):
+    ls = [logs_line(event(request_id=f"r{i}")) for i in range(40)]
+    ls[odd_at] = "{not json"
+    fast, classified, _ = _file_both_ways(tmp_path, monkeypatch, lines(*ls))
+    assert fast == classified and len(fast[0]) == 39 and fast[2] == [(odd_at + 1, "invalid JSON", None)]
+
+
+def test_a_stream_ends_at_a_piece_of_other_signals_and_the_rest_is_read_piece_by_piece(tmp_path, monkeypatch):
+    ls = [logs_line(event(request_id=f"r{i}")) for i in range(30)]
+    ls += [metrics_line(point("input", 5.0, T0 + i, T0 + i + 1, session=f"m{i}")) for i in range(10)]
+    ls += [logs_line(event(request_id=f"q{i}")) for i in range(10)]
+    fast, classified, streams = _file_both_ways(tmp_path, monkeypatch, lines(*ls) + b'{"resourceLogs": [')
+    assert fast == classified and streams == 1
+    assert len(fast[0]) == 40 and len(fast[1]) == 10 and fast[2][-1][0] == 51    # the torn last line
+
+
+def test_codex_events_in_a_stream_read_the_file_again(tmp_path, monkeypatch):
+    from tests.test_ingest_agents_otlp import CODEX, lines as fixture_lines
+
+    codex = [x.decode() for x in fixture_lines(CODEX[0], "logs")]
+    ls = [logs_line(event(request_id=f"r{i}")) for i in range(20)] + codex
+    fast, classified, _ = _file_both_ways(tmp_path, monkeypatch, lines(*ls))
+    assert fast == classified and any(r["agent"] == "codex" for r in fast[0])
+
+
+def test_a_read_error_in_a_stream_is_raised_as_itself(tmp_path, monkeypatch):
+    monkeypatch.setattr(otlp_json, "STREAM_PIECE", 3000)
+    monkeypatch.setattr(otlp_common, "FIRST_PIECE", 3000)
+    f = tmp_path / "otel.jsonl"
+    f.write_bytes(lines(*(logs_line(event(request_id=f"r{i}")) for i in range(40))))
+    real, calls = otlp_json.lines_table, []
+
+    def failing(data, first):
+        calls.append(first)
+        if len(calls) == 4:
+            raise OSError("disk went away")
+        return real(data, first)
+
+    monkeypatch.setattr(otlp_json, "lines_table", failing)
+    with pytest.raises(OSError, match="disk went away"):
+        parse(f)

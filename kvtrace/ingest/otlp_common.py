@@ -25,6 +25,7 @@ import pyarrow as pa
 from kvtrace.ingest.base import Reject, query_source_sql
 
 CHUNK_BYTES = 128 << 20   # lines are read and normalized this much at a time (bounds memory)
+STREAM_PIECE = 16 << 20   # pieces of a stream through one query (each in a buffer of its own)
 BATCH_BYTES = 2 << 20     # an Arrow record batch: the unit DuckDB hands to a thread
 BATCH_LINES = 2048
 

@@ -24,15 +24,16 @@ from __future__ import annotations
 import gzip
 import zlib
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
 
 from kvtrace.ingest.base import METRIC_POINT_SCHEMA, REQUEST_SCHEMA, Parsed, Reject, arrow_as
 from kvtrace.ingest.formats import open_text
-from kvtrace.ingest.otlp_common import (CHUNK_BYTES, KEEP_BYTES, READ_STEP, Lines, connection, iter_chunks,
-                                         join_lines, lines_table, prefetch, retire_connection)
+from kvtrace.ingest.otlp_common import (CHUNK_BYTES, KEEP_BYTES, READ_STEP, STREAM_PIECE, Lines, connection,
+                                         iter_chunks, join_lines, lines_table, prefetch, retire_connection)
 from kvtrace.ingest.resume import TAIL_BYTES, Start, fingerprint
 from kvtrace.store import load_query
 
@@ -70,9 +71,12 @@ def parse(path: Path, start: Start | None = None) -> Parsed:
     if start.offset and compressed:
         raise ValueError("a gzip file is read from its start")
     with open_text(path) as fh:
-        if start.offset:
+        def chunks(stream: bool):
             fh.seek(start.offset)
-        parsed = _parse(_read(fh, compressed), str(path), read_ahead=True, first=start.line, before=start.before)
+            return _read(fh, compressed, stream)
+
+        parsed = _parse(chunks(True), str(path), read_ahead=True, first=start.line, before=start.before,
+                        again=lambda: chunks(False))
     parsed.read_to += start.offset
     return parsed
 
@@ -86,15 +90,21 @@ def parse_lines(data: bytes | Iterable[bytes | str], origin: str) -> Parsed:
     """
     if not isinstance(data, (bytes, bytearray, memoryview)):
         data = join_lines(data)
-    return _parse(iter([(bytes(data), None)]), origin)
+    data = bytes(data)
+    return _parse(iter([(data, None)]), origin, again=lambda: iter([(data, None)]))
 
 
-def _read(fh, compressed: bool) -> Iterator[tuple[bytes | bytearray, str | None]]:
-    """Chunks of whole lines; a gzip stream that ends early yields what it had and says so."""
+def _read(fh, compressed: bool, stream: bool) -> Iterator[tuple[bytes | bytearray, str | None]]:
+    """Chunks of whole lines; a gzip stream that ends early yields what it had and says so.
+
+    For the piece-by-piece path, two buffers in turn: _parse is done with a piece before the
+    reading thread fills the one after next. A streamed query may still hold batches of earlier
+    pieces, so there every piece has a buffer of its own, and smaller pieces (16 MB: 1.85 s
+    against 1.90 s with 128 MB for 457 MB, measured) bound what a stream holds.
+    """
+    size, buffers = (STREAM_PIECE, 0) if stream else (CHUNK_BYTES, 2)
     try:
-        # two buffers in turn: _parse is done with a piece before the reading thread fills the
-        # one after next
-        for chunk in iter_chunks(fh, CHUNK_BYTES, buffers=2, step=READ_STEP if compressed else CHUNK_BYTES):
+        for chunk in iter_chunks(fh, size, buffers=buffers, step=READ_STEP if compressed else size):
             yield chunk, None
     except (EOFError, gzip.BadGzipFile, zlib.error) as e:
         if not compressed:
@@ -128,48 +138,138 @@ def _starts_as_logs(lines: Lines) -> bool:
                 or pc.all(pc.match_substring_regex(col, r'^\{\s*"resourceLogs"\s*:\s*\[')).as_py())
 
 
+class _Restart(Exception):
+    """The streamed log query met what only the piece-by-piece path handles: read again that way."""
+
+
+@dataclass
+class _Book:
+    """What the pieces read so far add up to."""
+
+    first: int                     # the next line's number
+    tail: bytes                    # the last TAIL_BYTES of whole lines
+    whole_bytes: int = 0
+    ends_with_newline: bool = True
+    problems: list[Reject] = field(default_factory=list)
+
+    def add(self, piece) -> Lines | None:
+        lines, problem, newline_end, _, whole, whole_tail = piece
+        if problem:
+            self.problems.append(Reject(self.first, problem))
+        if lines is None:
+            return None
+        self.problems.extend(lines.rejects)
+        self.first += lines.count
+        self.whole_bytes += whole
+        self.tail = (self.tail + whole_tail)[-TAIL_BYTES:]
+        self.ends_with_newline = newline_end
+        return lines
+
+
 def _parse(chunks: Iterator[tuple[bytes | bytearray | memoryview, str | None]], origin: str,
-           read_ahead: bool = False, first: int = 1, before: bytes = b"") -> Parsed:
+           read_ahead: bool = False, first: int = 1, before: bytes = b"",
+           again: Callable[[], Iterator] | None = None) -> Parsed:
+    """Parse chunks of lines. ``again`` makes the same chunks anew (the file read again): with
+    it, the leading pieces whose lines all start as logs stream through one log query (see
+    ``_stream``), and if that query meets a line it cannot vouch for, the input is read again
+    piece by piece."""
+    if again is not None:
+        try:
+            return _parse_pieces(chunks, origin, read_ahead, first, before, stream=True)
+        except _Restart:
+            chunks = again()
+    return _parse_pieces(chunks, origin, read_ahead, first, before, stream=False)
+
+
+def _parse_pieces(chunks, origin: str, read_ahead: bool, first: int, before: bytes, stream: bool) -> Parsed:
     # read_ahead: the next chunk is read and cut into lines in a thread while DuckDB normalizes
     # this one. Cutting lines there, not here, matters: a Python loop beside a running read
     # was 6x slower (measured), while DuckDB lets the GIL go.
     pieces = prefetch(_pieces(chunks, first)) if read_ahead else _pieces(chunks, first)
-    start = first
-    with connection() as con:
-        parsed = Parsed()
-        problems: list[Reject] = []
-        ends_with_newline, whole_bytes, tail = True, 0, before
-        made: set[str] = set()
-        for lines, problem, newline_end, logs_only, whole, whole_tail in pieces:
-            if problem:
-                problems.append(Reject(first, problem))
-            if lines is None:
-                continue
-            problems.extend(lines.rejects)
-            _normalize(con, lines, made, logs_only)
-            first += lines.count
-            whole_bytes += whole
-            tail = (tail + whole_tail)[-TAIL_BYTES:]
-            ends_with_newline = newline_end
-        parsed.lines = first - start
-        # how far whole lines go: a torn last line is read again once the file has grown
-        parsed.read_to, parsed.lines_read = whole_bytes, first - 1 - (not ends_with_newline)
-        parsed.tail_sha256 = fingerprint(tail)
-        if parsed.lines == 0:
-            parsed.rejects = problems
-            return parsed
-        any_requests, any_points = _finish(con, made)
-        torn = None if ends_with_newline else first - 1
-        parsed.rejects = sorted(problems + _rejects(con, torn), key=lambda r: r.line or 0)
-        parsed.unknown = Counter({k: int(n) for k, n in con.execute(load_query("ingest/otlp_unknown").sql).fetchall()})
-        params = {"origin": origin}
-        parsed.requests = (arrow_as(con.sql(load_query("ingest/otlp_requests").sql, params=params), REQUEST_SCHEMA)
-                           if any_requests else REQUEST_SCHEMA.empty_table())
-        parsed.metric_points = (arrow_as(con.sql(load_query("ingest/otlp_points").sql, params=params),
-                                         METRIC_POINT_SCHEMA) if any_points else METRIC_POINT_SCHEMA.empty_table())
-    if whole_bytes > KEEP_BYTES:
+    book = _Book(first, before)
+    try:
+        with connection() as con:
+            parsed = Parsed()
+            made: set[str] = set()
+            for piece in pieces:
+                if stream and not made and piece[3]:
+                    piece = _stream(con, piece, pieces, book, made)
+                    if piece is None:
+                        break
+                lines = book.add(piece)
+                if lines is not None:
+                    _normalize(con, lines, made, piece[3])
+            parsed.lines = book.first - first
+            # how far whole lines go: a torn last line is read again once the file has grown
+            parsed.read_to, parsed.lines_read = book.whole_bytes, book.first - 1 - (not book.ends_with_newline)
+            parsed.tail_sha256 = fingerprint(book.tail)
+            if parsed.lines == 0:
+                parsed.rejects = book.problems
+                return parsed
+            any_requests, any_points = _finish(con, made)
+            torn = None if book.ends_with_newline else book.first - 1
+            parsed.rejects = sorted(book.problems + _rejects(con, torn), key=lambda r: r.line or 0)
+            parsed.unknown = Counter({k: int(n) for k, n in con.execute(load_query("ingest/otlp_unknown").sql).fetchall()})
+            params = {"origin": origin}
+            parsed.requests = (arrow_as(con.sql(load_query("ingest/otlp_requests").sql, params=params), REQUEST_SCHEMA)
+                               if any_requests else REQUEST_SCHEMA.empty_table())
+            parsed.metric_points = (arrow_as(con.sql(load_query("ingest/otlp_points").sql, params=params),
+                                             METRIC_POINT_SCHEMA) if any_points else METRIC_POINT_SCHEMA.empty_table())
+    finally:
+        if hasattr(pieces, "close"):
+            pieces.close()      # a read ahead in flight ends before the input is read again
+    if book.whole_bytes > KEEP_BYTES:
         retire_connection()
     return parsed
+
+
+_LINES_SCHEMA = pa.schema([("line_no", pa.int64()), ("line", pa.large_string())])
+
+
+def _stream(con, piece, pieces: Iterator, book: _Book, made: set[str]):
+    """Run the log query once over ``piece`` and the pieces after it while their lines all start
+    as logs (``_normalize``'s vouching), fed to DuckDB as one stream of Arrow batches; returns the
+    piece that ended the stream, or None at the end of the input.
+
+    One query instead of one per piece: no planning and no half-idle end per piece (2.15 s ->
+    1.85 s for 457 MB, measured). The pieces are not kept, so a line the query cannot vouch for,
+    or a Codex or Gemini CLI event (whose query reads its lines again), raises ``_Restart``.
+    """
+    import duckdb
+
+    ended, failed = [], []
+
+    def batches():
+        cur = piece
+        try:
+            while True:
+                yield from book.add(cur).table.to_batches()
+                cur = next(pieces, None)
+                if cur is None:
+                    return
+                if not cur[3] or cur[1]:
+                    ended.append(cur)
+                    return
+        except BaseException as e:   # a read error or Ctrl-C: raised as itself, not as a restart
+            failed.append(e)
+            raise
+
+    con.register("otlp_lines", pa.RecordBatchReader.from_batches(_LINES_SCHEMA, batches()))
+    con.execute("SET VARIABLE otlp_vouch = true")
+    try:
+        _into(con, "otlp_log_rows", load_query("ingest/otlp_logs").sql, made)
+    except duckdb.Error as e:
+        if failed:
+            raise failed[0] from e
+        if isinstance(e, duckdb.InvalidInputException):
+            raise _Restart from e
+        raise
+    finally:
+        con.execute("SET VARIABLE otlp_vouch = false")
+        con.unregister("otlp_lines")
+    if con.execute("SELECT count(*) FROM otlp_log_rows WHERE kind IS NULL").fetchall()[0][0]:
+        raise _Restart
+    return ended[0] if ended else None
 
 
 def _normalize(con, lines, made: set[str], logs_only: bool) -> None:
