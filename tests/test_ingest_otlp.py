@@ -285,6 +285,24 @@ def test_pieces_are_whole_lines_and_lose_nothing(lines_, final_newline, size):
     assert held == [bytes(p) for p in pieces]
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"")), min_size=1, max_size=30),
+       st.integers(1, 64), st.integers(0, 3))
+def test_pieces_stay_whole_when_the_pace_turns_to_reused_buffers(lines_, size, switch_at):
+    """A stream's pieces get buffers of their own, then the reading turns to two buffers in turn
+    (at any piece, odd or even): a piece stays intact until the one after next is read."""
+    data = b"\n".join(lines_) + b"\n"
+    pace = otlp_common.Pace(size, 0)
+    held, prev = [], None
+    for i, p in enumerate(otlp_common.iter_chunks(io.BytesIO(data), pace=pace, step=1 << 62)):
+        if i == switch_at:
+            pace.buffers = 2
+        if prev is not None:
+            held.append(bytes(prev[0]) == prev[1])
+        prev = (p, bytes(p))
+    assert all(held)
+
+
 def test_prefetch_yields_everything_in_order_and_passes_errors_on():
     assert list(otlp_common.prefetch(iter(range(5)))) == [0, 1, 2, 3, 4]
 

@@ -44,8 +44,17 @@ READ_STEP = 1 << 20
 FIRST_PIECE = 8 << 20     # iter_chunks' first piece (reading 128 MB before any work began took 0.15 s)
 
 
+@dataclass
+class Pace:
+    """The piece size and buffer reuse of a running ``iter_chunks``, which its consumer may change
+    between pieces (a stream's pieces need buffers of their own, the pieces after it do not)."""
+
+    size: int
+    buffers: int
+
+
 def iter_chunks(fh: BinaryIO, size: int = CHUNK_BYTES, buffers: int = 0,
-                step: int = READ_STEP) -> Iterator[bytearray | memoryview]:
+                step: int = READ_STEP, pace: Pace | None = None) -> Iterator[bytearray | memoryview]:
     """Read ``fh`` in pieces of about ``size`` bytes (the first ones smaller: 8 MB, doubling) that
     end at a line end (except the last).
 
@@ -63,25 +72,30 @@ def iter_chunks(fh: BinaryIO, size: int = CHUNK_BYTES, buffers: int = 0,
         step: bytes per ``readinto``. Small for a gzip stream, which loses what a failing call
             had decompressed; a whole piece for a plain file, since a reading thread takes the
             GIL back after every call (1 MiB steps slowed the main thread's line cutting 6x).
+        pace: when given, ``size`` and ``buffers`` are read from it before every piece.
     """
-    pool: list[bytearray] = []
+    pool: dict[int, mmap.mmap] = {}
     turn = 0
     carry = b""
+    if pace is not None:
+        size, buffers = pace.size, pace.buffers
     piece = min(size, FIRST_PIECE)    # doubling up to size: the first piece's consumer starts soon
     while True:
+        if pace is not None:
+            size, buffers = pace.size, pace.buffers
         need = len(carry) + piece
         piece = min(piece * 2, size)
         slot = turn % buffers if buffers else 0
         if not buffers:
             buf = bytearray(need)
-        elif slot < len(pool) and len(pool[slot]) >= need:
+        elif slot in pool and len(pool[slot]) >= need:
             buf = pool[slot]
         else:
             # Anonymous memory is zeroed page by page as it is first written, so the small first
             # pieces touch only what they use. Never resized in place: an old piece may still be
             # exported.
             buf = mmap.mmap(-1, max(need, size + READ_STEP))
-            pool[slot:slot + 1] = [buf]
+            pool[slot] = buf
         buf[:len(carry)] = carry
         got = len(carry)
         while got < need:

@@ -32,8 +32,9 @@ import pyarrow as pa
 
 from kvtrace.ingest.base import METRIC_POINT_SCHEMA, REQUEST_SCHEMA, Parsed, Reject, arrow_as
 from kvtrace.ingest.formats import open_text
-from kvtrace.ingest.otlp_common import (CHUNK_BYTES, KEEP_BYTES, READ_STEP, STREAM_PIECE, Lines, connection,
-                                         iter_chunks, join_lines, lines_table, prefetch, retire_connection)
+from kvtrace.ingest.otlp_common import (CHUNK_BYTES, KEEP_BYTES, READ_STEP, STREAM_PIECE, Lines, Pace,
+                                         connection, iter_chunks, join_lines, lines_table, prefetch,
+                                         retire_connection)
 from kvtrace.ingest.resume import TAIL_BYTES, Start, fingerprint
 from kvtrace.store import load_query
 
@@ -70,13 +71,14 @@ def parse(path: Path, start: Start | None = None) -> Parsed:
     compressed = path.name.endswith(".gz")
     if start.offset and compressed:
         raise ValueError("a gzip file is read from its start")
+    pace = _paced(stream=True)
     with open_text(path) as fh:
-        def chunks(stream: bool):
+        def chunks(pace: Pace):
             fh.seek(start.offset)
-            return _read(fh, compressed, stream)
+            return _read(fh, compressed, pace)
 
-        parsed = _parse(chunks(True), str(path), read_ahead=True, first=start.line, before=start.before,
-                        again=lambda: chunks(False))
+        parsed = _parse(chunks(pace), str(path), read_ahead=True, first=start.line, before=start.before,
+                        again=lambda: chunks(_paced(stream=False)), pace=pace)
     parsed.read_to += start.offset
     return parsed
 
@@ -94,17 +96,20 @@ def parse_lines(data: bytes | Iterable[bytes | str], origin: str) -> Parsed:
     return _parse(iter([(data, None)]), origin, again=lambda: iter([(data, None)]))
 
 
-def _read(fh, compressed: bool, stream: bool) -> Iterator[tuple[bytes | bytearray, str | None]]:
-    """Chunks of whole lines; a gzip stream that ends early yields what it had and says so.
+def _paced(stream: bool) -> Pace:
+    """How ``_read`` reads. Piece by piece: 128 MB pieces in two buffers in turn (_parse is done
+    with a piece before the reading thread fills the one after next). A streamed query may still
+    hold batches of earlier pieces, so there every piece has a buffer of its own, and smaller
+    pieces (16 MB: 1.85 s against 1.90 s with 128 MB for 457 MB, measured) bound what it holds;
+    ``_parse_pieces`` switches to the former when the stream ends or never starts."""
+    return Pace(STREAM_PIECE, 0) if stream else Pace(CHUNK_BYTES, 2)
 
-    For the piece-by-piece path, two buffers in turn: _parse is done with a piece before the
-    reading thread fills the one after next. A streamed query may still hold batches of earlier
-    pieces, so there every piece has a buffer of its own, and smaller pieces (16 MB: 1.85 s
-    against 1.90 s with 128 MB for 457 MB, measured) bound what a stream holds.
-    """
-    size, buffers = (STREAM_PIECE, 0) if stream else (CHUNK_BYTES, 2)
+
+def _read(fh, compressed: bool, pace: Pace) -> Iterator[tuple[bytes | bytearray, str | None]]:
+    """Chunks of whole lines; a gzip stream that ends early yields what it had and says so."""
     try:
-        for chunk in iter_chunks(fh, size, buffers=buffers, step=READ_STEP if compressed else size):
+        # a plain file is read a whole piece per call (see iter_chunks' step)
+        for chunk in iter_chunks(fh, step=READ_STEP if compressed else 1 << 62, pace=pace):
             yield chunk, None
     except (EOFError, gzip.BadGzipFile, zlib.error) as e:
         if not compressed:
@@ -168,20 +173,21 @@ class _Book:
 
 def _parse(chunks: Iterator[tuple[bytes | bytearray | memoryview, str | None]], origin: str,
            read_ahead: bool = False, first: int = 1, before: bytes = b"",
-           again: Callable[[], Iterator] | None = None) -> Parsed:
+           again: Callable[[], Iterator] | None = None, pace: Pace | None = None) -> Parsed:
     """Parse chunks of lines. ``again`` makes the same chunks anew (the file read again): with
     it, the leading pieces whose lines all start as logs stream through one log query (see
     ``_stream``), and if that query meets a line it cannot vouch for, the input is read again
-    piece by piece."""
+    piece by piece. ``pace``: how the chunks are being read (``_paced``), if it can change."""
     if again is not None:
         try:
-            return _parse_pieces(chunks, origin, read_ahead, first, before, stream=True)
+            return _parse_pieces(chunks, origin, read_ahead, first, before, stream=True, pace=pace)
         except _Restart:
             chunks = again()
     return _parse_pieces(chunks, origin, read_ahead, first, before, stream=False)
 
 
-def _parse_pieces(chunks, origin: str, read_ahead: bool, first: int, before: bytes, stream: bool) -> Parsed:
+def _parse_pieces(chunks, origin: str, read_ahead: bool, first: int, before: bytes, stream: bool,
+                  pace: Pace | None = None) -> Parsed:
     # read_ahead: the next chunk is read and cut into lines in a thread while DuckDB normalizes
     # this one. Cutting lines there, not here, matters: a Python loop beside a running read
     # was 6x slower (measured), while DuckDB lets the GIL go.
@@ -196,6 +202,8 @@ def _parse_pieces(chunks, origin: str, read_ahead: bool, first: int, before: byt
                     piece = _stream(con, piece, pieces, book, made)
                     if piece is None:
                         break
+                if pace is not None:     # no stream, or one that has ended: no batch is held now
+                    pace.size, pace.buffers = CHUNK_BYTES, 2
                 lines = book.add(piece)
                 if lines is not None:
                     _normalize(con, lines, made, piece[3])
