@@ -27,6 +27,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import pyarrow as pa
 
@@ -119,11 +120,20 @@ def _read(fh, compressed: bool, pace: Pace) -> Iterator[tuple[bytes | bytearray,
                     f"{READ_STEP >> 20} MiB of text just before it, are lost")
 
 
+class _Piece(NamedTuple):
+    """A chunk as numbered lines, and what the parse needs to know of it."""
+
+    lines: Lines | None
+    problem: str | None          # what went wrong reading it (a damaged gzip stream)
+    newline_end: bool
+    logs_only: bool              # every line starts as an ExportLogsServiceRequest (see _normalize)
+    whole: int                   # bytes of its whole lines: all of it unless the last line is torn
+    whole_tail: bytes            # the last TAIL_BYTES of those
+
+
 def _pieces(chunks: Iterator[tuple[bytes | bytearray | memoryview, str | None]], first: int = 1
-            ) -> Iterator[tuple[Lines | None, str | None, bool, bool, int]]:
-    """Each chunk as numbered lines, with its problem, whether it ends with a newline, whether
-    every line starts as an ExportLogsServiceRequest (see ``_normalize``), the bytes of its whole
-    lines (all of it unless the last line is torn) and the last ``TAIL_BYTES`` of those."""
+            ) -> Iterator[_Piece]:
+    """Each chunk as a :class:`_Piece`, its lines numbered from ``first`` on."""
     for data, problem in chunks:
         lines = lines_table(data, first) if data else None
         if lines is not None:
@@ -131,8 +141,8 @@ def _pieces(chunks: Iterator[tuple[bytes | bytearray | memoryview, str | None]],
         newline_end = data[-1:] == b"\n"
         base, end = (data.obj, data.nbytes) if isinstance(data, memoryview) else (data, len(data))
         whole = end if newline_end else base.rfind(b"\n", 0, end) + 1
-        yield (lines, problem, newline_end, newline_end and lines is not None and _starts_as_logs(lines), whole,
-               bytes(data[max(0, whole - TAIL_BYTES):whole]))
+        yield _Piece(lines, problem, newline_end, newline_end and lines is not None and _starts_as_logs(lines),
+                     whole, bytes(data[max(0, whole - TAIL_BYTES):whole]))
 
 
 def _starts_as_logs(lines: Lines) -> bool:
@@ -157,18 +167,17 @@ class _Book:
     ends_with_newline: bool = True
     problems: list[Reject] = field(default_factory=list)
 
-    def add(self, piece) -> Lines | None:
-        lines, problem, newline_end, _, whole, whole_tail = piece
-        if problem:
-            self.problems.append(Reject(self.first, problem))
-        if lines is None:
+    def add(self, piece: _Piece) -> Lines | None:
+        if piece.problem:
+            self.problems.append(Reject(self.first, piece.problem))
+        if piece.lines is None:
             return None
-        self.problems.extend(lines.rejects)
-        self.first += lines.count
-        self.whole_bytes += whole
-        self.tail = (self.tail + whole_tail)[-TAIL_BYTES:]
-        self.ends_with_newline = newline_end
-        return lines
+        self.problems.extend(piece.lines.rejects)
+        self.first += piece.lines.count
+        self.whole_bytes += piece.whole
+        self.tail = (self.tail + piece.whole_tail)[-TAIL_BYTES:]
+        self.ends_with_newline = piece.newline_end
+        return piece.lines
 
 
 def _parse(chunks: Iterator[tuple[bytes | bytearray | memoryview, str | None]], origin: str,
@@ -198,7 +207,7 @@ def _parse_pieces(chunks, origin: str, read_ahead: bool, first: int, before: byt
             parsed = Parsed()
             made: set[str] = set()
             for piece in pieces:
-                if stream and not made and piece[3]:
+                if stream and not made and piece.logs_only:
                     piece = _stream(con, piece, pieces, book, made)
                     if piece is None:
                         break
@@ -206,7 +215,7 @@ def _parse_pieces(chunks, origin: str, read_ahead: bool, first: int, before: byt
                     pace.size, pace.buffers = CHUNK_BYTES, 2
                 lines = book.add(piece)
                 if lines is not None:
-                    _normalize(con, lines, made, piece[3])
+                    _normalize(con, lines, made, piece.logs_only)
             parsed.lines = book.first - first
             # how far whole lines go: a torn last line is read again once the file has grown
             parsed.read_to, parsed.lines_read = book.whole_bytes, book.first - 1 - (not book.ends_with_newline)
@@ -234,7 +243,7 @@ def _parse_pieces(chunks, origin: str, read_ahead: bool, first: int, before: byt
 _LINES_SCHEMA = pa.schema([("line_no", pa.int64()), ("line", pa.large_string())])
 
 
-def _stream(con, piece, pieces: Iterator, book: _Book, made: set[str]):
+def _stream(con, piece: _Piece, pieces: Iterator[_Piece], book: _Book, made: set[str]) -> _Piece | None:
     """Run the log query once over ``piece`` and the pieces after it while their lines all start
     as logs (``_normalize``'s vouching), fed to DuckDB as one stream of Arrow batches; returns the
     piece that ended the stream, or None at the end of the input.
@@ -255,7 +264,7 @@ def _stream(con, piece, pieces: Iterator, book: _Book, made: set[str]):
                 cur = next(pieces, None)
                 if cur is None:
                     return
-                if not cur[3] or cur[1]:
+                if not cur.logs_only or cur.problem:
                     ended.append(cur)
                     return
         except BaseException as e:   # a read error or Ctrl-C: raised as itself, not as a restart
