@@ -42,13 +42,9 @@ def forward_target(argv: list[str], environ=None) -> tuple[str, str] | None:
     given, db = db_arg(argv)
     if argv[0] == "run" and not given:
         return None          # the profile names its warehouse; only an explicit --db is known here
-    from kvtrace.serve.paths import resolve_db, socket_path
+    from kvtrace.serve.paths import served
 
-    db_real = resolve_db(db, environ)
-    sock = socket_path(db_real)
-    if not os.path.exists(sock):
-        return None
-    return sock, db_real
+    return served(db, environ)
 
 
 def prog_name() -> str:
@@ -75,6 +71,17 @@ def main() -> None:
     from kvtrace.cli import main as run_here
 
     run_here()
+
+
+def exit_code(code) -> int:
+    """A ``SystemExit`` code as the process exit code, as the interpreter maps it: None is 0, an
+    int stays, anything else is printed to stderr and is 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
 
 
 def exit_flushed(code: int) -> None:

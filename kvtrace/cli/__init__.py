@@ -83,10 +83,8 @@ def _exit(code) -> None:
 
     if threading.active_count() > 1:
         sys.exit(code)
-    if code is not None and not isinstance(code, int):
-        print(code, file=sys.stderr)      # what the interpreter does with sys.exit("message")
-        code = 1
-    atexit._run_exitfuncs()
-    from kvtrace.launch import exit_flushed
+    from kvtrace.launch import exit_code, exit_flushed
 
-    exit_flushed(code or 0)
+    code = exit_code(code)
+    atexit._run_exitfuncs()
+    exit_flushed(code)

@@ -14,7 +14,6 @@ anyway).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -22,7 +21,6 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 from kvtrace.collect import segments as seg
@@ -93,14 +91,6 @@ def finish_segments(spool: str) -> dict:
     return out
 
 
-def _open_store(db: str, stack: contextlib.ExitStack):
-    """The warehouse, closed with ``stack`` (inside ``kvtrace serve``: the server's, left open)."""
-    from kvtrace.store import open_store
-
-    # Another process (a report, a manual ingest) may hold the file: Store waits for it.
-    return stack.enter_context(open_store(db, lock_wait_s=STORE_RETRY_SECONDS))
-
-
 def _served_ingest(db: str, segment: Path) -> dict | None:
     """Ingest one segment through ``kvtrace serve`` when a server holds ``db`` (it keeps the
     warehouse open, so this process could not): the ingest's ``--json`` summary, ``{"error": ...}``
@@ -124,12 +114,13 @@ def ingest_segments(spool: str, db: str, keep_seconds: float) -> dict:
         Totals: ``segments``, ``requests_added``, ``metric_points_added``, ``duplicates_skipped``,
         ``lines_rejected``, ``rejects`` (first few).
     """
+    from kvtrace.errors import SchemaError
     from kvtrace.ingest import ingest
+    from kvtrace.store import open_store
 
     root = Path(spool)
     done_dir = root / seg.INGESTED_DIR
     done_dir.mkdir(exist_ok=True)
-    from kvtrace.errors import SchemaError
 
     totals = {"segments": 0, "requests_added": 0, "metric_points_added": 0, "duplicates_skipped": 0,
               "lines_rejected": 0, "rejects": [], "failed": 0}
@@ -142,25 +133,24 @@ def ingest_segments(spool: str, db: str, keep_seconds: float) -> dict:
                     continue
                 _done(root, ready, done_dir, served, totals)
                 continue
-            # The warehouse is held for one segment's transaction at a time, so reports can run.
-            stack = contextlib.ExitStack()
-            store = _open_store(db, stack)    # SchemaError (busy or unusable warehouse): the cycle ends here
-            try:
-                s = ingest(store, [ready], format="otlp-json")
-            except SchemaError:
-                raise
-            except Exception as e:  # noqa: BLE001 - a segment ingest cannot read must not block the rest
-                totals["failed"] += _give_up(root, ready, e)
-                continue
-            finally:
-                stack.close()
-            _done(root, ready, done_dir, asdict(s), totals)
+            # The warehouse is held for one segment's transaction at a time, so reports can run;
+            # another process (a report, a manual ingest) may hold the file: Store waits for it.
+            # SchemaError (busy or unusable warehouse): the cycle ends here.
+            with open_store(db, lock_wait_s=STORE_RETRY_SECONDS) as store:
+                try:
+                    s = ingest(store, [ready], format="otlp-json")
+                except SchemaError:
+                    raise
+                except Exception as e:  # noqa: BLE001 - a segment ingest cannot read must not block the rest
+                    totals["failed"] += _give_up(root, ready, e)
+                    continue
+            _done(root, ready, done_dir, s.to_dict(), totals)
         prune(done_dir, keep_seconds)
     return totals
 
 
 def _done(root: Path, ready: Path, done_dir: Path, s: dict, totals: dict) -> None:
-    """A segment is stored: move it to done/ (durably) and add its counts to the cycle's."""
+    """A segment is stored: move it to ingested/ (durably) and add its counts to the cycle's."""
     os.replace(ready, done_dir / (seg.segment_id(ready) + seg.DONE))
     seg.fsync_dir(root)
     totals["segments"] += 1

@@ -106,16 +106,13 @@ def run_captured(db: str, argv: list[str]) -> tuple[int, bytes, bytes] | None:
     output: ``(exit code, stdout, stderr)``; None when no server took it (or we are the server)."""
     import io
 
-    from kvtrace.serve.paths import resolve_db, socket_path
+    from kvtrace.serve.paths import served
 
-    if SERVING:
-        return None
-    db_real = resolve_db(db)
-    sock = socket_path(db_real)
-    if not os.path.exists(sock):
+    target = None if SERVING else served(db)
+    if target is None:
         return None
     out, err = io.BytesIO(), io.BytesIO()
-    code = forward(sock, argv, db_real, "kvtrace", out, err)
+    code = forward(target[0], argv, target[1], "kvtrace", out, err)
     return None if code is None else (code, out.getvalue(), err.getvalue())
 
 

@@ -37,6 +37,13 @@ def socket_path(db_real: str) -> str:
     return os.path.join(private_dir(), f"{digest}.sock")
 
 
+def served(db: str | os.PathLike | None, env=None) -> tuple[str, str] | None:
+    """``(socket path, warehouse real path)`` when a server's socket is beside warehouse ``db``."""
+    db_real = resolve_db(db, env)
+    sock = socket_path(db_real)
+    return (sock, db_real) if os.path.exists(sock) else None
+
+
 def private_dir() -> str:
     """A folder only this user can enter, for sockets whose path beside the warehouse is too long."""
     base = os.environ.get("XDG_RUNTIME_DIR") or "/tmp"

@@ -132,18 +132,13 @@ def invoke(command, argv: list[str], prog: str) -> int:
     import typer
 
     from kvtrace.errors import KvtraceError
+    from kvtrace.launch import exit_code
 
     try:
         command.main(args=list(argv), prog_name=prog, standalone_mode=True)
         return 0
     except SystemExit as e:
-        code = e.code
-        if code is None:
-            return 0
-        if isinstance(code, int):
-            return code
-        print(code, file=sys.stderr)
-        return 1
+        return exit_code(e.code)
     except KvtraceError as e:
         typer.echo(f"Error: {e}", err=True)
         return 1
