@@ -579,18 +579,21 @@ def test_a_record_without_any_name_is_counted_as_unnamed():
 
 # -- the unclassified path: the log query vouching for lines that start as logs -------------------
 
+def _seen(p, reach: bool = False) -> tuple:
+    """What a parse gives, in a comparable form (``reach``: with how far it read)."""
+    out = (sorted(rows(p), key=lambda r: (r["request_key"], r["ingested_from"])),
+           sorted(p.metric_points.to_pylist(), key=lambda r: r["point_key"]),
+           [(r.line, r.reason, r.field) for r in p.rejects], dict(p.unknown), p.lines)
+    return out + (p.read_to, p.lines_read, p.tail_sha256) if reach else out
+
+
 def _both_paths(data: bytes) -> tuple:
     """The parse of ``data`` as it is, and with every chunk classified first."""
     from unittest import mock
 
-    def seen(p):
-        return (sorted(rows(p), key=lambda r: (r["request_key"], r["ingested_from"])),
-                sorted(p.metric_points.to_pylist(), key=lambda r: r["point_key"]),
-                [(r.line, r.reason, r.field) for r in p.rejects], dict(p.unknown), p.lines)
-
-    fast = seen(parse_lines(data, "h"))
+    fast = _seen(parse_lines(data, "h"))
     with mock.patch.object(otlp_json, "_starts_as_logs", lambda lines: False):
-        return fast, seen(parse_lines(data, "h"))
+        return fast, _seen(parse_lines(data, "h"))
 
 
 def test_logs_lines_skip_classification_and_give_the_same_result(monkeypatch):
@@ -633,24 +636,22 @@ def _file_both_ways(tmp_path, monkeypatch, data: bytes) -> tuple:
     """``parse`` of a file cut into small pieces, and the same classified piece by piece."""
     from unittest import mock
 
-    monkeypatch.setattr(otlp_json, "STREAM_PIECE", 3000)
-    monkeypatch.setattr(otlp_json, "CHUNK_BYTES", 3000)
-    monkeypatch.setattr(otlp_common, "FIRST_PIECE", 3000)
+    _small_pieces(monkeypatch)
     f = tmp_path / "otel.jsonl"
     f.write_bytes(data)
-
-    def seen(p):
-        return (sorted(rows(p), key=lambda r: (r["request_key"], r["ingested_from"])),
-                sorted(p.metric_points.to_pylist(), key=lambda r: r["point_key"]),
-                [(r.line, r.reason, r.field) for r in p.rejects], dict(p.unknown), p.lines,
-                p.read_to, p.lines_read, p.tail_sha256)
-
     streams = []
     real = otlp_json._stream
     monkeypatch.setattr(otlp_json, "_stream", lambda *a: streams.append(1) or real(*a))
-    fast = seen(parse(f))
+    fast = _seen(parse(f), reach=True)
     with mock.patch.object(otlp_json, "_starts_as_logs", lambda lines: False):
-        return fast, seen(parse(f)), len(streams)
+        return fast, _seen(parse(f), reach=True), len(streams)
+
+
+def _small_pieces(monkeypatch) -> None:
+    """Files read in pieces of about 3000 bytes, streamed or not."""
+    monkeypatch.setattr(otlp_json, "STREAM_PIECE", 3000)
+    monkeypatch.setattr(otlp_json, "CHUNK_BYTES", 3000)
+    monkeypatch.setattr(otlp_common, "FIRST_PIECE", 3000)
 
 
 def test_logs_pieces_stream_through_one_query(tmp_path, monkeypatch):
@@ -686,8 +687,7 @@ def test_codex_events_in_a_stream_read_the_file_again(tmp_path, monkeypatch):
 
 
 def test_a_read_error_in_a_stream_is_raised_as_itself(tmp_path, monkeypatch):
-    monkeypatch.setattr(otlp_json, "STREAM_PIECE", 3000)
-    monkeypatch.setattr(otlp_common, "FIRST_PIECE", 3000)
+    _small_pieces(monkeypatch)
     f = tmp_path / "otel.jsonl"
     f.write_bytes(lines(*(logs_line(event(request_id=f"r{i}")) for i in range(40))))
     real, calls = otlp_json.lines_table, []

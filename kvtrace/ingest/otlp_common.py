@@ -30,6 +30,9 @@ BATCH_BYTES = 2 << 20     # an Arrow record batch: the unit DuckDB hands to a th
 BATCH_LINES = 2048
 
 
+LINES_SCHEMA = pa.schema([("line_no", pa.int64()), ("line", pa.large_string())])
+
+
 @dataclass
 class Lines:
     """One chunk of input lines: an Arrow table ``(line_no, line)`` and what could not be decoded."""
@@ -77,12 +80,10 @@ def iter_chunks(fh: BinaryIO, size: int = CHUNK_BYTES, buffers: int = 0,
     pool: dict[int, mmap.mmap] = {}
     turn = 0
     carry = b""
-    if pace is not None:
-        size, buffers = pace.size, pace.buffers
-    piece = min(size, FIRST_PIECE)    # doubling up to size: the first piece's consumer starts soon
+    pace = pace or Pace(size, buffers)
+    piece = min(pace.size, FIRST_PIECE)    # doubling up to size: the first piece's consumer starts soon
     while True:
-        if pace is not None:
-            size, buffers = pace.size, pace.buffers
+        size, buffers = pace.size, pace.buffers
         need = len(carry) + piece
         piece = min(piece * 2, size)
         slot = turn % buffers if buffers else 0
@@ -151,11 +152,17 @@ def join_lines(lines: Iterable[bytes | str]) -> bytes:
     return b"".join(out)
 
 
+def searchable(data: bytes | bytearray | memoryview) -> tuple[bytes | bytearray | mmap.mmap, int]:
+    """``(object with find/rfind, end)`` for a piece: a memoryview piece (shared buffers) is
+    searched in its buffer, which starts where the piece does."""
+    return (data.obj, data.nbytes) if isinstance(data, memoryview) else (data, len(data))
+
+
 def _line_starts(data: bytes | bytearray) -> np.ndarray:
     """Offsets of every line start plus ``len(data)``: the Arrow offsets of the line array."""
     # Long lines (batched exports): a find() per line is cheapest. Many short lines: a
     # vectorized scan, which costs a pass over the bytes whatever their number.
-    base, end = (data.obj, data.nbytes) if isinstance(data, memoryview) else (data, len(data))
+    base, end = searchable(data)
     starts, pos, find = [], 0, base.find
     while (i := find(b"\n", pos, end)) >= 0:
         pos = i + 1
@@ -176,8 +183,7 @@ def lines_table(data: bytes | bytearray, first: int) -> Lines:
     rejected here and replaced by blanks, since DuckDB refuses a whole batch with one of them.
     """
     if not data:
-        return Lines(pa.table({"line_no": pa.array([], pa.int64()), "line": pa.array([], pa.large_string())}),
-                     first, 0)
+        return Lines(LINES_SCHEMA.empty_table(), first, 0)
     offsets = _line_starts(data)
     n = len(offsets) - 1
     rejects: list[Reject] = []

@@ -33,9 +33,9 @@ import pyarrow as pa
 
 from kvtrace.ingest.base import METRIC_POINT_SCHEMA, REQUEST_SCHEMA, Parsed, Reject, arrow_as
 from kvtrace.ingest.formats import open_text
-from kvtrace.ingest.otlp_common import (CHUNK_BYTES, KEEP_BYTES, READ_STEP, STREAM_PIECE, Lines, Pace,
+from kvtrace.ingest.otlp_common import (CHUNK_BYTES, KEEP_BYTES, LINES_SCHEMA, READ_STEP, STREAM_PIECE, Lines, Pace,
                                          connection, iter_chunks, join_lines, lines_table, prefetch,
-                                         retire_connection)
+                                         retire_connection, searchable)
 from kvtrace.ingest.resume import TAIL_BYTES, Start, fingerprint
 from kvtrace.store import load_query
 
@@ -93,8 +93,8 @@ def parse_lines(data: bytes | Iterable[bytes | str], origin: str) -> Parsed:
     """
     if not isinstance(data, (bytes, bytearray, memoryview)):
         data = join_lines(data)
-    data = bytes(data)
-    return _parse(iter([(data, None)]), origin, again=lambda: iter([(data, None)]))
+    # one piece: _normalize's own vouching needs no stream, and so no second parse
+    return _parse(iter([(bytes(data), None)]), origin)
 
 
 def _paced(stream: bool) -> Pace:
@@ -139,7 +139,7 @@ def _pieces(chunks: Iterator[tuple[bytes | bytearray | memoryview, str | None]],
         if lines is not None:
             first += lines.count
         newline_end = data[-1:] == b"\n"
-        base, end = (data.obj, data.nbytes) if isinstance(data, memoryview) else (data, len(data))
+        base, end = searchable(data)
         whole = end if newline_end else base.rfind(b"\n", 0, end) + 1
         yield _Piece(lines, problem, newline_end, newline_end and lines is not None and _starts_as_logs(lines),
                      whole, bytes(data[max(0, whole - TAIL_BYTES):whole]))
@@ -187,15 +187,21 @@ def _parse(chunks: Iterator[tuple[bytes | bytearray | memoryview, str | None]], 
     it, the leading pieces whose lines all start as logs stream through one log query (see
     ``_stream``), and if that query meets a line it cannot vouch for, the input is read again
     piece by piece. ``pace``: how the chunks are being read (``_paced``), if it can change."""
-    if again is not None:
-        try:
-            return _parse_pieces(chunks, origin, read_ahead, first, before, stream=True, pace=pace)
-        except _Restart:
-            chunks = again()
-    return _parse_pieces(chunks, origin, read_ahead, first, before, stream=False)
+    with connection() as con:
+        parsed = None
+        if again is not None:
+            try:
+                parsed = _parse_pieces(con, chunks, origin, read_ahead, first, before, stream=True, pace=pace)
+            except _Restart:     # the first attempt's tables are replaced as the second makes them
+                chunks = again()
+        if parsed is None:
+            parsed = _parse_pieces(con, chunks, origin, read_ahead, first, before, stream=False)
+    if parsed.read_to > KEEP_BYTES:
+        retire_connection()
+    return parsed
 
 
-def _parse_pieces(chunks, origin: str, read_ahead: bool, first: int, before: bytes, stream: bool,
+def _parse_pieces(con, chunks, origin: str, read_ahead: bool, first: int, before: bytes, stream: bool,
                   pace: Pace | None = None) -> Parsed:
     # read_ahead: the next chunk is read and cut into lines in a thread while DuckDB normalizes
     # this one. Cutting lines there, not here, matters: a Python loop beside a running read
@@ -203,44 +209,39 @@ def _parse_pieces(chunks, origin: str, read_ahead: bool, first: int, before: byt
     pieces = prefetch(_pieces(chunks, first)) if read_ahead else _pieces(chunks, first)
     book = _Book(first, before)
     try:
-        with connection() as con:
-            parsed = Parsed()
-            made: set[str] = set()
-            for piece in pieces:
-                if stream and not made and piece.logs_only:
-                    piece = _stream(con, piece, pieces, book, made)
-                    if piece is None:
-                        break
-                if pace is not None:     # no stream, or one that has ended: no batch is held now
-                    pace.size, pace.buffers = CHUNK_BYTES, 2
-                lines = book.add(piece)
-                if lines is not None:
-                    _normalize(con, lines, made, piece.logs_only)
-            parsed.lines = book.first - first
-            # how far whole lines go: a torn last line is read again once the file has grown
-            parsed.read_to, parsed.lines_read = book.whole_bytes, book.first - 1 - (not book.ends_with_newline)
-            parsed.tail_sha256 = fingerprint(book.tail)
-            if parsed.lines == 0:
-                parsed.rejects = book.problems
-                return parsed
-            any_requests, any_points = _finish(con, made)
-            torn = None if book.ends_with_newline else book.first - 1
-            parsed.rejects = sorted(book.problems + _rejects(con, torn), key=lambda r: r.line or 0)
-            parsed.unknown = Counter({k: int(n) for k, n in con.execute(load_query("ingest/otlp_unknown").sql).fetchall()})
-            params = {"origin": origin}
-            parsed.requests = (arrow_as(con.sql(load_query("ingest/otlp_requests").sql, params=params), REQUEST_SCHEMA)
-                               if any_requests else REQUEST_SCHEMA.empty_table())
-            parsed.metric_points = (arrow_as(con.sql(load_query("ingest/otlp_points").sql, params=params),
-                                             METRIC_POINT_SCHEMA) if any_points else METRIC_POINT_SCHEMA.empty_table())
+        parsed = Parsed()
+        made: set[str] = set()
+        for piece in pieces:
+            if stream and not made and piece.logs_only:
+                piece = _stream(con, piece, pieces, book, made)
+                if piece is None:
+                    break
+            if pace is not None:     # no stream, or one that has ended: no batch is held now
+                after = _paced(stream=False)
+                pace.size, pace.buffers = after.size, after.buffers
+            lines = book.add(piece)
+            if lines is not None:
+                _normalize(con, lines, made, piece.logs_only)
+        parsed.lines = book.first - first
+        # how far whole lines go: a torn last line is read again once the file has grown
+        parsed.read_to, parsed.lines_read = book.whole_bytes, book.first - 1 - (not book.ends_with_newline)
+        parsed.tail_sha256 = fingerprint(book.tail)
+        if parsed.lines == 0:
+            parsed.rejects = book.problems
+            return parsed
+        any_requests, any_points = _finish(con, made)
+        torn = None if book.ends_with_newline else book.first - 1
+        parsed.rejects = sorted(book.problems + _rejects(con, torn), key=lambda r: r.line or 0)
+        parsed.unknown = Counter({k: int(n) for k, n in con.execute(load_query("ingest/otlp_unknown").sql).fetchall()})
+        params = {"origin": origin}
+        parsed.requests = (arrow_as(con.sql(load_query("ingest/otlp_requests").sql, params=params), REQUEST_SCHEMA)
+                           if any_requests else REQUEST_SCHEMA.empty_table())
+        parsed.metric_points = (arrow_as(con.sql(load_query("ingest/otlp_points").sql, params=params),
+                                         METRIC_POINT_SCHEMA) if any_points else METRIC_POINT_SCHEMA.empty_table())
     finally:
         if hasattr(pieces, "close"):
             pieces.close()      # a read ahead in flight ends before the input is read again
-    if book.whole_bytes > KEEP_BYTES:
-        retire_connection()
     return parsed
-
-
-_LINES_SCHEMA = pa.schema([("line_no", pa.int64()), ("line", pa.large_string())])
 
 
 def _stream(con, piece: _Piece, pieces: Iterator[_Piece], book: _Book, made: set[str]) -> _Piece | None:
@@ -264,29 +265,36 @@ def _stream(con, piece: _Piece, pieces: Iterator[_Piece], book: _Book, made: set
                 cur = next(pieces, None)
                 if cur is None:
                     return
-                if not cur.logs_only or cur.problem:
+                if not cur.logs_only:     # (a piece with a problem has no lines: not logs-only)
                     ended.append(cur)
                     return
         except BaseException as e:   # a read error or Ctrl-C: raised as itself, not as a restart
             failed.append(e)
             raise
 
-    con.register("otlp_lines", pa.RecordBatchReader.from_batches(_LINES_SCHEMA, batches()))
-    con.execute("SET VARIABLE otlp_vouch = true")
     try:
-        _into(con, "otlp_log_rows", load_query("ingest/otlp_logs").sql, made)
+        _vouched_logs(con, pa.RecordBatchReader.from_batches(LINES_SCHEMA, batches()), made)
     except duckdb.Error as e:
         if failed:
             raise failed[0] from e
         if isinstance(e, duckdb.InvalidInputException):
             raise _Restart from e
         raise
-    finally:
-        con.execute("SET VARIABLE otlp_vouch = false")
-        con.unregister("otlp_lines")
     if con.execute("SELECT count(*) FROM otlp_log_rows WHERE kind IS NULL").fetchall()[0][0]:
         raise _Restart
     return ended[0] if ended else None
+
+
+def _vouched_logs(con, source, made: set[str]) -> None:
+    """The log query over ``source`` (Arrow lines: a table or a stream of batches), the lines
+    unclassified and vouched for (see ``_normalize``); raises what the query raises."""
+    con.register("otlp_lines", source)
+    con.execute("SET VARIABLE otlp_vouch = true")
+    try:
+        _into(con, "otlp_log_rows", load_query("ingest/otlp_logs").sql, made)
+    finally:
+        con.execute("SET VARIABLE otlp_vouch = false")
+        con.unregister("otlp_lines")
 
 
 def _normalize(con, lines, made: set[str], logs_only: bool) -> None:
@@ -305,15 +313,11 @@ def _normalize(con, lines, made: set[str], logs_only: bool) -> None:
 
     signals, done = None, set()
     if logs_only:
-        con.register("otlp_lines", lines.table)
-        con.execute("SET VARIABLE otlp_vouch = true")
         try:
-            _into(con, "otlp_log_rows", load_query("ingest/otlp_logs").sql, made)
+            _vouched_logs(con, lines.table, made)
             signals, done = np.ones(lines.count, dtype=np.int64), {"otlp_log_rows"}
         except duckdb.InvalidInputException:
             pass
-        finally:
-            con.execute("SET VARIABLE otlp_vouch = false")
     if signals is None:
         con.register("otlp_lines", lines.table)
         _into(con, "otlp_line_class", load_query("ingest/otlp_lines").sql, made)

@@ -1,7 +1,8 @@
 -- title: OTLP log records → Codex and Gemini CLI requests
--- description: reads view otlp_lines(line_no, line) (valid lines that carry resourceLogs) and
+-- description: reads view otlp_lines(line_no, line) (the lines otlp_logs marked) and
 --   selects the rows of temp table otlp_agent_log_rows: one row per log record whose event.name
---   starts with codex. or gemini_cli. (otlp_agent_event; otlp_logs leaves these out).
+--   starts with codex. or gemini_cli. (otlp_agent_event; otlp_logs writes these only as kind-NULL
+--   rows that mark their lines).
 --   Codex codex.sse_event records with event.kind = response.completed and token counts, and
 --   Gemini CLI gemini_cli.api_response records, become request rows (out) in disjoint buckets
 --   (docs/agents.md): both APIs count cached tokens inside input. Every other record is counted

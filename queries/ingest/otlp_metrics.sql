@@ -25,17 +25,18 @@ WITH parsed AS (
 ), resources AS (
     SELECT line_no, unnest(j.resourceMetrics) AS rm FROM parsed
 ), scopes AS (
-    SELECT line_no, coalesce(rm.resource.attributes, []) AS rattrs, unnest(rm.scopeMetrics) AS sm
+    SELECT line_no, coalesce(rm.resource.attributes, []) AS rattrs,
+           otlp_member_list(coalesce(rm.resource.attributes, [])) AS rmembers, unnest(rm.scopeMetrics) AS sm
     FROM resources
 ), metrics AS (
-    SELECT line_no, rattrs, unnest(sm.metrics) AS m FROM scopes
+    SELECT line_no, rattrs, rmembers, unnest(sm.metrics) AS m FROM scopes
 ), tokens AS (
-    SELECT line_no, rattrs, m.name AS metric, m.sum.aggregationTemporality AS temporality_raw,
+    SELECT line_no, rattrs, rmembers, m.name AS metric, m.sum.aggregationTemporality AS temporality_raw,
            unnest(m.sum.dataPoints) AS p
     FROM metrics
     WHERE m.name = 'claude_code.token.usage' AND len(m.sum.dataPoints) > 0
 ), kv AS (
-    SELECT line_no, rattrs, metric, temporality_raw, p.startTimeUnixNano AS t_start,
+    SELECT line_no, rattrs, rmembers, metric, temporality_raw, p.startTimeUnixNano AS t_start,
            p.timeUnixNano AS t_time, coalesce(p.asDouble, p.asInt) AS a_value,
            CASE WHEN p.asDouble IS NOT NULL THEN 'asDouble' ELSE 'asInt' END AS value_field,
            coalesce(p.attributes, []) AS attrs,
@@ -82,7 +83,7 @@ SELECT line_no, 'metric:' || metric AS kind, 1 AS n, reject_field IS NULL AS out
        'otlp-metric' AS source, 'claude-code' AS agent, session_id, user_id, org_id, model,
        otlp_qs(a_query_source) AS query_source,
        otlp_kv_attributes(keys, vals, ['type', 'session.id', 'user.id', 'organization.id', 'model'],
-                       otlp_member_list(rattrs)) AS attributes
+                       rmembers) AS attributes
 FROM checked
 UNION ALL BY NAME
 -- Every other metric is only counted, by name, with its number of points.

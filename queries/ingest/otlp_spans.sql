@@ -21,17 +21,17 @@ WITH parsed AS (
 ), resources AS (
     SELECT line_no, unnest(j.resourceSpans) AS rs FROM parsed
 ), scopes AS (
-    SELECT line_no, coalesce(rs.resource.attributes, []) AS rattrs, unnest(rs.scopeSpans) AS ss
+    SELECT line_no, otlp_member_list(coalesce(rs.resource.attributes, [])) AS rmembers, unnest(rs.scopeSpans) AS ss
     FROM resources
 ), spans AS (
     -- Slimmed to key / text lists before unnest copies them (see otlp_logs).
-    SELECT line_no, rattrs, unnest(list_transform(ss.spans, lambda s: {
+    SELECT line_no, rmembers, unnest(list_transform(ss.spans, lambda s: {
                'name': s.name, 't_start': s.startTimeUnixNano, 't_end': s.endTimeUnixNano,
                'keys': list_transform(coalesce(s.attributes, []), lambda a: a.key),
                'vals': list_transform(coalesce(s.attributes, []), lambda a: otlp_text(a.value))})) AS s
     FROM scopes
 ), kv AS (
-    SELECT line_no, rattrs, s.name AS name, s.t_start AS t_start, s.t_end AS t_end, s.keys AS keys, s.vals AS vals
+    SELECT line_no, rmembers, s.name AS name, s.t_start AS t_start, s.t_end AS t_end, s.keys AS keys, s.vals AS vals
     FROM spans
 ), named AS (
     SELECT *,
@@ -97,7 +97,7 @@ SELECT line_no,
        otlp_kv_attributes(keys, vals, ['session.id', 'user.id', 'organization.id', 'model',
                 'request_id', 'input_tokens', 'output_tokens', 'cache_read_tokens', 'cache_creation_tokens',
                 'cache_creation_5m_tokens', 'cache_creation_1h_tokens', 'duration_ms', 'ttft_ms'],
-                otlp_member_list(rattrs)) AS attributes
+                rmembers) AS attributes
 FROM checked
 -- Spans with GenAI/OpenInference token usage are read by otlp_genai_spans.
 WHERE NOT otlp_usage_span(name, keys)
