@@ -130,7 +130,7 @@ def test_a_failed_ingest_forgets_what_was_kept(store, tmp_path, kept, monkeypatc
     assert ingest(store, [root / "projects"]).requests_added == 1
 
 
-def test_kept_and_fresh_ingests_store_the_same(tmp_path, kept):
+def test_kept_and_fresh_ingests_store_the_same(tmp_path, kept, monkeypatch):
     """Rounds of new, grown and subagent files: a resident process's warehouse equals one built
     by fresh processes (nothing kept)."""
     root = tmp_path / "t"
@@ -142,9 +142,10 @@ def test_kept_and_fresh_ingests_store_the_same(tmp_path, kept):
                                                         agent=f"a{r}")])
             write(main_file(root, "s0"), [assistant(msg="m0", req="r0", out=1 + r)])
             a = ingest(kept_store, [root / "projects"])
-            resident.enable(False)
+            # keeping off for the fresh store only: enable(False) would drop what the kept one has
+            monkeypatch.setattr(resident, "_enabled", False)
             b = ingest(fresh_store, [root / "projects"])
-            resident.enable()
+            monkeypatch.setattr(resident, "_enabled", True)
             assert a.to_dict() == b.to_dict()
         q = "SELECT * EXCLUDE (attributes) FROM requests ORDER BY request_key"
         assert kept_store.query(q) == fresh_store.query(q)

@@ -112,4 +112,6 @@ def query_source_sql(expr: str) -> str:
 
 def arrow_as(relation, schema: pa.Schema) -> pa.Table:
     """A DuckDB relation's columns of ``schema`` as an Arrow table of exactly that schema."""
-    return relation.project(", ".join(schema.names)).to_arrow_table().cast(schema)
+    table = relation.project(", ".join(schema.names)).to_arrow_table()
+    # cast() would import pyarrow.compute (50 ms) even when the types already match
+    return table if table.schema.equals(schema) else table.cast(schema)

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from kvtrace.ingest.base import REQUEST_SCHEMA, Parsed, Reject
+from kvtrace.ingest.base import REQUEST_SCHEMA, Parsed, Reject, arrow_as
 from kvtrace.store import load_query
 
 # Why a parsed candidate line was not used: a problem (-> Reject) ...
@@ -121,13 +121,13 @@ class _Db:
             self.cursors[k] = cur
         return cur
 
-    def names(self, k: int, names: list[str], idx: list[int]) -> None:
-        """The file list that cursor ``k``'s views ``tx_names(filename, file_idx)`` and ``tx_raw``
-        read (read_text gives filenames back as given)."""
+    def names(self, k: int, names: list[str], idx: list[int], raw: bool = True) -> None:
+        """The file list that cursor ``k``'s views ``tx_names(filename, file_idx)`` and (``raw``)
+        ``tx_raw`` read (read_text gives filenames back as given)."""
         cur = self.cursor(k)
         cur.execute("SET VARIABLE tx_names = ?", [names])
         cur.execute("SET VARIABLE tx_idx = ?", [idx])
-        if k not in self.raw_views and names:      # read_text needs the list to bind the view
+        if raw and k not in self.raw_views and names:      # read_text needs the list to bind the view
             cur.execute("CREATE OR REPLACE TEMP VIEW tx_raw AS "
                         "SELECT filename, content FROM read_text(getvariable('tx_names'))")
             self.raw_views.add(k)
@@ -225,8 +225,9 @@ def _parse_fast(db: _Db, paths: list[Path]) -> int:
     if any(p.name.endswith(".gz") for p in paths):
         raise OSError("gzip input: read in Python")
     sizes = [p.stat().st_size for p in paths]   # OSError if a file vanished: read in Python
-    db.threads_for(sum(sizes))
-    n_groups = min(os.cpu_count() or 1, _MAX_GROUPS, len(paths)) if sum(sizes) >= _PARALLEL_BYTES else 1
+    total = sum(sizes)
+    db.threads_for(total)
+    n_groups = min(os.cpu_count() or 1, _MAX_GROUPS, len(paths)) if total >= _PARALLEL_BYTES else 1
     groups: list[list[int]] = [[] for _ in range(max(n_groups, 1))]
     load = [0] * len(groups)
     for i in sorted(range(len(paths)), key=lambda i: -sizes[i]):  # largest first, to the lightest group
@@ -278,9 +279,10 @@ def _parse_slow(db: _Db, paths: list[Path], parsed: Parsed) -> int:
         texts.append(data.decode("utf-8", errors="replace"))
     names = [str(paths[i]) for i in idx]
     con = db.cursor(0)
-    db.names(0, names, idx)
-    con.execute("DROP VIEW IF EXISTS tx_raw")
-    db.raw_views.discard(0)
+    db.names(0, names, idx, raw=False)
+    if 0 in db.raw_views:                      # tx_raw is the table registered below instead
+        con.execute("DROP VIEW tx_raw")
+        db.raw_views.discard(0)
     con.register("tx_raw", pa.table({"filename": pa.array(names, pa.string()),
                                      "content": pa.array(texts, pa.large_string())}))
     try:
@@ -305,9 +307,7 @@ def _collect(con, parsed: Parsed, paths: list[Path]) -> None:
     for file_idx, lineno, kind in sorted(rejects):
         reason, field = _REJECTS[kind]
         parsed.rejects.append(Reject(lineno, reason, field=field, path=str(paths[file_idx])))
-    table = con.sql(load_query("ingest/transcripts_requests").sql).to_arrow_table()
-    # The query already gives REQUEST_SCHEMA's types; cast() would import pyarrow.compute (50 ms).
-    parsed.requests = table if table.schema.equals(REQUEST_SCHEMA) else table.cast(REQUEST_SCHEMA)
+    parsed.requests = arrow_as(con.sql(load_query("ingest/transcripts_requests").sql), REQUEST_SCHEMA)
 
 
 def _files_table(paths: list[Path]) -> pa.Table:

@@ -24,7 +24,7 @@ class Format:
     parser: str            # "module:function"
     batch: bool            # parser takes list[Path] instead of one Path
     help: str
-    resumable: bool = False  # parser(path, start=(offset, line)) reads a grown file from there
+    resumable: bool = False  # parser(path, start=resume.Start) reads a grown file from there
 
     def load(self) -> Callable:
         mod, fn = self.parser.split(":")

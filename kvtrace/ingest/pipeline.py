@@ -111,7 +111,7 @@ def _expand(paths: Iterable[str | Path], stdin_dir: Path | None, walked: set[str
 
 def _stat(p: Path) -> tuple[str, int, int]:
     # abspath, not resolve(): resolve() lstat()s every component of every path (a third of a
-    # repeat ingest of a big transcript tree); folders are resolved once in expand_inputs.
+    # repeat ingest of a big transcript tree); folders are resolved once in _expand.
     # The later of mtime and ctime: a tool can put an old mtime back after rewriting a file in
     # place with the same size, but not the ctime (a chmod only costs one harmless re-read).
     st = os.stat(p)
@@ -149,15 +149,13 @@ def _merge_requests(store: Store, table, kept: resident.State | None) -> int:
     """
     staged = _stage_unique(store, table)
     hashes = resident.key_hashes(table) if kept is not None else None
-    if not resident.may_match(store, kept, hashes):
-        added = store.scalar(f"INSERT INTO requests BY NAME SELECT * FROM {staged}")
-    elif not store.scalar("CREATE OR REPLACE TEMP VIEW staged AS SELECT * FROM " + staged + ";\n"
-                          + load_query("ingest/merge_match").sql):
-        added = store.scalar("INSERT INTO requests BY NAME SELECT * FROM staged")
-    else:
+    if resident.may_match(store, kept, hashes) and store.scalar(
+            "CREATE OR REPLACE TEMP VIEW staged AS SELECT * FROM " + staged + ";\n" + load_query("ingest/merge_match").sql):
         before = store.scalar("SELECT count(*) FROM requests")
         store.run(load_query("ingest/merge_requests").sql)
         added = store.scalar("SELECT count(*) FROM requests") - before
+    else:
+        added = store.scalar(f"INSERT INTO requests BY NAME SELECT * FROM {staged}")
     resident.merged(kept, hashes, added)
     return added
 

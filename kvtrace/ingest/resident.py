@@ -94,7 +94,7 @@ def sync(store, st: State | None) -> None:
         return
     files, latest, requests = store.query(_TOKEN_SQL)[0]
     if st.ledger is None or (files, latest) != st.token:
-        st.ledger = {(r[0], r[1], r[2]): r[3] for r in store.query(LEDGER_SQL)}
+        st.ledger = _read_ledger(store)
         st.token = (files, latest)
     if requests != st.key_rows:
         st.keys = None
@@ -103,10 +103,14 @@ def sync(store, st: State | None) -> None:
 def ledger(store, st: State | None) -> dict[tuple[str, int, int], str]:
     """``(path, size, mtime_ns) -> format`` of every file in ``ingested_files``."""
     if st is None:
-        return {(r[0], r[1], r[2]): r[3] for r in store.query(LEDGER_SQL)}
+        return _read_ledger(store)
     if st.ledger is None:
         sync(store, st)
     return st.ledger
+
+
+def _read_ledger(store) -> dict[tuple[str, int, int], str]:
+    return {(r[0], r[1], r[2]): r[3] for r in store.query(LEDGER_SQL)}
 
 
 def recorded(st: State | None, rows: list[tuple]) -> None:

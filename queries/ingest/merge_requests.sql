@@ -78,13 +78,11 @@ FROM (
     )
 ) f
 WHERE r.request_key = f.r_key
-  AND (f.request_id IS DISTINCT FROM f.r_request_id OR f.message_id IS DISTINCT FROM f.r_message_id
-       OR f.ttft_ms IS DISTINCT FROM f.r_ttft_ms OR f.cost_usd IS DISTINCT FROM f.r_cost_usd
-       OR f.duration_ms IS DISTINCT FROM f.r_duration_ms OR f.project IS DISTINCT FROM f.r_project
-       OR f.thread_id IS DISTINCT FROM f.r_thread_id OR f.query_source IS DISTINCT FROM f.r_query_source
-       OR f.model IS DISTINCT FROM f.r_model OR f.is_sidechain IS DISTINCT FROM f.r_is_sidechain
-       OR f.cache_write_5m_tokens IS DISTINCT FROM f.r_5m OR f.cache_write_1h_tokens IS DISTINCT FROM f.r_1h
-       OR f.cache_write_unknown_tokens IS DISTINCT FROM f.r_unknown);
+  AND row(f.request_id, f.message_id, f.ttft_ms, f.cost_usd, f.duration_ms, f.project, f.thread_id,
+          f.query_source, f.model, f.is_sidechain, f.cache_write_5m_tokens, f.cache_write_1h_tokens,
+          f.cache_write_unknown_tokens)
+      IS DISTINCT FROM row(f.r_request_id, f.r_message_id, f.r_ttft_ms, f.r_cost_usd, f.r_duration_ms, f.r_project,
+          f.r_thread_id, f.r_query_source, f.r_model, f.r_is_sidechain, f.r_5m, f.r_1h, f.r_unknown);
 
 INSERT INTO requests BY NAME
 SELECT s.* FROM staged s

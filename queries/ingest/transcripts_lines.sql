@@ -7,7 +7,7 @@
 --   what each line is (kind: a usable response line, or why not), plus each file's last piece
 --   (kind 'eof' unless it is a candidate) carrying the file's line count. Parsing only the
 --   candidate lines is most of the speed: user, progress and snapshot records hold most of the
---   bytes. The parser runs this on one connection per group of files, in parallel. The file
+--   bytes. The parser runs this on one cursor per group of files, in parallel. The file
 --   index is joined on last, to the few parsed lines: joined to whole files it cost 15% more.
 
 CREATE OR REPLACE TABLE tx_part AS
