@@ -30,13 +30,12 @@ from bench import child
 
 import numpy as np
 
-from tests.paths import TRACES
+from tests.paths import CONVERSATION
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = bool(os.environ.get("KVTRACE_BENCH_QUICK"))
 N_FLEET = 300_000 if QUICK else 10_000_000
 REPEATS = 2 if QUICK else 5
-CONVERSATION = TRACES / "mooncake-fast25-conversation/conversation_trace.jsonl"
 TTLS = ["30s", "1m", "5m", "10m", "30m", "1h", "2h", "none"]
 LCS_CAPACITY_BLOCKS = 3_000_000 // 512
 
@@ -45,10 +44,10 @@ LCS_CAPACITY_BLOCKS = 3_000_000 // 512
 LCS_SCRIPT = r"""
 import sys, numpy as np, libcachesim as lcs
 src, binpath, cap = sys.argv[1], sys.argv[2], int(sys.argv[3])
-if src.endswith(".jsonl"):
-    import orjson
+if src.endswith((".jsonl", ".jsonl.gz")):
+    import gzip, orjson
     ids = []
-    for line in open(src, "rb"):
+    for line in (gzip.open if src.endswith(".gz") else open)(src, "rb"):
         if line.strip():
             ids.extend(reversed(orjson.loads(line)["hash_ids"]))
     rec = np.zeros(len(ids), dtype=[("t", "<u4"), ("id", "<u8"), ("size", "<u4"), ("next", "<i8")])

@@ -25,12 +25,11 @@ import time
 from pathlib import Path
 
 import numpy as np
-from tests.paths import TRACES
+from tests.paths import CONVERSATION
 
 ROOT = Path(__file__).resolve().parents[1]
 N = 200_000 if os.environ.get("KVTRACE_BENCH_QUICK") else 10_000_000
 TTLS = [60.0, 300.0, 1800.0, 3600.0, None]
-CONVERSATION = TRACES / "mooncake-fast25-conversation/conversation_trace.jsonl"
 
 
 def _sessions(n: int, rng: np.random.Generator) -> dict:

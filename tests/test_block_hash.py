@@ -13,11 +13,7 @@ from kvtrace.analyze.export import write_mooncake
 from kvtrace.analyze.load import load_block_trace, read_block_trace
 from kvtrace.analyze.ttl import hit_ratios
 from kvtrace.ingest.block_hash import parse_bailian, parse_mooncake, sniff, trace_name
-from tests.paths import TRACES
-
-TRACES = TRACES
-CONVERSATION = TRACES / "mooncake-fast25-conversation/conversation_trace.jsonl"
-SYNTHETIC = TRACES / "mooncake-fast25-synthetic/synthetic_trace.jsonl"
+from tests.paths import CONVERSATION, SYNTHETIC, raw
 
 BAILIAN_LINES = [
     {"chat_id": 1, "parent_chat_id": -1, "timestamp": 0.5, "input_length": 40, "output_length": 7,
@@ -40,15 +36,9 @@ def _write(path: Path, lines: list, raw: bool = False) -> Path:
     return path
 
 
-def need(path: Path) -> Path:
-    if not path.exists():
-        pytest.skip(f"{path} not present")
-    return path
-
-
 @pytest.mark.parametrize("path, rows", [(CONVERSATION, 12031), (SYNTHETIC, 3993)])
 def test_mooncake_real_traces(path, rows):
-    p = parse_mooncake(need(path))
+    p = parse_mooncake(path)
     t = p.block_requests
     assert t.num_rows == rows == p.lines and not p.rejects
     assert t.column("seq").to_pylist()[:3] == [0, 1, 2]
@@ -56,7 +46,7 @@ def test_mooncake_real_traces(path, rows):
     assert set(t.column("trace").to_pylist()) == {trace_name(path)}
     lens = np.array([len(h) for h in t.column("hash_ids").to_pylist()])
     assert (lens == -(-t.column("input_length").to_numpy() // 512)).all()
-    first = orjson.loads(path.read_bytes().split(b"\n", 1)[0])
+    first = orjson.loads(raw(path).split(b"\n", 1)[0])
     assert t.column("hash_ids")[0].as_py() == first["hash_ids"]
     assert t.column("ingested_from")[1].as_py().endswith(":2")
 
@@ -115,13 +105,13 @@ def test_sniff():
 
 
 def test_export_round_trips_a_mooncake_trace(tmp_path):
-    src = need(CONVERSATION)
+    src = CONVERSATION
     out = tmp_path / "out.jsonl"
     n = write_mooncake(read_block_trace(src), out)
     assert n == 12031
     # Same records, compact JSON, in the same order (the source's times start at 0).
     assert [orjson.loads(x) for x in out.read_bytes().splitlines()] == \
-        [orjson.loads(x) for x in src.read_bytes().splitlines()]
+        [orjson.loads(x) for x in raw(src).splitlines()]
     assert b" " not in out.read_bytes()[:200]
 
 
@@ -147,7 +137,7 @@ def test_export_of_a_derived_trace_is_a_valid_mooncake_trace(tmp_path):
 def test_ingest_then_load_from_the_warehouse(store, tmp_path):
     from kvtrace.ingest import ingest
 
-    src = need(SYNTHETIC)
+    src = SYNTHETIC
     s1 = ingest(store, [src])
     assert s1.block_requests_added == 3993
     assert ingest(store, [src], force=True).block_requests_added == 0          # idempotent

@@ -8,10 +8,10 @@ import pytest
 from typer.testing import CliRunner
 
 from kvtrace.cli import app
-from tests.paths import TRACES
+from tests.paths import CONVERSATION, SYNTHETIC
 
-CONV = str(TRACES / "mooncake-fast25-conversation/conversation_trace.jsonl")
-SYNTH = str(TRACES / "mooncake-fast25-synthetic/synthetic_trace.jsonl")
+CONV = str(CONVERSATION)
+SYNTH = str(SYNTHETIC)
 
 
 def _run(*args):

@@ -13,11 +13,11 @@ from kvtrace.analyze.blocktrace import BlockTrace
 from kvtrace.replay.distances import NO_TTL, compute_distances
 from kvtrace.replay.grid import hit_grid
 from kvtrace.replay.tracefile import read_trace
-from tests.paths import TRACES
+from tests.paths import CONVERSATION
 
 lcs = pytest.importorskip("libcachesim")
 
-CONV = str(TRACES / "mooncake-fast25-conversation/conversation_trace.jsonl")
+CONV = str(CONVERSATION)
 
 
 def _lcs_hits(objects: np.ndarray, capacity: int) -> int:

@@ -9,11 +9,10 @@ import pytest
 from kvtrace.replay import replay
 from kvtrace.replay.distances import compute_distances
 from kvtrace.replay.tracefile import read_trace
-from tests.paths import TRACES
+from tests.paths import CONVERSATION, SYNTHETIC
 
-TRACES = str(TRACES)
-CONV = f"{TRACES}/mooncake-fast25-conversation/conversation_trace.jsonl"
-SYNTH = f"{TRACES}/mooncake-fast25-synthetic/synthetic_trace.jsonl"
+CONV = str(CONVERSATION)
+SYNTH = str(SYNTHETIC)
 CAPS = [1_000_000, 3_000_000, 10_000_000, 50_000_000]
 
 

@@ -12,7 +12,8 @@ from kvtrace.analyze.access import NEVER, times_for
 from kvtrace.analyze.chains import ChainParams, derive_chains
 from kvtrace.analyze.reuse import ReuseParams, reuse_profile, thread_table
 from kvtrace.cli import app
-from tests.test_block_hash import BAILIAN_LINES, CONVERSATION, _write, need
+from tests.paths import CONVERSATION
+from tests.test_block_hash import BAILIAN_LINES, _write
 from tests.test_chains import frame
 from tests.test_ttl import block_traces
 
@@ -33,7 +34,7 @@ def test_reuse_times_are_never_negative_and_cdfs_rise(trace):
 def test_conversation_reuse_times_match_the_reference_replay():
     from kvtrace.analyze.load import read_block_trace
 
-    p = reuse_profile(read_block_trace(need(CONVERSATION)))
+    p = reuse_profile(read_block_trace(CONVERSATION))
     rt = p["reuse_time"]
     # Reference (block-weighted): p50 114 s, p90 519 s, 78.5% within 5 min, 28% within 1 min.
     assert rt["within_blocks"]["5m"] == pytest.approx(0.785, abs=0.001)
@@ -71,7 +72,7 @@ def test_bailian_chats_group_into_sessions(tmp_path):
 # -- CLI ---------------------------------------------------------------------------------------------
 
 def test_cli_reuse_on_a_file_json(tmp_path):
-    src = need(CONVERSATION)
+    src = CONVERSATION
     r = CliRunner().invoke(app, ["reuse", str(src), "--ttl", "5m,none", "--bytes-per-token", "327680",
                                  "--format", "json", "--out", str(tmp_path / "r.json")])
     assert r.exit_code == 0, r.output

@@ -14,15 +14,11 @@ from kvtrace.analyze.load import read_block_trace
 from kvtrace.analyze.ttl import hit_ratios, request_hits, ttl_section
 from kvtrace.units import parse_ttls
 from kvtrace.analyze.working_set import held_after_requests, working_set
-from tests.paths import TRACES
-
-CONVERSATION = TRACES / "mooncake-fast25-conversation/conversation_trace.jsonl"
+from tests.paths import CONVERSATION
 
 
 @pytest.fixture(scope="module")
 def conversation() -> BlockTrace:
-    if not CONVERSATION.exists():
-        pytest.skip("shared Mooncake traces not present")
     return read_block_trace(CONVERSATION)
 
 

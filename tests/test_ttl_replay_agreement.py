@@ -30,8 +30,6 @@ def test_unlimited_capacity_column_equals_the_what_if(trace):
 def test_on_the_mooncake_conversation_trace():
     from tests.test_ttl import CONVERSATION
 
-    if not CONVERSATION.exists():
-        pytest.skip("shared Mooncake traces not present")
     from kvtrace.analyze.load import read_block_trace
 
     trace = read_block_trace(CONVERSATION)
