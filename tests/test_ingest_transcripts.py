@@ -1,4 +1,4 @@
-"""Claude Code transcripts: one row per API response, de-duplicated as telemetry-formats.md §3.3 says."""
+"""Claude Code transcripts: one row per API response, de-duplicated as docs/formats.md §3 says."""
 
 from __future__ import annotations
 

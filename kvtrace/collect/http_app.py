@@ -1,6 +1,6 @@
 """OTLP/HTTP front end (Starlette): ``POST /v1/logs|metrics|traces``, ``/healthz``, ``/metrics``.
 
-The protocol contract (reference/telemetry-formats.md §6.1): 200 with an empty
+The protocol contract (docs/formats.md §7): 200 with an empty
 ``Export*ServiceResponse`` in the request's media type, or a partial success; 400 with a
 ``google.rpc.Status`` body for an undecodable body; 401 without the bearer token; 404; 405 for
 other methods; 413 over the size limit (checked on the wire and again while decompressing); 415

@@ -1,7 +1,7 @@
 """Protobuf OTLP export requests -> OTLP JSON, the form ``kvtrace ingest`` reads.
 
 OTLP JSON is the proto3 JSON mapping with three exceptions that ``google.protobuf.json_format``
-gets wrong (reference/telemetry-formats.md §2.1, §6.2): ``traceId``/``spanId``/``parentSpanId``
+gets wrong (docs/formats.md §2, §7): ``traceId``/``spanId``/``parentSpanId``
 are hex, not base64; enums are integers; and it is slow (40 ms for 512 log records here). This
 converter walks only the fields that are set (``ListFields``, done in C by upb) with a plan per
 field cached by descriptor, and has a fast path for ``KeyValue``/``AnyValue``, which make up

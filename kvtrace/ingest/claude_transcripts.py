@@ -11,7 +11,7 @@ Only lines containing the JSON token ``"assistant"`` (or ``"compact_boundary"``)
 the match does not depend on whitespace, and a line is used only if its parsed top-level
 ``type`` is ``assistant`` (a ``progress`` line embedding a subagent's message is not).
 
-De-duplication (``telemetry-formats.md`` §3.3): a response is written as one line per content
+De-duplication (``docs/formats.md`` §3): a response is written as one line per content
 block, each with a full copy of ``usage``, so lines are grouped by ``message.id`` and a group
 counts once with its largest ``output_tokens``; a copy of the same response in a subagent or
 ``/btw`` file (a sidechain replay, often under a new ``requestId``) or in a resumed/branched
