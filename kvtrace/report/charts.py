@@ -465,7 +465,7 @@ def ttft_distributions(d: dict) -> ChartSpec | None:
             y=alt.Y("share:Q", scale=alt.Scale(domain=[0, 1]), title="Share of requests (cumulative)",
                     axis=alt.Axis(format="%")),
             color=alt.Color("cohort:N", title="Session", sort=order),
-            strokeDash=alt.StrokeDash("cohort:N", title="Session", sort=order),
+            strokeDash=alt.StrokeDash("cohort:N", sort=order, legend=None),
             tooltip=["cohort:N", alt.Tooltip("ms:Q", format=",.1f", title="TTFT (ms)"),
                      alt.Tooltip("share:Q", format=".1%", title="Share at or below")]
         ).properties(width=WIDTH, height=HEIGHT)
