@@ -223,6 +223,7 @@ def test_dwpd_panel_is_left_out_with_a_sentence_when_no_drive_is_written(charts,
     c = charts["writes-dwpd"]
     assert "hconcat" not in c.spec and not any(r.get("dwpd") is not None for r in _rows(c.spec))
     assert "No drive tier was written" in c.caption and "NVMe" in c.caption
+    assert {"tier": "NVMe", "label": "no writes"} in _rows(c.spec)   # said on the chart too (PNG copies)
 
 
 def test_dwpd_panel_is_drawn_when_a_drive_is_written(week):
@@ -286,6 +287,31 @@ def test_report_command_writes_png_and_svg_files(week_db, tmp_path):
     w, h = png_size((tmp_path / "png" / "working-set.png").read_bytes())
     assert w >= 1200 and h >= 600
     assert titles(ET.parse(tmp_path / "svg" / "working-set.svg").getroot())[0] == "Working set over time"
+
+
+def test_run_writes_chart_files_with_title_and_period(tmp_path):
+    db = tmp_path / "kv.duckdb"
+    with Store(db) as s:
+        load_rows(s, week_rows())
+    prof = tmp_path / "nightly.toml"
+    prof.write_text(f"""
+title = "Nightly"
+[inputs]
+warehouse = "{db}"
+[window]
+period = "last 1d"
+[output]
+root = "{tmp_path / 'out'}"
+formats = ["svg"]
+[schedule]
+cron = "15 0 * * *"
+""")
+    res = CliRunner().invoke(app, ["run", str(prof), "--at", "2026-11-04T00:15"])
+    assert res.exit_code == 0, res.output
+    (svg,) = (tmp_path / "out").glob("*/*/charts/token-mix-over-time.svg")
+    shown = titles(ET.parse(svg).getroot())
+    assert "Token mix per hour" in shown
+    assert any(t.startswith("Nightly · ") and "2026-11-03 00:00 → 2026-11-04 00:00 UTC" in t for t in shown), shown
 
 
 @pytest.mark.parametrize("out", [None, "charts.png"])

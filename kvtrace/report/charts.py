@@ -352,9 +352,10 @@ def miss_ratio_curves(d: dict) -> ChartSpec | None:
         layers.append(alt.Chart(alt.Data(values=depths)).mark_rule(color="#555", strokeDash=[2, 3]).encode(
             x=alt.X("x:Q", **x_enc),
             tooltip=["tier:N", alt.Tooltip("depth_tokens:Q", format=",.0f", title="Tier ends at (tokens)")]))
-        layers.append(alt.Chart(alt.Data(values=depths)).mark_text(angle=270, align="right", dx=-4, dy=-5,
+        # Tier names read upwards from the foot of the plot, below the flat tops of the curves.
+        layers.append(alt.Chart(alt.Data(values=depths)).mark_text(angle=270, align="left", dx=4, dy=-5,
                                                                    fontSize=11, color="#333").encode(
-            x=alt.X("x:Q", **x_enc), y=alt.value(4), text="tier:N"))
+            x=alt.X("x:Q", **x_enc), y=alt.value(HEIGHT), text="tier:N"))
     chart = alt.layer(*layers).properties(width=WIDTH, height=HEIGHT)
     caption = ("LRU hit ratio (token-weighted) at each cache capacity, one line per idle TTL (the longest "
                "TTL widest, underneath); dotted lines: where each tier ends in the LRU stack.")
@@ -509,6 +510,12 @@ def writes_and_dwpd(d: dict) -> ChartSpec | None:
                         scale=alt.Scale(range=[OKABE_ITO[0], OKABE_ITO[4]])),
         tooltip=["tier:N", "stat:N", alt.Tooltip("mbps:Q", format=",.1f", title="MB/s")]
     ).properties(width=WIDTH / 2 - 40, height=HEIGHT, title="Write rate")
+    unwritten = [{"tier": str(t.get("name")), "label": "no writes"} for t in tiers
+                 if not t.get("write_bytes_per_s_peak") and not t.get("write_bytes_per_s_mean")]
+    if unwritten:   # an empty slot would read as missing data
+        rates = alt.layer(rates, alt.Chart(alt.Data(values=unwritten)).mark_text(
+            baseline="bottom", dy=-4, fontSize=12, color="#555").encode(
+            x=alt.X("tier:N", sort=names, title="Tier"), y=alt.value(HEIGHT), text="label:N"))
     dwpd_rows = [{"tier": str(t.get("name")), "dwpd": float(t["dwpd_per_drive"]),
                   "rating": t.get("dwpd_rating")} for t in tiers if t.get("dwpd_per_drive") is not None]
     if not dwpd_rows:
