@@ -98,7 +98,8 @@ def _time_ticks(t0: datetime, t1: datetime) -> list[float]:
     step = next((s for s in (300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800, 604800)
                  if span / s <= 10), 604800 * math.ceil(span / 604800 / 10))
     first = math.ceil(t0.timestamp() / step) * step
-    return [float(t * 1000) for t in range(int(first), int(t1.timestamp()) + 1, step)]
+    ticks = [float(t * 1000) for t in range(int(first), int(t1.timestamp()) + 1, step)]
+    return ticks or [t0.timestamp() * 1000]
 
 
 def _time_axis(t0: datetime, t1: datetime):
@@ -250,6 +251,8 @@ def reuse_time_cdf(d: dict) -> ChartSpec | None:
     if identical:
         curves = {"Block age = effective (prefix) reuse time": next(iter(curves.values()))}
     span = float((reuse.get("trace") or {}).get("span_s") or 0)
+    if span and span <= min(s for pts in curves.values() for s, _ in pts):
+        span = 0.0   # a trace shorter than the first CDF point: nothing to clip to
     rows = []
     for label, pts in curves.items():
         kept = [(s, c) for s, c in pts if not span or s <= span]

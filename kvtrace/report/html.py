@@ -172,7 +172,8 @@ def period_text(d: dict) -> str:
     def short(t):
         return str(t).replace("T", " ").replace("Z", "")[:16] if t else "–"
 
-    return f"{d.get('title', 'kvtrace report')} · {short(since)} → {short(until)} UTC"
+    title = d.get("title", "kvtrace report")
+    return f"{title} · {short(since)} → {short(until)} UTC" if since or until else title
 
 
 def titled(chart, d: dict) -> dict:
