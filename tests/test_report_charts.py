@@ -255,6 +255,10 @@ def _marks(spec) -> set[str]:
 def test_few_daily_points_are_bars_and_many_hours_are_areas(charts, week):
     assert len(week["series"]["token_mix"]["entries"]) == 5
     assert _marks(charts["token-mix-over-time"].spec) == {"bar"}
+    days = [e["key"] for e in week["series"]["token_mix"]["entries"]]
+    for title, labels in axes(_svg(charts["token-mix-over-time"].spec)).items():
+        if title.startswith("Time"):
+            assert labels == days   # one ISO date under each day's bar
     with Store(memory=True) as s:
         load_rows(s, week_rows(days=3, per_day=80))
         d = build_report(s).data

@@ -212,7 +212,11 @@ def token_mix_over_time(d: dict) -> ChartSpec | None:
     if bucket == "hour":
         axis = _time_axis(*_bounds(entries))
     else:
-        axis = alt.Axis(format=DATE_FORMAT, labelAngle=0, labelOverlap=True)
+        # Bars span their day: label each under its middle (noon UTC).
+        t0, t1 = _bounds(entries)
+        noons = [(t0.timestamp() + 43200 + 86400 * i) * 1000 for i in range((t1 - t0).days + 1)] if few else None
+        axis = alt.Axis(format=DATE_FORMAT, labelAngle=0, labelOverlap=True,
+                        **({"values": noons, "ticks": False} if few else {}))
     base = alt.Chart(alt.Data(values=rows)).encode(
         x=alt.X("t:T", timeUnit=unit, title=f"Time (UTC, per {per})", axis=axis),
         color=color, order=alt.Order("order:Q"),
@@ -410,7 +414,8 @@ def working_set_over_time(d: dict) -> ChartSpec | None:
         x=alt.X("t:T", scale=alt.Scale(type="utc"), title="Time (UTC)",
                 axis=_time_axis(t_first, t_last)),
         y=alt.Y("v:Q", scale=alt.Scale(domain=[0, top]), title=y_title, axis=y_axis),
-        tooltip=[alt.Tooltip("t:T", title="Time (UTC)", timeUnit="utcyearmonthdatehoursminutes", format="%Y-%m-%d %H:%M"), "ttl:N",
+        tooltip=[alt.Tooltip("t:T", title="Time (UTC)", timeUnit="utcyearmonthdatehoursminutes",
+                             format="%Y-%m-%d %H:%M"), "ttl:N",
                  alt.Tooltip("tokens:Q", format=",.0f"),
                  *([alt.Tooltip("v:Q", format=",.0f", title="bytes")] if bpt else [])])
     if shown:
