@@ -82,7 +82,8 @@ def test_tier_boundaries_are_depths_in_the_lru_stack(full_data):
 def test_time_chart_falls_back_to_groups(base_data):
     d = {k: v for k, v in base_data.items() if k != "series"}
     (chart,) = build_charts(d)
-    rows = [r for node in _walk(chart.spec) if isinstance(node.get("values"), list) for r in node["values"]]
+    rows = [r for node in _walk(chart.spec) if isinstance(node.get("values"), list) for r in node["values"]
+            if isinstance(r, dict)]
     days = {e["key"] for e in base_data["groups"]["day"]}
     assert {r["t"][:10] for r in rows} == days
 
