@@ -367,7 +367,7 @@ def miss_ratio_curves(d: dict) -> ChartSpec | None:
     caption = ("LRU hit ratio (token-weighted) at each cache capacity, one line per idle TTL (the longest "
                "TTL widest, underneath); dotted lines: where each tier ends in the LRU stack.")
     if use_bytes:
-        caption += f" Capacity in bytes of KV cache ({_kv_bytes_title(d, bpt)})."
+        caption += f" Capacity in bytes: {_kv_bytes_title(d, bpt)}."
     if any(len(g) > 1 for g in groups):
         caption += " " + " ".join(f"The {' and '.join(g)} curves are identical: one line is drawn."
                                   for g in groups if len(g) > 1)
