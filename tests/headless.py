@@ -25,9 +25,11 @@ def _netns_prefix() -> list[str]:
     return []
 
 
-def dump_dom(chromium: str, page: Path, profile_dir: Path, budget_ms: int = 30_000, timeout_s: float = 120) -> str:
-    """The DOM after scripts ran (virtual time lets vega-embed's promises settle)."""
-    cmd = [*_netns_prefix(), chromium, *FLAGS, f"--user-data-dir={profile_dir}",
+def dump_dom(chromium: str, page: Path, profile_dir: Path, budget_ms: int = 30_000, timeout_s: float = 120,
+             extra: list[str] = ()) -> str:
+    """The DOM after scripts ran (virtual time lets vega-embed's promises settle); ``extra``: more
+    Chromium flags (``--window-size=1400,3000``)."""
+    cmd = [*_netns_prefix(), chromium, *FLAGS, *extra, f"--user-data-dir={profile_dir}",
            f"--virtual-time-budget={budget_ms}", "--dump-dom", page.resolve().as_uri()]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     assert res.returncode == 0, f"chromium failed ({res.returncode}): {res.stderr[-2000:]}"

@@ -66,7 +66,8 @@ def test_a_chart_disappears_with_its_data(full_data, drop, gone):
 
 def test_ttft_falls_back_to_quantiles_without_cdfs(base_data):
     (chart,) = [c for c in build_charts(with_tiers(base_data)) if c.id == "ttft"]
-    rows = [r for node in _walk(chart.spec) if isinstance(node.get("values"), list) for r in node["values"]]
+    rows = [r for node in _walk(chart.spec) if isinstance(node.get("values"), list) for r in node["values"]
+            if isinstance(r, dict)]   # not an axis's tick values
     assert {r["q"] for r in rows} == {"p50", "p90", "p99", "max"}
     assert {r["cohort"] for r in rows} == {"Continuing", "Resumed after idle"}
 
@@ -74,14 +75,15 @@ def test_ttft_falls_back_to_quantiles_without_cdfs(base_data):
 def test_tier_boundaries_are_depths_in_the_lru_stack(full_data):
     (chart,) = [c for c in build_charts(full_data) if c.id == "miss-ratio-curves"]
     rows = [r for node in _walk(chart.spec) if isinstance(node.get("values"), list) for r in node["values"]
-            if "depth_tokens" in r]
+            if isinstance(r, dict) and "depth_tokens" in r]
     assert sorted({r["depth_tokens"] for r in rows}) == [t["depth_tokens"] for t in full_data["tiers"]["tiers"]]
 
 
 def test_time_chart_falls_back_to_groups(base_data):
     d = {k: v for k, v in base_data.items() if k != "series"}
     (chart,) = build_charts(d)
-    rows = [r for node in _walk(chart.spec) if isinstance(node.get("values"), list) for r in node["values"]]
+    rows = [r for node in _walk(chart.spec) if isinstance(node.get("values"), list) for r in node["values"]
+            if isinstance(r, dict)]
     days = {e["key"] for e in base_data["groups"]["day"]}
     assert {r["t"][:10] for r in rows} == days
 

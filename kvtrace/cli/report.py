@@ -1,4 +1,5 @@
-"""``kvtrace report``: token mix, reuse/TTL and tier sections; terminal, JSON, Markdown or HTML."""
+"""``kvtrace report``: token mix, reuse/TTL and tier sections; terminal, JSON, Markdown, HTML, or the
+charts alone as PNG/SVG files."""
 
 from __future__ import annotations
 
@@ -10,12 +11,13 @@ import typer
 from kvtrace.cli._options import DbOpt, OutOpt, SinceOpt, UntilOpt, guarded
 from kvtrace.errors import ConfigError
 
-FORMATS = ("table", "json", "md", "html")
+FORMATS = ("table", "json", "md", "html", "png", "svg")
+IMAGE_FORMATS = ("png", "svg")
 
 
 def report(
     db: DbOpt = None,
-    format: Annotated[str, typer.Option("--format", "-f", help="table (terminal), json, md or html.")] = "table",
+    format: Annotated[str, typer.Option("--format", "-f", help="table (terminal), json, md, html; or png / svg: each chart as a file in the --out folder.")] = "table",
     out: OutOpt = None,
     since: SinceOpt = None,
     until: UntilOpt = None,
@@ -28,14 +30,23 @@ def report(
 ) -> None:
     """Report the token mix (and, with --ttl / --tiers, reuse and capacity) of the warehouse.
 
+    With --format png or svg, --out names a folder: each chart is written there as <chart>.png (or
+    .svg), titled with the report's title and period, ready to paste into a slide.
+
     Example: kvtrace report --ingest ~/.claude/projects --ttl 5m,1h --group-by day --format html --out report.html
+
+    Example: kvtrace report --ttl 5m,1h --tiers seed-testbed --model MiniMax-M2.7:fp8 --format png --out charts/
     """
     from kvtrace.report.build import ReportOptions, build_report
     from kvtrace.units import parse_durations
     from kvtrace.store import open_store
 
     if format not in FORMATS:
-        raise ConfigError(f"unknown --format '{format}'", hint="choose table, json, md or html")
+        raise ConfigError(f"unknown --format '{format}'", hint="choose table, json, md, html, png or svg")
+    if format in IMAGE_FORMATS and (out is None or out.suffix.lower() in (".png", ".svg") or out.is_file()):
+        raise ConfigError(f"--format {format} writes one file per chart, so --out must name a folder"
+                          + (f", not '{out}'" if out is not None else ""),
+                          hint=f"for example: --format {format} --out charts/")
     groups = [g.strip() for item in (group_by or []) for g in item.split(",") if g.strip()]
     opts = ReportOptions(since=since, until=until, group_by=groups, ttls=parse_durations(ttl),
                          model=model, tiers=tiers, title=title)
@@ -58,6 +69,15 @@ def write_report(data: dict, format: str, out) -> None:
 
     if format == "table" and out is None:
         render.render_terminal(data)
+        return
+    if format in IMAGE_FORMATS:
+        from kvtrace.report.html import export_images
+
+        written = export_images(data, out, formats=(format,))
+        if written:
+            typer.echo(f"wrote {len(written)} charts to {out}/: " + ", ".join(p.name for p in written), err=True)
+        else:
+            typer.echo(f"no charts written to {out}/: the window has no requests", err=True)
         return
     if format == "html":
         from kvtrace.report.html import render_html

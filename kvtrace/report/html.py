@@ -163,14 +163,39 @@ def render_html(d: dict, charts: list | None = None) -> str:
         body=_body(d, by_id), footer=_e(footer), n_charts=len(charts))
 
 
-def export_images(d_or_charts, folder: str | Path, formats=IMAGE_FORMATS, scale: float = PNG_SCALE) -> list[Path]:
-    """Write each chart as ``<folder>/<chart id>.png`` / ``.svg`` (vl-convert, no browser).
+def period_text(d: dict) -> str:
+    """The report's title and period for a chart copied out of the page: ``Fleet · 2026-W10 ·
+    2026-03-02 00:00 → 2026-03-09 00:00 UTC`` (the requested window, else first to last request)."""
+    w = d.get("window") or {}
+    since, until = w.get("since") or w.get("first_request"), w.get("until") or w.get("last_request")
+
+    def short(t):
+        return str(t).replace("T", " ").replace("Z", "")[:16] if t else "–"
+
+    title = d.get("title", "kvtrace report")
+    return f"{title} · {short(since)} → {short(until)} UTC" if since or until else title
+
+
+def titled(chart, d: dict) -> dict:
+    """The chart's spec with its title and the report's period drawn in (a PNG or SVG stands alone;
+    on the page the heading above each chart says the same)."""
+    spec = dict(chart.spec)
+    spec["title"] = {"text": chart.title, "subtitle": period_text(d), "anchor": "start", "fontSize": 17,
+                     "subtitleFontSize": 12, "subtitleColor": "#555", "offset": 12}
+    return spec
+
+
+def export_images(d: dict, folder: str | Path, formats=IMAGE_FORMATS, scale: float = PNG_SCALE,
+                  charts: list | None = None) -> list[Path]:
+    """Write each chart as ``<folder>/<chart id>.png`` / ``.svg`` (vl-convert, no browser), each
+    with its title and the report's title and period above it.
 
     Args:
-        d_or_charts: the report dict, or chart specs built from it.
+        d: the report dict.
         folder: created if missing.
         formats: any of ``png`` and ``svg``.
         scale: PNG pixels per chart pixel.
+        charts: chart specs already built from ``d`` (built here if not given).
 
     Returns:
         The files written.
@@ -180,14 +205,15 @@ def export_images(d_or_charts, folder: str | Path, formats=IMAGE_FORMATS, scale:
     from kvtrace.report.charts import build_charts, vl_version
     from kvtrace.report.files import write_atomic
 
-    charts = build_charts(d_or_charts) if isinstance(d_or_charts, dict) else d_or_charts
+    charts = build_charts(d) if charts is None else charts
     folder = Path(folder)
     written = []
     for c in charts:
+        spec = titled(c, d)
         if "png" in formats:
-            png = vlc.vegalite_to_png(c.spec, vl_version=vl_version(), scale=scale)
+            png = vlc.vegalite_to_png(spec, vl_version=vl_version(), scale=scale)
             written.append(write_atomic(folder / f"{c.id}.png", png))
         if "svg" in formats:
-            svg = vlc.vegalite_to_svg(c.spec, vl_version=vl_version())
+            svg = vlc.vegalite_to_svg(spec, vl_version=vl_version())
             written.append(write_atomic(folder / f"{c.id}.svg", svg.encode()))
     return written

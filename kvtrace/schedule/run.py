@@ -101,7 +101,7 @@ def _write_outputs(data: dict, folder: Path, profile: Profile, period: Period, i
     if images and charts:
         from kvtrace.report.html import export_images
 
-        written += export_images(charts, folder / "charts", formats=images)
+        written += export_images(data, folder / "charts", formats=images, charts=charts)
     since, until = period.iso()
     summary = {"profile": profile.name, "period": period.label, "since": since, "until": until,
                "window": profile.window, "generated_at": data["generated_at"],
