@@ -101,3 +101,20 @@ def _sort(entries: list[dict], group: str) -> None:
         entries.sort(key=lambda e: (e["key"] is None, e["key"] or ""))
     else:   # ties (equal totals) by key, so that the order never depends on hashing
         entries.sort(key=lambda e: (-e["token_mix"]["total"], e["key"] is None, e["key"] or ""))
+
+
+def no_data_text(store, since: datetime | None = None, until: datetime | None = None) -> str:
+    """The one line that stands in for an answer over no requests (a report, replay or reuse):
+    an empty warehouse and an empty window ``[since, until)`` are told apart, and an empty window
+    says what the warehouse holds, so that nobody reads zeros as a measurement."""
+    first, last, _requests, _points, blocks = store.named("usage_bounds").fetchall()[0]
+    if first is None and not blocks:
+        return "No data: the warehouse holds no requests (ingest telemetry first: kvtrace ingest PATH)."
+
+    def iso(dt):
+        return dt.isoformat(timespec="seconds") + "Z"
+
+    held = (f"the warehouse holds {iso(first)} → {iso(last)}" if first is not None
+            else f"the warehouse holds {blocks:,} block-hash trace requests, none of them here")
+    return (f"No data: no requests from {iso(since) if since else 'the first record'} to "
+            f"{iso(until) if until else 'the last record'}; {held}.")

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from kvtrace.cli._options import DbOpt, OutOpt, SinceOpt, UntilOpt, guarded
-from kvtrace.errors import ConfigError
+from kvtrace.errors import ConfigError, NoData
 
 FORMATS = ("table", "json", "md", "html")
 
@@ -25,6 +25,7 @@ def report(
     tiers: Annotated[Optional[str], typer.Option("--tiers", help="Add a tier replay: a preset name or a tiers TOML file.")] = None,
     title: Annotated[str, typer.Option("--title", help="Report title.")] = "kvtrace report",
     ingest: Annotated[Optional[list[str]], typer.Option("--ingest", help="Ingest these files or folders first, in the same process (only what is new is read).")] = None,
+    strict: Annotated[bool, typer.Option("--strict", help="Exit 1 (writing nothing) when the window or warehouse holds no requests, instead of a report that says so.")] = False,
 ) -> None:
     """Report the token mix (and, with --ttl / --tiers, reuse and capacity) of the warehouse.
 
@@ -49,7 +50,12 @@ def report(
             typer.echo(f"ingest skipped {summary.lines_rejected} bad lines (kvtrace ingest lists them)", err=True)
     with open_store(db, read_only=True) as store:
         rep = build_report(store, opts)
+    empty = rep.data["no_data"]
+    if empty and strict:
+        raise NoData(empty, hint="--strict asks for data; widen --since/--until or ingest more")
     write_report(rep.data, format, out)
+    if empty and (out is not None or format != "table"):   # the terminal table says it already
+        typer.echo(empty, err=True)
 
 
 def write_report(data: dict, format: str, out) -> None:

@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 
 from kvtrace import __version__
 from kvtrace.errors import ConfigError
+from kvtrace.analyze.token_mix import no_data_text
 from kvtrace.report.window import iso, parse_instant
 from kvtrace.store import Store
 
@@ -53,12 +54,22 @@ SECTIONS: list[tuple[str, str, str]] = [
 
 
 def _window(store: Store, opts: ReportOptions) -> dict:
-    first, last, _requests, metric_points, _blocks = store.named("usage_bounds").fetchall()[0]
+    first, last, _requests, metric_points, blocks = store.named("usage_bounds").fetchall()[0]
     since = parse_instant(opts.since, last)
     until = parse_instant(opts.until, last)
     if since and until and since >= until:
         raise ConfigError(f"--since {opts.since} is not before --until {opts.until}")
-    return {"since": since, "until": until, "first": first, "last": last, "metric_points": metric_points}
+    return {"since": since, "until": until, "first": first, "last": last, "metric_points": metric_points,
+            "block_requests": blocks}
+
+
+def report_no_data(store: Store, win: dict, opts: ReportOptions) -> str:
+    """The sentence a report without any request shows instead of its tables (zeros would read
+    as a measurement); a warehouse holding only block-hash traces says how to report on them."""
+    if win["first"] is None and win["block_requests"] and not (opts.ttls or opts.tiers):
+        return (f"No token telemetry: the warehouse holds only block-hash traces ({win['block_requests']:,} "
+                "requests); add --ttl or --tiers to replay them.")
+    return no_data_text(store, win["since"], win["until"])
 
 
 # Windows up to this long are charted per hour, longer ones per day.
@@ -104,4 +115,6 @@ def build_report(store: Store, opts: ReportOptions | None = None) -> Report:
             value = getattr(importlib.import_module(mod), fn)(store, opts, win)
             if value is not None:
                 data[key] = value
+    sections = any(data.get(key) for key, _, _ in SECTIONS)
+    data["no_data"] = None if tm.requests or sections else report_no_data(store, win, opts)
     return Report(data)

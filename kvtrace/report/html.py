@@ -119,8 +119,8 @@ def _body(d: dict, charts: dict) -> str:
     def fig(cid):
         return _figure(charts[cid]) if cid in charts else ""
 
-    if not d["requests"]:
-        return _cards(d) + "\n<p>No requests in this window.</p>"
+    if d.get("no_data"):
+        return f'<p class="no-data">{_e(d["no_data"])}</p>'
     tables = {}
     for spec in tables_of(d):
         tables.setdefault(spec.key, []).append(_table(spec))

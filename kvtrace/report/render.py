@@ -35,6 +35,9 @@ def _md_cell(text: str) -> str:
 
 def render_markdown(d: dict, out: IO[str]) -> None:
     w = out.write
+    if d.get("no_data"):
+        w(f"# {d['title']}\n\n{d['no_data']}\n")
+        return
     w(f"# {d['title']}\n\nWindow (UTC): {window_text(d)} · {headline(d)}\n\n")
     for t in report_tables(d):
         w(f"## {t.title}\n\n")
@@ -78,5 +81,8 @@ def render_terminal(d: dict, console=None) -> None:
         if not console.is_terminal:   # a pipe or a file: no width to fit, so do not squeeze tables
             console = Console(width=160)
     console.print(f"[bold]{d['title']}[/bold]  {window_text(d)}")
+    if d.get("no_data"):
+        console.print(d["no_data"], markup=False)
+        return
     console.print(headline(d))
     print_tables(report_tables(d), console)

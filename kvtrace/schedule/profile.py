@@ -23,7 +23,7 @@ _SECTIONS = {
     "inputs": {"warehouse", "spool", "files"},
     "window": {"period"},
     "analysis": {"ttls", "model", "tiers", "group_by", "capacities"},
-    "output": {"root", "formats"},
+    "output": {"root", "formats", "write_empty"},
     "schedule": {"cron"},
 }
 
@@ -46,6 +46,7 @@ class Profile:
     capacities: list[float] = field(default_factory=list)  # [analysis] tokens
     output_root: Path = Path("reports/out")           # [output] root
     formats: list[str] = field(default_factory=lambda: list(DEFAULT_FORMATS))  # [output]
+    write_empty: bool = False                         # [output] write a report for a period without requests
     cron: str | None = None                           # [schedule] cron expression (UTC)
 
 
@@ -122,6 +123,9 @@ def profile_from_dict(doc: dict, name: str, source: Path | None = None) -> Profi
     bad = [f for f in prof.formats if f not in OUTPUT_FORMATS]
     if bad:
         raise ConfigError(f"{where}: [output] formats: unknown {', '.join(bad)}", hint="choose from " + ", ".join(OUTPUT_FORMATS))
+    prof.write_empty = out.get("write_empty", False)
+    if not isinstance(prof.write_empty, bool):
+        raise ConfigError(f"{where}: [output] write_empty must be true or false")
     prof.cron = sched.get("cron")
     if prof.cron is not None:
         from croniter import croniter

@@ -35,6 +35,7 @@ class RunResult:
     replaced: bool = False
     ingest: dict = field(default_factory=dict)   # "files" and/or "spool" summaries
     index: Path | None = None
+    no_data: str | None = None   # the period had no requests and nothing was written (see write_empty)
 
 
 def period_folder(profile: Profile, period: Period, output_root: Path | None = None) -> Path:
@@ -152,7 +153,8 @@ def _publish(tmp: Path, final: Path, force: bool) -> bool:
 
 
 def run_profile(profile: Profile, *, at: datetime | None = None, force: bool = False,
-                warehouse: Path | None = None, output_root: Path | None = None) -> RunResult:
+                warehouse: Path | None = None, output_root: Path | None = None,
+                write_empty: bool | None = None) -> RunResult:
     """Report one period of ``profile``: the last complete period before ``at`` (default: now).
 
     Args:
@@ -161,6 +163,8 @@ def run_profile(profile: Profile, *, at: datetime | None = None, force: bool = F
         force: replace the period's folder if it exists (atomically).
         warehouse: overrides ``[inputs] warehouse``.
         output_root: overrides ``[output] root``.
+        write_empty: write a report for a period without requests too (default: the profile's
+            ``[output] write_empty``, else no: the result's ``no_data`` says why nothing was written).
 
     Raises:
         ReportExists: the period's folder exists and ``force`` is off.
@@ -181,6 +185,8 @@ def run_profile(profile: Profile, *, at: datetime | None = None, force: bool = F
         if profile.files:
             ingested["files"] = _ingest_files(store, profile)
         data = _report(store, profile, period)
+    if data["no_data"] and not (profile.write_empty if write_empty is None else write_empty):
+        return RunResult(profile.name, period, final, [], False, ingested, None, no_data=data["no_data"])
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{period.label}.new.", dir=final.parent))
     os.chmod(tmp, 0o755)   # mkdtemp makes it private; the published folder should read like any other
