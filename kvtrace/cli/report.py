@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -19,7 +20,9 @@ def report(
     out: OutOpt = None,
     since: SinceOpt = None,
     until: UntilOpt = None,
-    group_by: Annotated[Optional[list[str]], typer.Option("--group-by", "-g", help="day, hour, model, user, session, query_source, agent, project (repeat or comma-separate).")] = None,
+    group_by: Annotated[Optional[list[str]], typer.Option("--group-by", "-g", help="hour, day, week, month, model, user, session, query_source, agent, project (repeat or comma-separate); each row has its cost at list prices.")] = None,
+    timezone: Annotated[str, typer.Option("--timezone", "--tz", help="IANA time zone of hour/day/week/month boundaries and of --since/--until without an offset: UTC, Europe/Berlin, America/New_York.")] = "UTC",
+    pricing: Annotated[Optional[Path], typer.Option("--pricing", help="Pricing TOML for the cost columns and the spend what-if (default: built-in list prices).")] = None,
     ttl: Annotated[Optional[list[str]], typer.Option("--ttl", help="TTL what-if and required capacity for these idle TTLs: 30s, 5m, 1h, 2d (repeat or comma-separate).")] = None,
     model: Annotated[Optional[str], typer.Option("--model", help="KV geometry for bytes: a catalog name (kvtrace size --list) or a config.json path.")] = None,
     tiers: Annotated[Optional[str], typer.Option("--tiers", help="Add a tier replay: a preset name or a tiers TOML file.")] = None,
@@ -30,6 +33,8 @@ def report(
     """Report the token mix (and, with --ttl / --tiers, reuse and capacity) of the warehouse.
 
     Example: kvtrace report --ingest ~/.claude/projects --ttl 5m,1h --group-by day --format html --out report.html
+
+    Example: kvtrace report --group-by week,month --timezone Europe/Berlin
     """
     from kvtrace.report.build import ReportOptions, build_report
     from kvtrace.units import parse_durations
@@ -39,7 +44,8 @@ def report(
         raise ConfigError(f"unknown --format '{format}'", hint="choose table, json, md or html")
     groups = [g.strip() for item in (group_by or []) for g in item.split(",") if g.strip()]
     opts = ReportOptions(since=since, until=until, group_by=groups, ttls=parse_durations(ttl),
-                         model=model, tiers=tiers, title=title)
+                         model=model, tiers=tiers, title=title, timezone=timezone,
+                         pricing=None if pricing is None else str(pricing))
     if ingest:
         from kvtrace.ingest import ingest as run_ingest
 

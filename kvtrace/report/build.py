@@ -33,6 +33,8 @@ class ReportOptions:
     tiers: str | None = None                                   # tier preset or file; adds `tiers`
     capacities: list[float] = field(default_factory=list)     # tokens; grid points for `tiers`/`replay`
     title: str = "kvtrace report"
+    timezone: str = "UTC"                                      # IANA zone of day boundaries and naive bounds
+    pricing: str | None = None                                 # price table TOML (default: built-in list prices)
 
 
 @dataclass
@@ -55,8 +57,8 @@ SECTIONS: list[tuple[str, str, str]] = [
 
 def _window(store: Store, opts: ReportOptions) -> dict:
     first, last, _requests, metric_points, blocks = store.named("usage_bounds").fetchall()[0]
-    since = parse_instant(opts.since, last)
-    until = parse_instant(opts.until, last)
+    since = parse_instant(opts.since, last, opts.timezone)
+    until = parse_instant(opts.until, last, opts.timezone)
     if since and until and since >= until:
         raise ConfigError(f"--since {opts.since} is not before --until {opts.until}")
     return {"since": since, "until": until, "first": first, "last": last, "metric_points": metric_points,
@@ -83,15 +85,18 @@ def build_report(store: Store, opts: ReportOptions | None = None) -> Report:
         store: the warehouse (may be opened read-only).
         opts: window, grouping and optional analyses.
     """
-    from kvtrace.analyze.token_mix import GROUPS, token_mix_report
+    from kvtrace.analyze.pricing import load_pricing
+    from kvtrace.analyze.token_mix import GROUPS, check_timezone, token_mix_report
 
     opts = opts or ReportOptions()
+    check_timezone(opts.timezone)
+    pricing = load_pricing(opts.pricing)
     for g in opts.group_by:
         if g not in GROUPS:
             raise ConfigError(f"unknown --group-by '{g}'", hint="choose from " + ", ".join(GROUPS))
     win = _window(store, opts)
     tm = token_mix_report(store, win["since"], win["until"], opts.group_by, HOURLY_SERIES_MAX_S,
-                          metric_points=win["metric_points"])
+                          metric_points=win["metric_points"], pricing=pricing, tz=opts.timezone)
     data: dict = {
         "schema_version": SCHEMA_VERSION,
         "generator": f"kvtrace {__version__}",
@@ -100,10 +105,13 @@ def build_report(store: Store, opts: ReportOptions | None = None) -> Report:
         "window": {
             "since": iso(win["since"]), "until": iso(win["until"]),
             "first_request": iso(tm.first_ts), "last_request": iso(tm.last_ts),
+            "timezone": opts.timezone,
         },
         "requests": tm.requests,
         "sessions": tm.sessions,   # requests without a session are not a session
         "token_mix": tm.mix,
+        # list-price cost of the window's token classes (every group entry carries the same keys)
+        "cost": {**tm.cost, "pricing": pricing.source},
         "groups": tm.groups,
         # Time series for charts (``series`` in docs/report-schema.md): the token mix per hour for
         # windows up to three days, else per day, whatever --group-by asks for.

@@ -17,7 +17,7 @@ from importlib import resources
 from pathlib import Path
 from string import Template
 
-from kvtrace.units import fmt_int, fmt_pct, fmt_tokens
+from kvtrace.units import fmt_int, fmt_pct, fmt_tokens, fmt_usd
 from kvtrace.report.render import window_text
 from kvtrace.report.tables import report_tables as tables_of
 
@@ -94,6 +94,8 @@ def _cards(d: dict) -> str:
     mix = d["token_mix"]
     items = [("Requests", fmt_int(d["requests"])), ("Sessions", fmt_int(d["sessions"])),
              ("Tokens", fmt_tokens(mix["total"])), ("Cache hit ratio (tokens)", fmt_pct(mix["cache_hit_ratio"]))]
+    if (d.get("cost") or {}).get("cost_usd") is not None:
+        items.append(("Cost (list prices)", fmt_usd(d["cost"]["cost_usd"])))
     return '<ul class="cards">' + "".join(
         f'<li><span class="label">{_e(k)}</span><span class="value">{_e(v)}</span></li>' for k, v in items) + "</ul>"
 

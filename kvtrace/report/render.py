@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import IO
 
-from kvtrace.units import fmt_int, fmt_pct
+from kvtrace.units import fmt_int, fmt_pct, fmt_usd
 from kvtrace.report.tables import report_tables
 
 
@@ -20,8 +20,10 @@ def window_text(d: dict) -> str:
 
 
 def headline(d: dict) -> str:
+    cost = (d.get("cost") or {}).get("cost_usd")
     return (f"{fmt_int(d['requests'])} requests · {fmt_int(d['sessions'])} sessions · "
-            f"cache hit ratio (token-weighted) {fmt_pct(d['token_mix']['cache_hit_ratio'])}")
+            f"cache hit ratio (token-weighted) {fmt_pct(d['token_mix']['cache_hit_ratio'])}"
+            + ("" if cost is None else f" · cost {fmt_usd(cost)} at list prices"))
 
 
 def render_json(d: dict, out: IO[str]) -> None:

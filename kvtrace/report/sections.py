@@ -62,9 +62,9 @@ def reuse_section(store, opts, win) -> dict | None:
 def spend_section(store, opts, win) -> dict | None:
     """The ``spend`` section: API spend under a 5 min and a 1 h TTL. Only for telemetry (derived
     traces carry each request's model; a block-hash trace has no model to price)."""
-    from kvtrace.analyze.spend import spend_whatif
+    from kvtrace.analyze.spend import load_pricing, spend_whatif
 
     trace = _trace(store, win)
     if trace.n_requests == 0 or "chain_prev" not in trace.meta:
         return None
-    return spend_whatif(trace)
+    return spend_whatif(trace, load_pricing(opts.pricing))

@@ -64,21 +64,40 @@ def ttl_rows(d: dict) -> list[tuple[str, ...]]:
     return rows
 
 
+def cost_cell(e: dict) -> str:
+    """An entry's list-price cost; requests of models without a price are said, not guessed."""
+    text = fmt_usd(e.get("cost_usd"))
+    n = e.get("unpriced_requests") or 0
+    return text if not n else f"{text} (+{n:,} unpriced)"
+
+
+def cost_line(d: dict) -> str | None:
+    c = d.get("cost")
+    if not c:
+        return None
+    line = f"Cost at list prices ({c.get('pricing', 'built-in')} price table): {cost_cell(c)}"
+    if c.get("reported_cost_usd") is not None:
+        line += f"; as the telemetry reported it: {fmt_usd(c['reported_cost_usd'])}"
+    return line + "."
+
+
 def mix_table(d: dict) -> TableSpec:
     mix = d["token_mix"]
+    notes = [shares_line(mix)] + [x for x in [cost_line(d)] if x]
     return TableSpec("mix", "Token mix", ("Class", "Tokens", "Share"), mix_rows(mix),
-                     foot=("Total", fmt_int(mix["total"]), "100%"), notes=[shares_line(mix)])
+                     foot=("Total", fmt_int(mix["total"]), "100%"), notes=notes)
 
 
-def group_table(g: str, entries: list[dict]) -> TableSpec:
+def group_table(g: str, entries: list[dict], tz: str = "UTC") -> TableSpec:
     rows = []
     for e in entries:
         m = e["token_mix"]
         writes = sum(m[k] for k in WRITE_KEYS)
         rows.append((str(e["key"]), fmt_int(e["requests"]), fmt_int(m["total"]), fmt_pct(m["shares"]["cache_read"]),
-                     fmt_int(writes), fmt_int(m["output"]), fmt_pct(m["cache_hit_ratio"])))
-    return TableSpec("groups", f"By {g}", (g, "Requests", "Total tokens", "Read share", "Cache write", "Output",
-                                           "Hit ratio"), rows)
+                     fmt_int(writes), fmt_int(m["output"]), fmt_pct(m["cache_hit_ratio"]), cost_cell(e)))
+    title = f"By {g}" + (f" ({tz})" if g in ("hour", "day", "week", "month") else "")
+    return TableSpec("groups", title, (g, "Requests", "Total tokens", "Read share", "Cache write", "Output",
+                                       "Hit ratio", "Cost"), rows)
 
 
 def ttl_table(d: dict) -> TableSpec:
@@ -236,5 +255,5 @@ def report_tables(d: dict) -> list[TableSpec]:
     if d.get("spend"):
         out.append(spend_table(d["spend"]))
     for g, entries in (d.get("groups") or {}).items():
-        out.append(group_table(g, entries))
+        out.append(group_table(g, entries, (d.get("window") or {}).get("timezone", "UTC")))
     return [x for x in out if x is not None]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from kvtrace.errors import ConfigError
 from kvtrace.schedule.periods import period_for
-from kvtrace.units import fmt_bytes, fmt_int, fmt_pct, fmt_tokens, fmt_ttl
+from kvtrace.units import fmt_bytes, fmt_int, fmt_pct, fmt_tokens, fmt_ttl, fmt_usd
 
 SHARES = ("cache_read", "cache_creation", "output", "input_uncached")
 
@@ -28,7 +28,8 @@ def summarize(d: dict) -> dict:
            "shares": {"cache_read": s["cache_read"],
                       "cache_creation": s["cache_write_5m"] + s["cache_write_1h"] + s["cache_write_unknown"],
                       "output": s["output"], "input_uncached": s["input_uncached"]},
-           "cache_hit_ratio": mix["cache_hit_ratio"], "required_capacity": []}
+           "cache_hit_ratio": mix["cache_hit_ratio"], "cost_usd": (d.get("cost") or {}).get("cost_usd"),
+           "required_capacity": []}
     for e in d.get("ttl") or []:
         ws = e.get("working_set") or {}
         out["required_capacity"].append({"ttl_s": e["ttl_s"], "hit_ratio_tokens": e.get("hit_ratio_tokens"),
@@ -49,6 +50,7 @@ def changes(cur: dict, prev: dict | None) -> dict | None:
     return {
         "requests": _rel(cur["requests"], prev["requests"]),
         "total_tokens": _rel(cur["total_tokens"], prev["total_tokens"]),
+        "cost_usd": _rel(cur.get("cost_usd"), prev.get("cost_usd")),
         "shares_pp": {k: 100 * (cur["shares"][k] - prev["shares"][k]) for k in SHARES},
         "cache_hit_ratio_pp": 100 * (cur["cache_hit_ratio"] - prev["cache_hit_ratio"]),
         "required_capacity": [{"ttl_s": c["ttl_s"],
@@ -133,12 +135,13 @@ def _capacity_change(ch: dict | None) -> str:
                        for c in ch["required_capacity"])
 
 
-HEADERS = ("Period", "Compared with", "Requests", "Δ requests", "Tokens", "Δ tokens", "Cache read", "Δ cache read",
+HEADERS = ("Period", "Compared with", "Requests", "Δ requests", "Tokens", "Δ tokens", "Cost", "Δ cost",
+           "Cache read", "Δ cache read",
            "Hit ratio", "Δ hit ratio", "Required capacity (peak)", "Δ capacity", "Files")
 
 
 def _pct(ch: dict | None, key: str) -> float | None:
-    return None if not ch or ch[key] is None else 100 * ch[key]
+    return None if not ch or ch.get(key) is None else 100 * ch[key]
 
 
 def _compared_with(r: dict) -> str:
@@ -162,6 +165,7 @@ def _row(r: dict) -> str:
         _e(_compared_with(r)),
         _e(fmt_int(s["requests"])), _e(_signed(_pct(ch, "requests"), ".1f", "%")),
         _e(fmt_tokens(s["total_tokens"])), _e(_signed(_pct(ch, "total_tokens"), ".1f", "%")),
+        _e(fmt_usd(s.get("cost_usd"))), _e(_signed(_pct(ch, "cost_usd"), ".1f", "%")),
         _e(fmt_pct(s["shares"]["cache_read"])), _e(_signed(ch and ch["shares_pp"]["cache_read"], ".2f", " pp")),
         _e(fmt_pct(s["cache_hit_ratio"])), _e(_signed(ch and ch["cache_hit_ratio_pp"], ".2f", " pp")),
         _capacity_cell(s), _capacity_change(ch), links or "–",
