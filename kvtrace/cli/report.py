@@ -25,7 +25,8 @@ def report(
     pricing: Annotated[Optional[Path], typer.Option("--pricing", help="Pricing TOML for the cost columns and the spend what-if (default: built-in list prices).")] = None,
     ttl: Annotated[Optional[list[str]], typer.Option("--ttl", help="TTL what-if and required capacity for these idle TTLs: 30s, 5m, 1h, 2d (repeat or comma-separate).")] = None,
     model: Annotated[Optional[str], typer.Option("--model", help="KV geometry for bytes: a catalog name (kvtrace size --list) or a config.json path.")] = None,
-    tiers: Annotated[Optional[str], typer.Option("--tiers", help="Add a tier replay: a preset name or a tiers TOML file.")] = None,
+    tiers: Annotated[Optional[str], typer.Option("--tiers", help="Add a tier replay: a preset name or a tiers TOML file; with the capacity reaching 90/99/100% of each TTL's hit ratio and where each tier lands.")] = None,
+    tier_ttl: Annotated[Optional[str], typer.Option("--tier-ttl", help="Idle TTL of the tier replay: 5m, 1h, none (default: the one --ttl if exactly one is given, else none).")] = None,
     title: Annotated[str, typer.Option("--title", help="Report title.")] = "kvtrace report",
     ingest: Annotated[Optional[list[str]], typer.Option("--ingest", help="Ingest these files or folders first, in the same process (only what is new is read).")] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Exit 1 (writing nothing) when the window or warehouse holds no requests, instead of a report that says so.")] = False,
@@ -35,9 +36,11 @@ def report(
     Example: kvtrace report --ingest ~/.claude/projects --ttl 5m,1h --group-by day --format html --out report.html
 
     Example: kvtrace report --group-by week,month --timezone Europe/Berlin
+
+    Example: kvtrace report --ttl 5m,1h --tier-ttl 1h --tiers seed-testbed --model MiniMax-M2.7:fp8
     """
     from kvtrace.report.build import ReportOptions, build_report
-    from kvtrace.units import parse_durations
+    from kvtrace.units import parse_duration, parse_durations
     from kvtrace.store import open_store
 
     if format not in FORMATS:
@@ -45,6 +48,7 @@ def report(
     groups = [g.strip() for item in (group_by or []) for g in item.split(",") if g.strip()]
     opts = ReportOptions(since=since, until=until, group_by=groups, ttls=parse_durations(ttl),
                          model=model, tiers=tiers, title=title, timezone=timezone,
+                         tier_ttl=None if tier_ttl is None else parse_duration(tier_ttl, what="--tier-ttl", unlimited=True),
                          pricing=None if pricing is None else str(pricing))
     if ingest:
         from kvtrace.ingest import ingest as run_ingest

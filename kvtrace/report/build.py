@@ -31,10 +31,19 @@ class ReportOptions:
     ttls: list[float] = field(default_factory=list)          # seconds; adds the `ttl` section
     model: str | None = None                                   # KV geometry for bytes (catalog name)
     tiers: str | None = None                                   # tier preset or file; adds `tiers`
+    tier_ttl: float | None = None                              # seconds; the hierarchy's idle TTL (see tier_ttl_s)
     capacities: list[float] = field(default_factory=list)     # tokens; grid points for `tiers`/`replay`
     title: str = "kvtrace report"
     timezone: str = "UTC"                                      # IANA zone of day boundaries and naive bounds
     pricing: str | None = None                                 # price table TOML (default: built-in list prices)
+
+
+def tier_ttl_s(opts: ReportOptions) -> float | None:
+    """The idle TTL the tier replay runs at: ``tier_ttl``, else the one --ttl when exactly one is
+    given (as ``kvtrace replay``), else none."""
+    if opts.tier_ttl is not None:
+        return None if opts.tier_ttl == float("inf") else opts.tier_ttl
+    return opts.ttls[0] if len(opts.ttls) == 1 else None
 
 
 @dataclass

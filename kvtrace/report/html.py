@@ -125,7 +125,9 @@ def _body(d: dict, charts: dict) -> str:
         return f'<p class="no-data">{_e(d["no_data"])}</p>'
     tables = {}
     for spec in tables_of(d):
-        tables.setdefault(spec.key, []).append(_table(spec))
+        # the first table of a section is titled by the section; later ones (and groups) by their own title
+        titled = spec.key == "groups" or spec.key in tables
+        tables.setdefault(spec.key, []).append((f"<h3>{_e(spec.title)}</h3>" if titled else "") + _table(spec))
     # Where each chart sits among the tables of its section.
     layout = [("mix", "Token mix", [], ["token-mix-over-time"]),
               ("reuse", "Context reuse", ["reuse-time-cdf"], []),

@@ -195,6 +195,34 @@ def tier_table(t: dict, *, reads: bool = False) -> TableSpec | None:
                                         "DWPD per drive", "Drive rating", "First fills"), rows, notes=[tiers_intro(t)])
 
 
+def _size(tokens, nbytes) -> str:
+    return fmt_tokens(tokens) + ("" if nbytes is None else f" · {fmt_bytes(nbytes)}")
+
+
+def capacity_table(t: dict) -> TableSpec | None:
+    """Per TTL, the capacity (tokens, and bytes with a model) reaching 90%, 99% and 100% of the
+    hit ratio that TTL allows, and the hit ratio at each tier's depth (``tiers.capacity``)."""
+    cap = t.get("capacity")
+    if not cap:
+        return None
+    names = [x["name"] for x in cap[0].get("tiers", [])]
+    rows = []
+    for c in cap:
+        reach = {r["share"]: r for r in c.get("reach", [])}
+        rows.append((fmt_ttl(c["ttl_s"]), fmt_pct(c["hit_ratio_tokens"]),
+                     *(_size(reach[s]["capacity_tokens"], reach[s]["capacity_bytes"]) if s in reach else DASH
+                       for s in (0.9, 0.99, 1.0)),
+                     *(f"{fmt_pct(x['hit_ratio_tokens'])} ({fmt_pct(x['share_of_ceiling'], 1)})" for x in c["tiers"])))
+    headers = ("TTL", "Hit ratio it allows", "90% of it needs", "99% needs", "100% needs",
+               *(f"{n} (to {_size(x['depth_tokens'], x['depth_bytes'])})" for n, x in zip(names, cap[0]["tiers"])))
+    notes = ["X% of it needs: the smallest LRU capacity whose hit ratio reaches X% of what the TTL allows "
+             "(unlimited capacity); 100% loses no hit to eviction, and the peak working set is an upper bound of it."]
+    if names:
+        notes.append("A tier's column: the hit ratio of the tiers down to it (one LRU stack, the tier's depth) at "
+                     "that TTL, and its share of what the TTL allows.")
+    return TableSpec("tiers", "Capacity for each TTL", headers, rows, notes=notes)
+
+
 def grid_table(t: dict) -> TableSpec | None:
     """Hit ratio by LRU capacity x idle TTL from a replay's ``grid`` (``kvtrace replay``)."""
     grid = t.get("grid")
@@ -250,6 +278,7 @@ def report_tables(d: dict) -> list[TableSpec]:
     t = d.get("tiers")
     if t:
         out.append(tier_table(t))
+        out.append(capacity_table(t))
         if t.get("ttft"):
             out.append(ttft_table(t["ttft"]))
     if d.get("spend"):

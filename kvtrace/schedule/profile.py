@@ -22,7 +22,7 @@ _SECTIONS = {
     "": {"name", "title", "inputs", "window", "analysis", "output", "schedule"},
     "inputs": {"warehouse", "spool", "files"},
     "window": {"period"},
-    "analysis": {"ttls", "model", "tiers", "group_by", "capacities"},
+    "analysis": {"ttls", "model", "tiers", "tier_ttl", "group_by", "capacities"},
     "output": {"root", "formats", "write_empty"},
     "schedule": {"cron"},
 }
@@ -42,6 +42,7 @@ class Profile:
     ttls: list[str] = field(default_factory=list)     # [analysis]
     model: str | None = None                          # [analysis]
     tiers: str | None = None                          # [analysis]
+    tier_ttl: str | None = None                       # [analysis] idle TTL of the tier replay ("1h", "none")
     group_by: list[str] = field(default_factory=list)  # [analysis]
     capacities: list[float] = field(default_factory=list)  # [analysis] tokens
     output_root: Path = Path("reports/out")           # [output] root
@@ -116,6 +117,7 @@ def profile_from_dict(doc: dict, name: str, source: Path | None = None) -> Profi
         raise ConfigError(f"{where}: [window] period: {e}", hint=e.hint) from None
     prof.ttls = [str(t) for t in _list(ana.get("ttls", []), f"{where}: [analysis] ttls")]
     prof.model, prof.tiers = ana.get("model"), ana.get("tiers")
+    prof.tier_ttl = None if ana.get("tier_ttl") is None else str(ana["tier_ttl"])
     prof.group_by = [str(g) for g in _list(ana.get("group_by", []), f"{where}: [analysis] group_by")]
     prof.capacities = [float(c) for c in _list(ana.get("capacities", []), f"{where}: [analysis] capacities")]
     prof.output_root = _path(out.get("root", "reports/out"))

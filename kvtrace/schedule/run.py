@@ -68,11 +68,13 @@ def _ingest_files(store, profile: Profile) -> dict:
 
 def _report(store, profile: Profile, period: Period):
     from kvtrace.report.build import ReportOptions, build_report
-    from kvtrace.units import parse_durations
+    from kvtrace.units import parse_duration, parse_durations
 
     since, until = period.iso()
+    tier_ttl = None if profile.tier_ttl is None else parse_duration(profile.tier_ttl, what="[analysis] tier_ttl",
+                                                                    unlimited=True)
     opts = ReportOptions(since=since, until=until, group_by=list(profile.group_by),
-                         ttls=parse_durations(profile.ttls), model=profile.model, tiers=profile.tiers,
+                         ttls=parse_durations(profile.ttls), model=profile.model, tiers=profile.tiers, tier_ttl=tier_ttl,
                          capacities=list(profile.capacities), title=f"{profile.title} · {period.label}")
     return build_report(store, opts).data
 
