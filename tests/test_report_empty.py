@@ -107,7 +107,7 @@ def test_run_writes_no_report_for_a_period_without_data(profile, tmp_path):
     assert "2026-11-11: No data" in res.output and "No report written" in res.output and "--write-empty" in res.output
     assert not (tmp_path / "out" / "nightly" / "2026-11-11").exists()
     as_json = json.loads(runner.invoke(app, ["run", str(profile), "--at", "2026-11-12T00:15", "--json"]).output)
-    assert as_json["files"] == [] and as_json["no_data"].startswith("No data")
+    assert as_json["files"] == [] and as_json["folder"] is None and as_json["no_data"].startswith("No data")
     asked = runner.invoke(app, ["run", str(profile), "--at", "2026-11-12T00:15", "--write-empty"])
     assert asked.exit_code == 0, asked.output
     rep = json.loads((tmp_path / "out" / "nightly" / "2026-11-11" / "report.json").read_text())

@@ -48,7 +48,8 @@ def run(
     res = run_profile(prof, at=when, force=force, warehouse=db, output_root=out_root, write_empty=write_empty)
     if as_json:
         typer.echo(json.dumps({"profile": res.profile, "period": res.period.label, "since": res.period.iso()[0],
-                               "until": res.period.iso()[1], "folder": str(res.folder), "replaced": res.replaced,
+                               "until": res.period.iso()[1], "folder": None if res.no_data else str(res.folder),
+                               "replaced": res.replaced,
                                "files": [str(f) for f in res.files], "index": res.index and str(res.index),
                                "no_data": res.no_data}, indent=2))
         return
