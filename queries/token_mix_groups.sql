@@ -8,11 +8,14 @@
 --   week as ISO week 2026-W45, month as 2026-11); and 'series:hour' or 'series:day', the chart's
 --   buckets (per hour when the requests span at most $hourly_max_s seconds, else per day).
 --   Time keys are local times of the IANA zone $tz ('UTC': none).
---   cost_usd prices the token classes at list prices: $prices is the price table as a list of
+--   cost_units prices the token classes at list prices: $prices is the price table as a list of
 --   {pattern, input, output} (USD per million tokens, first matching pattern on the model wins),
 --   writes cost $write_5m (5 min and unknown TTL) or $write_1h times the input price, reads
---   $read times it; requests of a model without a price add nothing to cost_usd and count in
+--   $read times it; requests of a model without a price add nothing to cost_units and count in
 --   unpriced_requests. reported_cost_usd sums the cost the telemetry reported (NULL: none).
+--   Money is summed in integers, so that the same rows give the same bits in any order:
+--   cost_units is USD x 1e16 (prices in micro-dollars per million tokens, multipliers in 1e-4),
+--   reported_cost_usd a DECIMAL(38, 12).
 --   Each rollup row is repeated once per group asked for and once for the series. Rows come in
 --   no particular order.
 --   $usage: what to read, request_usage when NULL; the caller passes 'requests' (the same rows)
@@ -26,16 +29,19 @@ WITH rolled AS MATERIALIZED (
            sum(input_tokens) AS input_tokens, sum(cache_read_tokens) AS cache_read_tokens,
            sum(cache_write_5m_tokens) AS cache_write_5m_tokens, sum(cache_write_1h_tokens) AS cache_write_1h_tokens,
            sum(cache_write_unknown_tokens) AS cache_write_unknown_tokens, sum(output_tokens) AS output_tokens,
-           sum(cost_usd) AS reported_cost_usd, min(ts) AS first_ts, max(ts) AS last_ts
+           sum(CAST(cost_usd AS DECIMAL(38, 12))) AS reported_cost_usd, min(ts) AS first_ts, max(ts) AS last_ts
     FROM query_table(coalesce($usage, 'request_usage'))
     WHERE ($since IS NULL OR ts >= CAST($since AS TIMESTAMP))
       AND ($until IS NULL OR ts < CAST($until AS TIMESTAMP))
     GROUP BY ALL
 ), usage AS MATERIALIZED (
     SELECT * EXCLUDE (price),
-           (price.input * (input_tokens + $write_5m * (cache_write_5m_tokens + cache_write_unknown_tokens)
-                           + $write_1h * cache_write_1h_tokens + $read * cache_read_tokens)
-            + price.output * output_tokens) / 1e6 AS cost_usd,
+           CAST(round(price.input * 1e6) AS HUGEINT)
+               * (CAST(input_tokens AS HUGEINT) * 10000
+                  + CAST(round($write_5m * 1e4) AS HUGEINT) * (cache_write_5m_tokens + cache_write_unknown_tokens)
+                  + CAST(round($write_1h * 1e4) AS HUGEINT) * cache_write_1h_tokens
+                  + CAST(round($read * 1e4) AS HUGEINT) * cache_read_tokens)
+           + CAST(round(price.output * 1e6) AS HUGEINT) * output_tokens * 10000 AS cost_units,
            CASE WHEN price IS NULL THEN requests ELSE 0 END AS unpriced_requests
     FROM (SELECT r.*, list_filter(CAST($prices AS STRUCT(pattern VARCHAR, input DOUBLE, output DOUBLE)[]),
                                   lambda p: r.model GLOB p.pattern)[1] AS price
@@ -48,7 +54,7 @@ SELECT grp, key, sum(requests) AS requests, count(session_id) AS sessions,
        sum(cache_read) AS cache_read, sum(cache_write_5m) AS cache_write_5m,
        sum(cache_write_1h) AS cache_write_1h, sum(cache_write_unknown) AS cache_write_unknown,
        sum(output) AS output, sum(input_uncached) AS input_uncached,
-       sum(cost_usd) AS cost_usd, sum(unpriced_requests) AS unpriced_requests,
+       sum(cost_units) AS cost_units, sum(unpriced_requests) AS unpriced_requests,
        sum(reported_cost_usd) AS reported_cost_usd,
        min(first_ts) AS first_ts, max(last_ts) AS last_ts
 FROM (
@@ -56,7 +62,7 @@ FROM (
            sum(cache_read_tokens) AS cache_read, sum(cache_write_5m_tokens) AS cache_write_5m,
            sum(cache_write_1h_tokens) AS cache_write_1h, sum(cache_write_unknown_tokens) AS cache_write_unknown,
            sum(output_tokens) AS output, sum(input_tokens) AS input_uncached,
-           sum(cost_usd) AS cost_usd, sum(unpriced_requests) AS unpriced_requests,
+           sum(cost_units) AS cost_units, sum(unpriced_requests) AS unpriced_requests,
            sum(reported_cost_usd) AS reported_cost_usd,
            min(first_ts) AS first_ts, max(last_ts) AS last_ts
     FROM (

@@ -154,3 +154,20 @@ def test_scheduled_summaries_and_the_index_carry_cost(tmp_path):
     assert runs[1]["changes"]["cost_usd"] == pytest.approx(runs[1]["summary"]["cost_usd"] / first["cost_usd"] - 1)
     page = (tmp_path / "out" / "index.html").read_text()
     assert "<th>Δ cost</th>" in page and f"${first['cost_usd']:,.2f}" in page
+
+
+def test_cost_is_the_same_bits_whatever_the_order_and_batching_of_the_rows():
+    rows = week_rows(days=7, per_day=300, seed=11)
+    for r, k in zip(rows, range(len(rows))):
+        r["cost_usd"] = round(0.001 + (k % 97) * 0.0123456789, 10)      # reported costs too
+    opts = ReportOptions(group_by=["day", "model", "session"])
+    with Store(memory=True) as a, Store(memory=True) as b:
+        load_rows(a, rows)
+        back = rows[::-1]
+        for i in range(0, len(back), 333):                               # other order, other batches
+            load_rows(b, back[i:i + 333])
+        da, db = build_report(a, opts).data, build_report(b, opts).data
+        again = build_report(a, opts).data
+    for key in ("cost", "groups"):
+        assert json.dumps(da[key], sort_keys=True) == json.dumps(db[key], sort_keys=True) \
+            == json.dumps(again[key], sort_keys=True)

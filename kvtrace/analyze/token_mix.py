@@ -72,10 +72,14 @@ def check_timezone(name: str) -> str:
     return name
 
 
-def _cost(cost, unpriced, reported) -> dict:
+COST_UNITS_PER_USD = 10 ** 16    # queries/token_mix_groups.sql sums money in these integer units
+
+
+def _cost(units, unpriced, reported) -> dict:
     """Cost fields of an entry: list-price ``cost_usd`` (null when no request has a price),
     ``unpriced_requests`` and ``reported_cost_usd`` (null when the telemetry reported none)."""
-    return {"cost_usd": None if cost is None else float(cost), "unpriced_requests": int(unpriced or 0),
+    return {"cost_usd": None if units is None else int(units) / COST_UNITS_PER_USD,
+            "unpriced_requests": int(unpriced or 0),
             "reported_cost_usd": None if reported is None else float(reported)}
 
 
