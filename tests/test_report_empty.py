@@ -163,3 +163,15 @@ def test_replay_and_reuse_on_no_data_say_so(cmd, week_db, empty_db):
         js = runner.invoke(app, [cmd, "--db", str(db), *extra, "--format", "json"])
         assert js.exit_code == 0, js.output
         assert json.loads(js.stdout)["no_data"].startswith("No data")
+
+
+def test_a_warehouse_of_block_traces_says_how_to_report_on_them(tmp_path):
+    from tests.paths import SYNTHETIC
+
+    db = tmp_path / "blocks.duckdb"
+    assert runner.invoke(app, ["ingest", "--db", str(db), str(SYNTHETIC)]).exit_code == 0
+    plain = report(db)
+    assert plain.exit_code == 0 and "only block-hash traces" in plain.output and "--ttl or --tiers" in plain.output
+    with Store(db, read_only=True) as s:
+        d = build_report(s, ReportOptions(ttls=[300.0])).data
+    assert d["no_data"] is None and d["ttl"]                              # the replay is the report
