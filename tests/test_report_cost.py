@@ -145,9 +145,12 @@ def test_scheduled_summaries_and_the_index_carry_cost(tmp_path):
     prof = tmp_path / "p.toml"
     prof.write_text(f'[inputs]\nwarehouse = "{db}"\n[window]\nperiod = "last 1d"\n'
                     f'[output]\nroot = "{tmp_path / "out"}"\nformats = ["json"]\n')
-    for at in ("2026-11-04T00:15", "2026-11-05T00:15"):
-        assert runner.invoke(app, ["run", str(prof), "--at", at]).exit_code == 0
+    said = runner.invoke(app, ["run", str(prof), "--at", "2026-11-04T00:15"])
+    assert said.exit_code == 0, said.output
+    said_json = json.loads(runner.invoke(app, ["run", str(prof), "--at", "2026-11-05T00:15", "--json"]).output)
     first = json.loads((tmp_path / "out" / "p" / "2026-11-03" / "summary.json").read_text())["summary"]
+    assert f"40 requests, ${first['cost_usd']:,.2f} at list prices" in said.output
+    assert said_json["summary"]["cost_usd"] > 0
     rep = json.loads((tmp_path / "out" / "p" / "2026-11-03" / "report.json").read_text())
     assert first["cost_usd"] == pytest.approx(rep["cost"]["cost_usd"]) and first["cost_usd"] > 0
     runs = json.loads((tmp_path / "out" / "index.json").read_text())["profiles"]["p"]

@@ -51,14 +51,18 @@ def run(
                                "until": res.period.iso()[1], "folder": None if res.no_data else str(res.folder),
                                "replaced": res.replaced,
                                "files": [str(f) for f in res.files], "index": res.index and str(res.index),
-                               "no_data": res.no_data}, indent=2))
+                               "no_data": res.no_data, "summary": res.summary}, indent=2))
         return
     if res.no_data:
         typer.echo(f"{res.period.label}: {res.no_data} No report written (pass --write-empty to write one).")
         return
+    from kvtrace.units import fmt_int, fmt_usd
+
     verb = "replaced" if res.replaced else "wrote"
-    typer.echo(f"{verb} {res.folder}/ ({len(res.files)} files, {res.period.iso()[0]} → {res.period.iso()[1]}); "
-               f"index {res.index}")
+    cost = res.summary.get("cost_usd")
+    typer.echo(f"{verb} {res.folder}/ ({len(res.files)} files, {res.period.iso()[0]} → {res.period.iso()[1]}; "
+               f"{fmt_int(res.summary.get('requests'))} requests"
+               + ("" if cost is None else f", {fmt_usd(cost)} at list prices") + f"); index {res.index}")
 
 
 def register(app: typer.Typer) -> None:

@@ -36,6 +36,7 @@ class RunResult:
     ingest: dict = field(default_factory=dict)   # "files" and/or "spool" summaries
     index: Path | None = None
     no_data: str | None = None   # the period had no requests and nothing was written (see write_empty)
+    summary: dict = field(default_factory=dict)   # the headline numbers (summary.json's ``summary``)
 
 
 def period_folder(profile: Profile, period: Period, output_root: Path | None = None) -> Path:
@@ -171,7 +172,7 @@ def run_profile(profile: Profile, *, at: datetime | None = None, force: bool = F
     Raises:
         ReportExists: the period's folder exists and ``force`` is off.
     """
-    from kvtrace.schedule.index import write_index
+    from kvtrace.schedule.index import summarize, write_index
     from kvtrace.store import open_store
 
     period = period_for(profile.window, at or _now())
@@ -200,4 +201,4 @@ def run_profile(profile: Profile, *, at: datetime | None = None, force: bool = F
         raise
     files = [final / p.relative_to(tmp) for p in files]
     index = write_index(Path(output_root or profile.output_root))
-    return RunResult(profile.name, period, final, files, replaced, ingested, index)
+    return RunResult(profile.name, period, final, files, replaced, ingested, index, summary=summarize(data))
