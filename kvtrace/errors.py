@@ -47,3 +47,8 @@ class ConfigError(KvtraceError):
 
 class ReportExists(KvtraceError):
     """A scheduled run's period folder already exists (use --force to replace it)."""
+
+
+class NoData(KvtraceError):
+    """A window (or a whole warehouse) without a single request, where the caller asked for data
+    (``--strict``): an empty answer is not an answer of zero."""

@@ -132,7 +132,7 @@ def test_empty_warehouse_renders_without_charts():
     with Store(memory=True) as s:
         d = build_report(s).data
     page = render_html(d)
-    assert 'data-charts="0"' in page and "No requests in this window." in page
+    assert 'data-charts="0"' in page and "No data: the warehouse holds no requests" in page
 
 
 @pytest.mark.slow

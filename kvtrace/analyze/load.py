@@ -146,6 +146,13 @@ def _sql(name: str) -> str:
     return load_query(name).sql
 
 
+def window_bounds(store, since: datetime | str | None, until: datetime | str | None):
+    """``(since, until)`` as datetimes, as :func:`load_block_trace` reads them (a span such as
+    ``7d`` counts back from the last record)."""
+    blocks = store.scalar("SELECT count(*) FROM block_requests") > 0
+    return _instant(store, since, blocks), _instant(store, until, blocks)
+
+
 def _instant(store, v, blocks: bool):
     """A bound as a datetime; a span such as ``7d`` counts back from the last request."""
     if v is None or isinstance(v, datetime):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from kvtrace.analyze.chains import ChainParams
 from kvtrace.analyze.reuse import ReuseParams
+from kvtrace.analyze.token_mix import no_data_text
 from kvtrace.errors import ConfigError
 
 DEFAULT_TTLS: tuple[float | None, ...] = (60.0, 300.0, 3600.0, None)
@@ -47,7 +48,7 @@ def kv_bytes_per_token(model: str | None, bytes_per_token: float | None) -> floa
 
 def reuse_report(store, opts: ReuseOptions | None = None) -> dict:
     """Compute the reuse report of a warehouse (or of ``opts.file``; ``store`` may then be None)."""
-    from kvtrace.analyze.load import load_block_trace, read_block_trace
+    from kvtrace.analyze.load import load_block_trace, read_block_trace, window_bounds
     from kvtrace.analyze.reuse import reuse_profile
     from kvtrace.analyze.spend import load_pricing, spend_whatif
     from kvtrace.analyze.ttl import ttl_section
@@ -64,10 +65,12 @@ def reuse_report(store, opts: ReuseOptions | None = None) -> dict:
                                  params=opts.chain, materialize=False)
         source = str(store.path) if store.path else "memory"
     derived = "chain" in trace.meta
-    out = {"source": source, "derived": derived,
+    out = {"source": source, "derived": derived, "no_data": None,
            "params": {"ttls_s": list(opts.ttls), "idle_s": opts.reuse.idle_s, "bytes_per_token": bpt,
                       **({"chains": asdict(opts.chain)} if derived else {})}}
     if trace.n_requests == 0:
+        out["no_data"] = (f"No data: {opts.file} holds no requests." if opts.file is not None
+                          else no_data_text(store, *window_bounds(store, opts.since, opts.until)))
         out.update(trace=None, reuse_time=None, effective_reuse_time=None, threads=None, ttl=[], spend=None)
         return out
     out.update(reuse_profile(trace, opts.reuse))

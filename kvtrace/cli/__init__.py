@@ -23,8 +23,17 @@ app = typer.Typer(
 
 
 
+def _version(value: bool) -> None:
+    if value:
+        from kvtrace import __version__
+
+        typer.echo(f"kvtrace {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(version: bool = typer.Option(False, "--version", help="Print kvtrace's version and exit.",
+                                       callback=_version, is_eager=True)) -> None:
     """kvtrace: token mix, context reuse, KV-cache TTL and tier sizing for agentic AI traffic."""
 
 

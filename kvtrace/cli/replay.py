@@ -70,6 +70,13 @@ def replay(
         from kvtrace.store import open_store
         with open_store(db, read_only=True) as store:
             bt = load_block_trace(store, trace=trace_name, since=since, until=until)
+            if bt.n_requests == 0:
+                from kvtrace.analyze.load import window_bounds
+                from kvtrace.analyze.token_mix import no_data_text
+
+                empty = no_data_text(store, *window_bounds(store, since, until))
+                _say_no_data(empty, format, out)
+                return
     from kvtrace.replay.catalog import tokens_for_bytes
 
     caps: list[int | None] = []
@@ -99,6 +106,25 @@ def replay(
 
     console = Console(file=open(out, "w") if out else None, width=160)
     render_table(res, console)
+
+
+def _say_no_data(line: str, format: str, out: Path | None) -> None:
+    """A replay over no requests: the line, on the terminal, and as ``{"no_data": ...}`` in JSON."""
+    if format == "json":
+        import json
+
+        text = json.dumps({"no_data": line}, indent=1) + "\n"
+        if out:
+            out.write_text(text)
+        else:
+            sys.stdout.write(text)
+        typer.echo(line, err=True)
+        return
+    if out:
+        out.write_text(line + "\n")
+        typer.echo(line, err=True)
+    else:
+        typer.echo(line)
 
 
 def register(app: typer.Typer) -> None:

@@ -4,12 +4,13 @@ charts alone as PNG/SVG files."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from kvtrace.cli._options import DbOpt, OutOpt, SinceOpt, UntilOpt, guarded
-from kvtrace.errors import ConfigError
+from kvtrace.errors import ConfigError, NoData
 
 FORMATS = ("table", "json", "md", "html", "png", "svg")
 IMAGE_FORMATS = ("png", "svg")
@@ -21,12 +22,16 @@ def report(
     out: OutOpt = None,
     since: SinceOpt = None,
     until: UntilOpt = None,
-    group_by: Annotated[Optional[list[str]], typer.Option("--group-by", "-g", help="day, hour, model, user, session, query_source, agent, project (repeat or comma-separate).")] = None,
+    group_by: Annotated[Optional[list[str]], typer.Option("--group-by", "-g", help="hour, day, week, month, model, user, session, query_source, agent, project (repeat or comma-separate); each row has its cost at list prices.")] = None,
+    timezone: Annotated[str, typer.Option("--timezone", "--tz", help="IANA time zone of hour/day/week/month boundaries and of --since/--until without an offset: UTC, Europe/Berlin, America/New_York.")] = "UTC",
+    pricing: Annotated[Optional[Path], typer.Option("--pricing", help="Pricing TOML for the cost columns and the spend what-if (default: built-in list prices).")] = None,
     ttl: Annotated[Optional[list[str]], typer.Option("--ttl", help="TTL what-if and required capacity for these idle TTLs: 30s, 5m, 1h, 2d (repeat or comma-separate).")] = None,
     model: Annotated[Optional[str], typer.Option("--model", help="KV geometry for bytes: a catalog name (kvtrace size --list) or a config.json path.")] = None,
-    tiers: Annotated[Optional[str], typer.Option("--tiers", help="Add a tier replay: a preset name or a tiers TOML file.")] = None,
+    tiers: Annotated[Optional[str], typer.Option("--tiers", help="Add a tier replay: a preset name or a tiers TOML file; with the capacity reaching 90/99/100% of each TTL's hit ratio and where each tier lands.")] = None,
+    tier_ttl: Annotated[Optional[str], typer.Option("--tier-ttl", help="Idle TTL of the tier replay: 5m, 1h, none (default: the one --ttl if exactly one is given, else none).")] = None,
     title: Annotated[str, typer.Option("--title", help="Report title.")] = "kvtrace report",
     ingest: Annotated[Optional[list[str]], typer.Option("--ingest", help="Ingest these files or folders first, in the same process (only what is new is read).")] = None,
+    strict: Annotated[bool, typer.Option("--strict", help="Exit 1 (writing nothing) when the window or warehouse holds no requests, instead of a report that says so.")] = False,
 ) -> None:
     """Report the token mix (and, with --ttl / --tiers, reuse and capacity) of the warehouse.
 
@@ -36,9 +41,13 @@ def report(
     Example: kvtrace report --ingest ~/.claude/projects --ttl 5m,1h --group-by day --format html --out report.html
 
     Example: kvtrace report --ttl 5m,1h --tiers seed-testbed --model MiniMax-M2.7:fp8 --format png --out charts/
+
+    Example: kvtrace report --group-by week,month --timezone Europe/Berlin
+
+    Example: kvtrace report --ttl 5m,1h --tier-ttl 1h --tiers seed-testbed --model MiniMax-M2.7:fp8
     """
     from kvtrace.report.build import ReportOptions, build_report
-    from kvtrace.units import parse_durations
+    from kvtrace.units import parse_duration, parse_durations
     from kvtrace.store import open_store
 
     if format not in FORMATS:
@@ -49,7 +58,9 @@ def report(
                           hint=f"for example: --format {format} --out charts/")
     groups = [g.strip() for item in (group_by or []) for g in item.split(",") if g.strip()]
     opts = ReportOptions(since=since, until=until, group_by=groups, ttls=parse_durations(ttl),
-                         model=model, tiers=tiers, title=title)
+                         model=model, tiers=tiers, title=title, timezone=timezone,
+                         tier_ttl=None if tier_ttl is None else parse_duration(tier_ttl, what="--tier-ttl", unlimited=True),
+                         pricing=None if pricing is None else str(pricing))
     if ingest:
         from kvtrace.ingest import ingest as run_ingest
 
@@ -60,7 +71,12 @@ def report(
             typer.echo(f"ingest skipped {summary.lines_rejected} bad lines (kvtrace ingest lists them)", err=True)
     with open_store(db, read_only=True) as store:
         rep = build_report(store, opts)
+    empty = rep.data["no_data"]
+    if empty and strict:
+        raise NoData(empty, hint="--strict asks for data; widen --since/--until or ingest more")
     write_report(rep.data, format, out)
+    if empty and format not in IMAGE_FORMATS and (out is not None or format != "table"):   # said already
+        typer.echo(empty, err=True)
 
 
 def write_report(data: dict, format: str, out) -> None:

@@ -56,6 +56,8 @@ def reuse(
 
         with open_store(db, read_only=True) as store:
             data = reuse_report(store, opts)
+    if data["no_data"] and (format == "json" or out is not None):   # the table says it itself
+        typer.echo(data["no_data"], err=True)
     if format == "json":
         import orjson
 
@@ -84,7 +86,7 @@ def render(data: dict, console) -> None:
 
     tr = data.get("trace")
     if not tr:
-        console.print("No requests in the window.")
+        console.print(data.get("no_data") or "No requests in the window.", markup=False)
         return
     kind = "derived from telemetry" if data["derived"] else "block-hash trace"
     console.print(f"[bold]{tr['name']}[/] ({kind}): {fmt_int(tr['requests'])} requests, "

@@ -16,6 +16,9 @@ ProfileDbOpt = Annotated[Optional[Path], typer.Option(
     "--db", help="Warehouse file; overrides the profile's inputs.warehouse.", show_default=False)]
 OutRootOpt = Annotated[Optional[Path], typer.Option(
     "--out-root", help="Output root; overrides the profile's output.root.", show_default=False)]
+WriteEmptyOpt = Annotated[Optional[bool], typer.Option(
+    "--write-empty/--skip-empty", help="Write a report for a period without requests too (default: the profile's "
+    "output.write_empty, else skip it and say so).", show_default=False)]
 
 
 def run(
@@ -25,12 +28,14 @@ def run(
     db: ProfileDbOpt = None,
     out_root: OutRootOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print what was written as JSON.")] = False,
+    write_empty: WriteEmptyOpt = None,
 ) -> None:
     """Ingest the profile's new inputs and write the report of its last complete period.
 
     Writes OUTROOT/<profile>/<period>/ (report.html, .json, .md, charts/*.png); rewrites OUTROOT/index.html.
 
-    An existing period is never overwritten without --force.
+    An existing period is never overwritten without --force; a period without requests is not
+    written unless --write-empty (or output.write_empty in the profile).
 
     Example: kvtrace run reports/profiles/weekly.toml --at 2026-11-09
     """
@@ -40,15 +45,24 @@ def run(
 
     prof = load_profile(profile)
     when = parse_instant(at, utcnow()) if at else None
-    res = run_profile(prof, at=when, force=force, warehouse=db, output_root=out_root)
+    res = run_profile(prof, at=when, force=force, warehouse=db, output_root=out_root, write_empty=write_empty)
     if as_json:
         typer.echo(json.dumps({"profile": res.profile, "period": res.period.label, "since": res.period.iso()[0],
-                               "until": res.period.iso()[1], "folder": str(res.folder), "replaced": res.replaced,
-                               "files": [str(f) for f in res.files], "index": str(res.index)}, indent=2))
+                               "until": res.period.iso()[1], "folder": None if res.no_data else str(res.folder),
+                               "replaced": res.replaced,
+                               "files": [str(f) for f in res.files], "index": res.index and str(res.index),
+                               "no_data": res.no_data, "summary": res.summary}, indent=2))
         return
+    if res.no_data:
+        typer.echo(f"{res.period.label}: {res.no_data} No report written (pass --write-empty to write one).")
+        return
+    from kvtrace.units import fmt_int, fmt_usd
+
     verb = "replaced" if res.replaced else "wrote"
-    typer.echo(f"{verb} {res.folder}/ ({len(res.files)} files, {res.period.iso()[0]} → {res.period.iso()[1]}); "
-               f"index {res.index}")
+    cost = res.summary.get("cost_usd")
+    typer.echo(f"{verb} {res.folder}/ ({len(res.files)} files, {res.period.iso()[0]} → {res.period.iso()[1]}; "
+               f"{fmt_int(res.summary.get('requests'))} requests"
+               + ("" if cost is None else f", {fmt_usd(cost)} at list prices") + f"); index {res.index}")
 
 
 def register(app: typer.Typer) -> None:

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from kvtrace.cli._options import guarded
-from kvtrace.cli.run import OutRootOpt, ProfileDbOpt
+from kvtrace.cli.run import OutRootOpt, ProfileDbOpt, WriteEmptyOpt
 
 
 def schedule(
@@ -16,6 +16,7 @@ def schedule(
     max_runs: Annotated[Optional[int], typer.Option("--max-runs", help="Exit after this many runs.", min=1)] = None,
     db: ProfileDbOpt = None,
     out_root: OutRootOpt = None,
+    write_empty: WriteEmptyOpt = None,
 ) -> None:
     """Run profiles on their schedule.cron expressions (UTC) until stopped (Ctrl-C, SIGTERM).
 
@@ -34,7 +35,9 @@ def schedule(
 
     def report(kind, prof, slot, what):
         stamp = slot.isoformat(timespec="minutes") + "Z"
-        if kind == "ran":
+        if kind == "ran" and what.no_data:
+            typer.echo(f"{stamp} {prof.name}: {what.period.label} has no requests, no report written")
+        elif kind == "ran":
             typer.echo(f"{stamp} {prof.name}: {'replaced' if what.replaced else 'wrote'} {what.folder}/")
         elif kind == "skipped":
             typer.echo(f"{stamp} {prof.name}: {what}/ exists, nothing to catch up")
@@ -46,7 +49,8 @@ def schedule(
 
     # SIGTERM (systemctl stop, a Kubernetes pod shutting down) ends the loop like Ctrl-C does.
     previous = signal.signal(signal.SIGTERM, stop)
-    kwargs = {k: v for k, v in (("warehouse", db), ("output_root", out_root)) if v is not None}
+    kwargs = {k: v for k, v in (("warehouse", db), ("output_root", out_root), ("write_empty", write_empty))
+              if v is not None}
     try:
         n = loop(profs, once=once, max_runs=max_runs, on_event=report, **kwargs)
     except KeyboardInterrupt:

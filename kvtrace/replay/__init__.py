@@ -24,13 +24,14 @@ def tiers_report(trace, tiers: str | TierSet, model: str | KVModel | None = None
         trace: the window's block trace.
         tiers: a preset name, a TOML path or a ``TierSet``.
         model: a catalog name (``"MiniMax-M2.7:fp8"`` for an FP8 cache), a config.json path or a ``KVModel``.
-        ttls: grid TTLs in seconds (no-TTL is always added).
+        ttls: grid TTLs in seconds (no-TTL and ``tier_ttl`` are always added).
         capacities: grid capacities in tokens (default: 64 log-spaced sizes and unlimited).
         tier_ttl: the hierarchy's idle TTL in seconds (default: none).
     """
     ts = load_tiers(tiers) if isinstance(tiers, str) else tiers
     m = resolve_model(model) if isinstance(model, str) else model
-    grid_ttls = list(dict.fromkeys([*(ttls or []), None])) if ttls else None
+    asked = [*(ttls or []), *([tier_ttl] if tier_ttl is not None else [])]
+    grid_ttls = list(dict.fromkeys([*asked, None])) if asked else None
     res = replay(trace, capacities=list(capacities) if capacities else None, ttls=grid_ttls, model=m, tiers=ts,
                  tier_ttl=tier_ttl, ttft=ttft)
     return res.tiers_section()

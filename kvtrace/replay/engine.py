@@ -16,13 +16,14 @@ from kvtrace.analyze.blocktrace import BlockTrace
 from kvtrace.errors import ConfigError
 from kvtrace.replay.catalog import KVModel
 from kvtrace.replay.distances import NO_TTL, compute_distances
-from kvtrace.replay.grid import hit_grid
+from kvtrace.replay.grid import capacity_for_shares, hit_grid
 from kvtrace.replay.tiers import TierSet, resolve
 from kvtrace.replay.traffic import tier_traffic
 from kvtrace.replay.ttft import TTFTConfig, ttft_report
 
 DEFAULT_TTLS = (30.0, 60.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, None)
 DEFAULT_POINTS = 64
+CEILING_SHARES = (0.9, 0.99, 1.0)    # capacity reaching these shares of what each TTL allows
 
 ASSUMPTIONS = [
     "LRU eviction with an idle TTL refreshed on every access; an age equal to the TTL still hits.",
@@ -66,6 +67,7 @@ class ReplayResult:
     ttft: dict | None = None
     engine: dict = field(default_factory=dict)
     assumptions: list[str] = field(default_factory=list)
+    capacity: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         """The JSON of ``kvtrace replay --format json``: ``grid`` and ``tiers`` are lists; the
@@ -73,13 +75,14 @@ class ReplayResult:
         tiers = dict(self.tiers or {})
         per_tier = tiers.pop("tiers", [])
         return {"trace": self.trace, "model": self.model, "grid": self.grid, "working_set": self.working_set,
-                "hierarchy": tiers or None, "tiers": per_tier, "ttft": self.ttft, "engine": self.engine,
-                "assumptions": self.assumptions}
+                "capacity": self.capacity, "hierarchy": tiers or None, "tiers": per_tier, "ttft": self.ttft,
+                "engine": self.engine, "assumptions": self.assumptions}
 
     def tiers_section(self) -> dict:
         """The report's ``tiers`` section: the tier replay with the grid, TTFT and assumptions."""
-        return {**(self.tiers or {}), "grid": self.grid, "ttft": self.ttft, "working_set": self.working_set,
-                "model": self.model, "engine": self.engine, "assumptions": self.assumptions}
+        return {**(self.tiers or {}), "grid": self.grid, "capacity": self.capacity, "ttft": self.ttft,
+                "working_set": self.working_set, "model": self.model, "engine": self.engine,
+                "assumptions": self.assumptions}
 
     def hit_ratio(self, capacity_tokens: int | None, ttl_s: float | None, weight: str = "tokens") -> float:
         """The grid value at one point (``None`` = unlimited / no TTL)."""
@@ -94,6 +97,48 @@ class ReplayResult:
             if t["name"].lower() == tier.lower():
                 return t["first_full_s"]
         raise KeyError(tier)
+
+
+def capacity_by_ttl(dist, trace: BlockTrace, ttl_list: list, ttl_sorted: list[int], ceiling: np.ndarray,
+                    bpb: int | None, tiers: list[dict]) -> list[dict]:
+    """Per TTL: the hit ratio it allows (unlimited capacity), the smallest LRU capacity reaching
+    90%, 99% and 100% of it, and where each tier of the hierarchy ends (its depth in the LRU
+    stack) on that curve.
+
+    Args:
+        ceiling: hit tokens of an unlimited cache per TTL of ``ttl_sorted``.
+        tiers: the tier replay's per-tier entries (``depth_tokens``), or none.
+    """
+    bs = trace.block_size
+    total_t = max(int(trace.input_length.sum()), 1)
+    ttls_arr = np.array(ttl_sorted, dtype=np.int64)
+    shares = np.array(CEILING_SHARES)
+    targets = np.ceil(ceiling[:, None] * shares[None, :] - 1e-9).astype(np.int64)
+    caps = capacity_for_shares(dist, trace.input_length, bs, ttls_arr, targets, max(trace.n_blocks, 1))
+    depths = np.array(sorted({int(t["depth_tokens"]) // bs for t in tiers} | set(caps.ravel().tolist()) - {0}),
+                      dtype=np.int64)
+    _, at = hit_grid(dist, trace.input_length, bs, depths, ttls_arr, unlimited=False) if len(depths) else (None, None)
+
+    def hits(blocks: int, j: int) -> int:
+        return 0 if blocks == 0 else int(at[np.searchsorted(depths, blocks), j])
+
+    out = []
+    for ttl in ttl_list:
+        j = ttl_sorted.index(_ttl_us(ttl))
+        top = int(ceiling[j])
+        reach = [{"share": float(sh), "capacity_blocks": int(caps[j, i]), "capacity_tokens": int(caps[j, i]) * bs,
+                  "capacity_bytes": None if bpb is None else int(caps[j, i]) * bpb,
+                  "hit_ratio_tokens": hits(int(caps[j, i]), j) / total_t}
+                 for i, sh in enumerate(CEILING_SHARES)]
+        landing = []
+        for t in tiers:
+            b = int(t["depth_tokens"]) // bs
+            h = hits(b, j)
+            landing.append({"name": t["name"], "depth_tokens": b * bs, "depth_bytes": None if bpb is None else b * bpb,
+                            "hit_ratio_tokens": h / total_t, "share_of_ceiling": h / top if top else None})
+        out.append({"ttl_s": None if ttl is None or math.isinf(ttl) else float(ttl), "hit_ratio_tokens": top / total_t,
+                    "reach": reach, "tiers": landing})
+    return out
 
 
 def _ttl_us(ttl: float | None) -> int:
@@ -188,12 +233,16 @@ def replay(trace: BlockTrace, capacities: list[int | None] | None = None, ttls: 
             assumptions.append("TTFT = reload of hit bytes at each tier's read bandwidth (+ latency) and "
                                "re-prefill of missed tokens, overlapped or summed; no queueing.")
             clock["ttft_s"] = time.perf_counter() - t3
+    t4 = time.perf_counter()
+    capacity = capacity_by_ttl(dist, trace, ttl_list, ttl_sorted, ht[len(finite)], bpb,
+                               (tier_out or {}).get("tiers") or [])
+    clock["capacity_s"] = time.perf_counter() - t4
     span = float(trace.ts[-1] - trace.ts[0]) if trace.n_requests else 0.0
     info_trace = {"name": trace.name, "requests": trace.n_requests, "blocks": trace.n_blocks, "block_size": bs,
                   "input_tokens": int(trace.input_length.sum()), "span_s": span,
                   "distinct_blocks": dist.peak_after[NO_TTL]}
     clock["total_s"] = time.perf_counter() - t0
-    return ReplayResult(trace=info_trace, grid=grid, working_set=working,
+    return ReplayResult(trace=info_trace, grid=grid, working_set=working, capacity=capacity,
                         model=None if model is None else model.to_dict(bs), tiers=tier_out, ttft=ttft_out,
                         engine={"kernel": dist.kernel, "runs": len(dist), **{k: round(v, 4) for k, v in clock.items()}},
                         assumptions=assumptions)

@@ -101,3 +101,46 @@ def hit_grid(dist: Distances, input_length: np.ndarray, block_size: int,
         hb = np.vstack([hb, ub.cumsum()])
         ht = np.vstack([ht, ut.cumsum()])
     return hb, ht
+
+
+def capacity_for_shares(dist: Distances, input_length: np.ndarray, block_size: int, ttls_us: np.ndarray,
+                        targets: np.ndarray, max_blocks: int, points: int = 64) -> np.ndarray:
+    """The smallest LRU capacity (blocks) whose hit tokens reach ``targets[t, s]`` at TTL ``t``.
+
+    Hit tokens grow with capacity (LRU's inclusion property holds under an idle TTL, which does
+    not depend on capacity), so each answer is bracketed and the brackets shrink ``points``-fold
+    per pass: every pass is one :func:`hit_grid` call over the union of the brackets' probe
+    points, for every TTL at once. The answer is exact to the block.
+
+    Args:
+        dist, input_length, block_size: as for :func:`hit_grid`.
+        ttls_us: sorted TTLs in µs (``NO_TTL`` for none).
+        targets: hit tokens to reach, shape ``(len(ttls_us), S)``; each at most what an unlimited
+            cache hits at that TTL.
+        max_blocks: a capacity known to hit as much as an unlimited cache (the distinct blocks).
+
+    Returns:
+        int64 capacities in blocks, shape ``(len(ttls_us), S)``; 0 where the target is 0.
+    """
+    targets = np.asarray(targets, dtype=np.int64)
+    lo = np.zeros(targets.shape, dtype=np.int64)          # hit(lo) < target (or target == 0)
+    hi = np.full(targets.shape, max(int(max_blocks), 1), dtype=np.int64)   # hit(hi) >= target
+    hi[targets <= 0] = 0
+    while True:
+        open_ = hi - lo > 1
+        if not open_.any():
+            return hi
+        probes = np.unique(np.concatenate([lo[open_] + 1] + [np.linspace(a, b, points + 2).round().astype(np.int64)
+                                                             for a, b in zip(lo[open_], hi[open_])]))
+        probes = probes[probes > 0]
+        _, ht = hit_grid(dist, input_length, block_size, probes, ttls_us, unlimited=False)
+        for t, s in zip(*np.nonzero(open_)):
+            inside = (probes > lo[t, s]) & (probes < hi[t, s])
+            caps, hits = probes[inside], ht[inside, t]
+            reach = np.flatnonzero(hits >= targets[t, s])
+            if len(reach):                   # caps holds lo + 1, so every open bracket shrinks
+                hi[t, s] = caps[reach[0]]
+                if reach[0] > 0:
+                    lo[t, s] = caps[reach[0] - 1]
+            else:
+                lo[t, s] = caps[-1]

@@ -12,7 +12,7 @@ def render_table(res, console) -> None:
     from dataclasses import replace
 
     from kvtrace.report.render import print_tables
-    from kvtrace.report.tables import grid_table, tier_table, ttft_table
+    from kvtrace.report.tables import capacity_table, grid_table, tier_table, ttft_table
     from kvtrace.units import fmt_bytes_compact, fmt_duration, fmt_tokens_compact
 
     tr = res.trace
@@ -25,6 +25,7 @@ def render_table(res, console) -> None:
                     + (f" ({fmt_bytes_compact(w['peak_bytes'])})" if w["peak_bytes"] is not None else "")
                     for w in res.working_set)
     console.print(f"Peak working set by TTL (unlimited capacity): {ws}")
+    print_tables([capacity_table(section)], console)
     tiers = tier_table(section, reads=True) if res.tiers else None
     if tiers is not None:
         tiers = replace(tiers, notes=[*tiers.notes, f"Peak rates over {fmt_duration(res.tiers['window_s'])} windows."])

@@ -17,7 +17,7 @@ from importlib import resources
 from pathlib import Path
 from string import Template
 
-from kvtrace.units import fmt_int, fmt_pct, fmt_tokens
+from kvtrace.units import fmt_int, fmt_pct, fmt_tokens, fmt_usd
 from kvtrace.report.render import window_text
 from kvtrace.report.tables import report_tables as tables_of
 
@@ -94,6 +94,8 @@ def _cards(d: dict) -> str:
     mix = d["token_mix"]
     items = [("Requests", fmt_int(d["requests"])), ("Sessions", fmt_int(d["sessions"])),
              ("Tokens", fmt_tokens(mix["total"])), ("Cache hit ratio (tokens)", fmt_pct(mix["cache_hit_ratio"]))]
+    if (d.get("cost") or {}).get("cost_usd") is not None:
+        items.append(("Cost (list prices)", fmt_usd(d["cost"]["cost_usd"])))
     return '<ul class="cards">' + "".join(
         f'<li><span class="label">{_e(k)}</span><span class="value">{_e(v)}</span></li>' for k, v in items) + "</ul>"
 
@@ -119,11 +121,13 @@ def _body(d: dict, charts: dict) -> str:
     def fig(cid):
         return _figure(charts[cid]) if cid in charts else ""
 
-    if not d["requests"]:
-        return _cards(d) + "\n<p>No requests in this window.</p>"
+    if d.get("no_data"):
+        return f'<p class="no-data">{_e(d["no_data"])}</p>'
     tables = {}
     for spec in tables_of(d):
-        tables.setdefault(spec.key, []).append(_table(spec))
+        # the first table of a section is titled by the section; later ones (and groups) by their own title
+        titled = spec.key == "groups" or spec.key in tables
+        tables.setdefault(spec.key, []).append((f"<h3>{_e(spec.title)}</h3>" if titled else "") + _table(spec))
     # Where each chart sits among the tables of its section.
     layout = [("mix", "Token mix", [], ["token-mix-over-time"]),
               ("reuse", "Context reuse", ["reuse-time-cdf"], []),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import IO
 
-from kvtrace.units import fmt_int, fmt_pct
+from kvtrace.units import fmt_int, fmt_pct, fmt_usd
 from kvtrace.report.tables import report_tables
 
 
@@ -20,8 +20,10 @@ def window_text(d: dict) -> str:
 
 
 def headline(d: dict) -> str:
+    cost = (d.get("cost") or {}).get("cost_usd")
     return (f"{fmt_int(d['requests'])} requests · {fmt_int(d['sessions'])} sessions · "
-            f"cache hit ratio (token-weighted) {fmt_pct(d['token_mix']['cache_hit_ratio'])}")
+            f"cache hit ratio (token-weighted) {fmt_pct(d['token_mix']['cache_hit_ratio'])}"
+            + ("" if cost is None else f" · cost {fmt_usd(cost)} at list prices"))
 
 
 def render_json(d: dict, out: IO[str]) -> None:
@@ -35,6 +37,9 @@ def _md_cell(text: str) -> str:
 
 def render_markdown(d: dict, out: IO[str]) -> None:
     w = out.write
+    if d.get("no_data"):
+        w(f"# {d['title']}\n\n{d['no_data']}\n")
+        return
     w(f"# {d['title']}\n\nWindow (UTC): {window_text(d)} · {headline(d)}\n\n")
     for t in report_tables(d):
         w(f"## {t.title}\n\n")
@@ -78,5 +83,8 @@ def render_terminal(d: dict, console=None) -> None:
         if not console.is_terminal:   # a pipe or a file: no width to fit, so do not squeeze tables
             console = Console(width=160)
     console.print(f"[bold]{d['title']}[/bold]  {window_text(d)}")
+    if d.get("no_data"):
+        console.print(d["no_data"], markup=False)
+        return
     console.print(headline(d))
     print_tables(report_tables(d), console)

@@ -39,11 +39,13 @@ def ttl_section(store, opts, win) -> list[dict] | None:
 def tiers_section(store, opts, win) -> dict | None:
     """The ``tiers`` section: tier replay of the window's block trace."""
     from kvtrace.replay import tiers_report
+    from kvtrace.report.build import tier_ttl_s
 
     trace = _trace(store, win, ids=True)
     if trace.n_requests == 0:
         return None
-    return tiers_report(trace, tiers=opts.tiers, model=opts.model, ttls=opts.ttls, capacities=opts.capacities)
+    return tiers_report(trace, tiers=opts.tiers, model=opts.model, ttls=opts.ttls, capacities=opts.capacities,
+                        tier_ttl=tier_ttl_s(opts))
 
 
 # -- sections added for the HTML charts (reuse-time CDF, spend by TTL) ----------------------------
@@ -62,9 +64,9 @@ def reuse_section(store, opts, win) -> dict | None:
 def spend_section(store, opts, win) -> dict | None:
     """The ``spend`` section: API spend under a 5 min and a 1 h TTL. Only for telemetry (derived
     traces carry each request's model; a block-hash trace has no model to price)."""
-    from kvtrace.analyze.spend import spend_whatif
+    from kvtrace.analyze.spend import load_pricing, spend_whatif
 
     trace = _trace(store, win)
     if trace.n_requests == 0 or "chain_prev" not in trace.meta:
         return None
-    return spend_whatif(trace)
+    return spend_whatif(trace, load_pricing(opts.pricing))

@@ -64,21 +64,40 @@ def ttl_rows(d: dict) -> list[tuple[str, ...]]:
     return rows
 
 
+def cost_cell(e: dict) -> str:
+    """An entry's list-price cost; requests of models without a price are said, not guessed."""
+    text = fmt_usd(e.get("cost_usd"))
+    n = e.get("unpriced_requests") or 0
+    return text if not n else f"{text} (+{n:,} unpriced)"
+
+
+def cost_line(d: dict) -> str | None:
+    c = d.get("cost")
+    if not c:
+        return None
+    line = f"Cost at list prices ({c.get('pricing', 'built-in')} price table): {cost_cell(c)}"
+    if c.get("reported_cost_usd") is not None:
+        line += f"; as the telemetry reported it: {fmt_usd(c['reported_cost_usd'])}"
+    return line + "."
+
+
 def mix_table(d: dict) -> TableSpec:
     mix = d["token_mix"]
+    notes = [shares_line(mix)] + [x for x in [cost_line(d)] if x]
     return TableSpec("mix", "Token mix", ("Class", "Tokens", "Share"), mix_rows(mix),
-                     foot=("Total", fmt_int(mix["total"]), "100%"), notes=[shares_line(mix)])
+                     foot=("Total", fmt_int(mix["total"]), "100%"), notes=notes)
 
 
-def group_table(g: str, entries: list[dict]) -> TableSpec:
+def group_table(g: str, entries: list[dict], tz: str = "UTC") -> TableSpec:
     rows = []
     for e in entries:
         m = e["token_mix"]
         writes = sum(m[k] for k in WRITE_KEYS)
         rows.append((str(e["key"]), fmt_int(e["requests"]), fmt_int(m["total"]), fmt_pct(m["shares"]["cache_read"]),
-                     fmt_int(writes), fmt_int(m["output"]), fmt_pct(m["cache_hit_ratio"])))
-    return TableSpec("groups", f"By {g}", (g, "Requests", "Total tokens", "Read share", "Cache write", "Output",
-                                           "Hit ratio"), rows)
+                     fmt_int(writes), fmt_int(m["output"]), fmt_pct(m["cache_hit_ratio"]), cost_cell(e)))
+    title = f"By {g}" + (f" ({tz})" if g in ("hour", "day", "week", "month") else "")
+    return TableSpec("groups", title, (g, "Requests", "Total tokens", "Read share", "Cache write", "Output",
+                                       "Hit ratio", "Cost"), rows)
 
 
 def ttl_table(d: dict) -> TableSpec:
@@ -176,6 +195,34 @@ def tier_table(t: dict, *, reads: bool = False) -> TableSpec | None:
                                         "DWPD per drive", "Drive rating", "First fills"), rows, notes=[tiers_intro(t)])
 
 
+def _size(tokens, nbytes) -> str:
+    return fmt_tokens(tokens) + ("" if nbytes is None else f" · {fmt_bytes(nbytes)}")
+
+
+def capacity_table(t: dict) -> TableSpec | None:
+    """Per TTL, the capacity (tokens, and bytes with a model) reaching 90%, 99% and 100% of the
+    hit ratio that TTL allows, and the hit ratio at each tier's depth (``tiers.capacity``)."""
+    cap = t.get("capacity")
+    if not cap:
+        return None
+    names = [x["name"] for x in cap[0].get("tiers", [])]
+    rows = []
+    for c in cap:
+        reach = {r["share"]: r for r in c.get("reach", [])}
+        rows.append((fmt_ttl(c["ttl_s"]), fmt_pct(c["hit_ratio_tokens"]),
+                     *(_size(reach[s]["capacity_tokens"], reach[s]["capacity_bytes"]) if s in reach else DASH
+                       for s in (0.9, 0.99, 1.0)),
+                     *(f"{fmt_pct(x['hit_ratio_tokens'])} ({fmt_pct(x['share_of_ceiling'], 1)})" for x in c["tiers"])))
+    headers = ("TTL", "Hit ratio it allows", "90% of it needs", "99% needs", "100% needs",
+               *(f"{n} (to {_size(x['depth_tokens'], x['depth_bytes'])})" for n, x in zip(names, cap[0]["tiers"])))
+    notes = ["X% of it needs: the smallest LRU capacity whose hit ratio reaches X% of what the TTL allows "
+             "(unlimited capacity); 100% loses no hit to eviction, and the peak working set is an upper bound of it."]
+    if names:
+        notes.append("A tier's column: the hit ratio of the tiers down to it (one LRU stack, the tier's depth) at "
+                     "that TTL, and its share of what the TTL allows.")
+    return TableSpec("tiers", "Capacity for each TTL", headers, rows, notes=notes)
+
+
 def grid_table(t: dict) -> TableSpec | None:
     """Hit ratio by LRU capacity x idle TTL from a replay's ``grid`` (``kvtrace replay``)."""
     grid = t.get("grid")
@@ -231,10 +278,11 @@ def report_tables(d: dict) -> list[TableSpec]:
     t = d.get("tiers")
     if t:
         out.append(tier_table(t))
+        out.append(capacity_table(t))
         if t.get("ttft"):
             out.append(ttft_table(t["ttft"]))
     if d.get("spend"):
         out.append(spend_table(d["spend"]))
     for g, entries in (d.get("groups") or {}).items():
-        out.append(group_table(g, entries))
+        out.append(group_table(g, entries, (d.get("window") or {}).get("timezone", "UTC")))
     return [x for x in out if x is not None]

@@ -8,8 +8,9 @@ from kvtrace.errors import ConfigError
 from kvtrace.units import is_span, parse_duration
 
 
-def parse_instant(text: str | None, last: datetime | None) -> datetime | None:
-    """An ISO date/time (UTC unless it says otherwise) or a span back from ``last`` (``7d``)."""
+def parse_instant(text: str | None, last: datetime | None, tz: str = "UTC") -> datetime | None:
+    """An ISO date/time (in the IANA zone ``tz`` unless it says otherwise) or a span back from
+    ``last`` (``7d``); returned as naive UTC."""
     if text is None:
         return None
     if is_span(text):
@@ -21,6 +22,10 @@ def parse_instant(text: str | None, last: datetime | None) -> datetime | None:
     except ValueError:
         raise ConfigError(f"'{text}' is not a date or a span",
                           hint="use an ISO date such as 2026-11-02 or 2026-11-02T08:00, or a span such as 7d") from None
+    if dt.tzinfo is None and tz != "UTC":
+        from zoneinfo import ZoneInfo
+
+        dt = dt.replace(tzinfo=ZoneInfo(tz))
     if dt.tzinfo is not None:
         dt = dt.astimezone(timezone.utc).replace(tzinfo=None)
     return dt

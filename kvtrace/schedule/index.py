@@ -13,7 +13,9 @@ import json
 from datetime import datetime, timezone
 from pathlib import Path
 
-from kvtrace.units import fmt_bytes, fmt_int, fmt_pct, fmt_tokens, fmt_ttl
+from kvtrace.errors import ConfigError
+from kvtrace.schedule.periods import period_for
+from kvtrace.units import fmt_bytes, fmt_int, fmt_pct, fmt_tokens, fmt_ttl, fmt_usd
 
 SHARES = ("cache_read", "cache_creation", "output", "input_uncached")
 
@@ -26,7 +28,8 @@ def summarize(d: dict) -> dict:
            "shares": {"cache_read": s["cache_read"],
                       "cache_creation": s["cache_write_5m"] + s["cache_write_1h"] + s["cache_write_unknown"],
                       "output": s["output"], "input_uncached": s["input_uncached"]},
-           "cache_hit_ratio": mix["cache_hit_ratio"], "required_capacity": []}
+           "cache_hit_ratio": mix["cache_hit_ratio"], "cost_usd": (d.get("cost") or {}).get("cost_usd"),
+           "required_capacity": []}
     for e in d.get("ttl") or []:
         ws = e.get("working_set") or {}
         out["required_capacity"].append({"ttl_s": e["ttl_s"], "hit_ratio_tokens": e.get("hit_ratio_tokens"),
@@ -47,6 +50,7 @@ def changes(cur: dict, prev: dict | None) -> dict | None:
     return {
         "requests": _rel(cur["requests"], prev["requests"]),
         "total_tokens": _rel(cur["total_tokens"], prev["total_tokens"]),
+        "cost_usd": _rel(cur.get("cost_usd"), prev.get("cost_usd")),
         "shares_pp": {k: 100 * (cur["shares"][k] - prev["shares"][k]) for k in SHARES},
         "cache_hit_ratio_pp": 100 * (cur["cache_hit_ratio"] - prev["cache_hit_ratio"]),
         "required_capacity": [{"ttl_s": c["ttl_s"],
@@ -55,8 +59,27 @@ def changes(cur: dict, prev: dict | None) -> dict | None:
     }
 
 
+def periods_back(window: str | None, since: str, prev_since: str) -> int | None:
+    """How many periods of ``window`` the period starting ``prev_since`` lies before the one
+    starting ``since`` (1: the period right before it); None when the window is unknown."""
+    if not window:
+        return None
+    try:
+        start = datetime.fromisoformat(since.rstrip("Z"))
+        target = datetime.fromisoformat(prev_since.rstrip("Z"))
+        n = 0
+        while start > target and n < 10_000:
+            start = period_for(window, start).start   # the period ending where this one starts
+            n += 1
+    except (ValueError, ConfigError):
+        return None
+    return n
+
+
 def collect_runs(root: Path) -> dict[str, list[dict]]:
-    """Every run under ``root`` by profile, oldest period first, each with its ``changes``."""
+    """Every run under ``root`` by profile, oldest period first, each with its ``changes`` against
+    the latest earlier period that has data (a period without requests is no baseline), and how
+    many periods back that one is (``previous_periods_back``)."""
     by_profile: dict[str, list[dict]] = {}
     for f in sorted(root.glob("*/*/summary.json")):
         if f.parent.name.startswith(".") or f.parent.parent.name.startswith("."):
@@ -71,9 +94,14 @@ def collect_runs(root: Path) -> dict[str, list[dict]]:
         runs.sort(key=lambda r: (r["since"], r["until"]))
         prev = None
         for r in runs:
-            r["previous"] = prev["period"] if prev else None
-            r["changes"] = changes(r["summary"], prev["summary"] if prev else None)
-            prev = r
+            has_data = bool(r["summary"].get("requests"))
+            base = prev if has_data else None
+            r["previous"] = base["period"] if base else None
+            r["previous_periods_back"] = (periods_back(r.get("window"), r["since"], base["since"])
+                                          if base else None)
+            r["changes"] = changes(r["summary"], base["summary"] if base else None)
+            if has_data:
+                prev = r
     return by_profile
 
 
@@ -107,12 +135,24 @@ def _capacity_change(ch: dict | None) -> str:
                        for c in ch["required_capacity"])
 
 
-HEADERS = ("Period", "Requests", "Δ requests", "Tokens", "Δ tokens", "Cache read", "Δ cache read",
+HEADERS = ("Period", "Compared with", "Requests", "Δ requests", "Tokens", "Δ tokens", "Cost", "Δ cost",
+           "Cache read", "Δ cache read",
            "Hit ratio", "Δ hit ratio", "Required capacity (peak)", "Δ capacity", "Files")
 
 
 def _pct(ch: dict | None, key: str) -> float | None:
-    return None if not ch or ch[key] is None else 100 * ch[key]
+    return None if not ch or ch.get(key) is None else 100 * ch[key]
+
+
+def _compared_with(r: dict) -> str:
+    if not r["summary"].get("requests"):
+        return "no data in this period"
+    if not r.get("previous"):
+        return "–"
+    back = r.get("previous_periods_back")
+    if back is None or back == 1:
+        return r["previous"]
+    return f"{r['previous']} ({back} periods back: none of the {back - 1} between has data)"
 
 
 def _row(r: dict) -> str:
@@ -122,8 +162,10 @@ def _row(r: dict) -> str:
     cells = [
         f'<a href="{_e(r["path"])}/report.html">{_e(r["period"])}</a>' if "report.html" in r.get("files", [])
         else _e(r["period"]),
+        _e(_compared_with(r)),
         _e(fmt_int(s["requests"])), _e(_signed(_pct(ch, "requests"), ".1f", "%")),
         _e(fmt_tokens(s["total_tokens"])), _e(_signed(_pct(ch, "total_tokens"), ".1f", "%")),
+        _e(fmt_usd(s.get("cost_usd"))), _e(_signed(_pct(ch, "cost_usd"), ".1f", "%")),
         _e(fmt_pct(s["shares"]["cache_read"])), _e(_signed(ch and ch["shares_pp"]["cache_read"], ".2f", " pp")),
         _e(fmt_pct(s["cache_hit_ratio"])), _e(_signed(ch and ch["cache_hit_ratio_pp"], ".2f", " pp")),
         _capacity_cell(s), _capacity_change(ch), links or "–",
@@ -136,7 +178,7 @@ def render_index(by_profile: dict[str, list[dict]], generated_at: str) -> str:
     for name in sorted(by_profile):
         runs = by_profile[name]
         body.append(f"<h2>{_e(name)}</h2><p class=\"meta\">{len(runs)} run(s) · window "
-                    f"{_e(runs[-1].get('window', ''))} · changes are against the profile's previous period</p>")
+                    f"{_e(runs[-1].get('window', ''))} · changes are against the profile's previous period with data</p>")
         body.append("<table><thead><tr>" + "".join(f"<th>{_e(h)}</th>" for h in HEADERS) + "</tr></thead><tbody>")
         body.extend(_row(r) for r in reversed(runs))
         body.append("</tbody></table>")
@@ -158,7 +200,8 @@ thead th {{ border-bottom: 2px solid #1a1a1a; }}
 </style></head><body>
 <h1>kvtrace reports</h1>
 <p class="meta">Index rewritten {_e(generated_at)} (UTC). ▲/▼: change against the previous period of the same
-profile; pp = percentage points.</p>
+profile that has data (periods without requests are skipped, and the comparison says how far
+back it reaches); pp = percentage points.</p>
 {"".join(body)}
 </body></html>
 """

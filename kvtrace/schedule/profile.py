@@ -22,8 +22,8 @@ _SECTIONS = {
     "": {"name", "title", "inputs", "window", "analysis", "output", "schedule"},
     "inputs": {"warehouse", "spool", "files"},
     "window": {"period"},
-    "analysis": {"ttls", "model", "tiers", "group_by", "capacities"},
-    "output": {"root", "formats"},
+    "analysis": {"ttls", "model", "tiers", "tier_ttl", "group_by", "capacities"},
+    "output": {"root", "formats", "write_empty"},
     "schedule": {"cron"},
 }
 
@@ -42,10 +42,12 @@ class Profile:
     ttls: list[str] = field(default_factory=list)     # [analysis]
     model: str | None = None                          # [analysis]
     tiers: str | None = None                          # [analysis]
+    tier_ttl: str | None = None                       # [analysis] idle TTL of the tier replay ("1h", "none")
     group_by: list[str] = field(default_factory=list)  # [analysis]
     capacities: list[float] = field(default_factory=list)  # [analysis] tokens
     output_root: Path = Path("reports/out")           # [output] root
     formats: list[str] = field(default_factory=lambda: list(DEFAULT_FORMATS))  # [output]
+    write_empty: bool = False                         # [output] write a report for a period without requests
     cron: str | None = None                           # [schedule] cron expression (UTC)
 
 
@@ -115,6 +117,7 @@ def profile_from_dict(doc: dict, name: str, source: Path | None = None) -> Profi
         raise ConfigError(f"{where}: [window] period: {e}", hint=e.hint) from None
     prof.ttls = [str(t) for t in _list(ana.get("ttls", []), f"{where}: [analysis] ttls")]
     prof.model, prof.tiers = ana.get("model"), ana.get("tiers")
+    prof.tier_ttl = None if ana.get("tier_ttl") is None else str(ana["tier_ttl"])
     prof.group_by = [str(g) for g in _list(ana.get("group_by", []), f"{where}: [analysis] group_by")]
     prof.capacities = [float(c) for c in _list(ana.get("capacities", []), f"{where}: [analysis] capacities")]
     prof.output_root = _path(out.get("root", "reports/out"))
@@ -122,6 +125,9 @@ def profile_from_dict(doc: dict, name: str, source: Path | None = None) -> Profi
     bad = [f for f in prof.formats if f not in OUTPUT_FORMATS]
     if bad:
         raise ConfigError(f"{where}: [output] formats: unknown {', '.join(bad)}", hint="choose from " + ", ".join(OUTPUT_FORMATS))
+    prof.write_empty = out.get("write_empty", False)
+    if not isinstance(prof.write_empty, bool):
+        raise ConfigError(f"{where}: [output] write_empty must be true or false")
     prof.cron = sched.get("cron")
     if prof.cron is not None:
         from croniter import croniter

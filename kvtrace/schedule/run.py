@@ -35,6 +35,8 @@ class RunResult:
     replaced: bool = False
     ingest: dict = field(default_factory=dict)   # "files" and/or "spool" summaries
     index: Path | None = None
+    no_data: str | None = None   # the period had no requests and nothing was written (see write_empty)
+    summary: dict = field(default_factory=dict)   # the headline numbers (summary.json's ``summary``)
 
 
 def period_folder(profile: Profile, period: Period, output_root: Path | None = None) -> Path:
@@ -67,11 +69,13 @@ def _ingest_files(store, profile: Profile) -> dict:
 
 def _report(store, profile: Profile, period: Period):
     from kvtrace.report.build import ReportOptions, build_report
-    from kvtrace.units import parse_durations
+    from kvtrace.units import parse_duration, parse_durations
 
     since, until = period.iso()
+    tier_ttl = None if profile.tier_ttl is None else parse_duration(profile.tier_ttl, what="[analysis] tier_ttl",
+                                                                    unlimited=True)
     opts = ReportOptions(since=since, until=until, group_by=list(profile.group_by),
-                         ttls=parse_durations(profile.ttls), model=profile.model, tiers=profile.tiers,
+                         ttls=parse_durations(profile.ttls), model=profile.model, tiers=profile.tiers, tier_ttl=tier_ttl,
                          capacities=list(profile.capacities), title=f"{profile.title} · {period.label}")
     return build_report(store, opts).data
 
@@ -152,7 +156,8 @@ def _publish(tmp: Path, final: Path, force: bool) -> bool:
 
 
 def run_profile(profile: Profile, *, at: datetime | None = None, force: bool = False,
-                warehouse: Path | None = None, output_root: Path | None = None) -> RunResult:
+                warehouse: Path | None = None, output_root: Path | None = None,
+                write_empty: bool | None = None) -> RunResult:
     """Report one period of ``profile``: the last complete period before ``at`` (default: now).
 
     Args:
@@ -161,11 +166,13 @@ def run_profile(profile: Profile, *, at: datetime | None = None, force: bool = F
         force: replace the period's folder if it exists (atomically).
         warehouse: overrides ``[inputs] warehouse``.
         output_root: overrides ``[output] root``.
+        write_empty: write a report for a period without requests too (default: the profile's
+            ``[output] write_empty``, else no: the result's ``no_data`` says why nothing was written).
 
     Raises:
         ReportExists: the period's folder exists and ``force`` is off.
     """
-    from kvtrace.schedule.index import write_index
+    from kvtrace.schedule.index import summarize, write_index
     from kvtrace.store import open_store
 
     period = period_for(profile.window, at or _now())
@@ -181,6 +188,8 @@ def run_profile(profile: Profile, *, at: datetime | None = None, force: bool = F
         if profile.files:
             ingested["files"] = _ingest_files(store, profile)
         data = _report(store, profile, period)
+    if data["no_data"] and not (profile.write_empty if write_empty is None else write_empty):
+        return RunResult(profile.name, period, final, [], False, ingested, None, no_data=data["no_data"])
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{period.label}.new.", dir=final.parent))
     os.chmod(tmp, 0o755)   # mkdtemp makes it private; the published folder should read like any other
@@ -192,4 +201,4 @@ def run_profile(profile: Profile, *, at: datetime | None = None, force: bool = F
         raise
     files = [final / p.relative_to(tmp) for p in files]
     index = write_index(Path(output_root or profile.output_root))
-    return RunResult(profile.name, period, final, files, replaced, ingested, index)
+    return RunResult(profile.name, period, final, files, replaced, ingested, index, summary=summarize(data))

@@ -6,6 +6,8 @@ the service was down), it runs now, once; older missed periods are left alone (r
 ``kvtrace run PROFILE --at``). After a long sleep (a suspended laptop) several slots may have
 passed; again only the latest runs. Every run is passed the slot time, not the wall-clock time, so
 a late run reports the period its slot was for. A failing run is reported and the loop goes on.
+A period without requests gets no folder (unless the profile asks for empty reports), so the
+next start-up checks it again: telemetry that arrived late is then reported.
 
 The clock and the sleep are parameters, so tests drive the loop without waiting.
 """
