@@ -41,3 +41,21 @@ def require_tool(name: str) -> str:
             pytest.fail(f"{name} is required in CI but not installed (see .ci/run)")
         pytest.skip(f"{name} not installed")
     return path
+
+
+def require_other_uid() -> int:
+    """A second uid to act as another local user (``nobody``), for tests that need root to take it
+    on; skip where there is none, unless CI demands it (KVTRACE_REQUIRE_TOOLS=1)."""
+    import pwd
+
+    problem = None
+    if os.geteuid() != 0:
+        problem = "needs root to act as a second user"
+    else:
+        try:
+            return pwd.getpwnam("nobody").pw_uid
+        except KeyError:
+            problem = "no user 'nobody' to act as a second user"
+    if os.environ.get("KVTRACE_REQUIRE_TOOLS") == "1":
+        pytest.fail(f"{problem}: required in CI (see .ci/run)")
+    pytest.skip(problem)

@@ -109,9 +109,18 @@ class Server:
 
     def _listen(self) -> None:
         folder = os.path.dirname(self.sock_path)
-        if folder == paths.private_dir():
+        private = folder == paths.private_dir()
+        if private:
             os.makedirs(folder, mode=0o700, exist_ok=True)
-            os.chmod(folder, 0o700)
+            if os.stat(folder).st_uid == os.geteuid():
+                os.chmod(folder, 0o700)
+        # Clients trust the socket only in a folder no other user controls: say so now, not on
+        # every command.
+        problem = paths.folder_problem(folder, private=private)
+        if problem:
+            raise ConfigError(f"cannot serve {self.db_real}: {problem}",
+                              hint=f"remove {folder} if it is not yours" if private else
+                              f"move the warehouse to a folder only you can write, or chmod go-w {folder}")
         if os.path.exists(self.sock_path):
             os.unlink(self.sock_path)           # stale: nothing answered the ping above
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
