@@ -59,3 +59,47 @@ def require_other_uid() -> int:
     if os.environ.get("KVTRACE_REQUIRE_TOOLS") == "1":
         pytest.fail(f"{problem}: required in CI (see .ci/run)")
     pytest.skip(problem)
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """``mount(size)`` a tmpfs of ``size`` (e.g. "8m") and return its folder: a volume a test
+    can fill and empty. Needs root; skipped where mounting is refused, unless CI demands it
+    (KVTRACE_REQUIRE_TOOLS=1). Unmounted when the test ends."""
+    import subprocess
+
+    mounted = []
+
+    def mount(size: str):
+        folder = tmp_path / f"tmpfs{len(mounted)}"
+        folder.mkdir()
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(folder)],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            why = f"cannot mount a tmpfs to fill: {r.stderr.strip() or r.returncode}"
+            if os.environ.get("KVTRACE_REQUIRE_TOOLS") == "1":
+                pytest.fail(f"{why}: required in CI (see .ci/run)")
+            pytest.skip(why)
+        mounted.append(folder)
+        return folder
+
+    yield mount
+    for folder in mounted:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+def fill(folder) -> "os.PathLike":
+    """Fill the volume of ``folder`` with one file until writes fail; returns that file."""
+    filler = os.path.join(folder, "filler")
+    with open(filler, "wb", buffering=0) as fh:
+        try:
+            while True:
+                fh.write(b"\0" * 65536)
+        except OSError:
+            pass
+        try:
+            while True:
+                fh.write(b"\0" * 512)
+        except OSError:
+            pass
+    return filler

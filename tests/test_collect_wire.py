@@ -370,26 +370,92 @@ def test_a_frame_that_cannot_be_converted_is_kept_aside_and_the_segment_goes_on(
     assert [k for _, k, _ in kept] == [LOGS.frame_kind, ord("?")]
 
 
-def test_a_segment_ingest_keeps_failing_goes_to_failed_and_the_next_is_ingested(tmp_path, monkeypatch):
+def _two_ready_segments(spool: Path) -> None:
+    for i in (1, 2):
+        lines = [orjson.dumps(logs_request_json([api_request_json(f"req_w{i}_{j}", (i, 1, 1, 1)) for j in range(100)]))
+                 for _ in range(3)]
+        (spool / f"seg-{i}.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+
+
+def test_a_segment_whose_ingest_fails_on_a_full_volume_is_retried_until_it_is_stored(small_tmpfs, monkeypatch):
     pytest.importorskip("kvtrace.ingest.otlp_json")
     from kvtrace.collect import worker
+    from kvtrace.store import Store
+    from tests.conftest import fill
+
+    vol = small_tmpfs("4m")
+    spool, db = vol / "spool", vol / "kv.duckdb"
+    spool.mkdir()
+    _two_ready_segments(spool)
+    Store(db).close()
+    monkeypatch.setattr(worker, "BACKOFF_FIRST_S", 0.0)   # retry at once: the test needs no waiting
+    filler = fill(vol)
+    for _ in range(5):                                     # more failures than any give-up count
+        r = worker.ingest_segments(str(spool), str(db), 3600)
+        assert (r["segments"], r["failed"], r["retrying"]) == (0, 0, 2)
+    assert sorted(p.name for p in spool.glob("seg-*")) == ["seg-1.jsonl", "seg-2.jsonl"]
+    assert not (spool / "failed").exists()
+    os.unlink(filler)                                      # space returns: stored, with no manual step
+    r = worker.ingest_segments(str(spool), str(db), 3600)
+    assert (r["segments"], r["requests_added"], r["failed"], r["retrying"]) == (2, 200, 0, 0)
+    with Store(db, read_only=True) as store:
+        assert store.scalar("SELECT count(*) FROM requests") == store.scalar("SELECT count(DISTINCT request_id) FROM requests") == 200
+
+
+def test_only_a_segment_ingest_cannot_read_is_set_aside_readable_by_kvtrace_ingest(tmp_path):
+    pytest.importorskip("kvtrace.ingest.otlp_json")
+    from kvtrace.collect import worker
+    from kvtrace.errors import BadTraceInput
+    from kvtrace.store import Store
 
     spool = tmp_path / "spool"
     spool.mkdir()
-    for i in (1, 2):
-        (spool / f"seg-{i}.jsonl").write_bytes(orjson.dumps(logs_request_json([api_request_json(f"req_w{i}", (i, 1, 1, 1))])) + b"\n")
-    import kvtrace.ingest as ingest_mod
+    _two_ready_segments(spool)
+    seg1 = spool / "seg-1.jsonl"
+    assert not worker.permanent(seg1, OSError(28, "No space left on device"))
+    assert not worker.permanent(seg1, "Error: cannot open warehouse: IO Error: Could not set lock on file")
+    assert worker.permanent(seg1, f"Error: {seg1}:3: field 'input_tokens': not a token count")
+    error = BadTraceInput(str(seg1), 3, "not a token count", field="input_tokens")
+    outcomes = [worker.record_failure(spool, seg1, error) for _ in range(worker.PERMANENT_ATTEMPTS)]
+    assert outcomes == ["retry"] * (worker.PERMANENT_ATTEMPTS - 1) + ["set_aside"]
+    aside = spool / "failed" / "seg-1.jsonl"
+    assert segments.set_aside(spool) == [aside]
+    assert "seg-1.jsonl:3: field 'input_tokens'" in (spool / "failed" / "seg-1.error.txt").read_text()
+    status = segments.spool_status(spool)
+    assert status["ready"] == 1 and [a["path"] for a in status["set_aside"]] == [str(aside)]
+    with Store(tmp_path / "kv.duckdb") as store:           # what was set aside is plain OTLP JSON lines
+        from kvtrace.ingest import ingest
 
-    real = ingest_mod.ingest
+        assert ingest(store, [spool / "failed"]).requests_added == 100
 
-    def flaky(store, paths, **kw):
-        if Path(paths[0]).name == "seg-1.jsonl":
-            raise RuntimeError("cannot read this one")
-        return real(store, paths, **kw)
 
-    monkeypatch.setattr(ingest_mod, "ingest", flaky)
-    db = str(tmp_path / "kv.duckdb")
-    results = [worker.ingest_segments(str(spool), db, 3600) for _ in range(worker.MAX_ATTEMPTS)]
-    assert [r["segments"] for r in results] == [1, 0, 0] and results[-1]["failed"] == 1
-    assert (spool / "failed" / "seg-1.jsonl.failed").exists() and (spool / "failed" / "seg-1.jsonl.error.txt").exists()
-    assert (spool / "ingested" / "seg-2.jsonl.done").exists()
+def test_segments_an_earlier_collector_gave_up_on_are_retried_at_start(tmp_path):
+    pytest.importorskip("kvtrace.ingest.otlp_json")
+    from kvtrace.collect.spool import Spool
+
+    spool = tmp_path / "spool"
+    (spool / "failed").mkdir(parents=True)
+    _two_ready_segments(spool)
+    os.replace(spool / "seg-1.jsonl", spool / "failed" / "seg-1.jsonl.failed")
+    (spool / "failed" / "seg-1.jsonl.error.txt").write_text("TransactionException: Failed to commit: No space left\n")
+    sealed = segments.encode_frame(otlp.JSON_FRAME, orjson.dumps(logs_request_json([api_request_json("req_s", (1, 1, 1, 1))])))
+    (spool / "failed" / "seg-0.sealed.failed").write_bytes(sealed)
+    sp = Spool(spool)
+    sp.open()
+    sp.close()
+    assert sorted(p.name for p in spool.glob("seg-*")) == ["seg-0.sealed", "seg-1.jsonl", "seg-2.jsonl"]
+    assert list((spool / "failed").iterdir()) == []
+
+
+def test_a_warehouse_created_on_a_full_volume_leaves_no_broken_file(small_tmpfs):
+    from kvtrace.store import Store
+    from tests.conftest import fill
+
+    vol = small_tmpfs("1m")
+    filler = fill(vol)
+    with pytest.raises(Exception):
+        Store(vol / "kv.duckdb")
+    assert not (vol / "kv.duckdb").exists()              # not a half-written file refused for good
+    os.unlink(filler)
+    with Store(vol / "kv.duckdb") as store:
+        assert store.scalar("SELECT count(*) FROM requests") == 0

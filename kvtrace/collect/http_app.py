@@ -127,8 +127,11 @@ def make_app(collector) -> Starlette:
     async def healthz(request: Request) -> Response:
         ok = collector.healthy()
         last = metrics.get("kvtrace_collect_last_ingest_timestamp_seconds")
+        collector.update_gauges()
         body = {"status": "ok" if ok else "unhealthy", "spool_bytes": spool.backlog_bytes,
                 "queue_bytes": spool.queue_bytes,
+                "segments_retrying": int(metrics.get("kvtrace_collect_segments_retrying")),
+                "segments_set_aside": int(metrics.get("kvtrace_collect_segments_set_aside")),
                 "last_ingest_age_s": round(time.time() - last, 3) if last else None}
         return JSONResponse(body, status_code=200 if ok else 503)
 

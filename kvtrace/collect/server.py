@@ -184,6 +184,7 @@ class Collector:
     def update_gauges(self) -> None:
         self.metrics.set("kvtrace_collect_spool_bytes", self.spool.backlog_bytes)
         self.metrics.set("kvtrace_collect_spool_queue_bytes", self.spool.queue_bytes)
+        self.metrics.set("kvtrace_collect_segments_set_aside", len(seg.set_aside(self.config.spool)))
 
     # -- maintenance: convert sealed segments, ingest ready ones ---------------------------------
     def _on_seal(self, path) -> None:
@@ -216,12 +217,13 @@ class Collector:
             self._sealed_pending.clear()
             if seg.listing(self.config.spool, seg.SEALED):
                 f = self.worker.call("finish", spool_dir)
-                self.metrics.inc("kvtrace_collect_segment_failures_total", f["failed"])
+                self.metrics.set("kvtrace_collect_segments_retrying", f["retrying"])
                 log.debug("converted %d segment(s) into %d lines", f["converted"], f["lines"])
             if ingest and self.config.db is not None and seg.listing(self.config.spool, seg.READY):
                 t = self.worker.call("ingest", spool_dir, str(self.config.db), self.config.keep_ingested)
                 self.metrics.inc("kvtrace_collect_segments_ingested_total", t["segments"])
                 self.metrics.inc("kvtrace_collect_segment_failures_total", t["failed"])
+                self.metrics.set("kvtrace_collect_segments_retrying", t["retrying"])
                 self.metrics.inc("kvtrace_collect_ingested_requests_total", t["requests_added"])
                 log.info("ingested %d segment(s): %d requests, %d metric points added, %d duplicates skipped, "
                          "%d lines rejected", t["segments"], t["requests_added"], t["metric_points_added"],
