@@ -485,3 +485,61 @@ def test_a_socket_with_a_wrong_mode_or_in_a_folder_others_can_write_is_refused(t
     db = shared / "kv.duckdb"
     imp = impostor(paths.socket_path(str(db)))
     _refused_and_ran_here(_ingest_beside(shared, db), imp, b"is writable by other users")
+
+
+# A server whose main thread, on SIGUSR1, checkpoints the warehouse between commands: what an
+# automatic or bulk-ingest checkpoint does, and on a full disk DuckDB invalidates the database.
+_CHECKPOINTING_SERVER = """
+import signal, sys
+from kvtrace.serve.server import Server
+
+srv = Server(sys.argv[1])
+srv.start()
+
+def checkpoint(*_):
+    try:
+        srv.store.con.execute("CHECKPOINT")
+    except Exception as e:
+        print("checkpoint failed:", type(e).__name__, e, flush=True)
+
+signal.signal(signal.SIGUSR1, checkpoint)
+srv.serve_forever()
+"""
+
+
+def test_a_warehouse_invalidated_by_a_full_disk_is_reopened_once_space_returns(small_tmpfs):
+    from tests.conftest import fill
+
+    vol = small_tmpfs("16m")
+    shutil.copytree(SAMPLES / "otlp", vol / "traces")
+    db = vol / "kv.duckdb"
+    log = open(vol / "serve.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-c", _CHECKPOINTING_SERVER, str(db)], cwd=ROOT, env=_env(),
+                            stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while status(db) is None:
+            assert proc.poll() is None and time.monotonic() < deadline, (vol / "serve.log").read_text()
+            time.sleep(0.05)
+        r = kv("ingest", "traces/logs.jsonl.gz", "--db", "kv.duckdb", "--quiet", cwd=vol)
+        assert r.returncode == 0 and status(db)["commands"] == 1, r.stderr
+        filler = fill(vol)
+        proc.send_signal(signal.SIGUSR1)
+        while "checkpoint failed" not in (vol / "serve.log").read_text():
+            assert time.monotonic() < deadline, (vol / "serve.log").read_text()
+            time.sleep(0.05)
+        assert "FatalException" in (vol / "serve.log").read_text()    # the warehouse is invalidated
+        os.unlink(filler)                                              # space returns
+        r = kv("ingest", "traces", "--db", "kv.duckdb", "--json", cwd=vol)
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["metric_points_added"] > 0
+        info = status(db)
+        assert info["commands"] == 2 and info["warehouse_problem"] is None   # served, by the same server
+        r = kv("query", "usage_bounds", "--format", "csv", "--db", "kv.duckdb", cwd=vol)
+        assert r.returncode == 0 and status(db)["commands"] == 3, r.stderr
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        log.close()
+    text = (vol / "serve.log").read_text()
+    assert "can no longer be used" in text and "reopened" in text, text
