@@ -36,6 +36,12 @@ INGESTED_DIR = "ingested"
 FAILED_DIR = "failed"      # segments that could not be converted or ingested, kept for a manual retry
 
 
+def _private(path, flags: int) -> int:
+    """``open()``'s opener for spool files: they hold telemetry, so only their owner reads them
+    (mode 0600 whatever the umask), as the ``.open`` segments they come from."""
+    return os.open(path, flags, 0o600)
+
+
 def encode_frame(kind: int, payload: bytes) -> bytes:
     return HEADER.pack(MAGIC, kind, len(payload), zlib.crc32(payload)) + payload
 
@@ -120,7 +126,7 @@ def convert_sealed(sealed: Path) -> tuple[Path | None, int]:
     tmp = sealed.with_name(sid + TMP)
     data = sealed.read_bytes()
     lines = 0
-    with open(tmp, "wb") as out:
+    with open(tmp, "wb", opener=_private) as out:
         for _end, kind, payload in iter_frames(data):
             try:
                 if kind == JSON_FRAME:
@@ -152,8 +158,8 @@ def convert_sealed(sealed: Path) -> tuple[Path | None, int]:
 
 def _keep_failed_frame(spool: Path, sid: str, kind: int, payload: bytes) -> None:
     failed = spool / FAILED_DIR
-    failed.mkdir(exist_ok=True)
-    with open(failed / (sid + ".frames"), "ab") as fh:
+    failed.mkdir(mode=0o700, exist_ok=True)
+    with open(failed / (sid + ".frames"), "ab", opener=_private) as fh:
         fh.write(encode_frame(kind, payload))
         fh.flush()
         os.fsync(fh.fileno())
@@ -171,6 +177,13 @@ def tidy(spool: Path) -> None:
             fsync_dir(spool)
     for tmp in spool.glob("*" + TMP):
         tmp.unlink(missing_ok=True)
+    # Files an earlier kvtrace left readable by everyone (it wrote them under the umask).
+    for p in [*spool.glob("seg-*"), *(spool / INGESTED_DIR).glob("seg-*"), *(spool / FAILED_DIR).glob("seg-*")]:
+        try:
+            if p.stat().st_mode & 0o077:
+                p.chmod(0o600)
+        except FileNotFoundError:
+            pass
     for sealed in spool.glob("*" + SEALED):
         if sealed.with_name(segment_id(sealed) + READY).exists():
             # The .jsonl was renamed into place before the crash; the sealed frames are a duplicate.
@@ -207,3 +220,9 @@ def set_aside(spool: Path) -> list[Path]:
 def listing(spool: Path, suffix: str) -> list[Path]:
     """Segments in one state, oldest first (ids sort by time)."""
     return sorted(spool.glob("seg-*" + suffix))  # a glob matches the whole name: .jsonl is not .jsonl.tmp
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a small text file beside the segments, readable by its owner only."""
+    with open(path, "w", encoding="utf-8", opener=_private) as fh:
+        fh.write(text)

@@ -87,8 +87,8 @@ def record_failure(root: Path, path: Path, error: BaseException | str, *, may_se
     if may_set_aside and permanent(path, error) and n >= PERMANENT_ATTEMPTS:
         _retry.pop(path.name, None)
         failed = root / seg.FAILED_DIR
-        failed.mkdir(exist_ok=True)
-        (failed / (seg.segment_id(path) + ".error.txt")).write_text(text.rstrip() + "\n")
+        failed.mkdir(mode=0o700, exist_ok=True)
+        seg.write_private(failed / (seg.segment_id(path) + ".error.txt"), text.rstrip() + "\n")
         os.replace(path, failed / (seg.segment_id(path) + seg.READY))
         seg.fsync_dir(failed)
         seg.fsync_dir(root)
@@ -166,7 +166,7 @@ def ingest_segments(spool: str, db: str, keep_seconds: float) -> dict:
 
     root = Path(spool)
     done_dir = root / seg.INGESTED_DIR
-    done_dir.mkdir(exist_ok=True)
+    done_dir.mkdir(mode=0o700, exist_ok=True)
 
     totals = {"segments": 0, "requests_added": 0, "metric_points_added": 0, "duplicates_skipped": 0,
               "lines_rejected": 0, "rejects": [], "failed": 0, "retrying": 0}
