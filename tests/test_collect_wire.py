@@ -459,3 +459,66 @@ def test_a_warehouse_created_on_a_full_volume_leaves_no_broken_file(small_tmpfs)
     os.unlink(filler)
     with Store(vol / "kv.duckdb") as store:
         assert store.scalar("SELECT count(*) FROM requests") == 0
+
+
+# The collector acknowledges exactly what ingest stores: odd token counts and times, each in its own
+# record, through both encodings; what it keeps is then ingested, and the two sets must agree.
+ODD_COUNTS = ["١٠٠٠", "１０００", "0x10", "1_000", " 12 ", "12.5", "1e3", "+5", "-1", "nan", "1e20", "lots", "12abc"]
+ODD_TIMES = ["20260302T091202Z", "2026-W10-1T09:12:02", "2026-03-02T09:12:02,5Z", "2026-03-02T09",
+             "2026-03-02T09:12:02Z", "2026-03-02 09:12:02", "2026-03-02T09:12:02.250+01:00", "yesterday"]
+
+
+def _odd_records() -> list[tuple[str, dict]]:
+    """(request id, OTLP JSON api_request) pairs: one odd value each."""
+    out = []
+    for i, text in enumerate(ODD_COUNTS):
+        rec = api_request_json(f"req_count_{i}", (1, 1, 1, 1))
+        next(a for a in rec["attributes"] if a["key"] == "input_tokens")["value"] = {"stringValue": text}
+        out.append((f"req_count_{i}", rec))
+    for i, text in enumerate(ODD_TIMES):
+        rec = api_request_json(f"req_time_{i}", (1, 1, 1, 1))
+        del rec["timeUnixNano"]
+        rec["attributes"].append({"key": "event.timestamp", "value": {"stringValue": text}})
+        out.append((f"req_time_{i}", rec))
+    rec = api_request_json("req_ns_arabic", (1, 1, 1, 1))
+    rec["timeUnixNano"] = "١٧٩١٤٤٧٣١٨١٣٧٠٠٠٠٠٠"
+    out.append(("req_ns_arabic", rec))
+    return out
+
+
+def _as_protobuf(records: list[dict]) -> bytes:
+    from google.protobuf.json_format import ParseDict
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+
+    return ParseDict(logs_request_json(records), ExportLogsServiceRequest()).SerializeToString()
+
+
+@pytest.mark.parametrize("media", [otlp.JSON_TYPE, otlp.PROTOBUF_TYPE])
+def test_the_collector_acknowledges_exactly_what_ingest_stores(tmp_path, media):
+    pytest.importorskip("kvtrace.ingest.otlp_json")
+    from kvtrace.ingest import ingest
+    from kvtrace.store import Store
+
+    pairs = _odd_records()
+    if media == otlp.PROTOBUF_TYPE:     # a protobuf time is a number: only the attributes can be odd
+        pairs = [(rid, rec) for rid, rec in pairs if rid != "req_ns_arabic"]
+    acknowledged, stored = set(), set()
+    for rid, rec in pairs:              # one record per request: the answer says which it dropped
+        body = orjson.dumps(logs_request_json([rec])) if media == otlp.JSON_TYPE else _as_protobuf([rec])
+        batch = otlp.decode(LOGS, media, body)
+        if batch.rejected:
+            assert batch.records == 0 and repr(rid) in batch.message, batch.message
+            continue
+        acknowledged.add(rid)
+        seg = tmp_path / f"seg-{rid}.sealed"
+        seg.write_bytes(segments.encode_frame(batch.frame_kind, batch.payload))
+        segments.convert_sealed(seg)
+    with Store(tmp_path / "kv.duckdb") as store:
+        summary = ingest(store, [tmp_path], format="otlp-json")
+        stored = {r[0] for r in store.query("SELECT request_id FROM requests")}
+    assert summary.lines_rejected == 0 and not summary.rejects, summary.rejects
+    assert stored == acknowledged
+    # the odd forms Python reads but ingest does not are among the refused ones
+    refused = {rid for rid, _ in pairs} - acknowledged
+    assert {"req_count_0", "req_count_1", "req_time_0", "req_time_1", "req_time_2", "req_time_3"} <= refused
+    assert {"req_count_2", "req_count_3", "req_count_4", "req_time_4", "req_time_5"} <= acknowledged
