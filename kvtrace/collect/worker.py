@@ -60,7 +60,7 @@ def _init_worker(parent: int) -> None:
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 30.0
 PERMANENT_ATTEMPTS = 3
-_retry: dict[str, tuple[int, float]] = {}   # segment name -> (failures so far, monotonic time of the next try)
+_retry: dict[str, tuple[int, float]] = {}   # segment path -> (failures so far, monotonic time of the next try)
 
 
 def permanent(path: Path, error: BaseException | str) -> bool:
@@ -69,23 +69,24 @@ def permanent(path: Path, error: BaseException | str) -> bool:
     from kvtrace.errors import BadTraceInput, UnknownFormat
 
     if isinstance(error, str):
-        return f"{path}:" in error and error.split(f"{path}:", 1)[1][:1].isdigit()
+        return any(f"{name}:" in error and error.split(f"{name}:", 1)[1][:1].isdigit()
+                   for name in (str(path), str(Path(path).resolve())))
     return isinstance(error, (BadTraceInput, UnknownFormat))
 
 
 def _due(path: Path) -> bool:
     """A segment that failed before is tried again only once its backoff has passed."""
-    entry = _retry.get(path.name)
+    entry = _retry.get(str(path))
     return entry is None or time.monotonic() >= entry[1]
 
 
 def record_failure(root: Path, path: Path, error: BaseException | str, *, may_set_aside: bool = True) -> str:
     """Count a failure: ``"retry"`` (the segment stays where it is and is tried again after a
     backoff) or ``"set_aside"`` (moved to ``failed/`` with its reason beside it)."""
-    n = _retry.get(path.name, (0, 0.0))[0] + 1
+    n = _retry.get(str(path), (0, 0.0))[0] + 1
     text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
     if may_set_aside and permanent(path, error) and n >= PERMANENT_ATTEMPTS:
-        _retry.pop(path.name, None)
+        _retry.pop(str(path), None)
         failed = root / seg.FAILED_DIR
         failed.mkdir(mode=0o700, exist_ok=True)
         seg.write_private(failed / (seg.segment_id(path) + ".error.txt"), text.rstrip() + "\n")
@@ -95,20 +96,20 @@ def record_failure(root: Path, path: Path, error: BaseException | str, *, may_se
         log.error("segment %s set aside in %s: its content cannot be ingested: %s", path.name, failed, text)
         return "set_aside"
     wait = min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (n - 1))
-    _retry[path.name] = (n, time.monotonic() + wait)
+    _retry[str(path)] = (n, time.monotonic() + wait)
     log.warning("segment %s failed (attempt %d, next in %.0f s): %s", path.name, n, wait, text)
     return "retry"
 
 
 def _succeeded(path: Path) -> None:
-    _retry.pop(path.name, None)
+    _retry.pop(str(path), None)
 
 
 def _retrying(root: Path) -> int:
-    """Segments still on disk that are waiting for a retry."""
-    for name in [n for n in _retry if not (root / n).exists()]:
+    """Segments of this spool still on disk that are waiting for a retry."""
+    for name in [n for n in _retry if not os.path.exists(n)]:
         del _retry[name]
-    return len(_retry)
+    return sum(Path(n).parent == root for n in _retry)
 
 
 def finish_segments(spool: str) -> dict:
