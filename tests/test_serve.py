@@ -431,6 +431,8 @@ def test_a_socket_of_another_user_beside_the_warehouse_is_refused(open_folder, i
     db = open_folder / "kv.duckdb"
     imp = impostor(paths.socket_path(str(db)), uid=nobody)
     _refused_and_ran_here(_ingest_beside(open_folder, db), imp, b"belongs to uid %d" % nobody)
+    r = kv("serve", "--stop", "--db", db, cwd=open_folder)     # nor is a stop sent to it
+    assert r.returncode == 1 and b"not stopping what listens" in r.stderr and b"Traceback" not in r.stderr, r.stderr
 
 
 def test_a_socket_of_ours_with_another_user_behind_it_is_refused(open_folder, impostor):

@@ -418,6 +418,10 @@ def stop(db: str | os.PathLike | None, timeout: float = 660.0) -> str:
     sock = paths.socket_path(db_real)
     if not os.path.exists(sock):
         raise ConfigError(f"no kvtrace serve runs for {db_real}", hint="start one with: kvtrace serve --db PATH")
+    problem = paths.socket_problem(sock)
+    if problem is not None:
+        raise ConfigError(f"not stopping what listens on {sock}: {problem}",
+                          hint=f"it is not a kvtrace serve of yours; remove it if you may: rm {sock}")
     answer = client.call(sock, protocol.STOP, timeout=timeout)
     if answer is None:
         os.unlink(sock)
