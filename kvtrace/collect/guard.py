@@ -27,6 +27,8 @@ log = logging.getLogger("kvtrace.collect")
 
 # Open files the collector needs besides client connections: spool, worker pipes, gRPC, logs.
 RESERVED_FILES = 128
+# Connections the event loop accepts in one go before any is refused: the listen backlog.
+ACCEPT_BURST = 128
 
 
 def connection_budget(wanted: int) -> int:
@@ -41,7 +43,7 @@ def connection_budget(wanted: int) -> int:
             pass
     if soft == resource.RLIM_INFINITY:
         return wanted
-    budget = max(1, min(wanted, soft - RESERVED_FILES))
+    budget = max(1, min(wanted, soft - RESERVED_FILES - ACCEPT_BURST))
     if budget < wanted:
         log.warning("the open-file limit (%d) allows %d client connections, not %d; raise it "
                     "(LimitNOFILE= in the systemd unit, ulimit -n)", soft, budget, wanted)

@@ -20,7 +20,7 @@ import time
 
 from kvtrace.collect import segments as seg
 from kvtrace.collect.config import CollectorConfig
-from kvtrace.collect.guard import RateLimit, RedactQuery, connection_budget, guarded_protocol
+from kvtrace.collect.guard import ACCEPT_BURST, RateLimit, RedactQuery, connection_budget, guarded_protocol
 from kvtrace.collect.metrics import Metrics
 from kvtrace.collect.spool import Recovery, Spool
 from kvtrace.collect.worker import Worker
@@ -128,7 +128,7 @@ class Collector:
         protocol = guarded_protocol(self.config.header_timeout, connection_budget(self.config.max_connections))
         config = uvicorn.Config(make_app(self), log_config=None, access_log=self.config.access_log,
                                 lifespan="off", timeout_graceful_shutdown=int(GRACE_SECONDS),
-                                server_header=False, date_header=False, http=protocol)
+                                server_header=False, date_header=False, http=protocol, backlog=ACCEPT_BURST)
         self._uv = _Server(config)
         self._uv_thread = threading.Thread(target=lambda: asyncio.run(self._uv.serve(sockets=[sock])),
                                            name="kvtrace-http", daemon=True)
