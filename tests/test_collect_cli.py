@@ -92,3 +92,19 @@ def test_reports_read_the_warehouse_while_the_collector_runs(tmp_path):
         assert post(c.http_port, "/v1/logs", _body("req_rep2_", 4), JSON)[0] == 200
     with Store(db, read_only=True) as store:
         assert store.query("SELECT count(*) FROM requests")[0][0] == 12
+
+
+def test_status_says_what_waits_and_what_is_set_aside(tmp_path):
+    spool = tmp_path / "spool"
+    (spool / "failed").mkdir(parents=True)
+    (spool / "seg-2.jsonl").write_bytes(_body("w", 1) + b"\n")
+    res = CliRunner().invoke(app, ["collect", "--status", "--spool", str(spool)])
+    assert res.exit_code == 0, res.output
+    state = orjson.loads(res.output)
+    assert (state["ready"], state["set_aside"]) == (1, [])
+    (spool / "failed" / "seg-1.jsonl").write_bytes(_body("f", 1) + b"\n")
+    (spool / "failed" / "seg-1.error.txt").write_text("seg-1.jsonl:1: field 'input_tokens': not a token count\n")
+    res = CliRunner().invoke(app, ["collect", "--status", "--spool", str(spool)])
+    assert res.exit_code == 1
+    assert orjson.loads(res.output)["set_aside"] == [
+        {"path": str(spool / "failed" / "seg-1.jsonl"), "error": "seg-1.jsonl:1: field 'input_tokens': not a token count"}]

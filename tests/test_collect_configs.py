@@ -62,6 +62,8 @@ def test_systemd_unit_uses_real_collect_flags():
     flags = [a for a in argv[2:] if a.startswith("--")]
     assert flags and set(flags) <= known, set(flags) - known
     assert "KillMode=mixed" in text and "KillSignal=SIGTERM" in text
+    # systemd's soft limit of 1,024 open files would cap the collector's connections
+    assert int(re.search(r"^LimitNOFILE=(\d+)$", text, re.M).group(1)) >= 65536
 
 
 def test_otelcol_configs_write_what_ingest_reads_and_forward_with_a_token():

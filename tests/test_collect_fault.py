@@ -171,3 +171,55 @@ def test_kill_9_under_load_loses_nothing_acknowledged_and_duplicates_nothing(tmp
     print(json.dumps({"kills": kills, "acked": len(acked), "stored": len(ids),
                       "restarts_that_recovered_a_segment": text.count("recovered"),
                       "ingest_cycles_logged": text.count("ingested")}))
+
+
+@pytest.mark.slow
+def test_a_volume_that_fills_and_empties_under_load_loses_nothing_acknowledged(tmp_path, small_tmpfs):
+    """The spool and the warehouse share a small tmpfs; it is filled to the last byte twice while
+    exporters send (batches get 503 and are re-sent; conversions and ingests fail and are
+    retried), then emptied: every acknowledged record ends up stored exactly once, untouched."""
+    from tests.conftest import fill
+
+    vol = small_tmpfs("48m")
+    spool, db = vol / "spool", vol / "kv.duckdb"
+    http_port, grpc_port = _free_port(), _free_port()
+    log = open(tmp_path / "collector.log", "ab")
+    proc = _start_collector(spool, db, http_port, grpc_port, log)
+    names = ("f0", "f1")
+    gens = [subprocess.Popen(
+        [sys.executable, "-c", "from tests.test_collect_fault import load_main; load_main()",
+         name, "http", f"http://127.0.0.1:{http_port}/v1/logs", "1500", str(tmp_path / f"acked-{name}.txt")],
+        cwd=REPO, stderr=subprocess.DEVNULL) for name in names]
+    try:
+        for _ in range(2):
+            time.sleep(2.0)
+            filler = fill(vol)                   # full: nothing more fits, not even a WAL page
+            time.sleep(4.0)
+            os.unlink(filler)                    # and space returns, with no manual step
+        for g in gens:
+            assert g.wait(timeout=180) == 0
+    finally:
+        for g in gens:
+            if g.poll() is None:
+                g.kill()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=120)
+        log.close()
+    text = (tmp_path / "collector.log").read_text()
+    assert code == 0, text[-3000:]
+    assert "No space left" in text, "the volume never filled under the collector"
+    acked = set()
+    for name in names:
+        acked |= set((tmp_path / f"acked-{name}.txt").read_text().split())
+    assert acked == {f"{n}-{i:06d}" for n in names for i in range(1500)}
+    with Store(db, read_only=True) as store:
+        rows = store.query("SELECT request_id, input_tokens, output_tokens, cache_read_tokens, "
+                           "cache_write_5m_tokens + cache_write_1h_tokens + cache_write_unknown_tokens FROM requests")
+    ids = [r[0] for r in rows]
+    assert len(ids) == len(set(ids)), "duplicates in the warehouse"
+    assert set(ids) == acked, (len(acked - set(ids)), len(set(ids) - acked))
+    for rid, *tokens in rows:
+        assert tuple(tokens) == tokens_for(int(rid.split("-")[1])), rid
+    assert not list((spool / "failed").glob("seg-*")) if (spool / "failed").exists() else True
+    print(json.dumps({"acked": len(acked), "stored": len(ids), "no_space_lines": text.count("No space left"),
+                      "retries_logged": text.count("failed (attempt")}))

@@ -257,3 +257,101 @@ def test_stop_flushes_and_seals(tmp_path):
     assert not segments.listing(spool, segments.OPEN) and not segments.listing(spool, segments.SEALED)
     ready = segments.listing(spool, segments.READY)
     assert len(ready) == 1 and orjson.loads(ready[0].read_bytes().splitlines()[0]) == orjson.loads(LOGS_BODY)
+
+
+# -- idle and slow connections, the connection cap, quiet logs -------------------------------------
+
+def _answer(sock, timeout: float = 5.0) -> bytes:
+    """What the server writes before it closes the connection (within ``timeout``)."""
+    sock.settimeout(timeout)
+    data = b""
+    try:
+        while chunk := sock.recv(4096):
+            data += chunk
+    except OSError:
+        return data or b"(no answer)"
+    return data
+
+
+def test_idle_and_slow_connections_are_cut_and_over_the_limit_refused(tmp_path, caplog):
+    import logging
+    import socket
+
+    caplog.set_level(logging.INFO, logger="kvtrace.collect")
+    with running_collector(tmp_path, header_timeout=1.0, body_timeout=1.0, max_connections=20) as c:
+        t0 = time.monotonic()
+        idle = [socket.create_connection(("127.0.0.1", c.http_port)) for _ in range(40)]
+        try:
+            answers = [_answer(s) for s in idle]
+        finally:
+            for s in idle:
+                s.close()
+        refused = [a for a in answers if a.startswith(b"HTTP/1.1 503")]
+        timed_out = [a for a in answers if a.startswith(b"HTTP/1.1 408")]
+        assert (len(refused), len(timed_out)) == (20, 20), answers
+        assert b"Retry-After: 1" in refused[0] and b"too many connections" in refused[0]
+        assert time.monotonic() - t0 < 4.5                     # nobody waited for more than the deadline
+        # headers that never finish, and a body that never finishes
+        with socket.create_connection(("127.0.0.1", c.http_port)) as s:
+            s.sendall(b"POST /v1/logs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n")
+            assert _answer(s).startswith(b"HTTP/1.1 408")
+        with socket.create_connection(("127.0.0.1", c.http_port)) as s:
+            s.sendall(b"POST /v1/logs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: 100\r\n\r\n{\"resourceLogs\"")
+            a = _answer(s)
+            assert a.startswith(b"HTTP/1.1 408") and b"did not arrive within 1 s" in a, a
+        # and everyone else gets through
+        assert post(c.http_port, "/v1/logs", LOGS_BODY, JSON)[0] == 200
+    refusals = [r for r in caplog.records if r.getMessage().startswith("refused a connection")]
+    assert len(refusals) == 1, [r.getMessage() for r in refusals]    # 20 refusals, one log line
+
+
+def test_the_connection_cap_stays_under_the_open_file_limit():
+    import resource
+
+    from kvtrace.collect.guard import ACCEPT_BURST, RESERVED_FILES, connection_budget
+
+    budget = connection_budget(10**9)
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert budget == soft - RESERVED_FILES - ACCEPT_BURST if soft != resource.RLIM_INFINITY else budget == 10**9
+    assert connection_budget(50) == 50
+
+
+def test_spool_files_are_private_whatever_the_umask(tmp_path):
+    pytest.importorskip("kvtrace.ingest.otlp_json")
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        with running_collector(tmp_path / "a") as c:                        # spool only: .jsonl stays
+            assert post(c.http_port, "/v1/logs", LOGS_BODY, JSON)[0] == 200
+        with running_collector(tmp_path / "b", db=tmp_path / "kv.duckdb", ingest_every=3600) as c:
+            assert post(c.http_port, "/v1/logs", LOGS_BODY, JSON)[0] == 200
+    finally:
+        os.umask(old)
+    files = [*segments.listing(tmp_path / "a" / "spool", segments.READY),
+             *(tmp_path / "b" / "spool" / segments.INGESTED_DIR).glob("*" + segments.DONE)]
+    assert len(files) == 2
+    for p in files + [tmp_path / "a" / "spool", tmp_path / "b" / "spool" / segments.INGESTED_DIR]:
+        assert stat.S_IMODE(p.stat().st_mode) & 0o077 == 0, (p, oct(p.stat().st_mode))
+
+
+def test_the_access_log_redacts_query_values_and_a_dropped_client_is_one_line(tmp_path, caplog):
+    import logging
+    import socket
+
+    caplog.set_level(logging.INFO)
+    with running_collector(tmp_path, access_log=True) as c:
+        assert post(c.http_port, "/v1/logs?token=s3cr3t-value&x=1", LOGS_BODY, JSON)[0] == 200
+        for _ in range(3):                                   # clients that go away mid-body
+            with socket.create_connection(("127.0.0.1", c.http_port)) as s:
+                s.sendall(b"POST /v1/logs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                          b"Content-Length: 1000\r\n\r\n{\"resourceLogs\"")
+                time.sleep(0.2)
+        time.sleep(0.3)
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "/v1/logs?token=REDACTED&x=REDACTED" in text and "s3cr3t" not in text, text
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+    gone = [r for r in caplog.records if "went away" in r.getMessage()]
+    assert 1 <= len(gone) <= 3 and all("\n" not in r.getMessage() for r in gone)

@@ -370,26 +370,155 @@ def test_a_frame_that_cannot_be_converted_is_kept_aside_and_the_segment_goes_on(
     assert [k for _, k, _ in kept] == [LOGS.frame_kind, ord("?")]
 
 
-def test_a_segment_ingest_keeps_failing_goes_to_failed_and_the_next_is_ingested(tmp_path, monkeypatch):
+def _two_ready_segments(spool: Path) -> None:
+    for i in (1, 2):
+        lines = [orjson.dumps(logs_request_json([api_request_json(f"req_w{i}_{j}", (i, 1, 1, 1)) for j in range(100)]))
+                 for _ in range(3)]
+        (spool / f"seg-{i}.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+
+
+def test_a_segment_whose_ingest_fails_on_a_full_volume_is_retried_until_it_is_stored(small_tmpfs, monkeypatch):
     pytest.importorskip("kvtrace.ingest.otlp_json")
     from kvtrace.collect import worker
+    from kvtrace.store import Store
+    from tests.conftest import fill
+
+    vol = small_tmpfs("4m")
+    spool, db = vol / "spool", vol / "kv.duckdb"
+    spool.mkdir()
+    _two_ready_segments(spool)
+    Store(db).close()
+    monkeypatch.setattr(worker, "BACKOFF_FIRST_S", 0.0)   # retry at once: the test needs no waiting
+    filler = fill(vol)
+    for _ in range(5):                                     # more failures than any give-up count
+        r = worker.ingest_segments(str(spool), str(db), 3600)
+        assert (r["segments"], r["failed"], r["retrying"]) == (0, 0, 2)
+    assert sorted(p.name for p in spool.glob("seg-*")) == ["seg-1.jsonl", "seg-2.jsonl"]
+    assert not (spool / "failed").exists()
+    os.unlink(filler)                                      # space returns: stored, with no manual step
+    r = worker.ingest_segments(str(spool), str(db), 3600)
+    assert (r["segments"], r["requests_added"], r["failed"], r["retrying"]) == (2, 200, 0, 0)
+    with Store(db, read_only=True) as store:
+        assert store.scalar("SELECT count(*) FROM requests") == store.scalar("SELECT count(DISTINCT request_id) FROM requests") == 200
+
+
+def test_only_a_segment_ingest_cannot_read_is_set_aside_readable_by_kvtrace_ingest(tmp_path):
+    pytest.importorskip("kvtrace.ingest.otlp_json")
+    from kvtrace.collect import worker
+    from kvtrace.errors import BadTraceInput
+    from kvtrace.store import Store
 
     spool = tmp_path / "spool"
     spool.mkdir()
-    for i in (1, 2):
-        (spool / f"seg-{i}.jsonl").write_bytes(orjson.dumps(logs_request_json([api_request_json(f"req_w{i}", (i, 1, 1, 1))])) + b"\n")
-    import kvtrace.ingest as ingest_mod
+    _two_ready_segments(spool)
+    seg1 = spool / "seg-1.jsonl"
+    assert not worker.permanent(seg1, OSError(28, "No space left on device"))
+    assert not worker.permanent(seg1, "Error: cannot open warehouse: IO Error: Could not set lock on file")
+    assert worker.permanent(seg1, f"Error: {seg1}:3: field 'input_tokens': not a token count")
+    error = BadTraceInput(str(seg1), 3, "not a token count", field="input_tokens")
+    outcomes = [worker.record_failure(spool, seg1, error) for _ in range(worker.PERMANENT_ATTEMPTS)]
+    assert outcomes == ["retry"] * (worker.PERMANENT_ATTEMPTS - 1) + ["set_aside"]
+    aside = spool / "failed" / "seg-1.jsonl"
+    assert segments.set_aside(spool) == [aside]
+    assert "seg-1.jsonl:3: field 'input_tokens'" in (spool / "failed" / "seg-1.error.txt").read_text()
+    status = segments.spool_status(spool)
+    assert status["ready"] == 1 and [a["path"] for a in status["set_aside"]] == [str(aside)]
+    with Store(tmp_path / "kv.duckdb") as store:           # what was set aside is plain OTLP JSON lines
+        from kvtrace.ingest import ingest
 
-    real = ingest_mod.ingest
+        assert ingest(store, [spool / "failed"]).requests_added == 100
 
-    def flaky(store, paths, **kw):
-        if Path(paths[0]).name == "seg-1.jsonl":
-            raise RuntimeError("cannot read this one")
-        return real(store, paths, **kw)
 
-    monkeypatch.setattr(ingest_mod, "ingest", flaky)
-    db = str(tmp_path / "kv.duckdb")
-    results = [worker.ingest_segments(str(spool), db, 3600) for _ in range(worker.MAX_ATTEMPTS)]
-    assert [r["segments"] for r in results] == [1, 0, 0] and results[-1]["failed"] == 1
-    assert (spool / "failed" / "seg-1.jsonl.failed").exists() and (spool / "failed" / "seg-1.jsonl.error.txt").exists()
-    assert (spool / "ingested" / "seg-2.jsonl.done").exists()
+def test_segments_an_earlier_collector_gave_up_on_are_retried_at_start(tmp_path):
+    pytest.importorskip("kvtrace.ingest.otlp_json")
+    from kvtrace.collect.spool import Spool
+
+    spool = tmp_path / "spool"
+    (spool / "failed").mkdir(parents=True)
+    _two_ready_segments(spool)
+    os.replace(spool / "seg-1.jsonl", spool / "failed" / "seg-1.jsonl.failed")
+    (spool / "failed" / "seg-1.jsonl.error.txt").write_text("TransactionException: Failed to commit: No space left\n")
+    sealed = segments.encode_frame(otlp.JSON_FRAME, orjson.dumps(logs_request_json([api_request_json("req_s", (1, 1, 1, 1))])))
+    (spool / "failed" / "seg-0.sealed.failed").write_bytes(sealed)
+    sp = Spool(spool)
+    sp.open()
+    sp.close()
+    assert sorted(p.name for p in spool.glob("seg-*")) == ["seg-0.sealed", "seg-1.jsonl", "seg-2.jsonl"]
+    assert list((spool / "failed").iterdir()) == []
+
+
+def test_a_warehouse_created_on_a_full_volume_leaves_no_broken_file(small_tmpfs):
+    from kvtrace.store import Store
+    from tests.conftest import fill
+
+    vol = small_tmpfs("1m")
+    filler = fill(vol)
+    with pytest.raises(Exception):
+        Store(vol / "kv.duckdb")
+    assert not (vol / "kv.duckdb").exists()              # not a half-written file refused for good
+    os.unlink(filler)
+    with Store(vol / "kv.duckdb") as store:
+        assert store.scalar("SELECT count(*) FROM requests") == 0
+
+
+# The collector acknowledges exactly what ingest stores: odd token counts and times, each in its own
+# record, through both encodings; what it keeps is then ingested, and the two sets must agree.
+ODD_COUNTS = ["١٠٠٠", "１０００", "0x10", "1_000", " 12 ", "12.5", "1e3", "+5", "-1", "nan", "1e20", "lots", "12abc"]
+ODD_TIMES = ["20260302T091202Z", "2026-W10-1T09:12:02", "2026-03-02T09:12:02,5Z", "2026-03-02T09",
+             "2026-03-02T09:12:02Z", "2026-03-02 09:12:02", "2026-03-02T09:12:02.250+01:00", "yesterday"]
+
+
+def _odd_records() -> list[tuple[str, dict]]:
+    """(request id, OTLP JSON api_request) pairs: one odd value each."""
+    out = []
+    for i, text in enumerate(ODD_COUNTS):
+        rec = api_request_json(f"req_count_{i}", (1, 1, 1, 1))
+        next(a for a in rec["attributes"] if a["key"] == "input_tokens")["value"] = {"stringValue": text}
+        out.append((f"req_count_{i}", rec))
+    for i, text in enumerate(ODD_TIMES):
+        rec = api_request_json(f"req_time_{i}", (1, 1, 1, 1))
+        del rec["timeUnixNano"]
+        rec["attributes"].append({"key": "event.timestamp", "value": {"stringValue": text}})
+        out.append((f"req_time_{i}", rec))
+    rec = api_request_json("req_ns_arabic", (1, 1, 1, 1))
+    rec["timeUnixNano"] = "١٧٩١٤٤٧٣١٨١٣٧٠٠٠٠٠٠"
+    out.append(("req_ns_arabic", rec))
+    return out
+
+
+def _as_protobuf(records: list[dict]) -> bytes:
+    from google.protobuf.json_format import ParseDict
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+
+    return ParseDict(logs_request_json(records), ExportLogsServiceRequest()).SerializeToString()
+
+
+@pytest.mark.parametrize("media", [otlp.JSON_TYPE, otlp.PROTOBUF_TYPE])
+def test_the_collector_acknowledges_exactly_what_ingest_stores(tmp_path, media):
+    pytest.importorskip("kvtrace.ingest.otlp_json")
+    from kvtrace.ingest import ingest
+    from kvtrace.store import Store
+
+    pairs = _odd_records()
+    if media == otlp.PROTOBUF_TYPE:     # a protobuf time is a number: only the attributes can be odd
+        pairs = [(rid, rec) for rid, rec in pairs if rid != "req_ns_arabic"]
+    acknowledged, stored = set(), set()
+    for rid, rec in pairs:              # one record per request: the answer says which it dropped
+        body = orjson.dumps(logs_request_json([rec])) if media == otlp.JSON_TYPE else _as_protobuf([rec])
+        batch = otlp.decode(LOGS, media, body)
+        if batch.rejected:
+            assert batch.records == 0 and repr(rid) in batch.message, batch.message
+            continue
+        acknowledged.add(rid)
+        seg = tmp_path / f"seg-{rid}.sealed"
+        seg.write_bytes(segments.encode_frame(batch.frame_kind, batch.payload))
+        segments.convert_sealed(seg)
+    with Store(tmp_path / "kv.duckdb") as store:
+        summary = ingest(store, [tmp_path], format="otlp-json")
+        stored = {r[0] for r in store.query("SELECT request_id FROM requests")}
+    assert summary.lines_rejected == 0 and not summary.rejects, summary.rejects
+    assert stored == acknowledged
+    # the odd forms Python reads but ingest does not are among the refused ones
+    refused = {rid for rid, _ in pairs} - acknowledged
+    assert {"req_count_0", "req_count_1", "req_time_0", "req_time_1", "req_time_2", "req_time_3"} <= refused
+    assert {"req_count_2", "req_count_3", "req_count_4", "req_time_4", "req_time_5"} <= acknowledged

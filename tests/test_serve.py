@@ -280,12 +280,21 @@ def test_a_peer_of_another_uid_is_refused():
             try:
                 os.setgid(65534)
                 os.setuid(65534)
-                answer = client.call(sock, protocol.PING)
+                # a bare connection: kvtrace's own client would not even talk to root's socket
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                    s.settimeout(client.HELLO_TIMEOUT_S)
+                    s.connect(sock)
+                    try:
+                        protocol.send(s, protocol.PING)
+                    except OSError:             # refused before it read: the answer is there
+                        pass
+                    answer = protocol.recv(s)
                 os._exit(0 if answer is not None and answer[0] == protocol.REFUSED else 1)
             except BaseException:
                 os._exit(2)
         _, code = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(code) == 0
+        os.chmod(sock, 0o600)
         assert status(srv.db)["pid"] == srv.pid      # and it still serves its own user
     finally:
         srv.stop()
@@ -320,3 +329,219 @@ def test_a_read_only_open_of_the_shared_store_refuses_writes(tmp_path):
         with open_store(db) as s:                                      # a writer still writes
             s.run("INSERT INTO ingested_files (path, size, mtime_ns, format, ingested_at, rows_added, duplicates, lines_rejected) VALUES ('a', 1, 2, 'otlp-json', now(), 0, 0, 0)")
         assert store.scalar("SELECT count(*) FROM ingested_files") == 1
+
+
+# -- a socket planted by someone else is never trusted --------------------------------------------
+
+class Impostor:
+    """A process (as ``uid``, or as us) listening on ``sock`` that answers every connection as a
+    server that ran the command (accepted, exit 0) and reports the bytes it received."""
+
+    def __init__(self, sock: str, uid: int | None = None, chown_to: int | None = None):
+        from kvtrace.serve import protocol
+
+        ready_r, ready_w = os.pipe()
+        self.got_r, got_w = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            try:
+                os.close(ready_r)
+                os.close(self.got_r)
+                if uid is not None:
+                    os.setgid(uid)
+                    os.setuid(uid)
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                s.bind(sock)
+                os.chmod(sock, 0o600)
+                s.listen(8)
+                os.write(ready_w, b"1")
+                while True:
+                    conn, _ = s.accept()
+                    conn.settimeout(2)
+                    try:
+                        data = conn.recv(1 << 16)
+                        protocol.send(conn, protocol.ACCEPTED)
+                        protocol.send(conn, protocol.EXIT, b"0")
+                    except OSError:
+                        data = b""
+                    os.write(got_w, b"%d\n" % len(data))
+                    conn.close()
+            finally:
+                os._exit(0)
+        os.close(ready_w)
+        os.close(got_w)
+        assert os.read(ready_r, 1) == b"1", "the impostor did not start"
+        os.close(ready_r)
+        if chown_to is not None:
+            os.chown(sock, chown_to, chown_to)
+
+    def received(self) -> list[int]:
+        """Bytes received per connection so far (stops the impostor)."""
+        self.kill()
+        with os.fdopen(self.got_r, "rb") as fh:
+            return [int(n) for n in fh.read().split()]
+
+    def kill(self) -> None:
+        if self.pid:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+            self.pid = 0
+
+
+@pytest.fixture
+def impostor():
+    """Start impostors with ``impostor(sock, ...)``; every one is killed when the test ends."""
+    started = []
+
+    def start(*args, **kwargs) -> Impostor:
+        started.append(Impostor(*args, **kwargs))
+        return started[-1]
+
+    yield start
+    for one in started:
+        one.kill()
+
+
+def _ingest_beside(folder: Path, db: Path, **env) -> subprocess.CompletedProcess:
+    return kv("ingest", SAMPLES / "otlp", "--db", db, "--json", cwd=folder, **env)
+
+
+def _refused_and_ran_here(r: subprocess.CompletedProcess, impostor: Impostor, why: bytes) -> None:
+    assert r.returncode == 0, r.stderr
+    assert b"not using the server socket" in r.stderr and why in r.stderr, r.stderr
+    assert json.loads(r.stdout)["requests_added"] > 0          # the ingest really happened, here
+    assert sum(impostor.received()) == 0                        # and the impostor got nothing
+
+
+@pytest.fixture
+def open_folder():
+    """A folder every user can create files in (sticky, like /tmp)."""
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="kvtrace-plant-"))
+    os.chmod(folder, 0o1777)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_socket_of_another_user_beside_the_warehouse_is_refused(open_folder, impostor):
+    from tests.conftest import require_other_uid
+
+    nobody = require_other_uid()
+    db = open_folder / "kv.duckdb"
+    imp = impostor(paths.socket_path(str(db)), uid=nobody)
+    _refused_and_ran_here(_ingest_beside(open_folder, db), imp, b"belongs to uid %d" % nobody)
+    r = kv("serve", "--stop", "--db", db, cwd=open_folder)     # nor is a stop sent to it
+    assert r.returncode == 1 and b"not stopping what listens" in r.stderr and b"Traceback" not in r.stderr, r.stderr
+
+
+def test_a_socket_of_ours_with_another_user_behind_it_is_refused(open_folder, impostor):
+    from tests.conftest import require_other_uid
+
+    nobody = require_other_uid()
+    db = open_folder / "kv.duckdb"
+    imp = impostor(paths.socket_path(str(db)), uid=nobody, chown_to=os.geteuid())
+    assert os.stat(paths.socket_path(str(db))).st_uid == os.geteuid()    # the file looks like ours
+    _refused_and_ran_here(_ingest_beside(open_folder, db), imp, b"runs as uid %d" % nobody)
+
+
+def test_a_private_socket_folder_made_by_another_user_is_refused(open_folder, impostor, monkeypatch):
+    from tests.conftest import require_other_uid
+
+    nobody = require_other_uid()
+    work = open_folder / ("w" * 120)             # a long warehouse path: its socket goes to the private folder
+    work.mkdir()
+    db = work / "kv.duckdb"
+    runtime = open_folder / "run"
+    runtime.mkdir()
+    os.chmod(runtime, 0o1777)
+    env = {"XDG_RUNTIME_DIR": str(runtime)}
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    private, sock = paths.private_dir(), paths.socket_path(os.path.realpath(db))
+    assert os.path.dirname(sock) == private
+    pid = os.fork()
+    if pid == 0:                                  # the other user creates the folder first
+        os.setgid(nobody)
+        os.setuid(nobody)
+        os.mkdir(private, 0o700)
+        os._exit(0)
+    os.waitpid(pid, 0)
+    imp = impostor(sock, uid=nobody)
+    _refused_and_ran_here(_ingest_beside(work, db, **env), imp, b"the folder %s belongs to uid %d" % (
+        private.encode(), nobody))
+    # and `kvtrace serve` will not put its socket there either
+    r = kv("serve", "--db", db, cwd=work, **env)
+    assert r.returncode == 1 and b"belongs to uid" in r.stderr, r.stderr
+
+
+def test_a_socket_with_a_wrong_mode_or_in_a_folder_others_can_write_is_refused(tmp_path, impostor):
+    db = tmp_path / "kv.duckdb"
+    sock = paths.socket_path(str(db))
+    imp = impostor(sock)
+    os.chmod(sock, 0o666)
+    _refused_and_ran_here(_ingest_beside(tmp_path, db), imp, b"has mode 0666, not 0600")
+    os.unlink(sock)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)                       # anyone can replace files here (no sticky bit)
+    db = shared / "kv.duckdb"
+    imp = impostor(paths.socket_path(str(db)))
+    _refused_and_ran_here(_ingest_beside(shared, db), imp, b"is writable by other users")
+
+
+# A server whose main thread, on SIGUSR1, checkpoints the warehouse between commands: what an
+# automatic or bulk-ingest checkpoint does, and on a full disk DuckDB invalidates the database.
+_CHECKPOINTING_SERVER = """
+import signal, sys
+from kvtrace.serve.server import Server
+
+srv = Server(sys.argv[1])
+srv.start()
+
+def checkpoint(*_):
+    try:
+        srv.store.con.execute("CHECKPOINT")
+    except Exception as e:
+        print("checkpoint failed:", type(e).__name__, e, flush=True)
+
+signal.signal(signal.SIGUSR1, checkpoint)
+srv.serve_forever()
+"""
+
+
+def test_a_warehouse_invalidated_by_a_full_disk_is_reopened_once_space_returns(small_tmpfs):
+    from tests.conftest import fill
+
+    vol = small_tmpfs("16m")
+    shutil.copytree(SAMPLES / "otlp", vol / "traces")
+    db = vol / "kv.duckdb"
+    log = open(vol / "serve.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-c", _CHECKPOINTING_SERVER, str(db)], cwd=ROOT, env=_env(),
+                            stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while status(db) is None:
+            assert proc.poll() is None and time.monotonic() < deadline, (vol / "serve.log").read_text()
+            time.sleep(0.05)
+        r = kv("ingest", "traces/logs.jsonl.gz", "--db", "kv.duckdb", "--quiet", cwd=vol)
+        assert r.returncode == 0 and status(db)["commands"] == 1, r.stderr
+        filler = fill(vol)
+        proc.send_signal(signal.SIGUSR1)
+        while "checkpoint failed" not in (vol / "serve.log").read_text():
+            assert time.monotonic() < deadline, (vol / "serve.log").read_text()
+            time.sleep(0.05)
+        assert "FatalException" in (vol / "serve.log").read_text()    # the warehouse is invalidated
+        os.unlink(filler)                                              # space returns
+        r = kv("ingest", "traces", "--db", "kv.duckdb", "--json", cwd=vol)
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["metric_points_added"] > 0
+        info = status(db)
+        assert info["commands"] == 2 and info["warehouse_problem"] is None   # served, by the same server
+        r = kv("query", "usage_bounds", "--format", "csv", "--db", "kv.duckdb", cwd=vol)
+        assert r.returncode == 0 and status(db)["commands"] == 3, r.stderr
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        log.close()
+    text = (vol / "serve.log").read_text()
+    assert "can no longer be used" in text and "reopened" in text, text

@@ -26,6 +26,7 @@ def collect(
     max_spool: Annotated[str, typer.Option("--max-spool", help="Spool bytes not yet ingested above which requests get 503 + Retry-After.")] = "10GiB",
     keep_ingested: Annotated[str, typer.Option("--keep-ingested", help="Keep ingested segments (SPOOL/ingested/) this long.")] = "7d",
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every request line (method, path, status; never contents).")] = False,
+    status: Annotated[bool, typer.Option("--status", help="Print what the spool holds (waiting, ingested, set aside with reasons) as JSON and exit; exit 1 if a segment is set aside. Example: kvtrace collect --status --spool /srv/kvtrace/spool")] = False,
 ) -> None:
     """Receive OpenTelemetry (OTLP/HTTP and gRPC) from Claude Code and other agents into the warehouse.
 
@@ -38,6 +39,14 @@ def collect(
     """
     import logging
 
+    if status:
+        import json
+
+        from kvtrace.collect.segments import spool_status
+
+        state = spool_status(spool)
+        typer.echo(json.dumps(state, indent=2))
+        raise typer.Exit(1 if state["set_aside"] else 0)
     from kvtrace.collect.config import CollectorConfig, parse_every, parse_size
     from kvtrace.collect.server import Collector
     from kvtrace.units import parse_duration

@@ -63,6 +63,9 @@ class CollectorConfig:
     keep_ingested: float = field(default=7 * 86400.0, metadata={"help": "seconds to keep ingested segments"})
     grpc_workers: int = field(default=16, metadata={"help": "gRPC handler threads"})
     access_log: bool = field(default=False, metadata={"help": "log one line per HTTP request (no contents)"})
+    header_timeout: float = field(default=10.0, metadata={"help": "seconds a connection may take to send a request's headers"})
+    body_timeout: float = field(default=30.0, metadata={"help": "seconds a request may take to send its body"})
+    max_connections: int = field(default=1000, metadata={"help": "open HTTP connections above which new ones get 503 (capped by the open-file limit)"})
 
     def check(self) -> None:
         """Refuse unsafe or impossible settings.
@@ -77,6 +80,8 @@ class CollectorConfig:
                      "or pass --insecure if a firewall or proxy already guards it")
         if self.max_body <= 0 or self.segment_bytes <= 0:
             raise ConfigError("--max-body and --segment-size must be positive")
+        if self.header_timeout <= 0 or self.body_timeout <= 0 or self.max_connections <= 0:
+            raise ConfigError("the header and body timeouts and the connection limit must be positive")
         if self.segment_age <= 0:
             raise ConfigError("--segment-age must be positive", hint="e.g. 60s")
         if self.token is not None and not self.token.strip():

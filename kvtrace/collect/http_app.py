@@ -16,7 +16,7 @@ import logging
 import time
 
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
@@ -97,7 +97,16 @@ def make_app(collector) -> Starlette:
         if length and length.isdigit() and int(length) > DRAIN_FACTOR * cfg.max_body:
             return _status(413, f"body of {length} bytes is over the {cfg.max_body}-byte limit", media,
                            headers={"Connection": "close"})
-        raw = await _read_capped(request, cfg.max_body)
+        try:
+            async with asyncio.timeout(cfg.body_timeout):
+                raw = await _read_capped(request, cfg.max_body)
+        except TimeoutError:
+            return _status(408, f"the body did not arrive within {cfg.body_timeout:.0f} s", media,
+                           headers={"Connection": "close"})
+        except ClientDisconnect:
+            # Nobody is left to answer: one line, no traceback (the exporter retries the batch).
+            log.info("a client went away before sending its whole %s body", signal.name)
+            return _status(400, "the client went away before sending the whole body", media)
         if raw is None:
             return _status(413, f"body is over the {cfg.max_body}-byte limit", media, headers={"Connection": "close"})
         try:
@@ -127,8 +136,11 @@ def make_app(collector) -> Starlette:
     async def healthz(request: Request) -> Response:
         ok = collector.healthy()
         last = metrics.get("kvtrace_collect_last_ingest_timestamp_seconds")
+        collector.update_gauges()
         body = {"status": "ok" if ok else "unhealthy", "spool_bytes": spool.backlog_bytes,
                 "queue_bytes": spool.queue_bytes,
+                "segments_retrying": int(metrics.get("kvtrace_collect_segments_retrying")),
+                "segments_set_aside": int(metrics.get("kvtrace_collect_segments_set_aside")),
                 "last_ingest_age_s": round(time.time() - last, 3) if last else None}
         return JSONResponse(body, status_code=200 if ok else 503)
 

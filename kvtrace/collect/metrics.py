@@ -19,7 +19,9 @@ METRICS: dict[str, tuple[str, str]] = {
     "kvtrace_collect_ingested_requests_total": ("counter", "Request rows added to the warehouse by the collector."),
     "kvtrace_collect_ingest_errors_total": ("counter", "Ingest cycles that failed (segments stay for the next one)."),
     "kvtrace_collect_last_ingest_timestamp_seconds": ("gauge", "Unix time of the last successful ingest cycle (0: none yet)."),
-    "kvtrace_collect_segment_failures_total": ("counter", "Segments moved to SPOOL/failed/ after repeated conversion or ingest errors."),
+    "kvtrace_collect_segment_failures_total": ("counter", "Segments set aside in SPOOL/failed/ because ingest cannot read their content."),
+    "kvtrace_collect_segments_set_aside": ("gauge", "Segments in SPOOL/failed/ (OTLP JSON lines; see SPOOL/failed/*.error.txt)."),
+    "kvtrace_collect_segments_retrying": ("gauge", "Segments whose conversion or ingest failed and is retried with backoff."),
     "kvtrace_collect_recovered_segments_total": ("counter", "Open segments recovered after an unclean stop."),
 }
 

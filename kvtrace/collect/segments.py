@@ -8,8 +8,10 @@ crash leaves every segment in exactly one state)::
     seg-<id>.jsonl       plain OTLP JSON lines (one export request per line): what
                          ``kvtrace ingest SPOOL_DIR`` reads; ``.open``/``.sealed`` are ignored by it
     ingested/seg-<id>.jsonl.done   ingested by the collector into its warehouse (kept a while)
-    failed/seg-<id>.*.failed   failed conversion or ingest 3 times (with a .error.txt): kept, never
-                         dropped; retry with ``kvtrace ingest --format otlp-json FILE``
+    failed/seg-<id>.jsonl      set aside: ingest cannot read its content (the reason is in
+                         failed/seg-<id>.error.txt); ``kvtrace ingest SPOOL/failed`` reads it.
+                         A conversion or ingest that fails for any other reason (full disk, held
+                         lock, server down) leaves the segment where it is and is retried
     failed/seg-<id>.frames     single frames that could not be converted (their segment went on)
 
 A frame is ``b"KV" kind:u8 length:u32 crc32:u32`` (big-endian) + payload; kind ``J`` holds an
@@ -32,6 +34,12 @@ HEADER = struct.Struct(">2sBII")
 OPEN, SEALED, READY, TMP, DONE = ".open", ".sealed", ".jsonl", ".jsonl.tmp", ".jsonl.done"
 INGESTED_DIR = "ingested"
 FAILED_DIR = "failed"      # segments that could not be converted or ingested, kept for a manual retry
+
+
+def _private(path, flags: int) -> int:
+    """``open()``'s opener for spool files: they hold telemetry, so only their owner reads them
+    (mode 0600 whatever the umask), as the ``.open`` segments they come from."""
+    return os.open(path, flags, 0o600)
 
 
 def encode_frame(kind: int, payload: bytes) -> bytes:
@@ -118,7 +126,7 @@ def convert_sealed(sealed: Path) -> tuple[Path | None, int]:
     tmp = sealed.with_name(sid + TMP)
     data = sealed.read_bytes()
     lines = 0
-    with open(tmp, "wb") as out:
+    with open(tmp, "wb", opener=_private) as out:
         for _end, kind, payload in iter_frames(data):
             try:
                 if kind == JSON_FRAME:
@@ -150,23 +158,71 @@ def convert_sealed(sealed: Path) -> tuple[Path | None, int]:
 
 def _keep_failed_frame(spool: Path, sid: str, kind: int, payload: bytes) -> None:
     failed = spool / FAILED_DIR
-    failed.mkdir(exist_ok=True)
-    with open(failed / (sid + ".frames"), "ab") as fh:
+    failed.mkdir(mode=0o700, exist_ok=True)
+    with open(failed / (sid + ".frames"), "ab", opener=_private) as fh:
         fh.write(encode_frame(kind, payload))
         fh.flush()
         os.fsync(fh.fileno())
 
 
 def tidy(spool: Path) -> None:
-    """Remove what a crash can leave half-done: stale ``.tmp`` files and sealed twins of ready segments."""
+    """Remove what a crash can leave half-done: stale ``.tmp`` files and sealed twins of ready
+    segments. Segments an earlier kvtrace gave up on (``failed/*.sealed.failed``,
+    ``failed/*.jsonl.failed``) go back into the spool to be converted and ingested."""
+    for old in sorted((spool / FAILED_DIR).glob("seg-*.failed")):
+        name = old.name[: -len(".failed")]
+        if name.endswith((SEALED, READY)):
+            os.replace(old, spool / name)
+            (spool / FAILED_DIR / (name + ".error.txt")).unlink(missing_ok=True)
+            fsync_dir(spool)
     for tmp in spool.glob("*" + TMP):
         tmp.unlink(missing_ok=True)
+    # Files an earlier kvtrace left readable by everyone (it wrote them under the umask).
+    for p in [*spool.glob("seg-*"), *(spool / INGESTED_DIR).glob("seg-*"), *(spool / FAILED_DIR).glob("seg-*")]:
+        try:
+            if p.stat().st_mode & 0o077:
+                p.chmod(0o600)
+        except FileNotFoundError:
+            pass
     for sealed in spool.glob("*" + SEALED):
         if sealed.with_name(segment_id(sealed) + READY).exists():
             # The .jsonl was renamed into place before the crash; the sealed frames are a duplicate.
             sealed.unlink()
 
 
+def spool_status(spool: Path) -> dict:
+    """What a spool folder holds: segments waiting to be converted or ingested (and the age of the
+    oldest: one that stays old is being retried, see the collector's log), ingested ones kept, and
+    those set aside with their reasons."""
+    import time
+
+    waiting = [p for suffix in (OPEN, SEALED, READY) for p in listing(spool, suffix)]
+    ages = []
+    for p in waiting:
+        try:
+            ages.append(time.time() - p.stat().st_mtime)
+        except FileNotFoundError:
+            pass
+    aside = []
+    for p in set_aside(spool):
+        why = spool / FAILED_DIR / (segment_id(p) + ".error.txt")
+        aside.append({"path": str(p), "error": why.read_text().strip() if why.exists() else ""})
+    return {"spool": str(spool), "open": len(listing(spool, OPEN)), "sealed": len(listing(spool, SEALED)),
+            "ready": len(listing(spool, READY)), "oldest_waiting_s": round(max(ages), 1) if ages else None,
+            "ingested_kept": len(list((spool / INGESTED_DIR).glob("seg-*" + DONE))), "set_aside": aside}
+
+
+def set_aside(spool: Path) -> list[Path]:
+    """Segments set aside in ``failed/`` because ingest cannot read them (see the module doc)."""
+    return sorted((spool / FAILED_DIR).glob("seg-*" + READY))
+
+
 def listing(spool: Path, suffix: str) -> list[Path]:
     """Segments in one state, oldest first (ids sort by time)."""
     return sorted(spool.glob("seg-*" + suffix))  # a glob matches the whole name: .jsonl is not .jsonl.tmp
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a small text file beside the segments, readable by its owner only."""
+    with open(path, "w", encoding="utf-8", opener=_private) as fh:
+        fh.write(text)

@@ -20,6 +20,7 @@ import time
 
 from kvtrace.collect import segments as seg
 from kvtrace.collect.config import CollectorConfig
+from kvtrace.collect.guard import ACCEPT_BURST, RateLimit, RedactQuery, connection_budget, guarded_protocol
 from kvtrace.collect.metrics import Metrics
 from kvtrace.collect.spool import Recovery, Spool
 from kvtrace.collect.worker import Worker
@@ -54,6 +55,10 @@ class Collector:
         self._uv_thread: threading.Thread | None = None
         self._grpc = None
         self._started = False
+        # The same error at every connection (out of open files, a storm of bad clients) is logged
+        # once per interval; access log lines never show a query string's values.
+        self._log_filters = [(logging.getLogger(name), RateLimit()) for name in ("kvtrace.collect", "asyncio", "uvicorn.error")]
+        self._log_filters.append((logging.getLogger("uvicorn.access"), RedactQuery()))
 
     # -- life cycle ------------------------------------------------------------------------------
     def start(self) -> "Collector":
@@ -63,6 +68,8 @@ class Collector:
             ConfigError: unsafe bind, spool in use, or an address that cannot be bound.
         """
         self.config.check()
+        for logger, f in self._log_filters:
+            logger.addFilter(f)
         http_sock = self._bind_http()
         try:
             self.recovery = self.spool.open()
@@ -118,9 +125,10 @@ class Collector:
             def capture_signals(self):  # signals belong to Collector.run, not to this thread
                 yield
 
+        protocol = guarded_protocol(self.config.header_timeout, connection_budget(self.config.max_connections))
         config = uvicorn.Config(make_app(self), log_config=None, access_log=self.config.access_log,
                                 lifespan="off", timeout_graceful_shutdown=int(GRACE_SECONDS),
-                                server_header=False, date_header=False)
+                                server_header=False, date_header=False, http=protocol, backlog=ACCEPT_BURST)
         self._uv = _Server(config)
         self._uv_thread = threading.Thread(target=lambda: asyncio.run(self._uv.serve(sockets=[sock])),
                                            name="kvtrace-http", daemon=True)
@@ -149,6 +157,8 @@ class Collector:
             self._maint = None
         self.worker.close()
         self._started = False
+        for logger, f in self._log_filters:
+            logger.removeFilter(f)
 
     def run(self, on_ready=None) -> None:
         """Serve until SIGTERM or SIGINT (a second signal exits at once), then stop cleanly.
@@ -184,6 +194,7 @@ class Collector:
     def update_gauges(self) -> None:
         self.metrics.set("kvtrace_collect_spool_bytes", self.spool.backlog_bytes)
         self.metrics.set("kvtrace_collect_spool_queue_bytes", self.spool.queue_bytes)
+        self.metrics.set("kvtrace_collect_segments_set_aside", len(seg.set_aside(self.config.spool)))
 
     # -- maintenance: convert sealed segments, ingest ready ones ---------------------------------
     def _on_seal(self, path) -> None:
@@ -216,12 +227,13 @@ class Collector:
             self._sealed_pending.clear()
             if seg.listing(self.config.spool, seg.SEALED):
                 f = self.worker.call("finish", spool_dir)
-                self.metrics.inc("kvtrace_collect_segment_failures_total", f["failed"])
+                self.metrics.set("kvtrace_collect_segments_retrying", f["retrying"])
                 log.debug("converted %d segment(s) into %d lines", f["converted"], f["lines"])
             if ingest and self.config.db is not None and seg.listing(self.config.spool, seg.READY):
                 t = self.worker.call("ingest", spool_dir, str(self.config.db), self.config.keep_ingested)
                 self.metrics.inc("kvtrace_collect_segments_ingested_total", t["segments"])
                 self.metrics.inc("kvtrace_collect_segment_failures_total", t["failed"])
+                self.metrics.set("kvtrace_collect_segments_retrying", t["retrying"])
                 self.metrics.inc("kvtrace_collect_ingested_requests_total", t["requests_added"])
                 log.info("ingested %d segment(s): %d requests, %d metric points added, %d duplicates skipped, "
                          "%d lines rejected", t["segments"], t["requests_added"], t["metric_points_added"],

@@ -103,8 +103,8 @@ class Spool:
     # -- life cycle ------------------------------------------------------------------------------
     def open(self) -> Recovery:
         """Lock the folder, recover what a crash left, and start the writer."""
-        self.path.mkdir(parents=True, exist_ok=True)
-        (self.path / seg.INGESTED_DIR).mkdir(exist_ok=True)
+        self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        (self.path / seg.INGESTED_DIR).mkdir(mode=0o700, exist_ok=True)
         self._lock_fh = open(self.path / ".lock", "a+b")
         try:
             fcntl.flock(self._lock_fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -1,19 +1,28 @@
 """The cheap per-record check behind OTLP partial success: records ingest would have to reject.
 
-It mirrors the rules of the OTLP JSON normalization (``queries/ingest/otlp_{logs,metrics,spans}.sql``)
-for the records kvtrace reads: Claude Code's ``api_request`` event, ``token.usage`` point and
+It follows the OTLP JSON normalization (``queries/ingest/otlp_{logs,metrics,spans}.sql``) for the
+records kvtrace reads: Claude Code's ``api_request`` event, ``token.usage`` point and
 ``llm_request`` span. A token count that is present but not a non-negative integer (text,
 negative, NaN, infinite, boolean), a missing time, a token.usage point without its ``type`` or with
 an unknown temporality make the record impossible to normalize. Such records are dropped from the stored batch
 and counted in the answer, so the client learns of them instead of ingest skipping them later.
 Values that ingest drops silently (an object or array where a number belongs) pass.
+
+What is a count and what is a time is not restated here: a value that is not plain ASCII digits
+is judged by ingest's own SQL macros (``otlp_bad_count``, ``otlp_ns``, ``otlp_event_ts`` in
+``queries/ingest/otlp_macros.sql``), run by DuckDB in :class:`IngestRules`, so the collector
+accepts exactly what ingest stores: Python's ``float("١٠٠٠")`` or
+``datetime.fromisoformat("20260302T091202Z")`` would accept text that ingest then drops.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import re
-from datetime import datetime
+import threading
+
+from kvtrace.store.queries import load_query
 
 TOKEN_ATTRIBUTES = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_creation_tokens",
                     "cache_creation_5m_tokens", "cache_creation_1h_tokens")
@@ -22,14 +31,49 @@ _PREFIX = "claude_code."
 _INT64_MAX = 2**63 - 1
 
 
-def _bad_count_text(text: str) -> bool:
+class IngestRules:
+    """Ingest's SQL rules for one text value, evaluated by DuckDB with ingest's own macros (an
+    in-memory connection, opened on first use: most batches never need it, see the fast path)."""
+
+    _SQL = {"bad_count": "SELECT otlp_bad_count(?)", "ns": "SELECT otlp_ns(?) IS NOT NULL",
+            "event_time": "SELECT otlp_event_ts(?) IS NOT NULL"}
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._con = None
+
+    @functools.lru_cache(maxsize=4096)  # noqa: B019 - one instance for the process
+    def holds(self, rule: str, text: str) -> bool:
+        with self._lock:
+            if self._con is None:
+                import duckdb
+
+                con = duckdb.connect(":memory:")
+                con.execute(load_query("ingest/otlp_macros").sql)
+                self._con = con
+            return bool(self._con.execute(self._SQL[rule], [text]).fetchone()[0])
+
+
+INGEST_RULES = IngestRules()
+
+
+def _plain_int(text: str) -> int | None:
+    """The value of ASCII digits (spaces around allowed) within int64: what ingest casts the same
+    way without asking it; None for anything else."""
     t = text.strip()
-    if t.startswith(("{", "[")):
-        return False   # dropped by ingest, not rejected
-    try:
-        x = float(t)
-    except ValueError:
-        return True
+    if t.isascii() and t.isdigit() and len(t) <= 19:
+        v = int(t)
+        return v if v <= _INT64_MAX else None
+    return None
+
+
+def _bad_count_text(text: str) -> bool:
+    """A present token count ingest rejects (``otlp_bad_count``)."""
+    return _plain_int(text) is None and INGEST_RULES.holds("bad_count", text)
+
+
+def _bad_double(x: float) -> bool:
+    """A binary double as a token count: ingest casts its value (no text involved)."""
     return not math.isfinite(x) or round(x) < 0 or round(x) > _INT64_MAX
 
 
@@ -46,13 +90,13 @@ def ns_present(x: object) -> bool:
     """A usable nanosecond time, as ingest reads one: an int64 > 0 (decimal string or number)."""
     if isinstance(x, bool) or not isinstance(x, (str, int, float)):
         return False
+    if isinstance(x, str):
+        v = _plain_int(x)
+        if v is None:
+            return INGEST_RULES.holds("ns", x)    # ingest's otlp_ns decides ("١٢٣" is no time)
+        x = v
     try:
-        if isinstance(x, int):
-            v = x
-        elif isinstance(x, str) and x.strip().lstrip("+-").isdigit():
-            v = int(x)
-        else:
-            v = round(float(x))
+        v = x if isinstance(x, int) else round(x)
     except (ValueError, OverflowError):
         return False
     return 0 < v <= _INT64_MAX
@@ -64,13 +108,8 @@ def pb_ns_present(v: int) -> bool:
 
 
 def _iso_present(x: object) -> bool:
-    if not isinstance(x, str):
-        return False
-    try:
-        datetime.fromisoformat(x.strip())
-        return True
-    except ValueError:
-        return False
+    """An ``event.timestamp`` ingest reads as a time (``otlp_event_ts``)."""
+    return isinstance(x, str) and INGEST_RULES.holds("event_time", x)
 
 
 # -- fast path: a whole batch's token counts checked by regular expressions -------------------
@@ -141,22 +180,33 @@ def json_record_problem(rec: dict) -> str | None:
     for kv in attrs:
         if isinstance(kv, dict):
             k = kv.get("key")
-            if isinstance(k, str) and k not in first and (k in _TOKEN_SET or k in ("event.name", "event.timestamp")):
+            if isinstance(k, str) and k not in first and (k in _TOKEN_SET or k in ("event.name", "event.timestamp",
+                                                                                   "request_id")):
                 first[k] = kv.get("value")
     body = rec.get("body")
     event = _event(body.get("stringValue") if isinstance(body, dict) else None, rec.get("eventName"),
                    _json_text(first.get("event.name")))
     if event != "api_request":
         return None
+    name = named("api_request", _json_text(first.get("request_id")))
     for k in TOKEN_ATTRIBUTES:
         if k in first:
             text = _json_text(first[k])
             if text is not None and _bad_count_text(text):
-                return f"field '{k}': not a token count"
-    if not (ns_present(rec.get("timeUnixNano")) or ns_present(rec.get("observedTimeUnixNano"))
-            or _iso_present(_json_text(first.get("event.timestamp")))):
-        return "no time (timeUnixNano, observedTimeUnixNano or event.timestamp)"
+                return f"{name}: field '{k}': not a token count: {text!r}"
+    stamp = _json_text(first.get("event.timestamp"))
+    if not (ns_present(rec.get("timeUnixNano")) or ns_present(rec.get("observedTimeUnixNano")) or _iso_present(stamp)):
+        return f"{name}: no time (timeUnixNano, observedTimeUnixNano or event.timestamp{_quoted(stamp)})"
     return None
+
+
+def named(kind: str, request_id: str | None) -> str:
+    """How an answer names a rejected record: its kind and request id."""
+    return f"{kind} {request_id!r}" if request_id else f"{kind} without a request_id"
+
+
+def _quoted(stamp: str | None) -> str:
+    return f" {stamp!r} is not an ISO 8601 time ingest reads" if stamp is not None else ""
 
 
 # -- protobuf --------------------------------------------------------------------------------
@@ -166,8 +216,7 @@ def _pb_bad_count(v) -> bool:
     if kind == "int_value":
         return v.int_value < 0
     if kind == "double_value":
-        x = v.double_value
-        return not math.isfinite(x) or round(x) < 0 or round(x) > _INT64_MAX
+        return _bad_double(v.double_value)
     if kind == "string_value":
         return _bad_count_text(v.string_value)
     return kind == "bool_value"
@@ -183,20 +232,26 @@ def pb_record_problem(rec) -> str | None:
         event = _event(None, rec.event_name, None)
     first: dict[str, object] = {}
     for kv in rec.attributes:
-        if kv.key not in first and (kv.key in _TOKEN_SET or kv.key in ("event.name", "event.timestamp")):
+        if kv.key not in first and (kv.key in _TOKEN_SET or kv.key in ("event.name", "event.timestamp", "request_id")):
             first[kv.key] = kv.value
     if event is None and "event.name" in first:
         event = first["event.name"].string_value
     if event != "api_request":
         return None
+    name = named("api_request", first["request_id"].string_value if "request_id" in first else None)
     for k in TOKEN_ATTRIBUTES:
         if k in first and _pb_bad_count(first[k]):
-            return f"field '{k}': not a token count"
+            return f"{name}: field '{k}': not a token count: {_pb_text(first[k])!r}"
     ts = first.get("event.timestamp")
     if not (pb_ns_present(rec.time_unix_nano) or pb_ns_present(rec.observed_time_unix_nano)
             or (ts is not None and _iso_present(ts.string_value))):
-        return "no time (timeUnixNano, observedTimeUnixNano or event.timestamp)"
+        return f"{name}: no time (timeUnixNano, observedTimeUnixNano or event.timestamp{_quoted(ts and ts.string_value)})"
     return None
+
+
+def _pb_text(v) -> str:
+    kind = v.WhichOneof("value")
+    return str(getattr(v, kind)) if kind else ""
 
 
 # -- token.usage points and llm_request spans ----------------------------------------------
@@ -236,7 +291,7 @@ def pb_point_problem(temporality: int, point) -> str | None:
         return f"unknown temporality {temporality}"
     kind = point.WhichOneof("value")
     if kind is None or (kind == "as_int" and point.as_int < 0) or (
-            kind == "as_double" and _bad_count_text(repr(point.as_double))):
+            kind == "as_double" and _bad_double(point.as_double)):
         return "data point without a token count (asDouble or asInt)"
     if not pb_ns_present(point.time_unix_nano):
         return "data point without a time"
@@ -257,13 +312,14 @@ def json_span_problem(span: dict) -> str | None:
     for kv in attrs if isinstance(attrs, list) else []:
         if isinstance(kv, dict) and isinstance(kv.get("key"), str) and kv["key"] not in first:
             first[kv["key"]] = kv.get("value")
-    if not _json_text(first.get("request_id")):
+    rid = _json_text(first.get("request_id"))
+    if not rid:
         return None   # only counted by ingest
     for k in TOKEN_ATTRIBUTES:
         text = _json_text(first.get(k)) if k in first else None
         if text is not None and _bad_count_text(text):
-            return f"field '{k}': not a token count"
-    return None if ns_present(span.get("startTimeUnixNano")) else "llm_request span without a start time"
+            return f"{named('llm_request span', rid)}: field '{k}': not a token count: {text!r}"
+    return None if ns_present(span.get("startTimeUnixNano")) else f"{named('llm_request span', rid)} without a start time"
 
 
 def pb_span_problem(span) -> str | None:
@@ -277,10 +333,11 @@ def pb_span_problem(span) -> str | None:
     if rid is None or rid.WhichOneof("value") in (None, "bytes_value") or (
             rid.WhichOneof("value") == "string_value" and not rid.string_value):
         return None
+    name = named("llm_request span", _pb_text(rid))
     for k in TOKEN_ATTRIBUTES:
         if k in first and _pb_bad_count(first[k]):
-            return f"field '{k}': not a token count"
-    return None if pb_ns_present(span.start_time_unix_nano) else "llm_request span without a start time"
+            return f"{name}: field '{k}': not a token count: {_pb_text(first[k])!r}"
+    return None if pb_ns_present(span.start_time_unix_nano) else f"{name} without a start time"
 
 
 def reject_message(rejected: int, first_problem: str | None) -> str | None:

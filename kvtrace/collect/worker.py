@@ -53,41 +53,88 @@ def _init_worker(parent: int) -> None:
         pass
 
 
-MAX_ATTEMPTS = 3      # a segment that fails this often is moved to SPOOL/failed/ (kept, never dropped)
-_attempts: dict[str, int] = {}
+# A failed conversion or ingest is retried with backoff until it succeeds: a full disk, a held
+# lock or a server that is down all pass, and every record in a segment was acknowledged. Only a
+# segment whose own content ingest cannot read (the same bytes give the same error) is set aside
+# in SPOOL/failed/, as OTLP JSON lines `kvtrace ingest` reads, after PERMANENT_ATTEMPTS tries.
+BACKOFF_FIRST_S = 1.0
+BACKOFF_MAX_S = 30.0
+PERMANENT_ATTEMPTS = 3
+_retry: dict[str, tuple[int, float]] = {}   # segment path -> (failures so far, monotonic time of the next try)
 
 
-def _give_up(root: Path, path: Path, error: BaseException) -> bool:
-    """Count a failure; after MAX_ATTEMPTS move the segment to ``failed/`` so later ones proceed."""
-    n = _attempts[path.name] = _attempts.get(path.name, 0) + 1
-    log.error("segment %s failed (%d/%d): %s: %s", path.name, n, MAX_ATTEMPTS, type(error).__name__, error)
-    if n < MAX_ATTEMPTS:
-        return False
-    failed = root / seg.FAILED_DIR
-    failed.mkdir(exist_ok=True)
-    os.replace(path, failed / (path.name + ".failed"))   # a suffix no folder walk of `kvtrace ingest` picks up
-    (failed / (path.name + ".error.txt")).write_text(f"{type(error).__name__}: {error}\n")
-    seg.fsync_dir(root)
-    return True
+def permanent(path: Path, error: BaseException | str) -> bool:
+    """Whether a failure is about the segment's own content, so that no retry can change it: ingest
+    named a line of the segment (a served ingest reports it as text, ``PATH:LINE: ...``)."""
+    from kvtrace.errors import BadTraceInput, UnknownFormat
+
+    if isinstance(error, str):
+        return any(f"{name}:" in error and error.split(f"{name}:", 1)[1][:1].isdigit()
+                   for name in (str(path), str(Path(path).resolve())))
+    return isinstance(error, (BadTraceInput, UnknownFormat))
+
+
+def _due(path: Path) -> bool:
+    """A segment that failed before is tried again only once its backoff has passed."""
+    entry = _retry.get(str(path))
+    return entry is None or time.monotonic() >= entry[1]
+
+
+def record_failure(root: Path, path: Path, error: BaseException | str, *, may_set_aside: bool = True) -> str:
+    """Count a failure: ``"retry"`` (the segment stays where it is and is tried again after a
+    backoff) or ``"set_aside"`` (moved to ``failed/`` with its reason beside it)."""
+    n = _retry.get(str(path), (0, 0.0))[0] + 1
+    text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    if may_set_aside and permanent(path, error) and n >= PERMANENT_ATTEMPTS:
+        _retry.pop(str(path), None)
+        failed = root / seg.FAILED_DIR
+        failed.mkdir(mode=0o700, exist_ok=True)
+        seg.write_private(failed / (seg.segment_id(path) + ".error.txt"), text.rstrip() + "\n")
+        os.replace(path, failed / (seg.segment_id(path) + seg.READY))
+        seg.fsync_dir(failed)
+        seg.fsync_dir(root)
+        log.error("segment %s set aside in %s: its content cannot be ingested: %s", path.name, failed, text)
+        return "set_aside"
+    wait = min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (n - 1))
+    _retry[str(path)] = (n, time.monotonic() + wait)
+    log.warning("segment %s failed (attempt %d, next in %.0f s): %s", path.name, n, wait, text)
+    return "retry"
+
+
+def _succeeded(path: Path) -> None:
+    _retry.pop(str(path), None)
+
+
+def _retrying(root: Path) -> int:
+    """Segments of this spool still on disk that are waiting for a retry."""
+    for name in [n for n in _retry if not os.path.exists(n)]:
+        del _retry[name]
+    return sum(Path(n).parent == root for n in _retry)
 
 
 def finish_segments(spool: str) -> dict:
     """Convert every sealed segment to OTLP JSON lines.
 
     Returns:
-        ``{"converted": n, "lines": n, "failed": n}``.
+        ``{"converted": n, "lines": n, "failed": 0, "retrying": n}`` (segments waiting for a retry).
     """
     root = Path(spool)
-    out = {"converted": 0, "lines": 0, "failed": 0}
+    out = {"converted": 0, "lines": 0, "failed": 0, "retrying": 0}
     with ops_lock(root):
         for sealed in seg.listing(root, seg.SEALED):
+            if not _due(sealed):
+                continue
             try:
                 _ready, lines = seg.convert_sealed(sealed)
             except Exception as e:  # noqa: BLE001 - one bad segment must not block the others
-                out["failed"] += _give_up(root, sealed, e)
+                # Frames that cannot be converted are kept aside one by one (failed/*.frames):
+                # what fails the whole segment is the disk, so it is always tried again.
+                record_failure(root, sealed, e, may_set_aside=False)
                 continue
+            _succeeded(sealed)
             out["converted"] += 1
             out["lines"] += lines
+        out["retrying"] = _retrying(root)
     return out
 
 
@@ -120,37 +167,41 @@ def ingest_segments(spool: str, db: str, keep_seconds: float) -> dict:
 
     root = Path(spool)
     done_dir = root / seg.INGESTED_DIR
-    done_dir.mkdir(exist_ok=True)
+    done_dir.mkdir(mode=0o700, exist_ok=True)
 
     totals = {"segments": 0, "requests_added": 0, "metric_points_added": 0, "duplicates_skipped": 0,
-              "lines_rejected": 0, "rejects": [], "failed": 0}
+              "lines_rejected": 0, "rejects": [], "failed": 0, "retrying": 0}
     with ops_lock(root):
         for ready in seg.listing(root, seg.READY):
+            if not _due(ready):
+                continue
             served = _served_ingest(db, ready)
             if served is not None:
                 if served.get("error"):
-                    totals["failed"] += _give_up(root, ready, RuntimeError(served["error"]))
+                    totals["failed"] += record_failure(root, ready, served["error"]) == "set_aside"
                     continue
                 _done(root, ready, done_dir, served, totals)
                 continue
             # The warehouse is held for one segment's transaction at a time, so reports can run;
             # another process (a report, a manual ingest) may hold the file: Store waits for it.
             # SchemaError (busy or unusable warehouse): the cycle ends here.
-            with open_store(db, lock_wait_s=STORE_RETRY_SECONDS) as store:
-                try:
+            try:
+                with open_store(db, lock_wait_s=STORE_RETRY_SECONDS) as store:
                     s = ingest(store, [ready], format="otlp-json")
-                except SchemaError:
-                    raise
-                except Exception as e:  # noqa: BLE001 - a segment ingest cannot read must not block the rest
-                    totals["failed"] += _give_up(root, ready, e)
-                    continue
+            except SchemaError:
+                raise
+            except Exception as e:  # noqa: BLE001 - a full disk is retried; one unreadable segment must not block the rest
+                totals["failed"] += record_failure(root, ready, e) == "set_aside"
+                continue
             _done(root, ready, done_dir, s.to_dict(), totals)
         prune(done_dir, keep_seconds)
+        totals["retrying"] = _retrying(root)
     return totals
 
 
 def _done(root: Path, ready: Path, done_dir: Path, s: dict, totals: dict) -> None:
     """A segment is stored: move it to ingested/ (durably) and add its counts to the cycle's."""
+    _succeeded(ready)
     os.replace(ready, done_dir / (seg.segment_id(ready) + seg.DONE))
     seg.fsync_dir(root)
     totals["segments"] += 1

@@ -4,6 +4,12 @@ The launcher calls :func:`forward` only when the warehouse's socket file exists.
 wrong before the server has accepted the command (no server behind a stale socket, a server
 that does not answer within ``HELLO_TIMEOUT_S``, a refusal) returns None, and the launcher runs
 the command itself, so a dead server never makes a command hang or fail.
+
+Nothing is sent before the socket is known to be ours: the socket file and its folder pass
+:func:`kvtrace.serve.paths.socket_problem`, and the process behind it runs as our uid
+(``SO_PEERCRED``). A socket that fails either check is refused with one line on stderr naming it
+and why, and the command runs here: it never reaches the other user's process, and a local run
+opens the warehouse under the usual lock, so the warehouse itself is as safe as without a server.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ import marshal
 import os
 import sys
 
-from kvtrace.serve import protocol
+from kvtrace.serve import paths, protocol
 
 # True inside the server: a command it runs must never forward to itself.
 SERVING = False
@@ -72,6 +78,12 @@ def request(argv: list[str], db_real: str, prog: str) -> dict:
 
 
 def connect(sock_path: str, timeout: float = HELLO_TIMEOUT_S):
+    """A connection to the server behind ``sock_path``, or None when there is none we can trust
+    (an untrusted socket is named on stderr; a stale one, with nobody listening, silently)."""
+    problem = paths.socket_problem(sock_path)
+    if problem is not None:
+        refuse(sock_path, problem)
+        return None
     # _socket, not socket: the socket module's enums cost the client ~3 ms of imports.
     s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     s.settimeout(timeout)
@@ -80,7 +92,36 @@ def connect(sock_path: str, timeout: float = HELLO_TIMEOUT_S):
     except OSError:
         s.close()
         return None
+    uid = peer_uid(s)
+    if uid != os.geteuid():
+        s.close()
+        refuse(sock_path, f"the process behind it runs as uid {uid}, not as you (uid {os.geteuid()})"
+               if uid is not None else "the uid of the process behind it cannot be checked on this system")
+        return None
     return s
+
+
+def peer_uid(s) -> int | None:
+    """The effective uid of the process at the other end of a Unix socket (Linux ``SO_PEERCRED``:
+    struct ucred {pid, uid, gid}); None where the system cannot tell."""
+    opt = getattr(_socket, "SO_PEERCRED", None)
+    if opt is None:
+        return None
+    try:
+        cred = s.getsockopt(_socket.SOL_SOCKET, opt, 12)
+    except OSError:
+        return None
+    return int.from_bytes(cred[4:8], sys.byteorder)
+
+
+def refuse(sock_path: str, problem: str) -> None:
+    """Say once, on stderr, that a socket was not used and why."""
+    try:
+        sys.stderr.write(f"kvtrace: not using the server socket {sock_path}: {problem}; nothing was sent to it "
+                         f"(if no `kvtrace serve` of yours listens there, remove it: rm {sock_path})\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def forward(sock_path: str, argv: list[str], db_real: str, prog: str, out=None, err=None) -> int | None:

@@ -7,6 +7,9 @@ a live server from a stale socket) and then waits for its turn at the command lo
 runs through the same click command as ``kvtrace`` itself, with the client's cwd, environment and
 terminal (``kvtrace.serve.runner``), and every ``open_store`` of this warehouse inside it gets the
 server's Store. A client that goes away cancels its command (rolled back like a Ctrl-C).
+After each command the server checks the warehouse is still usable: DuckDB invalidates a database
+after a fatal error (a commit on a full disk), and the server then closes and reopens it, at once
+or, while that still fails, before each later command (which runs in its own process meanwhile).
 
 Stops on SIGTERM / SIGINT, ``kvtrace serve --stop`` or ``--idle-exit``: the socket is removed
 first (new commands then run in their own process), the running command finishes, the
@@ -65,6 +68,7 @@ class Server:
         self._stopped = threading.Event()
         self._last_active = time.monotonic()
         self._click = None
+        self._broken: str | None = None     # why the warehouse could not be reopened (None: it is open)
 
     # -- life ------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -107,11 +111,63 @@ class Server:
 
         claude_transcripts.warm()
 
+    def _store_problem(self) -> str | None:
+        """Why the open warehouse can no longer be used, or None. DuckDB invalidates a database
+        after a fatal error (a commit that failed on a full disk): every later statement fails."""
+        if self.store is None:
+            return self._broken or "the warehouse is not open"
+        try:
+            self.store.con.execute("SELECT 1").fetchall()
+        except Exception as e:  # noqa: BLE001 - duckdb.FatalException: "database has been invalidated"
+            return f"{type(e).__name__}: {e}"
+        return None
+
+    def _reopen(self) -> str | None:
+        """Between commands: close a warehouse DuckDB invalidated and open it again (once space
+        has returned). Returns why it is still unusable, or None when it is fine."""
+        from kvtrace.ingest import resident
+        from kvtrace.store import Store
+
+        problem = self._store_problem()
+        if problem is None:
+            return None
+        if self.store is not None:
+            self._say(f"kvtrace serve: the warehouse {self.db_real} can no longer be used ({problem}); reopening it")
+            resident.forget(self.store)
+            try:
+                self.store.close()
+            except Exception:  # noqa: BLE001 - closing an invalidated database may fail too
+                pass
+            self.store = None
+        try:
+            self.store = Store(self.db_real, lock_wait_s=0)
+            resident.warm(self.store)
+        except Exception as e:  # noqa: BLE001 - still no space, say: tried again before the next command
+            if self.store is not None:
+                self.store.close()
+                self.store = None
+            self._broken = f"{type(e).__name__}: {e}"
+            self._say(f"kvtrace serve: cannot reopen {self.db_real} yet ({self._broken}); commands run in "
+                      f"their own process until it opens")
+            return self._broken
+        self._broken = None
+        self._say(f"kvtrace serve: reopened {self.db_real}; serving again")
+        return None
+
     def _listen(self) -> None:
         folder = os.path.dirname(self.sock_path)
-        if folder == paths.private_dir():
+        private = folder == paths.private_dir()
+        if private:
             os.makedirs(folder, mode=0o700, exist_ok=True)
-            os.chmod(folder, 0o700)
+            if os.stat(folder).st_uid == os.geteuid():
+                os.chmod(folder, 0o700)
+        # Clients trust the socket only in a folder no other user controls: say so now, not on
+        # every command.
+        problem = paths.folder_problem(folder, private=private)
+        if problem:
+            raise ConfigError(f"cannot serve {self.db_real}: {problem}",
+                              hint=f"remove {folder} if it is not yours" if private else
+                              f"move the warehouse to a folder only you can write, or chmod go-w {folder}")
         if os.path.exists(self.sock_path):
             os.unlink(self.sock_path)           # stale: nothing answered the ping above
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -247,7 +303,8 @@ class Server:
     def status(self) -> dict:
         return {"pid": os.getpid(), "db": self.db_real, "socket": self.sock_path, "started": self.started,
                 "uptime_s": round(time.time() - self.started, 1), "commands": self.commands,
-                "busy": self._command_lock.locked(), "idle_exit_s": self.idle_exit}
+                "busy": self._command_lock.locked(), "idle_exit_s": self.idle_exit,
+                "warehouse_problem": self._broken}
 
     def _refusal(self, req: dict) -> str | None:
         from kvtrace.launch import FORWARDED, LOCAL_ARGS
@@ -288,6 +345,11 @@ class Server:
                 # Nothing ran or printed yet: the client runs the command itself.
                 send(protocol.REFUSED, b"stopping")
                 return
+            problem = self._reopen()
+            if problem is not None:
+                # The warehouse is closed here, so the client's own run can open it (and say why not).
+                send(protocol.REFUSED, f"warehouse unavailable: {problem}".encode())
+                return
             self._last_active = time.monotonic()
             watcher = threading.Thread(target=self._watch, args=(conn, gone), daemon=True)
             watcher.start()
@@ -296,6 +358,7 @@ class Server:
             finally:
                 self.commands += 1
                 self._last_active = time.monotonic()
+                self._reopen()      # a command that hit a full disk must not break the next ones
         send(protocol.EXIT, str(code).encode())
 
     def _run(self, req: dict, send, token: object) -> int:
@@ -324,7 +387,7 @@ class Server:
         """A command that failed inside a transaction must not leave it open for the next one."""
         try:
             self.store.con.execute("ROLLBACK")
-        except Exception:  # noqa: BLE001 - no transaction was open: the normal case
+        except Exception:  # noqa: BLE001 - no transaction was open (the normal case), or no warehouse
             pass
 
     def _watch(self, conn: socket.socket, gone: threading.Event) -> None:
@@ -355,6 +418,10 @@ def stop(db: str | os.PathLike | None, timeout: float = 660.0) -> str:
     sock = paths.socket_path(db_real)
     if not os.path.exists(sock):
         raise ConfigError(f"no kvtrace serve runs for {db_real}", hint="start one with: kvtrace serve --db PATH")
+    problem = paths.socket_problem(sock)
+    if problem is not None:
+        raise ConfigError(f"not stopping what listens on {sock}: {problem}",
+                          hint=f"it is not a kvtrace serve of yours; remove it if you may: rm {sock}")
     answer = client.call(sock, protocol.STOP, timeout=timeout)
     if answer is None:
         os.unlink(sock)

@@ -61,16 +61,37 @@ class Store:
         if read_only and not memory and not self.path.exists():
             raise SchemaError(f"no warehouse at {self.path}",
                               hint="run `kvtrace ingest FILE --db PATH` first, or pass --db")
-        self.con = self._connect(target, read_only and not memory, lock_wait_s)
-        if not read_only:
-            self.migrate()
-        elif not memory and self._check_version():
+        created = not memory and not read_only and not self.path.exists()
+        try:
+            self.con = self._connect(target, read_only and not memory, lock_wait_s)
+            if not read_only:
+                self.migrate()
+        except Exception as e:
+            if created and "lock" not in str(e).lower():
+                self._remove_unborn()
+            raise
+        if read_only and not memory and self._check_version():
             # An older warehouse: migrate it once through a short write connection (the
             # migrations are idempotent), then read as asked.
             self.con.close()
             Store(self.path, lock_wait_s=lock_wait_s).close()
             self.con = self._connect(target, True, lock_wait_s)
             self._check_version()
+
+    def _remove_unborn(self) -> None:
+        """A warehouse this open was creating failed to come into being (a full disk): remove the
+        half-written file, which DuckDB would otherwise refuse for good as not a database."""
+        con = getattr(self, "con", None)
+        if con is not None:
+            try:
+                con.close()
+            except Exception:  # noqa: BLE001 - the connection may be invalidated already
+                pass
+        for p in (self.path, Path(f"{self.path}.wal")):
+            try:
+                p.unlink()
+            except FileNotFoundError:
+                pass
 
     @staticmethod
     def _connect(target: str, read_only: bool, lock_wait_s: float):

@@ -57,7 +57,7 @@ WITH parsed AS (
 ), numbers AS (
     SELECT *,
            coalesce(otlp_ts(otlp_ns(t_time)), otlp_ts(otlp_ns(t_observed)),
-                    CAST(TRY_CAST(a_event_ts AS TIMESTAMPTZ) AS TIMESTAMP)) AS ts,
+                    otlp_event_ts(a_event_ts)) AS ts,
            otlp_int(a_input) AS n_input, otlp_int(a_output) AS n_output, otlp_int(a_cached) AS n_cached,
            otlp_int(a_written) AS n_written, otlp_int(a_reasoning) AS n_reasoning,
            otlp_int(a_thoughts) AS n_thoughts, otlp_int(a_tool) AS n_tool,

@@ -74,7 +74,7 @@ WITH parsed AS (
 ), numbers AS (
     SELECT *,
            coalesce(otlp_ts(otlp_ns(t_time)), otlp_ts(otlp_ns(t_observed)),
-                    CAST(TRY_CAST(a_event_ts AS TIMESTAMPTZ) AS TIMESTAMP)) AS ts,
+                    otlp_event_ts(a_event_ts)) AS ts,
            otlp_int(a_input) AS n_input, otlp_int(a_output) AS n_output, otlp_int(a_read) AS n_read,
            otlp_int(a_write) AS n_write, otlp_int(a_write_5m) AS n_write_5m, otlp_int(a_write_1h) AS n_write_1h,
            CASE WHEN NOT is_request THEN NULL
