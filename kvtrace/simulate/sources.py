@@ -1,0 +1,195 @@
+"""Closed-loop clients: where sessions come from and when each sends its next turn.
+
+- :class:`SynthSource` runs ``kvtrace synth``'s own session processes (the seed-study workload:
+  Poisson session arrivals, tool results and file reads appended per turn, user think time, a
+  returning cohort that pauses ~15 minutes, compaction at the context cap, subagents), but a
+  request now takes as long as the simulated node needs: the process resumes when its response
+  completes and then sleeps its tool/think time.
+- :class:`TesterSource` replays kv-cache-tester conversations (``api_time``/``think_time`` per
+  request): each conversation's next request is sent ``think_time`` after the previous one
+  completed; conversations start as a Poisson process, cycling through the files.
+
+Both scale with ``rate`` (sessions per minute). A turn's cohort is ``new`` (a session's first
+request), ``resumed`` (its thread was idle longer than the policy's resume gap) or ``continuing``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import random
+from pathlib import Path
+
+from kvtrace.errors import BadTraceInput, ConfigError
+from kvtrace.simulate.engine import Chain, Head, Node, Turn
+from kvtrace.synth.config import SynthConfig
+from kvtrace.synth.engine import Note, Request, Spawn
+from kvtrace.synth.workload import World
+
+
+class SynthSource:
+    """The ``kvtrace synth`` workload (``cfg``), sessions arriving during the first ``window_s``."""
+
+    def __init__(self, cfg: SynthConfig, window_s: float, resume_gap_s: float = 300.0):
+        self.cfg, self.window_s, self.resume_gap_s = cfg, window_s, resume_gap_s
+        self.world = World(cfg)
+        self.heads: dict = {}
+        self.chains: dict = {}            # synth Thread -> Chain
+        self.last_done: dict = {}         # synth Thread -> completion time of its previous request
+        self.waits: dict = {}             # child process -> [parent, pending, results]
+        self.sessions = 0
+
+    def __call__(self, node: Node) -> None:
+        t0 = self.cfg.start_ms
+        for i, t in enumerate(self.world.arrivals()):
+            at = (t - t0) / 1000.0
+            if at >= self.window_s:
+                break
+            node.at(at, self._arrive, node, i)
+
+    def _arrive(self, now: float, node: Node, idx: int) -> None:
+        self.sessions += 1
+        proc = self.world.session(idx, int(now * 1000) + self.cfg.start_ms)
+        self._drive(node, proc, None)
+
+    def _resume(self, now: float, node: Node, proc, val) -> None:
+        self._drive(node, proc, val)
+
+    def _drive(self, node: Node, proc, val) -> None:
+        while True:
+            try:
+                act = proc.send(val)
+            except StopIteration as stop:
+                w = self.waits.pop(id(proc), None)
+                if w is not None:
+                    w[2].append(stop.value)
+                    w[1] -= 1
+                    if w[1] == 0:
+                        node.at(node.now, self._resume, node, w[0], w[2])
+                return
+            kind = type(act)
+            if kind is int:
+                node.at(node.now + act / 1000.0, self._resume, node, proc, None)
+                return
+            if kind is Request:
+                node.issue(self._turn(node, proc, act))
+                return
+            if kind is Note:
+                if act.kind == "thread_end":
+                    self.chains.pop(act.thread, None)
+                    self.last_done.pop(act.thread, None)
+                val = None
+                continue
+            if kind is Spawn:
+                w = [proc, len(act.children), []]
+                for child in act.children:
+                    self.waits[id(child)] = w
+                    node.at(node.now, self._resume, node, child, None)
+                return
+            raise TypeError(f"a synth process yielded {act!r}")
+
+    def _turn(self, node: Node, proc, r: Request) -> Turn:
+        th = r.thread
+        new = sum(p[1] for p in r.parts)
+        prompt = th.next_prompt(new)
+        key = (th.model, th.kind)
+        head = self.heads.get(key)
+        if head is None:
+            head = self.heads[key] = Head(key, th.head)
+        chain = self.chains.get(th)
+        if chain is None or th.break_reason is not None:
+            chain = self.chains[th] = Chain(head)
+        last = self.last_done.get(th)
+        if last is None:
+            cohort = "new" if th.kind == "main" else "continuing"
+        else:
+            cohort = "resumed" if node.now - last > self.resume_gap_s else "continuing"
+        th.prompt, th.out, th.cached, th.last_start = prompt, r.output_tokens, prompt, int(node.now * 1000)
+        th.break_reason, th.carry = None, 0
+
+        def done(t: float, th=th, proc=proc, r=r) -> None:
+            self.last_done[th] = t
+            node.at(t, self._resume, node, proc, r)
+
+        return Turn(chain, prompt, r.output_tokens, cohort=cohort, on_done=done, label=th)
+
+
+class TesterSource:
+    """kv-cache-tester conversations (JSON, optionally gzipped), closed loop on ``think_time``."""
+
+    def __init__(self, paths: list[Path], rate_per_min: float, window_s: float, seed: int = 0,
+                 resume_gap_s: float = 300.0, block_tokens: int | None = None):
+        if not paths:
+            raise ConfigError("no kv-cache-tester trace files given", hint="pass --sessions DIR_OR_FILES")
+        if rate_per_min <= 0:
+            raise ConfigError("the session rate must be > 0", hint="e.g. --rate 2.5")
+        self.convs = [read_tester(p) for p in paths]
+        self.rate, self.window_s, self.seed, self.resume_gap_s = rate_per_min, window_s, seed, resume_gap_s
+        self.sessions = 0
+
+    def __call__(self, node: Node) -> None:
+        rng = random.Random(f"kvtrace-simulate:{self.seed}:arrivals")
+        t, i = 0.0, 0
+        while True:
+            t += rng.expovariate(self.rate / 60.0)
+            if t >= self.window_s:
+                break
+            node.at(t, self._start, node, self.convs[i % len(self.convs)])
+            i += 1
+
+    def _start(self, now: float, node: Node, conv: dict) -> None:
+        self.sessions += 1
+        self._send(node, conv, 0, {}, None)
+
+    def _send(self, node: Node, conv: dict, i: int, chains: dict, last: float | None) -> None:
+        reqs = conv["requests"]
+        if i >= len(reqs):
+            return
+        r = reqs[i]
+        key = r["type"]
+        ch, prev = chains.get(key, (None, None))
+        bt = conv["block_size"]
+        if ch is None:
+            ch, keep = Chain(None), 0
+        else:
+            same = 0
+            for a, b in zip(prev, r["hash_ids"]):
+                if a != b:
+                    break
+                same += 1
+            keep = min(same * bt, ch.valid)
+        chains[key] = (ch, r["hash_ids"])
+        cohort = "new" if i == 0 else ("resumed" if last is not None and node.now - last > self.resume_gap_s
+                                       else "continuing")
+
+        def done(t: float) -> None:
+            node.at(t + float(r.get("think_time") or 0.0), lambda now: self._send(node, conv, i + 1, chains, t))
+
+        node.issue(Turn(ch, r["in"], r["out"], keep=keep, cohort=cohort, on_done=done))
+
+
+def read_tester(path: Path) -> dict:
+    """One kv-cache-tester conversation: ``block_size`` and ``requests`` with ``in``, ``out``, ``hash_ids``."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+        doc = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    except (OSError, ValueError) as e:
+        raise BadTraceInput(str(path), None, f"not a kv-cache-tester trace: {e}",
+                            hint="pass trace_NNNN.json files of kv-cache-tester") from e
+    if not isinstance(doc, dict) or not isinstance(doc.get("requests"), list):
+        raise BadTraceInput(str(path), None, "no requests list", field="requests",
+                            hint="pass trace_NNNN.json files of kv-cache-tester")
+    for k, r in enumerate(doc["requests"]):
+        for f in ("in", "out", "hash_ids"):
+            if f not in r:
+                raise BadTraceInput(str(path), None, f"request {k} lacks it", field=f,
+                                    hint="kv-cache-tester requests carry in, out, hash_ids, think_time")
+        if not isinstance(r["in"], int) or r["in"] < 1 or not isinstance(r["out"], int) or r["out"] < 0:
+            raise BadTraceInput(str(path), None, f"request {k}: in/out must be whole token counts", field="in")
+        r.setdefault("type", "n")
+    doc.setdefault("block_size", 64)
+    return doc
+
+
