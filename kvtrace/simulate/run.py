@@ -1,0 +1,324 @@
+"""``simulate()``: several tier configurations on the same sessions, side by side (a JSON-able dict).
+
+A :class:`Scenario` holds everything one comparison needs: the workload, the node (model, GPU,
+GPU KV capacity, step-cost factors, scheduler limits), the offload policy and the configurations
+(a tier file and which of its tiers to use). ``seed-study`` is a committed scenario
+(``data/scenarios/seed-study.toml``). The output schema is documented in docs/simulate.md.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from kvtrace.errors import ConfigError
+from kvtrace.replay.catalog import KVModel, resolve_model
+from kvtrace.replay.tiers import TierSet, load_tiers
+from kvtrace.simulate.cost import StepCost, load_gpu
+from kvtrace.simulate.engine import CAUSES, LowerTier, Metrics, Node, Policy
+from kvtrace.simulate.sources import SynthSource, TesterSource
+from kvtrace.synth.config import PRESETS, preset
+from kvtrace.units import parse_duration
+
+SCHEMA = "kvtrace.simulate/1"
+COHORTS = ("new", "continuing", "resumed")
+
+
+@dataclass
+class TierConfig:
+    """One configuration: a tier file and the tiers of it to use (the first is the GPU's)."""
+
+    name: str
+    tiers: str
+    use: list[str] | None = None
+
+    def resolve(self) -> tuple[TierSet, list]:
+        ts = load_tiers(self.tiers)
+        chosen = ts.tiers if not self.use else []
+        if self.use:
+            by = {t.name.lower(): t for t in ts.tiers}
+            for n in self.use:
+                if n.lower() not in by:
+                    raise ConfigError(f"config {self.name}: tier {n!r} is not in {ts.name}",
+                                      hint="tiers: " + ", ".join(t.name for t in ts.tiers))
+                chosen.append(by[n.lower()])
+        if not chosen or chosen[0].kind != "hbm" and chosen[0] is not ts.tiers[0]:
+            raise ConfigError(f"config {self.name}: the first tier must be the GPU's (HBM)",
+                              hint="e.g. --config dram=seed-testbed:HBM,DRAM")
+        return ts, chosen
+
+
+def parse_config(spec: str) -> TierConfig:
+    """``[NAME=]TIERS[:TIER,TIER]``: ``dram=seed-testbed:HBM,DRAM``, ``my.toml``."""
+    name, sep, rest = spec.partition("=")
+    if not sep:
+        name, rest = "", spec
+    path, colon, use = rest.rpartition(":") if ":" in rest and not Path(rest).exists() else (rest, "", "")
+    if not colon:
+        path = rest
+    if not path:
+        raise ConfigError(f"--config {spec!r}: no tier file", hint="e.g. --config dram=seed-testbed:HBM,DRAM")
+    names = [u.strip() for u in use.split(",") if u.strip()] or None
+    return TierConfig(name=name.strip() or (path if names is None else f"{Path(path).stem}:{use}"), tiers=path,
+                      use=names)
+
+
+@dataclass
+class Scenario:
+    """A workload, a node and the configurations to compare (see the module docstring)."""
+
+    name: str = "custom"
+    description: str = ""
+    duration_s: float = 7200.0
+    sessions: str = "seed-study"          # a synth preset name, or kv-cache-tester trace files / a folder
+    rate_per_min: float | None = None     # session arrivals per minute (default: the workload's)
+    seed: int = 0
+    model: str = "MiniMax-M2.7:fp8"
+    gpu: str = "RTX-PRO-6000"
+    gpus: int = 4
+    gpu_kv_tokens: int | None = None      # default: the tier file's HBM less the weights
+    prefill_efficiency: float = 0.5
+    decode_efficiency: float = 0.5
+    overhead_s: float = 0.002
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    policy: dict = field(default_factory=dict)
+    configs: list[TierConfig] = field(default_factory=list)
+    gpu_usd_per_hour: float | None = None
+
+    def policy_obj(self) -> Policy:
+        p = Policy(max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens, **self.policy)
+        p.validate()
+        return p
+
+    def kv_model(self) -> KVModel:
+        return resolve_model(self.model)
+
+    def cost(self) -> StepCost:
+        return StepCost(self.kv_model(), load_gpu(self.gpu), self.gpus, self.prefill_efficiency,
+                        self.decode_efficiency, self.overhead_s)
+
+
+def scenario_names() -> list[str]:
+    files = resources.files("kvtrace.simulate").joinpath("data/scenarios")
+    return sorted(p.name[:-5] for p in files.iterdir() if p.name.endswith(".toml"))
+
+
+def load_scenario(spec: str) -> Scenario:
+    """A committed scenario by name (``seed-study``) or a TOML file of the same shape."""
+    if spec in scenario_names():
+        text = resources.files("kvtrace.simulate").joinpath(f"data/scenarios/{spec}.toml").read_text()
+        where = f"scenario {spec}"
+    elif Path(spec).exists():
+        text, where = Path(spec).read_text(), spec
+    else:
+        raise ConfigError(f"unknown scenario {spec!r}", hint="use " + ", ".join(scenario_names()) + " or a TOML file")
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{where}: not valid TOML: {e}", hint="see docs/simulate.md for the scenario format") from e
+    doc = dict(doc)
+    configs = [TierConfig(name=c["name"], tiers=c["tiers"], use=c.get("use")) for c in doc.pop("config", [])]
+    if "duration" in doc:
+        doc["duration_s"] = parse_duration(doc.pop("duration"), what=f"{where}: duration")
+    known = set(Scenario.__dataclass_fields__)
+    bad = set(doc) - known
+    if bad:
+        raise ConfigError(f"{where}: field '{sorted(bad)[0]}' is unknown", hint="known: " + ", ".join(sorted(known)))
+    return Scenario(**doc, configs=configs)
+
+
+def _source(sc: Scenario):
+    gap = sc.policy_obj().resume_gap_s
+    if sc.sessions in PRESETS:
+        over = {"seed": sc.seed, "days": sc.duration_s / 86400.0}
+        if sc.rate_per_min is not None:
+            over["arrival_rate_per_min"] = sc.rate_per_min
+        return SynthSource(preset(sc.sessions, **over), sc.duration_s, resume_gap_s=gap)
+    p = Path(sc.sessions)
+    files = sorted(p.glob("*.json*")) if p.is_dir() else [Path(x) for x in sc.sessions.split(",")]
+    missing = [str(f) for f in files if not f.exists()]
+    if missing or not files:
+        raise ConfigError(f"sessions {sc.sessions!r}: not a synth preset and no trace files found",
+                          hint="use " + ", ".join(PRESETS) + ", or kv-cache-tester trace_NNNN.json files / a folder")
+    return TesterSource(files, sc.rate_per_min or 2.5, sc.duration_s, seed=sc.seed, resume_gap_s=gap)
+
+
+def build_node(sc: Scenario, cfg: TierConfig, cost: StepCost | None = None, keep_turns: bool = False) -> Node:
+    """The node of one configuration (GPU KV capacity, offload tiers) with the scenario's policy."""
+    model = sc.kv_model()
+    ts, chosen = cfg.resolve()
+    gpu_tier, lower = chosen[0], chosen[1:]
+    kv = sc.gpu_kv_tokens
+    if kv is None:
+        kv = int(gpu_tier.bytes_for(model) // model.bytes_per_token)
+    tiers = []
+    for t in lower:
+        cap = t.capacity_tokens if t.capacity_tokens is not None else int(t.bytes_for(model) // model.bytes_per_token)
+        if t.read_gbps <= 0 or t.write_gbps <= 0:
+            raise ConfigError(f"tier {t.name} of {ts.name} needs read_gbps and write_gbps", hint="set them in the tier file")
+        tiers.append(LowerTier(t.name, cap, t.read_gbps, t.write_gbps, t.latency_us * 1e-6, t.kind, t))
+    return Node(cost or sc.cost(), kv, tiers, sc.policy_obj(), keep_turns=keep_turns)
+
+
+def run_config(sc: Scenario, cfg: TierConfig, cost: StepCost | None = None) -> dict:
+    """Simulate one configuration; its ``configs[]`` entry."""
+    node = build_node(sc, cfg, cost)
+    src = _source(sc)
+    m = node.run(src, sc.duration_s)
+    out = summarize(node, m, sc, cfg)
+    out["sessions"] = src.sessions
+    return out
+
+
+def _pct(x: np.ndarray, q: float) -> float | None:
+    return float(np.percentile(x, q)) if len(x) else None
+
+
+def summarize(node: Node, m: Metrics, sc: Scenario, cfg: TierConfig) -> dict:
+    """One configuration's figures (see docs/simulate.md for each field)."""
+    bpt = node.bpt
+    span = sc.duration_s
+    processed = (m.prompt_tok + m.output_tok) / m.bin_s
+    computed = m.computed_tok / m.bin_s
+    last_hour = processed[-max(int(round(3600 / m.bin_s)), 1):]
+    series = []
+    names = ["GPU"] + [t.name for t in node.lower]
+    for b in range(m.n):
+        series.append({
+            "t_s": b * m.bin_s, "processed_tokens_per_s": round(float(processed[b]), 1),
+            "computed_tokens_per_s": round(float(computed[b]), 1),
+            "output_tokens_per_s": round(float(m.output_tok[b] / m.bin_s), 1),
+            "gpu_busy": round(float(min(m.busy_s[b] / m.bin_s, 1.0)), 4),
+            "running": int(m.running[b]), "waiting": int(m.waiting[b]),
+            "occupancy_bytes": {n: float(m.occupancy[k, b]) * bpt for k, n in enumerate(names)},
+        })
+    total_prompt = max(m.prompt_total, 1)
+    tiers = [{"name": "GPU", "kind": "hbm", "capacity_tokens": node.gpu.capacity,
+              "capacity_bytes": float(node.gpu.capacity) * bpt,
+              "first_full_s": node.gpu.first_full_at, "hit_ratio": float(m.hit_tokens[0]) / total_prompt,
+              "read_bytes_per_s": 0.0, "write_bytes_per_s": 0.0}]
+    for k, (lt, r) in enumerate(zip(node.lower, node.res)):
+        writes = {c: m.write[c][k] for c in CAUSES}
+        wsum = sum(writes.values())
+        wmean = float(wsum.sum()) / span
+        item = {
+            "name": lt.name, "kind": lt.kind, "capacity_tokens": r.capacity, "capacity_bytes": float(r.capacity) * bpt,
+            "first_full_s": r.first_full_at, "hit_ratio": float(m.hit_tokens[k + 1]) / total_prompt,
+            "read_bytes_per_s": float(m.read[k].sum()) / span,
+            "read_bytes_per_s_peak": float(m.read[k].max()) / m.bin_s,
+            "write_bytes_per_s": wmean, "write_bytes_per_s_peak": float(wsum.max()) / m.bin_s,
+            "write_bytes_per_s_by_cause": {c: float(v.sum()) / span for c, v in writes.items()},
+            "occupancy_end_bytes": float(r.used) * bpt,
+        }
+        d = getattr(lt.spec, "drives", None)
+        if d is not None:
+            item.update(raid=d.raid, dwpd_per_drive=d.dwpd(wmean), dwpd_rating=d.dwpd_rating,
+                        dwpd_per_drive_at_peak=d.dwpd(item["write_bytes_per_s_peak"]))
+        tiers.append(item)
+    ttft = {}
+    rows = m.ttft
+    for c in COHORTS:
+        sel = [r for r in rows if r[0] == c]
+        tot = np.array([r[2] + r[3] + r[4] for r in sel])
+        q, ld, pf = (np.array([r[i] for r in sel]) for i in (2, 3, 4))
+        ttft[c] = {"count": len(sel), "p50_s": _pct(tot, 50), "p90_s": _pct(tot, 90), "p99_s": _pct(tot, 99),
+                   "max_s": float(tot.max()) if len(tot) else None, "mean_s": float(tot.mean()) if len(tot) else None,
+                   "queue_p50_s": _pct(q, 50), "load_p50_s": _pct(ld, 50), "prefill_p50_s": _pct(pf, 50),
+                   "queue_mean_s": float(q.mean()) if len(q) else None,
+                   "load_mean_s": float(ld.mean()) if len(ld) else None,
+                   "prefill_mean_s": float(pf.mean()) if len(pf) else None}
+    ttft["unserved"] = len(node.waiting) + sum(1 for s in node.running if s.turn.first_t is None)
+    total_processed = float((m.prompt_tok + m.output_tok).sum())
+    gpu_usd_h = sc.gpu_usd_per_hour if sc.gpu_usd_per_hour is not None else node.cost.gpu.usd_per_hour
+    usd = (gpu_usd_h or 0.0) * sc.gpus * span / 3600
+    return {
+        "name": cfg.name, "tiers_file": cfg.tiers, "tiers_used": names,
+        "peak_tokens_per_s": float(processed.max()), "steady_tokens_per_s": float(last_hour.mean()),
+        "computed_peak_tokens_per_s": float(computed.max()),
+        "computed_steady_tokens_per_s": float(computed[-len(last_hour):].mean()),
+        "processed_tokens": total_processed, "gpu_busy": float(m.busy_s.sum()) / span,
+        "requests_started": len(m.ttft), "preemptions": m.preemptions,
+        "gpu_kv_tokens": node.gpu.capacity,
+        "series": series, "tiers": tiers, "ttft": ttft,
+        "cost": {"gpu_usd_per_hour": gpu_usd_h, "gpus": sc.gpus,
+                 "usd_per_million_processed_tokens": usd / total_processed * 1e6 if total_processed else None,
+                 "tier_capex_usd": {t.name: _capex(t.spec, float(r.capacity) * bpt)
+                                    for t, r in zip(node.lower, node.res)}},
+    }
+
+
+def _capex(t, kv_bytes: float) -> float | None:
+    if t is None or t.usd_per_tb is None:
+        return None
+    raw = t.drives.count * t.drives.size_bytes if t.drives is not None else kv_bytes
+    return raw / 1e12 * float(t.usd_per_tb)
+
+
+def simulate(sc: Scenario, progress=None) -> dict:
+    """Run every configuration of ``sc`` on the same sessions; ratios are to the first."""
+    if not sc.configs:
+        raise ConfigError("no configuration to simulate", hint="pass --config TIERS (or --scenario seed-study)")
+    names = [c.name for c in sc.configs]
+    if len(set(names)) != len(names):
+        raise ConfigError("two configurations share a name", hint="name them: --config gpu=seed-testbed:HBM")
+    cost = sc.cost()
+    for c in sc.configs:                  # every configuration is checked before any runs
+        c.resolve()
+    _source(sc)
+    out = []
+    for c in sc.configs:
+        if progress:
+            progress(c.name)
+        out.append(run_config(sc, c, cost))
+    base = out[0]
+    for o in out:
+        o["ratio_peak"] = o["peak_tokens_per_s"] / base["peak_tokens_per_s"] if base["peak_tokens_per_s"] else None
+        o["ratio_steady"] = (o["steady_tokens_per_s"] / base["steady_tokens_per_s"]
+                             if base["steady_tokens_per_s"] else None)
+    return {"schema": SCHEMA, "scenario": sc.name, "description": sc.description, "duration_s": sc.duration_s,
+            "sessions": sc.sessions, "rate_per_min": sc.rate_per_min, "seed": sc.seed,
+            "node": {**cost.describe(), "gpu_kv_tokens": sc.gpu_kv_tokens, "max_num_seqs": sc.max_num_seqs,
+                     "max_num_batched_tokens": sc.max_num_batched_tokens},
+            "policy": sc.policy_obj().to_dict(), "configs": out}
+
+
+def calibrate(sc: Scenario, target_tokens_per_s: float, config: str | None = None, metric: str = "steady",
+              tol: float = 0.01, max_iter: int = 12) -> dict:
+    """Fit the two efficiency factors to one measured point of the GPU-only configuration.
+
+    Both factors are scaled by one multiplier (their ratio stays the scenario's), found by bisection
+    so that the configuration's ``metric`` (``steady`` or ``peak`` processed tokens/s) matches the
+    target. Only the named configuration (default: the first) is run.
+    """
+    cfg = next((c for c in sc.configs if c.name == config), None) if config else sc.configs[0]
+    if cfg is None:
+        raise ConfigError(f"no configuration named {config!r}", hint="names: " + ", ".join(c.name for c in sc.configs))
+    p0, d0 = sc.prefill_efficiency, sc.decode_efficiency
+    key = f"{metric}_tokens_per_s"
+    lo, hi = 0.05, 1.0 / max(p0, d0)
+    trail = []
+
+    def at(x: float) -> float:
+        s2 = replace(sc, prefill_efficiency=p0 * x, decode_efficiency=d0 * x)
+        v = run_config(s2, cfg)[key]
+        trail.append({"scale": x, "prefill_efficiency": p0 * x, "decode_efficiency": d0 * x, key: v})
+        return v
+
+    if at(hi) < target_tokens_per_s:
+        raise ConfigError(f"even at efficiency {max(p0, d0) * hi:.2f} the {cfg.name} configuration serves less than "
+                          f"{target_tokens_per_s:g} tokens/s", hint="check the GPU, model and GPU KV capacity")
+    x = 1.0
+    for _ in range(max_iter):
+        x = math.sqrt(lo * hi)
+        v = at(x)
+        if abs(v - target_tokens_per_s) <= tol * target_tokens_per_s:
+            break
+        lo, hi = (x, hi) if v < target_tokens_per_s else (lo, x)
+    return {"config": cfg.name, "metric": metric, "target_tokens_per_s": target_tokens_per_s,
+            "prefill_efficiency": round(p0 * x, 4), "decode_efficiency": round(d0 * x, 4), "trail": trail}

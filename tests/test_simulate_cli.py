@@ -1,0 +1,82 @@
+"""``kvtrace simulate``: configurations side by side, the JSON schema, errors, calibration."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kvtrace.cli import app
+from kvtrace.simulate.run import load_scenario, parse_config
+
+FIXTURES = Path(__file__).parent / "fixtures" / "kv-cache-tester"
+runner = CliRunner()
+
+
+def _run(*args):
+    return runner.invoke(app, ["simulate", *args])
+
+
+def test_two_configs_side_by_side_json_has_the_documented_fields(tmp_path):
+    out = tmp_path / "sim.json"
+    r = _run("--config", "gpu=seed-testbed:HBM", "--config", "dram=seed-testbed:HBM,DRAM", "--duration", "15m",
+             "--gpu-kv", "400K", "--format", "json", "-o", str(out))
+    assert r.exit_code == 0, r.output
+    doc = json.loads(out.read_text())
+    assert doc["schema"] == "kvtrace.simulate/1"
+    assert [c["name"] for c in doc["configs"]] == ["gpu", "dram"]
+    for c in doc["configs"]:
+        assert c["peak_tokens_per_s"] >= c["steady_tokens_per_s"] > 0
+        assert len(c["series"]) == 15
+        assert max(s["processed_tokens_per_s"] for s in c["series"]) == pytest.approx(c["peak_tokens_per_s"], abs=0.1)
+        for t in c["tiers"]:
+            assert {"name", "first_full_s", "read_bytes_per_s", "write_bytes_per_s"} <= set(t)
+        for k in ("new", "continuing", "resumed"):
+            assert {"p50_s", "p90_s", "p99_s", "max_s"} <= set(c["ttft"][k])
+    assert doc["configs"][0]["ratio_peak"] == 1.0
+    assert [t["name"] for t in doc["configs"][1]["tiers"]] == ["GPU", "DRAM"]
+    # the same sessions run under both: the same new sessions
+    assert doc["configs"][0]["ttft"]["new"]["count"] == doc["configs"][1]["ttft"]["new"]["count"]
+
+
+def test_the_table_names_every_config_and_the_same_inputs_give_the_same_bytes(tmp_path):
+    args = ("--config", "seed-testbed:HBM,NVMe", "--duration", "10m", "--gpu-kv", "300K")
+    r1 = _run(*args, "--format", "json")
+    r2 = _run(*args, "--format", "json")
+    assert r1.exit_code == 0 and r1.stdout == r2.stdout
+    r = _run(*args)
+    assert r.exit_code == 0 and "seed-testbed:HBM,NVMe" in r.stdout and "TTFT" in r.stdout
+
+
+def test_kv_cache_tester_traces_run_closed_loop():
+    files = ",".join(str(p) for p in sorted(FIXTURES.glob("trace_000*.json.gz")))
+    r = _run("--sessions", files, "--rate", "1", "--config", "gpu=h100:HBM", "--duration", "10m",
+             "--model", "Llama-3.1-70B", "--gpu", "H100", "--gpus", "8", "--format", "json")
+    assert r.exit_code == 0, r.output
+    c = json.loads(r.stdout)["configs"][0]
+    assert c["ttft"]["new"]["count"] > 0 and c["ttft"]["continuing"]["count"] > 0
+    assert c["tiers"][0]["hit_ratio"] > 0.5           # conversations reuse their prefixes
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--config", "x=seed-testbed:HBM,FOO"), "tier 'FOO' is not in seed-testbed"),
+    (("--config", "seed-testbed", "--load", "sometimes"), "load policy"),
+    (("--config", "seed-testbed", "--gpu", "TPU"), "unknown GPU"),
+    (("--scenario", "nope"), "unknown scenario"),
+    (("--config", "seed-testbed", "--sessions", "missing-file.json"), "not a synth preset"),
+])
+def test_bad_options_are_one_line_errors_before_anything_runs(args, message):
+    r = _run(*args)
+    assert r.exit_code == 1
+    assert message in r.output and "simulating" not in r.output
+
+
+def test_config_specs_and_the_seed_study_scenario():
+    c = parse_config("dram=seed-testbed:HBM,DRAM")
+    assert (c.name, c.tiers, c.use) == ("dram", "seed-testbed", ["HBM", "DRAM"])
+    assert parse_config("h100").use is None
+    sc = load_scenario("seed-study")
+    assert [c.name for c in sc.configs] == ["gpu", "dram", "flash"]
+    assert sc.duration_s == 7200 and sc.gpu_kv_tokens == 400_000
