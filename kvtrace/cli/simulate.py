@@ -17,6 +17,7 @@ def simulate(
     config: Annotated[Optional[list[str]], typer.Option("--config", "-c", help="A configuration: [NAME=]TIERS[:TIER,TIER], e.g. dram=seed-testbed:HBM,DRAM (the first tier is the GPU's). Repeat to compare; ratios are to the first.")] = None,
     sessions: Annotated[Optional[str], typer.Option("--sessions", help="Workload: a kvtrace synth preset (seed-study, sample-week), or kv-cache-tester trace files (comma list) or a folder of them.")] = None,
     rate: Annotated[Optional[float], typer.Option("--rate", help="New sessions per minute (scales the arrival rate).")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override a synth workload parameter: name=value (JSON value), repeatable; see kvtrace synth --params.")] = None,
     duration: Annotated[Optional[str], typer.Option("--duration", help="Simulated time: 30m, 2h (sessions arrive throughout).")] = None,
     seed: Annotated[Optional[int], typer.Option("--seed", help="Random seed of the workload.")] = None,
     model: Annotated[Optional[str], typer.Option("--model", help="Served model: a catalog name with the KV dtype, e.g. MiniMax-M2.7:fp8.")] = None,
@@ -31,7 +32,8 @@ def simulate(
     load: Annotated[Optional[str], typer.Option("--load", help="Offload loads: block (the step waits) or overlap (only the request waits).")] = None,
     store: Annotated[Optional[str], typer.Option("--store", help="What a prompt writes to each offload tier: missing (chunks it lacks) or all (every chunk again).")] = None,
     no_write_back: Annotated[bool, typer.Option("--no-write-back", help="Do not copy chunks loaded from a lower tier into the tiers above.")] = False,
-    calibrate: Annotated[Optional[float], typer.Option("--calibrate", help="Fit both efficiency factors so the first configuration's steady processed tokens/s equals this measured value; print them and exit.")] = None,
+    calibrate: Annotated[Optional[float], typer.Option("--calibrate", help="Fit the efficiency factors so the first configuration's steady processed tokens/s equals this measured value (the prefill factor; the decode factor follows from the scenario's measured decode step); print them and exit.")] = None,
+    fit: Annotated[str, typer.Option("--fit", help="With --calibrate: prefill (fit the prefill factor) or both (scale both by one multiplier).")] = "prefill",
     format: Annotated[str, typer.Option("--format", "-f", help="table or json.")] = "table",
     out: OutOpt = None,
 ) -> None:
@@ -43,7 +45,7 @@ def simulate(
 
     Example: kvtrace simulate --scenario seed-study --format json -o seed.json
     """
-    from kvtrace.simulate.run import Scenario, calibrate as fit, load_scenario, parse_config, simulate as run
+    from kvtrace.simulate.run import Scenario, calibrate as fit_factors, load_scenario, parse_config, simulate as run
     from kvtrace.units import parse_duration, parse_tokens
 
     if format not in ("table", "json"):
@@ -62,6 +64,13 @@ def simulate(
         changes["gpu_kv_tokens"] = parse_tokens(gpu_kv, what="--gpu-kv")
     if config:
         changes["configs"] = [parse_config(c) for c in config]
+    if set_:
+        from kvtrace.synth.config import set_field
+
+        workload = dict(sc.workload)
+        for assignment in set_:
+            set_field(workload, assignment)
+        changes["workload"] = workload
     policy = dict(sc.policy)
     for key, value in (("chunk_tokens", chunk), ("load", load), ("store", store)):
         if value is not None:
@@ -73,7 +82,7 @@ def simulate(
     sc.policy_obj()
     sc.cost()
     if calibrate is not None:
-        res = fit(sc, calibrate)
+        res = fit_factors(sc, calibrate, fit=fit)
         _emit(res, format, out, lambda c: c.print(f"{res['config']}: prefill_efficiency = {res['prefill_efficiency']}, "
                                                    f"decode_efficiency = {res['decode_efficiency']} "
                                                    f"(steady {res['target_tokens_per_s']:g} tokens/s)"))

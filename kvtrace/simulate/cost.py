@@ -96,6 +96,23 @@ class StepCost:
         if not 0 < self.prefill_efficiency <= 1 or not 0 < self.decode_efficiency <= 1:
             raise ConfigError("efficiencies must be in (0, 1]", hint="e.g. --prefill-efficiency 0.5")
 
+    @property
+    def _k(self) -> tuple:
+        """The per-step constants of ``step`` (computed once)."""
+        k = self.__dict__.get("_k_cache")
+        if k is None:
+            m = self.model
+            total = (m.params_total or m.params_active) * m.weight_bytes
+            expert = m.expert_params * m.weight_bytes if m.experts and m.expert_params else 0.0
+            keep = 1.0 - m.experts_active / m.experts if expert else 1.0
+            calls = 2 * m.layers if self.gpus > 1 else 0
+            ar_tok = calls * m.hidden_size * 2 / (self.gpu.allreduce_gbps * 1e9) if calls else 0.0
+            ar_fix = calls * self.gpu.allreduce_us * 1e-6
+            k = (self._linear_s_per_token, self._attn_s_per_pair, self._mem_s_per_byte, total - expert, expert, keep,
+                 float(m.bytes_per_token), ar_tok, ar_fix)
+            object.__setattr__(self, "_k_cache", k)
+        return k
+
     # -- per-token constants -----------------------------------------------------------------
     @property
     def _attn_flops_per_pair(self) -> float:
@@ -148,9 +165,11 @@ class StepCost:
         tokens = decode_seqs + new
         if tokens == 0:
             return 0.0
-        compute = tokens * self._linear_s_per_token + (pairs + decode_ctx) * self._attn_s_per_pair
-        memory = (float(self.weight_bytes(tokens)) + kv * self.model.bytes_per_token) * self._mem_s_per_byte
-        return compute + memory + float(self.allreduce_s(tokens)) + self.overhead_s
+        k = self._k
+        compute = tokens * k[0] + (pairs + decode_ctx) * k[1]
+        weights = k[3] if k[4] == 0 else k[3] + k[4] * (1.0 - k[5] ** tokens)
+        memory = (weights + kv * k[6]) * k[2]
+        return compute + memory + tokens * k[7] + k[8] + self.overhead_s
 
     def decode_steps(self, decode_seqs: int, decode_ctx: float, k: int) -> np.ndarray:
         """The times of ``k`` consecutive decode-only steps (every context grows by one per step)."""
@@ -161,6 +180,20 @@ class StepCost:
         compute = B * self._linear_s_per_token + ctx * self._attn_s_per_pair
         memory = (float(self.weight_bytes(B)) + ctx * self.model.bytes_per_token) * self._mem_s_per_byte
         return compute + memory + float(self.allreduce_s(B)) + self.overhead_s
+
+    def fit_decode_efficiency(self, batch: int, context: float, step_s: float) -> float:
+        """The decode efficiency at which a decode step of ``batch`` sequences at ``context`` tokens
+        each takes ``step_s`` seconds: what the step leaves after compute, all-reduce and overhead
+        is the memory traffic's time."""
+        k = self._k
+        ctx = batch * float(context)
+        weights = k[3] if k[4] == 0 else k[3] + k[4] * (1.0 - k[5] ** batch)
+        mem_s_at_one = (weights + ctx * k[6]) / (self.gpus * self.gpu.memory_tbps * 1e12)
+        rest = step_s - (batch * k[0] + ctx * k[1] + batch * k[7] + k[8] + self.overhead_s)
+        if rest <= 0:
+            raise ConfigError(f"a decode step of {step_s * 1e3:g} ms is faster than its compute and all-reduce alone",
+                              hint="check the GPU count, the model and the prefill efficiency")
+        return mem_s_at_one / rest
 
     def prefill_s_per_token(self, context: float, chunk: int = 8192) -> float:
         """Seconds per new token of a prefill-only step of ``chunk`` tokens at ``context``."""

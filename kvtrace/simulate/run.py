@@ -76,6 +76,7 @@ class Scenario:
     description: str = ""
     duration_s: float = 7200.0
     sessions: str = "seed-study"          # a synth preset name, or kv-cache-tester trace files / a folder
+    workload: dict = field(default_factory=dict)   # synth parameter overrides (kvtrace synth --params)
     rate_per_min: float | None = None     # session arrivals per minute (default: the workload's)
     seed: int = 0
     model: str = "MiniMax-M2.7:fp8"
@@ -90,6 +91,7 @@ class Scenario:
     policy: dict = field(default_factory=dict)
     configs: list[TierConfig] = field(default_factory=list)
     gpu_usd_per_hour: float | None = None
+    decode_step: list | None = None       # a measured decode step [batch, context tokens, seconds]
 
     def policy_obj(self) -> Policy:
         p = Policy(max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens, **self.policy)
@@ -136,7 +138,7 @@ def load_scenario(spec: str) -> Scenario:
 def _source(sc: Scenario):
     gap = sc.policy_obj().resume_gap_s
     if sc.sessions in PRESETS:
-        over = {"seed": sc.seed, "days": sc.duration_s / 86400.0}
+        over = {**sc.workload, "seed": sc.seed, "days": sc.duration_s / 86400.0}
         if sc.rate_per_min is not None:
             over["arrival_rate_per_min"] = sc.rate_per_min
         return SynthSource(preset(sc.sessions, **over), sc.duration_s, resume_gap_s=gap)
@@ -289,36 +291,50 @@ def simulate(sc: Scenario, progress=None) -> dict:
 
 
 def calibrate(sc: Scenario, target_tokens_per_s: float, config: str | None = None, metric: str = "steady",
-              tol: float = 0.01, max_iter: int = 12) -> dict:
-    """Fit the two efficiency factors to one measured point of the GPU-only configuration.
+              fit: str = "prefill", tol: float = 0.01, max_iter: int = 14) -> dict:
+    """Fit the efficiency factors to one measured throughput of one configuration (the GPU-only one).
 
-    Both factors are scaled by one multiplier (their ratio stays the scenario's), found by bisection
-    so that the configuration's ``metric`` (``steady`` or ``peak`` processed tokens/s) matches the
-    target. Only the named configuration (default: the first) is run.
+    ``fit="prefill"``: the prefill efficiency is found by bisection so that the configuration's
+    ``metric`` (``steady`` or ``peak`` processed tokens/s) matches the target, and the decode
+    efficiency follows at each trial from the scenario's measured decode step
+    (``decode_step = [batch, context, seconds]``) when it has one, else stays as it is.
+    ``fit="both"``: both factors scaled by one multiplier. Only that configuration is run.
     """
-    cfg = next((c for c in sc.configs if c.name == config), None) if config else sc.configs[0]
+    if fit not in ("prefill", "both"):
+        raise ConfigError(f"unknown fit {fit!r}", hint="use prefill or both")
+    cfg = next((c for c in sc.configs if c.name == config), None) if config else (sc.configs[0] if sc.configs else None)
     if cfg is None:
-        raise ConfigError(f"no configuration named {config!r}", hint="names: " + ", ".join(c.name for c in sc.configs))
+        raise ConfigError(f"no configuration named {config!r}" if config else "no configuration to calibrate",
+                          hint="names: " + ", ".join(c.name for c in sc.configs) if sc.configs else "pass --config")
     p0, d0 = sc.prefill_efficiency, sc.decode_efficiency
     key = f"{metric}_tokens_per_s"
-    lo, hi = 0.05, 1.0 / max(p0, d0)
     trail = []
 
+    def factors(x: float) -> tuple[float, float]:
+        if fit == "both":
+            return p0 * x, d0 * x
+        if sc.decode_step:
+            b, ctx, secs = sc.decode_step
+            return x, replace(sc, prefill_efficiency=x).cost().fit_decode_efficiency(int(b), float(ctx), float(secs))
+        return x, d0
+
     def at(x: float) -> float:
-        s2 = replace(sc, prefill_efficiency=p0 * x, decode_efficiency=d0 * x)
-        v = run_config(s2, cfg)[key]
-        trail.append({"scale": x, "prefill_efficiency": p0 * x, "decode_efficiency": d0 * x, key: v})
+        pe, de = factors(x)
+        v = run_config(replace(sc, prefill_efficiency=pe, decode_efficiency=min(de, 1.0)), cfg)[key]
+        trail.append({"prefill_efficiency": round(pe, 4), "decode_efficiency": round(de, 4), key: round(v, 1)})
         return v
 
+    lo, hi = (0.02, 1.0) if fit == "prefill" else (0.05, 1.0 / max(p0, d0))
     if at(hi) < target_tokens_per_s:
-        raise ConfigError(f"even at efficiency {max(p0, d0) * hi:.2f} the {cfg.name} configuration serves less than "
+        raise ConfigError(f"even at full efficiency the {cfg.name} configuration serves less than "
                           f"{target_tokens_per_s:g} tokens/s", hint="check the GPU, model and GPU KV capacity")
-    x = 1.0
+    x = hi
     for _ in range(max_iter):
         x = math.sqrt(lo * hi)
         v = at(x)
         if abs(v - target_tokens_per_s) <= tol * target_tokens_per_s:
             break
         lo, hi = (x, hi) if v < target_tokens_per_s else (lo, x)
-    return {"config": cfg.name, "metric": metric, "target_tokens_per_s": target_tokens_per_s,
-            "prefill_efficiency": round(p0 * x, 4), "decode_efficiency": round(d0 * x, 4), "trail": trail}
+    pe, de = factors(x)
+    return {"config": cfg.name, "metric": metric, "fit": fit, "target_tokens_per_s": target_tokens_per_s,
+            "prefill_efficiency": round(pe, 4), "decode_efficiency": round(min(de, 1.0), 4), "trail": trail}
