@@ -80,3 +80,25 @@ def test_config_specs_and_the_seed_study_scenario():
     sc = load_scenario("seed-study")
     assert [c.name for c in sc.configs] == ["gpu", "dram", "flash"]
     assert sc.duration_s == 7200 and sc.gpu_kv_tokens == 400_000
+
+
+def test_warehouse_threads_run_closed_loop_with_their_recorded_gaps(tmp_path):
+    from kvtrace.store import open_store
+    from tests.report_samples import load_rows
+
+    db = tmp_path / "w.duckdb"
+    # one session, one thread: requests end at minute 0, 1 and 2 and took 10 s each, so the user
+    # waited 50 s after each response; the third prompt is shorter (a compaction): a new chain
+    rows = [{"request_key": f"r{i}", "ts": float(i), "duration_ms": 10_000.0, "cache_read_tokens": p - 200,
+             "input_tokens": 200, "output_tokens": 100} for i, p in enumerate((20_000, 20_500, 3_000))]
+    with open_store(db) as store:
+        load_rows(store, rows)
+    r = _run("--sessions", "warehouse", "--db", str(db), "--config", "gpu=seed-testbed:HBM", "--gpu-kv", "400K",
+             "--duration", "10m", "--format", "json")
+    assert r.exit_code == 0, r.output
+    c = json.loads(r.stdout)["configs"][0]
+    assert c["sessions"] == 1 and c["requests_started"] == 3
+    assert c["ttft"]["new"]["count"] == 1 and c["ttft"]["continuing"]["count"] == 2
+    assert c["processed_tokens"] == 20_000 + 20_500 + 3_000 + 300
+    # the second turn hits the first (prompt + output, whole blocks); the third starts over
+    assert c["tiers"][0]["hit_ratio"] == pytest.approx(20_096 / 43_500)

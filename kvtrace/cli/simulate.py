@@ -8,14 +8,17 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvtrace.cli._options import OutOpt, guarded
+from kvtrace.cli._options import DbOpt, OutOpt, SinceOpt, UntilOpt, guarded
 from kvtrace.errors import ConfigError
 
 
 def simulate(
     scenario: Annotated[Optional[str], typer.Option("--scenario", help="A committed scenario (seed-study) or a scenario TOML file; other options override it.")] = None,
     config: Annotated[Optional[list[str]], typer.Option("--config", "-c", help="A configuration: [NAME=]TIERS[:TIER,TIER], e.g. dram=seed-testbed:HBM,DRAM (the first tier is the GPU's). Repeat to compare; ratios are to the first.")] = None,
-    sessions: Annotated[Optional[str], typer.Option("--sessions", help="Workload: a kvtrace synth preset (seed-study, sample-week), or kv-cache-tester trace files (comma list) or a folder of them.")] = None,
+    sessions: Annotated[Optional[str], typer.Option("--sessions", help="Workload: a kvtrace synth preset (seed-study, sample-week), warehouse (the requests of --db), or kv-cache-tester trace files (comma list) or a folder of them.")] = None,
+    db: DbOpt = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
     rate: Annotated[Optional[float], typer.Option("--rate", help="New sessions per minute (scales the arrival rate).")] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override a synth workload parameter: name=value (JSON value), repeatable; see kvtrace synth --params.")] = None,
     duration: Annotated[Optional[str], typer.Option("--duration", help="Simulated time: 30m, 2h (sessions arrive throughout).")] = None,
@@ -52,7 +55,8 @@ def simulate(
         raise ConfigError(f"unknown --format '{format}'", hint="choose table or json")
     sc = load_scenario(scenario) if scenario else Scenario()
     changes: dict = {}
-    for key, value in (("sessions", sessions), ("rate_per_min", rate), ("seed", seed), ("model", model),
+    for key, value in (("sessions", sessions), ("db", str(db) if db else None), ("since", since), ("until", until),
+                       ("rate_per_min", rate), ("seed", seed), ("model", model),
                        ("gpu", gpu), ("gpus", gpus), ("prefill_efficiency", prefill_efficiency),
                        ("decode_efficiency", decode_efficiency), ("max_num_seqs", max_num_seqs),
                        ("max_num_batched_tokens", max_batched_tokens)):

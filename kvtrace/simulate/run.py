@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import tomllib
+from datetime import timedelta
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -21,9 +22,10 @@ from kvtrace.replay.catalog import KVModel, resolve_model
 from kvtrace.replay.tiers import TierSet, load_tiers
 from kvtrace.simulate.cost import StepCost, load_gpu
 from kvtrace.simulate.engine import CAUSES, LowerTier, Metrics, Node, Policy
-from kvtrace.simulate.sources import SynthSource, TesterSource
+from kvtrace.simulate.sources import SynthSource, TesterSource, WarehouseSource
 from kvtrace.synth.config import PRESETS, preset
-from kvtrace.units import parse_duration
+from kvtrace.store import open_store
+from kvtrace.units import is_span, parse_duration
 
 SCHEMA = "kvtrace.simulate/1"
 COHORTS = ("new", "continuing", "resumed")
@@ -77,6 +79,9 @@ class Scenario:
     duration_s: float = 7200.0
     sessions: str = "seed-study"          # a synth preset name, or kv-cache-tester trace files / a folder
     workload: dict = field(default_factory=dict)   # synth parameter overrides (kvtrace synth --params)
+    db: str | None = None                 # the warehouse, for sessions = "warehouse"
+    since: str | None = None
+    until: str | None = None
     rate_per_min: float | None = None     # session arrivals per minute (default: the workload's)
     seed: int = 0
     model: str = "MiniMax-M2.7:fp8"
@@ -142,13 +147,24 @@ def _source(sc: Scenario):
         if sc.rate_per_min is not None:
             over["arrival_rate_per_min"] = sc.rate_per_min
         return SynthSource(preset(sc.sessions, **over), sc.duration_s, resume_gap_s=gap)
+    if sc.sessions == "warehouse":
+        with open_store(sc.db, read_only=True) as store:
+            return WarehouseSource.from_store(store, _bound(store, sc.since), _bound(store, sc.until), resume_gap_s=gap)
     p = Path(sc.sessions)
     files = sorted(p.glob("*.json*")) if p.is_dir() else [Path(x) for x in sc.sessions.split(",")]
     missing = [str(f) for f in files if not f.exists()]
     if missing or not files:
         raise ConfigError(f"sessions {sc.sessions!r}: not a synth preset and no trace files found",
-                          hint="use " + ", ".join(PRESETS) + ", or kv-cache-tester trace_NNNN.json files / a folder")
+                          hint="use " + ", ".join(PRESETS) + ", warehouse (with --db), or kv-cache-tester trace files / a folder")
     return TesterSource(files, sc.rate_per_min or 2.5, sc.duration_s, seed=sc.seed, resume_gap_s=gap)
+
+
+def _bound(store, v: str | None):
+    """A window bound: ISO text as is, a span (``7d``) back from the last request."""
+    if v is None or not is_span(v):
+        return v
+    last = store.scalar("SELECT max(ts) FROM request_usage")
+    return None if last is None else last - timedelta(seconds=parse_duration(v, what="--since"))
 
 
 def build_node(sc: Scenario, cfg: TierConfig, cost: StepCost | None = None, keep_turns: bool = False) -> Node:

@@ -5,6 +5,9 @@
   returning cohort that pauses ~15 minutes, compaction at the context cap, subagents), but a
   request now takes as long as the simulated node needs: the process resumes when its response
   completes and then sleeps its tool/think time.
+- :class:`WarehouseSource` takes the warehouse's requests (``queries/simulate_turns.sql``): each
+  thread of a session is a client that starts at its recorded first request and then sends each
+  next request after the gap it recorded (next start, i.e. end minus duration, minus this end).
 - :class:`TesterSource` replays kv-cache-tester conversations (``api_time``/``think_time`` per
   request): each conversation's next request is sent ``think_time`` after the previous one
   completed; conversations start as a Poisson process, cycling through the files.
@@ -193,3 +196,59 @@ def read_tester(path: Path) -> dict:
     return doc
 
 
+
+
+class WarehouseSource:
+    """Closed-loop threads from the warehouse's recorded requests (see the module docstring).
+
+    A thread's requests form one conversation chain while each prompt extends the previous prompt
+    and output; a shorter prompt (a compaction, a new chain) starts a new one. Session starts keep
+    their recorded times, from the window's first request.
+    """
+
+    def __init__(self, rows: list[tuple], resume_gap_s: float = 300.0):
+        if not rows:
+            raise ConfigError("the warehouse has no requests in the window",
+                              hint="ingest telemetry first, or widen --since/--until")
+        self.resume_gap_s = resume_gap_s
+        threads: dict = {}
+        t0 = None
+        for session, thread, ts_us, dur_ms, prompt, out in rows:
+            end = ts_us / 1e6
+            start = end - (dur_ms or 0.0) / 1e3
+            t0 = start if t0 is None else min(t0, start)
+            threads.setdefault((session, thread), []).append((start, end, int(prompt), int(out)))
+        self.threads = {k: [(a - t0, b - t0, p, o) for a, b, p, o in v] for k, v in threads.items()}
+        self.sessions = 0
+
+    @classmethod
+    def from_store(cls, store, since=None, until=None, resume_gap_s: float = 300.0) -> "WarehouseSource":
+        from kvtrace.store import load_query
+
+        rows = store.query(load_query("simulate_turns").sql, {"since": since, "until": until})
+        return cls([r for r in rows if r[4] and r[4] > 0], resume_gap_s)
+
+    def __call__(self, node: Node) -> None:
+        seen = set()
+        for (session, thread), turns in sorted(self.threads.items(), key=lambda kv: (kv[1][0][0], kv[0])):
+            new = session not in seen
+            seen.add(session)
+            node.at(turns[0][0], lambda now, turns=turns, new=new: self._send(node, turns, 0, None, new, None))
+
+    def _send(self, node: Node, turns: list, i: int, ch: Chain | None, new: bool, last: float | None) -> None:
+        if i >= len(turns):
+            return
+        if i == 0 and new:
+            self.sessions += 1
+        start, end, prompt, out = turns[i]
+        prev = turns[i - 1] if i else None
+        if ch is None or prev is None or prompt < prev[2] + prev[3]:
+            ch = Chain(None)
+        cohort = ("new" if new else "continuing") if i == 0 else (
+            "resumed" if last is not None and node.now - last > self.resume_gap_s else "continuing")
+        gap = max(turns[i + 1][0] - end, 0.0) if i + 1 < len(turns) else 0.0
+
+        def done(t: float) -> None:
+            node.at(t + gap, lambda now: self._send(node, turns, i + 1, ch, False, t))
+
+        node.issue(Turn(ch, max(prompt, 1), out, cohort=cohort, on_done=done))
