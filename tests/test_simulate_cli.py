@@ -102,3 +102,31 @@ def test_warehouse_threads_run_closed_loop_with_their_recorded_gaps(tmp_path):
     assert c["processed_tokens"] == 20_000 + 20_500 + 3_000 + 300
     # the second turn hits the first (prompt + output, whole blocks); the third starts over
     assert c["tiers"][0]["hit_ratio"] == pytest.approx(20_096 / 43_500)
+
+
+def test_a_fleet_splits_sessions_by_affinity_and_workers_do_not_change_results():
+    args = ("--config", "gpu=seed-testbed:HBM", "--gpu-kv", "200K", "--duration", "20m", "--rate", "5",
+            "--format", "json")
+    one = json.loads(_run(*args).stdout)["configs"][0]
+    r1 = _run(*args, "--nodes", "2")
+    r2 = _run(*args, "--nodes", "2", "--jobs", "2")
+    assert r1.exit_code == 0 and r1.stdout == r2.stdout
+    two = json.loads(r1.stdout)["configs"][0]
+    assert two["nodes"] == 2 and two["sessions"] == one["sessions"]
+    assert one["ttft"]["new"]["count"] + one["ttft"]["unserved"] >= two["ttft"]["new"]["count"] > one["ttft"]["new"]["count"]
+    assert two["tiers"][0]["capacity_tokens"] == 2 * one["tiers"][0]["capacity_tokens"]
+    assert two["ttft"]["all"]["p90_s"] < one["ttft"]["all"]["p90_s"]
+
+
+def test_nodes_auto_finds_the_fewest_nodes_meeting_the_ttft_target():
+    r = _run("--config", "gpu=seed-testbed:HBM", "--gpu-kv", "200K", "--duration", "20m", "--rate", "5",
+             "--nodes", "auto", "--ttft-p90", "2", "--format", "json")
+    assert r.exit_code == 0, r.output
+    c = json.loads(r.stdout)["configs"][0]
+    tried = {t["nodes"]: t for t in c["sizing"]["tried"]}
+    n = c["nodes"]
+    assert tried[n]["ttft_p90_s"] <= 2 and tried[n]["unserved"] == 0
+    assert n == 1 or tried[n - 1]["ttft_p90_s"] > 2 or tried[n - 1]["unserved"]
+    assert n > 1                                  # one node is overloaded at this rate: the search ran
+    r = _run("--config", "seed-testbed", "--nodes", "auto")
+    assert r.exit_code == 1 and "--ttft-p90" in r.output

@@ -35,6 +35,9 @@ def simulate(
     load: Annotated[Optional[str], typer.Option("--load", help="Offload loads: block (the step waits) or overlap (only the request waits).")] = None,
     store: Annotated[Optional[str], typer.Option("--store", help="What a prompt writes to each offload tier: missing (chunks it lacks) or all (every chunk again).")] = None,
     no_write_back: Annotated[bool, typer.Option("--no-write-back", help="Do not copy chunks loaded from a lower tier into the tiers above.")] = False,
+    nodes: Annotated[str, typer.Option("--nodes", help="Identical nodes behind a session-affinity router (a number), or auto: the fewest that meet --ttft-p90 per configuration.")] = "1",
+    ttft_p90: Annotated[Optional[float], typer.Option("--ttft-p90", help="With --nodes auto: the p90 TTFT target in seconds, over every request.")] = None,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Worker processes for the nodes of a fleet (results do not depend on it).")] = 1,
     calibrate: Annotated[Optional[float], typer.Option("--calibrate", help="Fit the efficiency factors so the first configuration's steady processed tokens/s equals this measured value (the prefill factor; the decode factor follows from the scenario's measured decode step); print them and exit.")] = None,
     fit: Annotated[str, typer.Option("--fit", help="With --calibrate: prefill (fit the prefill factor) or both (scale both by one multiplier).")] = "prefill",
     format: Annotated[str, typer.Option("--format", "-f", help="table or json.")] = "table",
@@ -91,8 +94,20 @@ def simulate(
                                                    f"decode_efficiency = {res['decode_efficiency']} "
                                                    f"(steady {res['target_tokens_per_s']:g} tokens/s)"))
         return
+    if nodes == "auto":
+        if ttft_p90 is None:
+            raise ConfigError("--nodes auto needs a target", hint="add --ttft-p90 2 (seconds)")
+        n_nodes, target = 1, ttft_p90
+    else:
+        try:
+            n_nodes = int(nodes)
+        except ValueError:
+            raise ConfigError(f"--nodes {nodes!r}", hint="a number of nodes, or auto with --ttft-p90") from None
+        if ttft_p90 is not None:
+            raise ConfigError("--ttft-p90 sizes a fleet", hint="use it with --nodes auto")
+        target = None
     progress = (lambda name: typer.echo(f"simulating {name} ...", err=True)) if format == "table" and out is None else None
-    res = run(sc, progress=progress)
+    res = run(sc, progress=progress, nodes=n_nodes, ttft_p90_s=target, jobs=jobs)
 
     def table(console):
         from kvtrace.simulate.render import render_table

@@ -22,11 +22,11 @@ def render_table(res: dict, console: Console) -> None:
                   f"{node['gpus']} x {node['gpu']}, {node['model']} ({node['kv_dtype']} KV), "
                   f"efficiencies prefill {node['prefill_efficiency']:g} / decode {node['decode_efficiency']:g}")
     t = Table(title="Throughput (processed = all prompt tokens + output, per second)")
-    for col in ("config", "peak tok/s", "steady tok/s", "peak ratio", "steady ratio", "computed steady tok/s",
+    for col in ("config", "nodes", "peak tok/s", "steady tok/s", "peak ratio", "steady ratio", "computed steady tok/s",
                 "GPU busy", "preemptions"):
         t.add_column(col, justify="right" if col != "config" else "left")
     for c in res["configs"]:
-        t.add_row(c["name"], f"{c['peak_tokens_per_s']:,.0f}", f"{c['steady_tokens_per_s']:,.0f}",
+        t.add_row(c["name"], str(c.get("nodes", 1)), f"{c['peak_tokens_per_s']:,.0f}", f"{c['steady_tokens_per_s']:,.0f}",
                   f"{c['ratio_peak']:.2f}x", f"{c['ratio_steady']:.2f}x", f"{c['computed_steady_tokens_per_s']:,.0f}",
                   f"{c['gpu_busy']:.0%}", str(c["preemptions"]))
     console.print(t)

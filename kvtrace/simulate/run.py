@@ -140,23 +140,24 @@ def load_scenario(spec: str) -> Scenario:
     return Scenario(**doc, configs=configs)
 
 
-def _source(sc: Scenario):
+def _source(sc: Scenario, shard: tuple[int, int] = (0, 1)):
     gap = sc.policy_obj().resume_gap_s
     if sc.sessions in PRESETS:
         over = {**sc.workload, "seed": sc.seed, "days": sc.duration_s / 86400.0}
         if sc.rate_per_min is not None:
             over["arrival_rate_per_min"] = sc.rate_per_min
-        return SynthSource(preset(sc.sessions, **over), sc.duration_s, resume_gap_s=gap)
+        return SynthSource(preset(sc.sessions, **over), sc.duration_s, resume_gap_s=gap, shard=shard)
     if sc.sessions == "warehouse":
         with open_store(sc.db, read_only=True) as store:
-            return WarehouseSource.from_store(store, _bound(store, sc.since), _bound(store, sc.until), resume_gap_s=gap)
+            return WarehouseSource.from_store(store, _bound(store, sc.since), _bound(store, sc.until), resume_gap_s=gap,
+                                              shard=shard)
     p = Path(sc.sessions)
     files = sorted(p.glob("*.json*")) if p.is_dir() else [Path(x) for x in sc.sessions.split(",")]
     missing = [str(f) for f in files if not f.exists()]
     if missing or not files:
         raise ConfigError(f"sessions {sc.sessions!r}: not a synth preset and no trace files found",
                           hint="use " + ", ".join(PRESETS) + ", warehouse (with --db), or kv-cache-tester trace files / a folder")
-    return TesterSource(files, sc.rate_per_min or 2.5, sc.duration_s, seed=sc.seed, resume_gap_s=gap)
+    return TesterSource(files, sc.rate_per_min or 2.5, sc.duration_s, seed=sc.seed, resume_gap_s=gap, shard=shard)
 
 
 def _bound(store, v: str | None):
@@ -184,13 +185,104 @@ def build_node(sc: Scenario, cfg: TierConfig, cost: StepCost | None = None, keep
     return Node(cost or sc.cost(), kv, tiers, sc.policy_obj(), keep_turns=keep_turns)
 
 
-def run_config(sc: Scenario, cfg: TierConfig, cost: StepCost | None = None) -> dict:
-    """Simulate one configuration; its ``configs[]`` entry."""
+@dataclass
+class NodeRun:
+    """What one node's run leaves (picklable: nodes of a fleet run in worker processes)."""
+
+    metrics: Metrics
+    gpu_capacity: int
+    gpu_first_full: float | None
+    tier_capacity: list[int]
+    tier_first_full: list
+    tier_used: list[int]
+    unserved: int
+    sessions: int
+    nodes: int = 1
+
+
+def run_node(sc: Scenario, cfg: TierConfig, shard: tuple[int, int] = (0, 1), cost: StepCost | None = None) -> NodeRun:
+    """Simulate one node of a fleet of ``shard[1]`` under session affinity: it serves every
+    ``shard[1]``-th session, starting with session ``shard[0]``."""
     node = build_node(sc, cfg, cost)
-    src = _source(sc)
+    src = _source(sc, shard)
     m = node.run(src, sc.duration_s)
-    out = summarize(node, m, sc, cfg)
-    out["sessions"] = src.sessions
+    return NodeRun(m, node.gpu.capacity, node.gpu.first_full_at, [r.capacity for r in node.res],
+                   [r.first_full_at for r in node.res], [r.used for r in node.res],
+                   len(node.waiting) + sum(1 for s in node.running if s.turn.first_t is None), src.sessions)
+
+
+def _merge(runs: list[NodeRun]) -> NodeRun:
+    """A fleet's figures: sums of the nodes' series and counts, their TTFTs pooled, first fills the earliest."""
+    if len(runs) == 1:
+        return runs[0]
+    m = runs[0].metrics
+    for r in runs[1:]:
+        o = r.metrics
+        for name in ("prompt_tok", "output_tok", "computed_tok", "busy_s", "steps", "read", "occupancy", "running",
+                     "waiting", "hit_tokens"):
+            setattr(m, name, getattr(m, name) + getattr(o, name))
+        for c in CAUSES:
+            m.write[c] = m.write[c] + o.write[c]
+        m.prompt_total += o.prompt_total
+        m.preemptions += o.preemptions
+        m.ttft.extend(o.ttft)
+    m.ttft.sort(key=lambda row: row[1])
+
+    def first(xs):
+        xs = [x for x in xs if x is not None]
+        return min(xs) if xs else None
+
+    K = len(runs[0].tier_capacity)
+    return NodeRun(m, sum(r.gpu_capacity for r in runs), first(r.gpu_first_full for r in runs),
+                   [sum(r.tier_capacity[k] for r in runs) for k in range(K)],
+                   [first(r.tier_first_full[k] for r in runs) for k in range(K)],
+                   [sum(r.tier_used[k] for r in runs) for k in range(K)],
+                   sum(r.unserved for r in runs), sum(r.sessions for r in runs), len(runs))
+
+
+def run_config(sc: Scenario, cfg: TierConfig, cost: StepCost | None = None, nodes: int = 1, jobs: int = 1) -> dict:
+    """Simulate one configuration on ``nodes`` nodes (session affinity); its ``configs[]`` entry.
+    With ``jobs`` > 1 the nodes run in that many worker processes (same results)."""
+    if nodes < 1:
+        raise ConfigError("--nodes must be >= 1", hint="e.g. --nodes 4, or --nodes auto with --ttft-p90")
+    shards = [(i, nodes) for i in range(nodes)]
+    if jobs > 1 and nodes > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=min(jobs, nodes)) as ex:
+            runs = list(ex.map(run_node, [sc] * nodes, [cfg] * nodes, shards, [cost] * nodes))
+    else:
+        runs = [run_node(sc, cfg, sh, cost) for sh in shards]
+    out = summarize(_merge(runs), sc, cfg, cost or sc.cost())
+    out["nodes"] = nodes
+    return out
+
+
+def size_fleet(sc: Scenario, cfg: TierConfig, ttft_p90_s: float, cost: StepCost | None = None, jobs: int = 1,
+               max_nodes: int = 256) -> dict:
+    """The fewest nodes whose pooled p90 TTFT (every cohort) is at most ``ttft_p90_s`` (doubling,
+    then bisection); that fleet's ``configs[]`` entry with the sizes tried."""
+    tried: dict[int, dict] = {}
+
+    def p90(n: int) -> float:
+        if n not in tried:
+            tried[n] = run_config(sc, cfg, cost, nodes=n, jobs=jobs)
+        v = tried[n]["ttft"]["all"]["p90_s"]
+        return math.inf if v is None or tried[n]["ttft"]["unserved"] else v
+
+    lo, hi = 0, 1
+    while p90(hi) > ttft_p90_s:
+        lo, hi = hi, hi * 2
+        if hi > max_nodes:
+            raise ConfigError(f"config {cfg.name}: even {max_nodes} nodes miss a p90 TTFT of {ttft_p90_s:g} s",
+                              hint="raise the target, or check the workload's rate")
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if p90(mid) <= ttft_p90_s else (mid, hi)
+    out = dict(tried[hi])
+    out["sizing"] = {"ttft_p90_target_s": ttft_p90_s,
+                     "tried": [{"nodes": n, "ttft_p90_s": tried[n]["ttft"]["all"]["p90_s"],
+                                "unserved": tried[n]["ttft"]["unserved"]} for n in sorted(tried)]}
     return out
 
 
@@ -198,51 +290,54 @@ def _pct(x: np.ndarray, q: float) -> float | None:
     return float(np.percentile(x, q)) if len(x) else None
 
 
-def summarize(node: Node, m: Metrics, sc: Scenario, cfg: TierConfig) -> dict:
+def summarize(run: NodeRun, sc: Scenario, cfg: TierConfig, cost: StepCost) -> dict:
     """One configuration's figures (see docs/simulate.md for each field)."""
-    bpt = node.bpt
+    m = run.metrics
+    bpt = cost.model.bytes_per_token
+    lower = cfg.resolve()[1][1:]
     span = sc.duration_s
     processed = (m.prompt_tok + m.output_tok) / m.bin_s
     computed = m.computed_tok / m.bin_s
     last_hour = processed[-max(int(round(3600 / m.bin_s)), 1):]
     series = []
-    names = ["GPU"] + [t.name for t in node.lower]
+    names = ["GPU"] + [t.name for t in lower]
     for b in range(m.n):
         series.append({
             "t_s": b * m.bin_s, "processed_tokens_per_s": round(float(processed[b]), 1),
             "computed_tokens_per_s": round(float(computed[b]), 1),
             "output_tokens_per_s": round(float(m.output_tok[b] / m.bin_s), 1),
-            "gpu_busy": round(float(min(m.busy_s[b] / m.bin_s, 1.0)), 4),
+            "gpu_busy": round(float(min(m.busy_s[b] / m.bin_s / run.nodes, 1.0)), 4),
             "running": int(m.running[b]), "waiting": int(m.waiting[b]),
             "occupancy_bytes": {n: float(m.occupancy[k, b]) * bpt for k, n in enumerate(names)},
         })
     total_prompt = max(m.prompt_total, 1)
-    tiers = [{"name": "GPU", "kind": "hbm", "capacity_tokens": node.gpu.capacity,
-              "capacity_bytes": float(node.gpu.capacity) * bpt,
-              "first_full_s": node.gpu.first_full_at, "hit_ratio": float(m.hit_tokens[0]) / total_prompt,
+    tiers = [{"name": "GPU", "kind": "hbm", "capacity_tokens": run.gpu_capacity,
+              "capacity_bytes": float(run.gpu_capacity) * bpt,
+              "first_full_s": run.gpu_first_full, "hit_ratio": float(m.hit_tokens[0]) / total_prompt,
               "read_bytes_per_s": 0.0, "write_bytes_per_s": 0.0}]
-    for k, (lt, r) in enumerate(zip(node.lower, node.res)):
+    for k, lt in enumerate(lower):
         writes = {c: m.write[c][k] for c in CAUSES}
         wsum = sum(writes.values())
         wmean = float(wsum.sum()) / span
         item = {
-            "name": lt.name, "kind": lt.kind, "capacity_tokens": r.capacity, "capacity_bytes": float(r.capacity) * bpt,
-            "first_full_s": r.first_full_at, "hit_ratio": float(m.hit_tokens[k + 1]) / total_prompt,
+            "name": lt.name, "kind": lt.kind, "capacity_tokens": run.tier_capacity[k],
+            "capacity_bytes": float(run.tier_capacity[k]) * bpt,
+            "first_full_s": run.tier_first_full[k], "hit_ratio": float(m.hit_tokens[k + 1]) / total_prompt,
             "read_bytes_per_s": float(m.read[k].sum()) / span,
             "read_bytes_per_s_peak": float(m.read[k].max()) / m.bin_s,
             "write_bytes_per_s": wmean, "write_bytes_per_s_peak": float(wsum.max()) / m.bin_s,
             "write_bytes_per_s_by_cause": {c: float(v.sum()) / span for c, v in writes.items()},
-            "occupancy_end_bytes": float(r.used) * bpt,
+            "occupancy_end_bytes": float(run.tier_used[k]) * bpt,
         }
-        d = getattr(lt.spec, "drives", None)
-        if d is not None:
-            item.update(raid=d.raid, dwpd_per_drive=d.dwpd(wmean), dwpd_rating=d.dwpd_rating,
-                        dwpd_per_drive_at_peak=d.dwpd(item["write_bytes_per_s_peak"]))
+        d = lt.drives
+        if d is not None:                 # every node has its own drives
+            item.update(raid=d.raid, dwpd_per_drive=d.dwpd(wmean / run.nodes), dwpd_rating=d.dwpd_rating,
+                        dwpd_per_drive_at_peak=d.dwpd(item["write_bytes_per_s_peak"] / run.nodes))
         tiers.append(item)
     ttft = {}
     rows = m.ttft
-    for c in COHORTS:
-        sel = [r for r in rows if r[0] == c]
+    for c in (*COHORTS, "all"):
+        sel = [r for r in rows if r[0] == c or c == "all"]
         tot = np.array([r[2] + r[3] + r[4] for r in sel])
         q, ld, pf = (np.array([r[i] for r in sel]) for i in (2, 3, 4))
         ttft[c] = {"count": len(sel), "p50_s": _pct(tot, 50), "p90_s": _pct(tot, 90), "p99_s": _pct(tot, 99),
@@ -251,35 +346,38 @@ def summarize(node: Node, m: Metrics, sc: Scenario, cfg: TierConfig) -> dict:
                    "queue_mean_s": float(q.mean()) if len(q) else None,
                    "load_mean_s": float(ld.mean()) if len(ld) else None,
                    "prefill_mean_s": float(pf.mean()) if len(pf) else None}
-    ttft["unserved"] = len(node.waiting) + sum(1 for s in node.running if s.turn.first_t is None)
+    ttft["unserved"] = run.unserved
     total_processed = float((m.prompt_tok + m.output_tok).sum())
-    gpu_usd_h = sc.gpu_usd_per_hour if sc.gpu_usd_per_hour is not None else node.cost.gpu.usd_per_hour
-    usd = (gpu_usd_h or 0.0) * sc.gpus * span / 3600
+    gpu_usd_h = sc.gpu_usd_per_hour if sc.gpu_usd_per_hour is not None else cost.gpu.usd_per_hour
+    usd = (gpu_usd_h or 0.0) * sc.gpus * run.nodes * span / 3600
     return {
         "name": cfg.name, "tiers_file": cfg.tiers, "tiers_used": names,
         "peak_tokens_per_s": float(processed.max()), "steady_tokens_per_s": float(last_hour.mean()),
         "computed_peak_tokens_per_s": float(computed.max()),
         "computed_steady_tokens_per_s": float(computed[-len(last_hour):].mean()),
-        "processed_tokens": total_processed, "gpu_busy": float(m.busy_s.sum()) / span,
+        "processed_tokens": total_processed, "gpu_busy": float(m.busy_s.sum()) / span / run.nodes,
         "requests_started": len(m.ttft), "preemptions": m.preemptions,
-        "gpu_kv_tokens": node.gpu.capacity,
+        "gpu_kv_tokens": run.gpu_capacity // run.nodes, "sessions": run.sessions,
         "series": series, "tiers": tiers, "ttft": ttft,
         "cost": {"gpu_usd_per_hour": gpu_usd_h, "gpus": sc.gpus,
                  "usd_per_million_processed_tokens": usd / total_processed * 1e6 if total_processed else None,
-                 "tier_capex_usd": {t.name: _capex(t.spec, float(r.capacity) * bpt)
-                                    for t, r in zip(node.lower, node.res)}},
+                 "tier_capex_usd": {t.name: _capex(t, float(cap) * bpt / run.nodes)
+                                    for t, cap in zip(lower, run.tier_capacity)}},
     }
 
 
 def _capex(t, kv_bytes: float) -> float | None:
-    if t is None or t.usd_per_tb is None:
+    if t.usd_per_tb is None:
         return None
     raw = t.drives.count * t.drives.size_bytes if t.drives is not None else kv_bytes
     return raw / 1e12 * float(t.usd_per_tb)
 
 
-def simulate(sc: Scenario, progress=None) -> dict:
-    """Run every configuration of ``sc`` on the same sessions; ratios are to the first."""
+def simulate(sc: Scenario, progress=None, nodes: int = 1, ttft_p90_s: float | None = None, jobs: int = 1) -> dict:
+    """Run every configuration of ``sc`` on the same sessions; ratios are to the first.
+
+    ``nodes``: identical nodes behind a session-affinity router; ``ttft_p90_s``: instead, find for
+    each configuration the fewest nodes meeting that p90 TTFT; ``jobs``: worker processes."""
     if not sc.configs:
         raise ConfigError("no configuration to simulate", hint="pass --config TIERS (or --scenario seed-study)")
     names = [c.name for c in sc.configs]
@@ -293,13 +391,17 @@ def simulate(sc: Scenario, progress=None) -> dict:
     for c in sc.configs:
         if progress:
             progress(c.name)
-        out.append(run_config(sc, c, cost))
+        if ttft_p90_s is not None:
+            out.append(size_fleet(sc, c, ttft_p90_s, cost, jobs=jobs))
+        else:
+            out.append(run_config(sc, c, cost, nodes=nodes, jobs=jobs))
     base = out[0]
     for o in out:
         o["ratio_peak"] = o["peak_tokens_per_s"] / base["peak_tokens_per_s"] if base["peak_tokens_per_s"] else None
         o["ratio_steady"] = (o["steady_tokens_per_s"] / base["steady_tokens_per_s"]
                              if base["steady_tokens_per_s"] else None)
-    return {"schema": SCHEMA, "scenario": sc.name, "description": sc.description, "duration_s": sc.duration_s,
+    return {"schema": SCHEMA, "scenario": sc.name, "nodes": "auto" if ttft_p90_s is not None else nodes,
+            "router": "session-affinity", "description": sc.description, "duration_s": sc.duration_s,
             "sessions": sc.sessions, "rate_per_min": sc.rate_per_min, "seed": sc.seed,
             "node": {**cost.describe(), "gpu_kv_tokens": sc.gpu_kv_tokens, "max_num_seqs": sc.max_num_seqs,
                      "max_num_batched_tokens": sc.max_num_batched_tokens},

@@ -12,7 +12,9 @@
   request): each conversation's next request is sent ``think_time`` after the previous one
   completed; conversations start as a Poisson process, cycling through the files.
 
-Both scale with ``rate`` (sessions per minute). A turn's cohort is ``new`` (a session's first
+Synth and kv-cache-tester sources scale with ``rate`` (sessions per minute). ``shard=(i, n)``
+keeps every n-th session from the i-th: the sessions a session-affinity router sends to node i of
+n (round robin over sessions). A turn's cohort is ``new`` (a session's first
 request), ``resumed`` (its thread was idle longer than the policy's resume gap) or ``continuing``.
 """
 
@@ -34,8 +36,8 @@ from kvtrace.synth.workload import World
 class SynthSource:
     """The ``kvtrace synth`` workload (``cfg``), sessions arriving during the first ``window_s``."""
 
-    def __init__(self, cfg: SynthConfig, window_s: float, resume_gap_s: float = 300.0):
-        self.cfg, self.window_s, self.resume_gap_s = cfg, window_s, resume_gap_s
+    def __init__(self, cfg: SynthConfig, window_s: float, resume_gap_s: float = 300.0, shard: tuple[int, int] = (0, 1)):
+        self.cfg, self.window_s, self.resume_gap_s, self.shard = cfg, window_s, resume_gap_s, shard
         self.world = World(cfg)
         self.heads: dict = {}
         self.chains: dict = {}            # synth Thread -> Chain
@@ -49,7 +51,8 @@ class SynthSource:
             at = (t - t0) / 1000.0
             if at >= self.window_s:
                 break
-            node.at(at, self._arrive, node, i)
+            if i % self.shard[1] == self.shard[0]:
+                node.at(at, self._arrive, node, i)
 
     def _arrive(self, now: float, node: Node, idx: int) -> None:
         self.sessions += 1
@@ -122,13 +125,14 @@ class TesterSource:
     """kv-cache-tester conversations (JSON, optionally gzipped), closed loop on ``think_time``."""
 
     def __init__(self, paths: list[Path], rate_per_min: float, window_s: float, seed: int = 0,
-                 resume_gap_s: float = 300.0, block_tokens: int | None = None):
+                 resume_gap_s: float = 300.0, shard: tuple[int, int] = (0, 1)):
         if not paths:
             raise ConfigError("no kv-cache-tester trace files given", hint="pass --sessions DIR_OR_FILES")
         if rate_per_min <= 0:
             raise ConfigError("the session rate must be > 0", hint="e.g. --rate 2.5")
         self.convs = [read_tester(p) for p in paths]
         self.rate, self.window_s, self.seed, self.resume_gap_s = rate_per_min, window_s, seed, resume_gap_s
+        self.shard = shard
         self.sessions = 0
 
     def __call__(self, node: Node) -> None:
@@ -138,7 +142,8 @@ class TesterSource:
             t += rng.expovariate(self.rate / 60.0)
             if t >= self.window_s:
                 break
-            node.at(t, self._start, node, self.convs[i % len(self.convs)])
+            if i % self.shard[1] == self.shard[0]:
+                node.at(t, self._start, node, self.convs[i % len(self.convs)])
             i += 1
 
     def _start(self, now: float, node: Node, conv: dict) -> None:
@@ -206,7 +211,7 @@ class WarehouseSource:
     their recorded times, from the window's first request.
     """
 
-    def __init__(self, rows: list[tuple], resume_gap_s: float = 300.0):
+    def __init__(self, rows: list[tuple], resume_gap_s: float = 300.0, shard: tuple[int, int] = (0, 1)):
         if not rows:
             raise ConfigError("the warehouse has no requests in the window",
                               hint="ingest telemetry first, or widen --since/--until")
@@ -218,15 +223,18 @@ class WarehouseSource:
             start = end - (dur_ms or 0.0) / 1e3
             t0 = start if t0 is None else min(t0, start)
             threads.setdefault((session, thread), []).append((start, end, int(prompt), int(out)))
-        self.threads = {k: [(a - t0, b - t0, p, o) for a, b, p, o in v] for k, v in threads.items()}
+        order = {sid: k for k, sid in enumerate(dict.fromkeys(s for s, _ in threads))}   # by first appearance
+        self.threads = {k: [(a - t0, b - t0, p, o) for a, b, p, o in v] for k, v in threads.items()
+                        if order[k[0]] % shard[1] == shard[0]}
         self.sessions = 0
 
     @classmethod
-    def from_store(cls, store, since=None, until=None, resume_gap_s: float = 300.0) -> "WarehouseSource":
+    def from_store(cls, store, since=None, until=None, resume_gap_s: float = 300.0,
+                   shard: tuple[int, int] = (0, 1)) -> "WarehouseSource":
         from kvtrace.store import load_query
 
         rows = store.query(load_query("simulate_turns").sql, {"since": since, "until": until})
-        return cls([r for r in rows if r[4] and r[4] > 0], resume_gap_s)
+        return cls([r for r in rows if r[4] and r[4] > 0], resume_gap_s, shard)
 
     def __call__(self, node: Node) -> None:
         seen = set()
