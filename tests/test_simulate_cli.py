@@ -36,6 +36,10 @@ def test_two_configs_side_by_side_json_has_the_documented_fields(tmp_path):
         for k in ("new", "continuing", "resumed"):
             assert {"p50_s", "p90_s", "p99_s", "max_s"} <= set(c["ttft"][k])
     assert doc["configs"][0]["ratio_peak"] == 1.0
+    # cost: 4 GPUs at the catalog's $1.60/h for 15 min, plus 512 GB DRAM at $5,000/TB over 3 years
+    gpu, dram = doc["configs"]
+    assert gpu["cost"]["usd_per_million_processed_tokens"] == pytest.approx(4 * 1.6 * 0.25 / gpu["processed_tokens"] * 1e6)
+    assert dram["cost"]["tier_usd_per_hour"] == pytest.approx(dram["tiers"][1]["capacity_bytes"] / 1e12 * 5000 / (3 * 8766))
     assert [t["name"] for t in doc["configs"][1]["tiers"]] == ["GPU", "DRAM"]
     # the same sessions run under both: the same new sessions
     assert doc["configs"][0]["ttft"]["new"]["count"] == doc["configs"][1]["ttft"]["new"]["count"]

@@ -29,6 +29,7 @@ def simulate(
     gpu_kv: Annotated[Optional[str], typer.Option("--gpu-kv", help="GPU KV cache capacity in tokens (vLLM logs it as 'GPU KV cache size'), e.g. 400K; default: the tier file's HBM less the weights.")] = None,
     prefill_efficiency: Annotated[Optional[float], typer.Option("--prefill-efficiency", help="Share of the datasheet FLOPS prefill reaches.")] = None,
     decode_efficiency: Annotated[Optional[float], typer.Option("--decode-efficiency", help="Share of the memory bandwidth decode reaches.")] = None,
+    gpu_usd_hour: Annotated[Optional[float], typer.Option("--gpu-usd-hour", help="Price of one GPU per hour (default: the hardware catalog's).")] = None,
     max_num_seqs: Annotated[Optional[int], typer.Option("--max-num-seqs", help="Most sequences running at once.")] = None,
     max_batched_tokens: Annotated[Optional[int], typer.Option("--max-batched-tokens", help="Token budget of a step (decode + chunked prefill).")] = None,
     chunk: Annotated[Optional[int], typer.Option("--chunk", help="Offload chunk size in tokens (LMCache: 256).")] = None,
@@ -62,6 +63,7 @@ def simulate(
                        ("rate_per_min", rate), ("seed", seed), ("model", model),
                        ("gpu", gpu), ("gpus", gpus), ("prefill_efficiency", prefill_efficiency),
                        ("decode_efficiency", decode_efficiency), ("max_num_seqs", max_num_seqs),
+                       ("gpu_usd_per_hour", gpu_usd_hour),
                        ("max_num_batched_tokens", max_batched_tokens)):
         if value is not None:
             changes[key] = value

@@ -95,7 +95,8 @@ class Scenario:
     max_num_batched_tokens: int = 8192
     policy: dict = field(default_factory=dict)
     configs: list[TierConfig] = field(default_factory=list)
-    gpu_usd_per_hour: float | None = None
+    gpu_usd_per_hour: float | None = None     # per GPU; default: the hardware catalog's
+    amortize_years: float = 3.0               # offload tiers' purchase price spread over this
     decode_step: list | None = None       # a measured decode step [batch, context tokens, seconds]
 
     def policy_obj(self) -> Policy:
@@ -349,7 +350,10 @@ def summarize(run: NodeRun, sc: Scenario, cfg: TierConfig, cost: StepCost) -> di
     ttft["unserved"] = run.unserved
     total_processed = float((m.prompt_tok + m.output_tok).sum())
     gpu_usd_h = sc.gpu_usd_per_hour if sc.gpu_usd_per_hour is not None else cost.gpu.usd_per_hour
-    usd = (gpu_usd_h or 0.0) * sc.gpus * run.nodes * span / 3600
+    capex = {t.name: _capex(t, float(cap) * bpt / run.nodes) for t, cap in zip(lower, run.tier_capacity)}
+    tier_usd_h = sum(v for v in capex.values() if v) * run.nodes / (sc.amortize_years * 8766)
+    gpu_usd = (gpu_usd_h or 0.0) * sc.gpus * run.nodes * span / 3600
+    usd = gpu_usd + tier_usd_h * span / 3600
     return {
         "name": cfg.name, "tiers_file": cfg.tiers, "tiers_used": names,
         "peak_tokens_per_s": float(processed.max()), "steady_tokens_per_s": float(last_hour.mean()),
@@ -359,10 +363,10 @@ def summarize(run: NodeRun, sc: Scenario, cfg: TierConfig, cost: StepCost) -> di
         "requests_started": len(m.ttft), "preemptions": m.preemptions,
         "gpu_kv_tokens": run.gpu_capacity // run.nodes, "sessions": run.sessions,
         "series": series, "tiers": tiers, "ttft": ttft,
-        "cost": {"gpu_usd_per_hour": gpu_usd_h, "gpus": sc.gpus,
+        "cost": {"gpu_usd_per_hour": gpu_usd_h, "gpus": sc.gpus, "amortize_years": sc.amortize_years,
+                 "tier_capex_usd": capex, "tier_usd_per_hour": tier_usd_h,
                  "usd_per_million_processed_tokens": usd / total_processed * 1e6 if total_processed else None,
-                 "tier_capex_usd": {t.name: _capex(t, float(cap) * bpt / run.nodes)
-                                    for t, cap in zip(lower, run.tier_capacity)}},
+                 "gpu_usd_per_million_processed_tokens": gpu_usd / total_processed * 1e6 if total_processed else None},
     }
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import math
 import random
 from pathlib import Path
 
