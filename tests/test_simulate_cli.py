@@ -134,3 +134,14 @@ def test_nodes_auto_finds_the_fewest_nodes_meeting_the_ttft_target():
     assert n > 1                                  # one node is overloaded at this rate: the search ran
     r = _run("--config", "seed-testbed", "--nodes", "auto")
     assert r.exit_code == 1 and "--ttft-p90" in r.output
+
+
+def test_html_page_embeds_the_three_charts_offline(tmp_path):
+    out = tmp_path / "sim.html"
+    r = _run("--config", "gpu=seed-testbed:HBM", "--config", "dram=seed-testbed:HBM,DRAM", "--duration", "5m",
+             "--gpu-kv", "400K", "--format", "html", "-o", str(out))
+    assert r.exit_code == 0, r.output
+    text = out.read_text()
+    for cid in ("sim-throughput", "sim-occupancy", "sim-ttft"):
+        assert f'id="spec-{cid}"' in text
+    assert "Serving model" in text and "http://" not in text.split("<script")[0]

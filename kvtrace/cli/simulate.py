@@ -41,7 +41,7 @@ def simulate(
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="Worker processes for the nodes of a fleet (results do not depend on it).")] = 1,
     calibrate: Annotated[Optional[float], typer.Option("--calibrate", help="Fit the efficiency factors so the first configuration's steady processed tokens/s equals this measured value (the prefill factor; the decode factor follows from the scenario's measured decode step); print them and exit.")] = None,
     fit: Annotated[str, typer.Option("--fit", help="With --calibrate: prefill (fit the prefill factor) or both (scale both by one multiplier).")] = "prefill",
-    format: Annotated[str, typer.Option("--format", "-f", help="table or json.")] = "table",
+    format: Annotated[str, typer.Option("--format", "-f", help="table, json or html (a self-contained page with charts).")] = "table",
     out: OutOpt = None,
 ) -> None:
     """Simulate an inference node closed loop: throughput, TTFT by cohort and tier fills per configuration.
@@ -55,8 +55,8 @@ def simulate(
     from kvtrace.simulate.run import Scenario, calibrate as fit_factors, load_scenario, parse_config, simulate as run
     from kvtrace.units import parse_duration, parse_tokens
 
-    if format not in ("table", "json"):
-        raise ConfigError(f"unknown --format '{format}'", hint="choose table or json")
+    if format not in ("table", "json", "html"):
+        raise ConfigError(f"unknown --format '{format}'", hint="choose table, json or html")
     sc = load_scenario(scenario) if scenario else Scenario()
     changes: dict = {}
     for key, value in (("sessions", sessions), ("db", str(db) if db else None), ("since", since), ("until", until),
@@ -120,7 +120,16 @@ def simulate(
 
 
 def _emit(res: dict, format: str, out, table) -> None:
-    if format == "json":
+    if format == "html" and "configs" in res:
+        from kvtrace.report.simulate_page import render_simulate_html
+
+        text = render_simulate_html(res)
+        if out:
+            out.write_text(text)
+        else:
+            sys.stdout.write(text)
+        return
+    if format in ("json", "html"):
         import json
 
         text = json.dumps(res, indent=1) + "\n"
