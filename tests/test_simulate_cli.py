@@ -70,6 +70,8 @@ def test_kv_cache_tester_traces_run_closed_loop():
     (("--config", "seed-testbed", "--gpu", "TPU"), "unknown GPU"),
     (("--scenario", "nope"), "unknown scenario"),
     (("--config", "seed-testbed", "--sessions", "missing-file.json"), "not a synth preset"),
+    (("--config", "seed-testbed", "--gpu-kv", "10"), "holds no block"),
+    (("--config", "h100", "--sessions", str(FIXTURES / "README.md")), "README.md:1: not a kv-cache-tester trace"),
 ])
 def test_bad_options_are_one_line_errors_before_anything_runs(args, message):
     r = _run(*args)

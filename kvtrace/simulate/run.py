@@ -389,7 +389,7 @@ def simulate(sc: Scenario, progress=None, nodes: int = 1, ttft_p90_s: float | No
         raise ConfigError("two configurations share a name", hint="name them: --config gpu=seed-testbed:HBM")
     cost = sc.cost()
     for c in sc.configs:                  # every configuration is checked before any runs
-        c.resolve()
+        build_node(sc, c, cost)
     _source(sc)
     out = []
     for c in sc.configs:

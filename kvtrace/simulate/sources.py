@@ -183,7 +183,9 @@ def read_tester(path: Path) -> dict:
         raw = path.read_bytes()
         doc = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
     except (OSError, ValueError) as e:
-        raise BadTraceInput(str(path), None, f"not a kv-cache-tester trace: {e}",
+        line = e.lineno if isinstance(e, json.JSONDecodeError) else None
+        why = e.msg if isinstance(e, json.JSONDecodeError) else str(e)
+        raise BadTraceInput(str(path), line, f"not a kv-cache-tester trace: {why}",
                             hint="pass trace_NNNN.json files of kv-cache-tester") from e
     if not isinstance(doc, dict) or not isinstance(doc.get("requests"), list):
         raise BadTraceInput(str(path), None, "no requests list", field="requests",
