@@ -231,3 +231,38 @@ def test_zero_step_cost_gives_the_replays_per_tier_hit_ratios():
     turns = sorted(m.turns, key=lambda t: t.seq)
     res = replay(_trace_of(turns, bs), capacities=[None], ttls=[None])
     assert int(m.hit_tokens[0]) == res.grid[0]["hit_tokens"]
+
+
+@pytest.mark.parametrize("store, new, restore", [("missing", 1024 + 512, 0), ("all", 1024 + 512, 1024)])
+def test_writes_by_cause_under_each_store_policy(store, new, restore):
+    dram = LowerTier("DRAM", 1_000_000, read_gbps=100, write_gbps=100)
+    node = Node(FixedCost(0.1), 100_000, [dram], Policy(store=store, store_blocks=False), keep_turns=True)
+    ch = Chain()
+    first = Turn(ch, 1024, 1)
+
+    def start(n):
+        n.at(0.0, lambda now: n.issue(first))
+        first.on_done = lambda t: n.at(t + 1.0, lambda now: n.issue(Turn(ch, 1536, 1)))
+
+    m = node.run(start, 60)
+    # the second turn hits 1,024 tokens on the GPU and computes 512; the DRAM had the first 1,024
+    assert m.turns[1].hits == [1024, 0]
+    assert m.write["new"].sum() == new * BPT
+    assert m.write["restore"].sum() == restore * BPT
+    assert m.write["write_through"].sum() == 0 and m.write["write_back"].sum() == 0
+
+
+def test_a_diverging_prompt_cuts_what_the_tiers_hold_of_its_chain():
+    dram = LowerTier("DRAM", 1_000_000, read_gbps=100, write_gbps=100)
+    node = Node(FixedCost(0.1), 100_000, [dram], Policy(store_blocks=False), keep_turns=True)
+    ch = Chain()
+    first = Turn(ch, 4096, 1)
+
+    def start(n):
+        n.at(0.0, lambda now: n.issue(first))
+        # only the first 1,000 tokens are still the same conversation (an edited history)
+        first.on_done = lambda t: n.at(t + 1.0, lambda now: n.issue(Turn(ch, 3000, 1, keep=1000)))
+
+    m = node.run(start, 60)
+    assert m.turns[1].hits == [992, 0]          # whole GPU blocks of the kept 1,000 tokens
+    assert node.res[0].get(ch) == 2816          # DRAM cut to 3 chunks (768), then the new prompt's 11 (2,816)
