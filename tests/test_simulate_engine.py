@@ -266,3 +266,13 @@ def test_a_diverging_prompt_cuts_what_the_tiers_hold_of_its_chain():
     m = node.run(start, 60)
     assert m.turns[1].hits == [992, 0]          # whole GPU blocks of the kept 1,000 tokens
     assert node.res[0].get(ch) == 2816          # DRAM cut to 3 chunks (768), then the new prompt's 11 (2,816)
+
+
+def test_a_turn_sent_during_a_step_is_timed_from_when_it_was_sent():
+    node = Node(FixedCost(0.1), 100_000, [], Policy(), keep_turns=True)
+    busy, late = Turn(Chain(), 300, 1), Turn(Chain(), 50, 1)
+    node.run(_script([(0.0, busy), (0.05, late)]), 60)
+    # sent at 0.05 while the first step ran; admitted at its end (0.1), first token one step later
+    assert late.issue_t == pytest.approx(0.05)
+    assert late.admit_t == pytest.approx(0.1)
+    assert late.first_t - late.issue_t == pytest.approx(0.15)

@@ -228,8 +228,12 @@ class Node:
         next_sample = 0.0
         while True:
             while self._events and self._events[0][0] <= self.now:
+                # a client acts at its own time (a step may have run past it): it sends, sleeps
+                # and is stamped from then; the scheduler sees it at the next step boundary
                 t, _, fn, args = heapq.heappop(self._events)
-                fn(self.now, *args)
+                actual, self.now = self.now, t
+                fn(t, *args)
+                self.now = actual
             if self.now >= duration_s:
                 break
             while self.now >= next_sample and next_sample < duration_s:
