@@ -276,3 +276,22 @@ def test_a_turn_sent_during_a_step_is_timed_from_when_it_was_sent():
     assert late.issue_t == pytest.approx(0.05)
     assert late.admit_t == pytest.approx(0.1)
     assert late.first_t - late.issue_t == pytest.approx(0.15)
+
+
+def test_blocking_loads_admitted_in_one_step_share_the_link():
+    nvme = LowerTier("NVMe", 10_000_000, read_gbps=10, write_gbps=10)
+    node = Node(FixedCost(0.1), 5_000, [nvme], Policy(store_blocks=False), keep_turns=True)
+    a, b = Chain(), Chain()
+
+    def start(n):
+        n.at(0.0, lambda now: n.issue(Turn(a, 2_000, 1)))
+        n.at(1.0, lambda now: n.issue(Turn(b, 2_000, 1)))
+        n.at(10.0, lambda now: n.issue(Turn(Chain(), 4_990, 1)))     # evicts both from the GPU
+        n.at(20.0, lambda now: (n.issue(Turn(a, 2_300, 1)), n.issue(Turn(b, 2_300, 1))))
+
+    m = node.run(start, 60)
+    again = m.turns[3:]
+    assert [t.hits for t in again] == [[0, 1_792], [0, 1_792]]
+    both = 2 * 1_792 * BPT / 10e9                  # one link, both loads: the step waits for all bytes
+    for t in again:
+        assert t.first_t - t.issue_t == pytest.approx(0.1 + both)

@@ -366,15 +366,15 @@ class Node:
             self.gpu.pinned += own - s.own
             s.own = own
 
-    def _admit(self, s: _Seq, budget: int, reserve: int) -> tuple[bool, float, int]:
-        """Try to admit the head of the waiting queue: (admitted, blocking load seconds, chunk).
-        ``reserve`` tokens must stay free (this step's decode tokens)."""
+    def _admit(self, s: _Seq, budget: int, reserve: int, step_bytes: list) -> tuple[bool, int]:
+        """Try to admit the head of the waiting queue: (admitted, first chunk). ``reserve`` tokens
+        must stay free (this step's decode tokens); blocking loads add to ``step_bytes`` per tier."""
         g = self._pin(s)
         end, segs = self._lower_hits(s, g)
         need = end - g + min(s.target - end, budget)
         if not self.gpu.make_room(need + reserve):
             self._release(s, s.own + self._split(s.turn.chain, self.policy.block_tokens))
-            return False, 0.0, 0
+            return False, 0
         t = s.turn
         m = self.metrics
         if t.admit_t is None:
@@ -389,7 +389,6 @@ class Node:
         s.hit_end = end
         s.segs = segs
         self._grow(s, end)
-        load_s = 0.0
         b = m.bin(self.now)
         per_tier = [0] * len(self.res)
         for k, a, e in segs:
@@ -398,22 +397,19 @@ class Node:
             if tok:
                 nbytes = tok * self.bpt
                 m.read[k, b] += nbytes
-                lt = self.lower[k]
-                dur = nbytes / (lt.read_gbps * 1e9)
                 if self.policy.load == "block":
-                    load_s = max(load_s, dur + lt.latency_s)
+                    step_bytes[k] += nbytes
                 else:
+                    lt = self.lower[k]
                     start = max(self.now, self.link_free[k])
-                    self.link_free[k] = start + dur
-                    s.ready_t = max(s.ready_t, start + dur + lt.latency_s)
+                    self.link_free[k] = start + nbytes / (lt.read_gbps * 1e9)
+                    s.ready_t = max(s.ready_t, self.link_free[k] + lt.latency_s)
         self.running.append(s)
         if self.policy.load == "overlap" and any(per_tier):
             self.loading.append(s)
-            return True, 0.0, 0
+            return True, 0
         s.loaded = True
-        if t.first_t is None:
-            t.ready_t = self.now + load_s
-        return True, load_s, min(s.target - s.computed, budget)
+        return True, min(s.target - s.computed, budget)
 
     # -- preemption ---------------------------------------------------------------------------------
     def _preempt(self, protect: set) -> bool:
@@ -535,14 +531,15 @@ class Node:
             chunks.append((s, s.computed, c))
             self._grow(s, s.computed + c)
             budget -= c
-        load_s = 0.0
+        step_bytes = [0] * len(self.res)
+        admitted_now = []
         while self.waiting and budget > 0 and len(self.running) < p.max_num_seqs:
             s = self.waiting[0]
-            admitted, ls, c = self._admit(s, budget, len(self.decoding))
+            admitted, c = self._admit(s, budget, len(self.decoding), step_bytes)
             if not admitted:
                 break
             self.waiting.pop(0)
-            load_s = max(load_s, ls)
+            admitted_now.append(s)
             if s.loaded:
                 if c:
                     scheduled.add(s.uid)
@@ -550,6 +547,12 @@ class Node:
                     chunks.append((s, s.computed, c))
                     budget -= c
                 self.prefilling.append(s)
+        # blocking loads of this step run together: each tier's link carries all of its bytes
+        load_s = max((nb / (lt.read_gbps * 1e9) + lt.latency_s for nb, lt in zip(step_bytes, self.lower) if nb),
+                     default=0.0)
+        for s in admitted_now:
+            if s.loaded and s.turn.first_t is None:
+                s.turn.ready_t = self.now + load_s
         B = len(self.decoding)
         if not B and not chunks:
             if self.loading:          # only loads in flight: wait for the first
