@@ -11,8 +11,9 @@ Below the GPU, tiers (DRAM, NVMe, ...) follow LMCache by default: ``chunk_tokens
 a request's prefill every tier is given the prompt's full chunks it lacks (write-through); a lookup
 returns the longest prefix contiguous across tiers, each chunk read from the fastest tier that has
 it; chunks loaded from a lower tier are written back to the upper offload tiers; loads block the
-step that admits the request (``load="block"``) or hold only that request (``load="overlap"``,
-transfers on one tier's link served one after another at its bandwidth). Storing into the first
+step that admits the request (``load="block"``: the loads of one step share each tier's link, so
+the step waits for each tier's bytes at its read bandwidth) or hold only that request
+(``load="overlap"``, transfers on one tier's link served one after another at its bandwidth). Storing into the first
 offload tier is a synchronous copy that adds to the step (``store_blocks``); lower tiers write in
 the background.
 
