@@ -295,3 +295,23 @@ def test_blocking_loads_admitted_in_one_step_share_the_link():
     both = 2 * 1_792 * BPT / 10e9                  # one link, both loads: the step waits for all bytes
     for t in again:
         assert t.first_t - t.issue_t == pytest.approx(0.1 + both)
+
+
+def test_the_hardware_catalog_and_the_step_cost():
+    from kvtrace.simulate.cost import gpu_names
+
+    assert {"RTX-PRO-6000", "H100", "H200", "B200", "GH200"} <= set(gpu_names())
+    cost = StepCost(MODEL, load_gpu("rtx pro 6000"), 4, 0.5, 0.5)
+    # a stretch of decode steps costs what the same steps cost one by one
+    many = cost.decode_steps(19, 19 * 38_000, 5)
+    one = [cost.step(19, 19 * 38_000 + 19 * j, []) for j in range(5)]
+    assert many == pytest.approx(one, rel=1e-12)
+    # a measured decode step gives back the decode efficiency that produces it
+    e = cost.fit_decode_efficiency(19, 38_000, 0.052)
+    assert StepCost(MODEL, cost.gpu, 4, 0.5, e).step(19, 19 * 38_000, []) == pytest.approx(0.052)
+    # prefill slows with context (attention over it); TP adds all-reduce per token
+    assert cost.prefill_s_per_token(40_000) > cost.prefill_s_per_token(0)
+    solo = StepCost(MODEL, cost.gpu, 1, 0.5, 0.5)
+    assert float(solo.allreduce_s(1000)) == 0.0 and float(cost.allreduce_s(1000)) > 0
+    with pytest.raises(ConfigError, match="unknown GPU"):
+        load_gpu("TPU")
