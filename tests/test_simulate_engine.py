@@ -315,3 +315,23 @@ def test_the_hardware_catalog_and_the_step_cost():
     assert float(solo.allreduce_s(1000)) == 0.0 and float(cost.allreduce_s(1000)) > 0
     with pytest.raises(ConfigError, match="unknown GPU"):
         load_gpu("TPU")
+
+
+def test_overlapped_loads_in_flight_together_share_the_link_equally():
+    nvme = LowerTier("NVMe", 10_000_000, read_gbps=10, write_gbps=10)
+    node = Node(FixedCost(0.1), 5_000, [nvme], Policy(load="overlap", store_blocks=False), keep_turns=True)
+    a, b = Chain(), Chain()
+
+    def start(n):
+        n.at(0.0, lambda now: n.issue(Turn(a, 2_000, 1)))
+        n.at(1.0, lambda now: n.issue(Turn(b, 2_300, 1)))
+        n.at(10.0, lambda now: n.issue(Turn(Chain(), 4_990, 1)))     # evicts both from the GPU
+        n.at(20.0, lambda now: (n.issue(Turn(a, 2_500, 1)), n.issue(Turn(b, 2_500, 1))))
+
+    m = node.run(start, 60)
+    ta, tb = m.turns[3:]
+    assert [ta.hits, tb.hits] == [[0, 1_792], [0, 2_048]]
+    x, y = 1_792 * BPT, 2_048 * BPT
+    # both at half the bandwidth until the smaller finishes, then the rest of the larger at full
+    assert ta.ready_t - ta.admit_t == pytest.approx(2 * x / 10e9)
+    assert tb.ready_t - tb.admit_t == pytest.approx(2 * x / 10e9 + (y - x) / 10e9)

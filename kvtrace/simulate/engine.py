@@ -13,7 +13,7 @@ returns the longest prefix contiguous across tiers, each chunk read from the fas
 it; chunks loaded from a lower tier are written back to the upper offload tiers; loads block the
 step that admits the request (``load="block"``: the loads of one step share each tier's link, so
 the step waits for each tier's bytes at its read bandwidth) or hold only that request
-(``load="overlap"``, transfers on one tier's link served one after another at its bandwidth). Storing into the first
+(``load="overlap"``: the transfers in flight on one tier's link share its bandwidth equally). Storing into the first
 offload tier is a synchronous copy that adds to the step (``store_blocks``); lower tiers write in
 the background.
 
@@ -116,7 +116,7 @@ class Turn:
 
 class _Seq:
     __slots__ = ("turn", "target", "computed", "own", "gen", "d0", "g0", "hit_end", "segs", "loaded", "uid",
-                 "epoch", "ready_t")
+                 "epoch", "ready_t", "link_done")
 
     def __init__(self, turn: Turn, uid: int):
         self.turn, self.uid = turn, uid
@@ -130,6 +130,7 @@ class _Seq:
         self.loaded = False
         self.epoch = 0
         self.ready_t = 0.0
+        self.link_done: dict = {}       # overlapped loads: tier index -> when its transfer completes
 
 
 class Metrics:
@@ -191,7 +192,8 @@ class Node:
         self.dec_steps = 0
         self.dec_ctx = 0                       # sum of decoding sequences' contexts
         self._uid = 0
-        self.link_free = [0.0] * len(lower)
+        self.links: list[list] = [[] for _ in lower]     # overlapped transfers in flight: [seq, bytes left]
+        self.link_t = [0.0] * len(lower)                   # when each link's transfers were last advanced
         self.metrics: Metrics | None = None
 
     # -- clients ----------------------------------------------------------------------------
@@ -401,16 +403,46 @@ class Node:
                 if self.policy.load == "block":
                     step_bytes[k] += nbytes
                 else:
-                    lt = self.lower[k]
-                    start = max(self.now, self.link_free[k])
-                    self.link_free[k] = start + nbytes / (lt.read_gbps * 1e9)
-                    s.ready_t = max(s.ready_t, self.link_free[k] + lt.latency_s)
+                    self._link_advance(k)
+                    self.links[k].append([s, float(nbytes)])
+                    self._link_project(k)
         self.running.append(s)
         if self.policy.load == "overlap" and any(per_tier):
             self.loading.append(s)
             return True, 0
         s.loaded = True
         return True, min(s.target - s.computed, budget)
+
+    # -- links: overlapped transfers share a tier's read bandwidth equally --------------------------
+    def _link_advance(self, k: int) -> None:
+        """Serve link ``k``'s transfers up to now (each gets bandwidth / transfers in flight)."""
+        bw = self.lower[k].read_gbps * 1e9
+        active, t = self.links[k], self.link_t[k]
+        while active and t < self.now:
+            rate = bw / len(active)
+            least = min(x[1] for x in active)
+            if t + least / rate <= self.now:
+                t += least / rate
+                for x in active:
+                    x[1] -= least
+                active[:] = [x for x in active if x[1] > 1e-6]
+            else:
+                served = rate * (self.now - t)
+                for x in active:
+                    x[1] -= served
+                t = self.now
+        self.link_t[k] = self.now
+
+    def _link_project(self, k: int) -> None:
+        """When each transfer on link ``k`` completes if no other joins; its request is ready once
+        all its transfers have (plus the tier's latency)."""
+        bw = self.lower[k].read_gbps * 1e9
+        t, done, n = self.link_t[k], 0.0, len(self.links[k])
+        for s, left in sorted(self.links[k], key=lambda x: (x[1], x[0].uid)):
+            t += (left - done) * n / bw
+            done, n = left, n - 1
+            s.link_done[k] = t + self.lower[k].latency_s
+            s.ready_t = max(s.link_done.values())
 
     # -- preemption ---------------------------------------------------------------------------------
     def _preempt(self, protect: set) -> bool:
@@ -424,6 +456,11 @@ class Node:
                 self.prefilling.remove(v)
             if v in self.loading:
                 self.loading.remove(v)
+                for k in list(v.link_done):     # its transfers stop; the others get their share back
+                    self._link_advance(k)
+                    self.links[k] = [x for x in self.links[k] if x[0] is not v]
+                    self._link_project(k)
+                v.link_done = {}
             cached = v.computed
             if v.uid in self.decoding:
                 del self.decoding[v.uid]
