@@ -49,6 +49,7 @@ from kvtrace.cli import reuse as _reuse  # noqa: E402
 from kvtrace.cli import run as _run  # noqa: E402
 from kvtrace.cli import schedule as _schedule  # noqa: E402
 from kvtrace.cli import serve as _serve  # noqa: E402
+from kvtrace.cli import simulate as _simulate  # noqa: E402
 from kvtrace.cli import size as _size  # noqa: E402
 from kvtrace.cli import synth as _synth  # noqa: E402
 
@@ -63,6 +64,7 @@ _reuse.register(app)
 _run.register(app)
 _schedule.register(app)
 _serve.register(app)
+_simulate.register(app)
 _size.register(app)
 _synth.register(app)
 

@@ -55,6 +55,9 @@ class KVModel:
     linear_conv_kernel: int = 0
     params_total: float | None = None
     params_active: float | None = None
+    experts: int = 0                   # routed experts per MoE layer (0: a dense model)
+    experts_active: int = 0            # experts each token is routed to (top-k)
+    expert_params: float | None = None  # parameters of all routed experts together
     weight_bytes: float = 2.0
     kv_dtype: str = "bf16"
     state_dtype_bytes: int = 2

@@ -1,0 +1,148 @@
+"""``kvtrace simulate``: closed-loop serving model, several tier configurations side by side."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from typing import Annotated, Optional
+
+import typer
+
+from kvtrace.cli._options import DbOpt, OutOpt, SinceOpt, UntilOpt, guarded
+from kvtrace.errors import ConfigError
+
+
+def simulate(
+    scenario: Annotated[Optional[str], typer.Option("--scenario", help="A committed scenario (seed-study) or a scenario TOML file; other options override it.")] = None,
+    config: Annotated[Optional[list[str]], typer.Option("--config", "-c", help="A configuration: [NAME=]TIERS[:TIER,TIER], e.g. dram=seed-testbed:HBM,DRAM (the first tier is the GPU's). Repeat to compare; ratios are to the first.")] = None,
+    sessions: Annotated[Optional[str], typer.Option("--sessions", help="Workload: a kvtrace synth preset (seed-study, sample-week), warehouse (the requests of --db), or kv-cache-tester trace files (comma list) or a folder of them.")] = None,
+    db: DbOpt = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
+    rate: Annotated[Optional[float], typer.Option("--rate", help="New sessions per minute (scales the arrival rate).")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override a synth workload parameter: name=value (JSON value), repeatable; see kvtrace synth --params.")] = None,
+    duration: Annotated[Optional[str], typer.Option("--duration", help="Simulated time: 30m, 2h (sessions arrive throughout).")] = None,
+    seed: Annotated[Optional[int], typer.Option("--seed", help="Random seed of the workload.")] = None,
+    model: Annotated[Optional[str], typer.Option("--model", help="Served model: a catalog name with the KV dtype, e.g. MiniMax-M2.7:fp8.")] = None,
+    gpu: Annotated[Optional[str], typer.Option("--gpu", help="GPU of the hardware catalog: RTX-PRO-6000, H100, H200, B200, GH200.")] = None,
+    gpus: Annotated[Optional[int], typer.Option("--gpus", help="GPUs per node (tensor parallel).")] = None,
+    gpu_kv: Annotated[Optional[str], typer.Option("--gpu-kv", help="GPU KV cache capacity in tokens (vLLM logs it as 'GPU KV cache size'), e.g. 400K; default: the tier file's HBM less the weights.")] = None,
+    prefill_efficiency: Annotated[Optional[float], typer.Option("--prefill-efficiency", help="Share of the datasheet FLOPS prefill reaches.")] = None,
+    decode_efficiency: Annotated[Optional[float], typer.Option("--decode-efficiency", help="Share of the memory bandwidth decode reaches.")] = None,
+    gpu_usd_hour: Annotated[Optional[float], typer.Option("--gpu-usd-hour", help="Price of one GPU per hour (default: the hardware catalog's).")] = None,
+    max_num_seqs: Annotated[Optional[int], typer.Option("--max-num-seqs", help="Most sequences running at once.")] = None,
+    max_batched_tokens: Annotated[Optional[int], typer.Option("--max-batched-tokens", help="Token budget of a step (decode + chunked prefill).")] = None,
+    chunk: Annotated[Optional[int], typer.Option("--chunk", help="Offload chunk size in tokens (LMCache: 256).")] = None,
+    load: Annotated[Optional[str], typer.Option("--load", help="Offload loads: block (the step waits) or overlap (only the request waits).")] = None,
+    store: Annotated[Optional[str], typer.Option("--store", help="What a prompt writes to each offload tier: missing (chunks it lacks) or all (every chunk again).")] = None,
+    no_write_back: Annotated[bool, typer.Option("--no-write-back", help="Do not copy chunks loaded from a lower tier into the tiers above.")] = False,
+    nodes: Annotated[str, typer.Option("--nodes", help="Identical nodes behind a session-affinity router (a number), or auto: the fewest that meet --ttft-p90 per configuration.")] = "1",
+    ttft_p90: Annotated[Optional[float], typer.Option("--ttft-p90", help="With --nodes auto: the p90 TTFT target in seconds, over every request.")] = None,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Worker processes for the nodes of a fleet (results do not depend on it).")] = 1,
+    calibrate: Annotated[Optional[float], typer.Option("--calibrate", help="Fit the efficiency factors so the first configuration's steady processed tokens/s equals this measured value (the prefill factor; the decode factor follows from the scenario's measured decode step); print them and exit.")] = None,
+    fit: Annotated[str, typer.Option("--fit", help="With --calibrate: prefill (fit the prefill factor) or both (scale both by one multiplier).")] = "prefill",
+    format: Annotated[str, typer.Option("--format", "-f", help="table, json or html (a self-contained page with charts).")] = "table",
+    out: OutOpt = None,
+) -> None:
+    """Simulate an inference node closed loop: throughput, TTFT by cohort and tier fills per configuration.
+
+    Sessions send their next turn when the previous response completes plus their tool/think time;
+    a step-level model of a vLLM-V1-like node with a GPU prefix cache and LMCache-like offload tiers
+    serves them. Processed tokens/s count every prompt token (cached included) plus output.
+
+    Example: kvtrace simulate --scenario seed-study --format json -o seed.json
+    """
+    from kvtrace.simulate.run import Scenario, calibrate as fit_factors, load_scenario, parse_config, simulate as run
+    from kvtrace.units import parse_duration, parse_tokens
+
+    if format not in ("table", "json", "html"):
+        raise ConfigError(f"unknown --format '{format}'", hint="choose table, json or html")
+    sc = load_scenario(scenario) if scenario else Scenario()
+    changes: dict = {}
+    for key, value in (("sessions", sessions), ("db", str(db) if db else None), ("since", since), ("until", until),
+                       ("rate_per_min", rate), ("seed", seed), ("model", model),
+                       ("gpu", gpu), ("gpus", gpus), ("prefill_efficiency", prefill_efficiency),
+                       ("decode_efficiency", decode_efficiency), ("max_num_seqs", max_num_seqs),
+                       ("gpu_usd_per_hour", gpu_usd_hour),
+                       ("max_num_batched_tokens", max_batched_tokens)):
+        if value is not None:
+            changes[key] = value
+    if duration is not None:
+        changes["duration_s"] = parse_duration(duration, what="--duration")
+    if gpu_kv is not None:
+        changes["gpu_kv_tokens"] = parse_tokens(gpu_kv, what="--gpu-kv")
+    if config:
+        changes["configs"] = [parse_config(c) for c in config]
+    if set_:
+        from kvtrace.synth.config import set_field
+
+        workload = dict(sc.workload)
+        for assignment in set_:
+            set_field(workload, assignment)
+        changes["workload"] = workload
+    policy = dict(sc.policy)
+    for key, value in (("chunk_tokens", chunk), ("load", load), ("store", store)):
+        if value is not None:
+            policy[key] = value
+    if no_write_back:
+        policy["write_back"] = False
+    changes["policy"] = policy
+    sc = replace(sc, **changes)
+    sc.policy_obj()
+    sc.cost()
+    if calibrate is not None:
+        res = fit_factors(sc, calibrate, fit=fit)
+        _emit(res, format, out, lambda c: c.print(f"{res['config']}: prefill_efficiency = {res['prefill_efficiency']}, "
+                                                   f"decode_efficiency = {res['decode_efficiency']} "
+                                                   f"(steady {res['target_tokens_per_s']:g} tokens/s)"))
+        return
+    if nodes == "auto":
+        if ttft_p90 is None:
+            raise ConfigError("--nodes auto needs a target", hint="add --ttft-p90 2 (seconds)")
+        n_nodes, target = 1, ttft_p90
+    else:
+        try:
+            n_nodes = int(nodes)
+        except ValueError:
+            raise ConfigError(f"--nodes {nodes!r}", hint="a number of nodes, or auto with --ttft-p90") from None
+        if ttft_p90 is not None:
+            raise ConfigError("--ttft-p90 sizes a fleet", hint="use it with --nodes auto")
+        target = None
+    progress = (lambda name: typer.echo(f"simulating {name} ...", err=True)) if format == "table" and out is None else None
+    res = run(sc, progress=progress, nodes=n_nodes, ttft_p90_s=target, jobs=jobs)
+
+    def table(console):
+        from kvtrace.simulate.render import render_table
+
+        render_table(res, console)
+
+    _emit(res, format, out, table)
+
+
+def _emit(res: dict, format: str, out, table) -> None:
+    if format == "html" and "configs" in res:
+        from kvtrace.report.simulate_page import render_simulate_html
+
+        text = render_simulate_html(res)
+        if out:
+            out.write_text(text)
+        else:
+            sys.stdout.write(text)
+        return
+    if format in ("json", "html"):
+        import json
+
+        text = json.dumps(res, indent=1) + "\n"
+        if out:
+            out.write_text(text)
+        else:
+            sys.stdout.write(text)
+        return
+    from rich.console import Console
+
+    console = Console(file=open(out, "w") if out else None, width=150)
+    table(console)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("simulate")(guarded(simulate))

@@ -1,0 +1,705 @@
+"""The step-level model of one vLLM-V1-like inference node with KV tiers below its GPUs.
+
+Every scheduler step decodes one token for each running sequence past its prefill and spends the
+rest of the token budget (``max_num_batched_tokens``) on chunked prefill: first the running
+sequences still in prefill, then waiting requests admitted first come, first served while fewer
+than ``max_num_seqs`` run and their blocks can be allocated. Running sequences pin their GPU KV;
+freed blocks stay as a prefix cache evicted LRU (:mod:`kvtrace.simulate.tiers`). When a running
+sequence cannot get a block, the most recently admitted one is preempted and recomputed later.
+
+Below the GPU, tiers (DRAM, NVMe, ...) follow LMCache by default: ``chunk_tokens`` chunks; after
+a request's prefill every tier is given the prompt's full chunks it lacks (write-through); a lookup
+returns the longest prefix contiguous across tiers, each chunk read from the fastest tier that has
+it; chunks loaded from a lower tier are written back to the upper offload tiers; loads block the
+step that admits the request (``load="block"``: the loads of one step share each tier's link, so
+the step waits for each tier's bytes at its read bandwidth) or hold only that request
+(``load="overlap"``: the transfers in flight on one tier's link share its bandwidth equally). Storing into the first
+offload tier is a synchronous copy that adds to the step (``store_blocks``); lower tiers write in
+the background.
+
+A step's time comes from :class:`kvtrace.simulate.cost.StepCost`. Decode-only stretches with
+nothing to admit are advanced many steps at once (their step times are computed together), which
+changes no result, only the work.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import numpy as np
+
+from kvtrace.errors import ConfigError
+from kvtrace.simulate.cost import StepCost
+from kvtrace.simulate.tiers import Residency
+
+CAUSES = ("new", "write_through", "write_back", "restore")
+
+
+@dataclass
+class Policy:
+    """Scheduler and offload switches (defaults: vLLM V1 with LMCache)."""
+
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    block_tokens: int = 16
+    chunk_tokens: int = 256
+    load: str = "block"              # block | overlap
+    store: str = "missing"           # missing: write the chunks a tier lacks; all: rewrite every chunk
+    write_back: bool = True          # a chunk loaded from a lower tier is written to the tiers above it
+    store_blocks: bool = True        # the copy into the first offload tier adds to the step
+    cache_output: bool = True        # the GPU prefix cache keeps decoded tokens' blocks (vLLM does)
+    resume_gap_s: float = 300.0      # a turn after a longer idle gap is "resumed"
+
+    def validate(self) -> None:
+        if self.load not in ("block", "overlap"):
+            raise ConfigError(f"load policy {self.load!r}", hint="use block or overlap")
+        if self.store not in ("missing", "all"):
+            raise ConfigError(f"store policy {self.store!r}", hint="use missing or all")
+        if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1 or self.block_tokens < 1 or self.chunk_tokens < 1:
+            raise ConfigError("max_num_seqs, max_num_batched_tokens, block and chunk sizes must be >= 1",
+                              hint="e.g. --max-num-seqs 256 --max-batched-tokens 8192")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class LowerTier:
+    """An offload tier: capacity in tokens, link bandwidths (GB/s), latency, and its tier file entry."""
+
+    name: str
+    capacity_tokens: int
+    read_gbps: float
+    write_gbps: float
+    latency_s: float = 0.0
+    kind: str = "dram"
+    spec: object = None              # kvtrace.replay.tiers.Tier, for drives and prices
+
+
+class Head:
+    """A prompt head shared by many chains (system prompt + tool definitions)."""
+
+    __slots__ = ("key", "tokens", "ref", "gpu_hold")
+
+    def __init__(self, key, tokens: int):
+        self.key, self.tokens, self.ref, self.gpu_hold = key, tokens, 0, 0
+
+
+class Chain:
+    """One append-only conversation: its head, and the tokens the tiers may hold (``valid``)."""
+
+    __slots__ = ("head", "valid", "__weakref__")
+
+    def __init__(self, head: Head | None = None):
+        self.head, self.valid = head, 0
+
+
+class Turn:
+    """One request a client issues: ``prompt`` tokens on ``chain`` (the first ``keep`` still valid),
+    ``output`` tokens to generate; ``on_done(t)`` is called when it completes."""
+
+    __slots__ = ("chain", "prompt", "output", "keep", "cohort", "on_done", "issue_t", "admit_t", "ready_t",
+                 "first_t", "done_t", "hits", "label", "seq")
+
+    def __init__(self, chain: Chain, prompt: int, output: int, keep: int | None = None, cohort: str = "continuing",
+                 on_done: Callable[[float], None] | None = None, label=None):
+        self.chain, self.prompt, self.output = chain, int(prompt), max(int(output), 1)
+        self.keep = chain.valid if keep is None else int(keep)
+        self.cohort, self.on_done, self.label = cohort, on_done, label
+        self.issue_t = self.admit_t = self.ready_t = self.first_t = self.done_t = None
+        self.hits: list[int] | None = None     # tokens per tier (GPU first) at the first admission
+        self.seq = 0                           # issue order
+
+
+class _Seq:
+    __slots__ = ("turn", "target", "computed", "own", "gen", "d0", "g0", "hit_end", "segs", "loaded", "uid",
+                 "epoch", "ready_t", "link_done")
+
+    def __init__(self, turn: Turn, uid: int):
+        self.turn, self.uid = turn, uid
+        self.target = turn.prompt       # tokens to prefill (grows by the generated ones after a preemption)
+        self.computed = 0
+        self.own = 0                    # GPU tokens pinned for the chain beyond the shared head
+        self.gen = 0                    # output tokens generated
+        self.d0 = self.g0 = 0
+        self.hit_end = 0
+        self.segs: list = []            # (lower tier index, start, end) loaded
+        self.loaded = False
+        self.epoch = 0
+        self.ready_t = 0.0
+        self.link_done: dict = {}       # overlapped loads: tier index -> when its transfer completes
+
+
+class Metrics:
+    """Per-minute series and per-turn records of one run."""
+
+    def __init__(self, duration_s: float, tier_names: list[str], bin_s: float = 60.0):
+        self.bin_s = bin_s
+        self.n = max(int(math.ceil(duration_s / bin_s)), 1)
+        n, K = self.n, len(tier_names)
+        self.prompt_tok = np.zeros(n)
+        self.output_tok = np.zeros(n)
+        self.computed_tok = np.zeros(n)
+        self.busy_s = np.zeros(n)
+        self.steps = np.zeros(n)
+        self.read = np.zeros((K, n))
+        self.write = {c: np.zeros((K, n)) for c in CAUSES}
+        self.occupancy = np.zeros((K + 1, n))
+        self.running = np.zeros(n)
+        self.waiting = np.zeros(n)
+        self.hit_tokens = np.zeros(K + 1)
+        self.prompt_total = 0
+        self.preemptions = 0
+        self.turns: list[Turn] = []
+        self.ttft: list[tuple] = []            # (cohort, issue, queue s, load s, prefill s)
+
+    def bin(self, t: float) -> int:
+        return min(max(int(t // self.bin_s), 0), self.n - 1)
+
+    def first_token(self, t: Turn) -> None:
+        self.ttft.append((t.cohort, t.issue_t, t.admit_t - t.issue_t, t.ready_t - t.admit_t, t.first_t - t.ready_t))
+
+
+class Node:
+    """One inference node. ``run(source, duration_s)`` simulates it (see the module docstring)."""
+
+    def __init__(self, cost: StepCost, gpu_kv_tokens: int, lower: list[LowerTier], policy: Policy | None = None,
+                 keep_turns: bool = False):
+        self.cost, self.policy = cost, policy or Policy()
+        self.policy.validate()
+        p = self.policy
+        if gpu_kv_tokens < p.block_tokens:
+            raise ConfigError(f"GPU KV capacity of {gpu_kv_tokens} tokens holds no block",
+                              hint="give the GPU KV capacity in tokens, e.g. --gpu-kv 400K")
+        self.gpu = Residency("GPU", gpu_kv_tokens // p.block_tokens * p.block_tokens, p.block_tokens)
+        self.lower = lower
+        self.res = [Residency(t.name, t.capacity_tokens // p.chunk_tokens * p.chunk_tokens, p.chunk_tokens)
+                    for t in lower]
+        self.bpt = cost.model.bytes_per_token
+        self.keep_turns = keep_turns
+        self.now = 0.0
+        self._events: list = []
+        self._n = 0
+        self.waiting: list[_Seq] = []          # FCFS (index 0 first)
+        self.running: list[_Seq] = []          # admission order
+        self.prefilling: list[_Seq] = []
+        self.loading: list[_Seq] = []
+        self.decoding: dict[int, _Seq] = {}
+        self._finish: list = []                # heap (finish decode step, uid, epoch)
+        self.dec_steps = 0
+        self.dec_ctx = 0                       # sum of decoding sequences' contexts
+        self._uid = 0
+        self.links: list[list] = [[] for _ in lower]     # overlapped transfers in flight: [seq, bytes left]
+        self.link_t = [0.0] * len(lower)                   # when each link's transfers were last advanced
+        self.metrics: Metrics | None = None
+
+    # -- clients ----------------------------------------------------------------------------
+    def at(self, t: float, fn: Callable, *args) -> None:
+        """Call ``fn(t, *args)`` at simulated time ``t``."""
+        self._n += 1
+        heapq.heappush(self._events, (t, self._n, fn, args))
+
+    def issue(self, turn: Turn) -> None:
+        """A client sends ``turn`` now."""
+        turn.issue_t = self.now
+        ch = turn.chain
+        if turn.keep < ch.valid:
+            self._cut(ch, turn.keep)
+        ch.valid = turn.prompt
+        self._uid += 1
+        turn.seq = self._uid
+        self.waiting.append(_Seq(turn, self._uid))
+
+    def _cut(self, ch: Chain, keep: int) -> None:
+        split = self._split(ch, self.policy.block_tokens)
+        self.gpu.cut(ch, max(keep - split, 0))
+        for r in self.res:
+            r.cut(ch, max(keep - self._split(ch, r.unit), 0))
+
+    @staticmethod
+    def _split(ch: Chain, unit: int) -> int:
+        return ch.head.tokens // unit * unit if ch.head is not None else 0
+
+    # -- the loop ---------------------------------------------------------------------------
+    def run(self, start: Callable[["Node"], None], duration_s: float) -> Metrics:
+        """Run clients (``start(node)`` schedules their first turns) for ``duration_s`` seconds."""
+        self.metrics = m = Metrics(duration_s, [t.name for t in self.lower])
+        start(self)
+        next_sample = 0.0
+        while True:
+            while self._events and self._events[0][0] <= self.now:
+                # a client acts at its own time (a step may have run past it): it sends, sleeps
+                # and is stamped from then; the scheduler sees it at the next step boundary
+                t, _, fn, args = heapq.heappop(self._events)
+                actual, self.now = self.now, t
+                fn(t, *args)
+                self.now = actual
+            if self.now >= duration_s:
+                break
+            while self.now >= next_sample and next_sample < duration_s:
+                self._sample(m.bin(next_sample))
+                next_sample += m.bin_s
+            if self.loading:
+                self._finish_loads()
+            if not self.running and not self.waiting:
+                nxt = self._events[0][0] if self._events else math.inf
+                if self.loading:
+                    nxt = min(nxt, min(s.ready_t for s in self.loading))
+                if nxt == math.inf:
+                    break
+                self._set_now(max(self.now, min(nxt, max(duration_s, self.now))))
+                continue
+            if not self._fast_forward(duration_s):
+                self._step()
+        for r in [self.gpu, *self.res]:
+            r.now = self.now
+        return m
+
+    def _sample(self, b: int) -> None:
+        m = self.metrics
+        m.occupancy[0, b] = self.gpu.used
+        for k, r in enumerate(self.res):
+            m.occupancy[k + 1, b] = r.used
+        m.running[b] = len(self.running)
+        m.waiting[b] = len(self.waiting)
+
+    def _finish_loads(self) -> None:
+        done = [s for s in self.loading if s.ready_t <= self.now]
+        for s in done:
+            self.loading.remove(s)
+            s.loaded = True
+            if s.turn.first_t is None:
+                s.turn.ready_t = s.ready_t
+            self.prefilling.append(s)
+
+    def _set_now(self, t: float) -> None:
+        self.now = t
+        self.gpu.now = t
+        for r in self.res:
+            r.now = t
+
+    # -- admission: hits and loads ----------------------------------------------------------------
+    def _gpu_hit(self, s: _Seq) -> int:
+        ch = s.turn.chain
+        bs = self.policy.block_tokens
+        h = ch.head
+        if h is None:
+            g = self.gpu.get(ch)
+        else:
+            split = self._split(ch, bs)
+            held = h.gpu_hold if h.ref > 0 else self.gpu.get(h)
+            g = held if held < split else split + self.gpu.get(ch)
+        return min(g, (s.target - 1) // bs * bs)
+
+    def _lower_hits(self, s: _Seq, g: int) -> tuple[int, list]:
+        """Extend a GPU hit of ``g`` tokens with the lower tiers: (end of the hit, loaded segments)."""
+        if not self.res:
+            return g, []
+        ch = s.turn.chain
+        c = self.policy.chunk_tokens
+        split = self._split(ch, c)
+        h = ch.head
+        pos, segs = g, []
+        limit = s.target - 1
+        if h is not None and pos < split:
+            for k, r in enumerate(self.res):
+                end = min(r.get(h), limit)
+                if end > pos:
+                    segs.append((k, pos, end))
+                    pos = end
+            if pos < split:
+                return pos, segs
+        for k, r in enumerate(self.res):
+            end = min(split + r.get(ch), limit)
+            if end > pos:
+                segs.append((k, pos, end))
+                pos = end
+        return pos, segs
+
+    def _pin(self, s: _Seq) -> int:
+        """Pin the chain's GPU residency (and its head) for ``s``; returns the GPU hit tokens."""
+        ch = s.turn.chain
+        h = ch.head
+        if h is not None:
+            if h.ref == 0:
+                h.gpu_hold = self.gpu.pin(h)
+            h.ref += 1
+        g = self._gpu_hit(s)
+        split = self._split(ch, self.policy.block_tokens)
+        if h is not None and h.gpu_hold < split:
+            self.gpu.cut(ch, 0)          # unreachable behind the missing head blocks: recomputed
+            s.own = 0
+        else:
+            s.own = self.gpu.pin(ch)
+            excess = s.own - max(g - split, 0)
+            if excess > 0:               # blocks past the (capped) hit are recomputed
+                self.gpu.pinned -= excess
+                s.own -= excess
+        return g
+
+    def _release(self, s: _Seq, keep_tokens: int) -> None:
+        """Unpin ``s``'s blocks; the first ``keep_tokens`` of its chain stay cached."""
+        ch = s.turn.chain
+        h = ch.head
+        split = self._split(ch, self.policy.block_tokens)
+        if h is not None:
+            self.gpu.unpin(ch, s.own, max(keep_tokens - split, 0))
+            h.ref -= 1
+            if h.ref == 0:
+                self.gpu.unpin(h, h.gpu_hold, h.gpu_hold)
+                h.gpu_hold = 0
+        else:
+            self.gpu.unpin(ch, s.own, keep_tokens)
+        s.own = 0
+
+    def _grow(self, s: _Seq, upto: int) -> None:
+        """Account GPU memory for ``s`` having computed up to token ``upto`` (room already made)."""
+        ch = s.turn.chain
+        h = ch.head
+        split = self._split(ch, self.policy.block_tokens) if h is not None else 0
+        if h is not None and upto > h.gpu_hold and h.gpu_hold < split:
+            add = min(upto, split) - h.gpu_hold
+            h.gpu_hold += add
+            self.gpu.pinned += add
+        own = max(upto - split, 0)
+        if own > s.own:
+            self.gpu.pinned += own - s.own
+            s.own = own
+
+    def _admit(self, s: _Seq, budget: int, reserve: int, step_bytes: list) -> tuple[bool, int]:
+        """Try to admit the head of the waiting queue: (admitted, first chunk). ``reserve`` tokens
+        must stay free (this step's decode tokens); blocking loads add to ``step_bytes`` per tier."""
+        g = self._pin(s)
+        end, segs = self._lower_hits(s, g)
+        need = end - g + min(s.target - end, budget)
+        if not self.gpu.make_room(need + reserve):
+            self._release(s, s.own + self._split(s.turn.chain, self.policy.block_tokens))
+            return False, 0
+        t = s.turn
+        m = self.metrics
+        if t.admit_t is None:
+            t.admit_t = self.now
+            hits = [g] + [0] * len(self.res)
+            for k, a, b in segs:
+                hits[k + 1] += b - a
+            t.hits = hits
+            m.hit_tokens += hits
+            m.prompt_total += t.prompt
+        s.computed = end
+        s.hit_end = end
+        s.segs = segs
+        self._grow(s, end)
+        b = m.bin(self.now)
+        per_tier = [0] * len(self.res)
+        for k, a, e in segs:
+            per_tier[k] += e - a
+        for k, tok in enumerate(per_tier):
+            if tok:
+                nbytes = tok * self.bpt
+                m.read[k, b] += nbytes
+                if self.policy.load == "block":
+                    step_bytes[k] += nbytes
+                else:
+                    self._link_advance(k)
+                    self.links[k].append([s, float(nbytes)])
+                    self._link_project(k)
+        self.running.append(s)
+        if self.policy.load == "overlap" and any(per_tier):
+            self.loading.append(s)
+            return True, 0
+        s.loaded = True
+        return True, min(s.target - s.computed, budget)
+
+    # -- links: overlapped transfers share a tier's read bandwidth equally --------------------------
+    def _link_advance(self, k: int) -> None:
+        """Serve link ``k``'s transfers up to now (each gets bandwidth / transfers in flight)."""
+        bw = self.lower[k].read_gbps * 1e9
+        active, t = self.links[k], self.link_t[k]
+        while active and t < self.now:
+            rate = bw / len(active)
+            least = min(x[1] for x in active)
+            if t + least / rate <= self.now:
+                t += least / rate
+                for x in active:
+                    x[1] -= least
+                active[:] = [x for x in active if x[1] > 1e-6]
+            else:
+                served = rate * (self.now - t)
+                for x in active:
+                    x[1] -= served
+                t = self.now
+        self.link_t[k] = self.now
+
+    def _link_project(self, k: int) -> None:
+        """When each transfer on link ``k`` completes if no other joins; its request is ready once
+        all its transfers have (plus the tier's latency)."""
+        bw = self.lower[k].read_gbps * 1e9
+        t, done, n = self.link_t[k], 0.0, len(self.links[k])
+        for s, left in sorted(self.links[k], key=lambda x: (x[1], x[0].uid)):
+            t += (left - done) * n / bw
+            done, n = left, n - 1
+            s.link_done[k] = t + self.lower[k].latency_s
+            s.ready_t = max(s.link_done.values())
+
+    # -- preemption ---------------------------------------------------------------------------------
+    def _preempt(self, protect: set) -> bool:
+        """Preempt the most recently admitted running sequence not in ``protect`` (recompute later)."""
+        for i in range(len(self.running) - 1, -1, -1):
+            v = self.running[i]
+            if v.uid in protect:
+                continue
+            del self.running[i]
+            if v in self.prefilling:
+                self.prefilling.remove(v)
+            if v in self.loading:
+                self.loading.remove(v)
+                for k in list(v.link_done):     # its transfers stop; the others get their share back
+                    self._link_advance(k)
+                    self.links[k] = [x for x in self.links[k] if x[0] is not v]
+                    self._link_project(k)
+                v.link_done = {}
+            cached = v.computed
+            if v.uid in self.decoding:
+                del self.decoding[v.uid]
+                steps = self.dec_steps - v.d0
+                v.gen = v.g0 + steps
+                self.dec_ctx -= v.target + v.gen
+                v.own += steps
+                cached = v.target + v.gen - 1
+            self._release(v, cached // self.policy.block_tokens * self.policy.block_tokens)
+            v.epoch += 1
+            v.target = v.turn.prompt + v.gen
+            v.computed = 0
+            v.loaded = False
+            v.ready_t = 0.0
+            self.waiting.insert(0, v)
+            self.metrics.preemptions += 1
+            return True
+        return False
+
+    # -- steps --------------------------------------------------------------------------------------
+    def _fast_forward(self, duration_s: float) -> bool:
+        """Advance a stretch of decode-only steps at once; False if the next step is not one."""
+        B = len(self.decoding)
+        if not B or self.prefilling or self.loading or (self.waiting and len(self.running) < self.policy.max_num_seqs):
+            return False
+        k = self._finish[0][0] - self.dec_steps
+        room = (self.gpu.free + self.gpu.cached) // B
+        k = min(k, room)
+        if k < 4:
+            return False
+        times = self.cost.decode_steps(B, self.dec_ctx, k)
+        cum = np.cumsum(times)
+        horizon = min(self._events[0][0] if self._events else math.inf, duration_s) - self.now
+        if horizon < cum[-1]:
+            k = int(np.searchsorted(cum, horizon, side="left")) + 1
+            if k < 4:
+                return False
+            cum = cum[:k]
+            times = times[:k]
+        self.gpu.make_room(B * k)
+        self.gpu.pinned += B * k
+        m = self.metrics
+        ends = self.now + cum
+        bins = np.minimum((ends // m.bin_s).astype(np.int64), m.n - 1)
+        np.add.at(m.output_tok, bins, B)
+        np.add.at(m.computed_tok, bins, B)
+        np.add.at(m.busy_s, bins, times)
+        np.add.at(m.steps, bins, 1)
+        self.dec_ctx += B * k
+        self.dec_steps += k
+        self._set_now(float(ends[-1]))
+        self._complete_decodes()
+        return True
+
+    def _complete_decodes(self) -> None:
+        while self._finish and self._finish[0][0] <= self.dec_steps:
+            _, uid, epoch = heapq.heappop(self._finish)
+            s = self.decoding.get(uid)
+            if s is None or s.epoch != epoch:
+                continue
+            del self.decoding[uid]
+            steps = self.dec_steps - s.d0
+            s.gen = s.g0 + steps
+            s.own += steps
+            self.dec_ctx -= s.target + s.gen
+            self._done(s)
+
+    def _done(self, s: _Seq) -> None:
+        t = s.turn
+        self.running.remove(s)
+        total = t.prompt + t.output - 1            # the last token's KV is never written
+        self._grow(s, total)
+        keep = total if self.policy.cache_output else t.prompt
+        self._release(s, keep // self.policy.block_tokens * self.policy.block_tokens)
+        t.done_t = self.now
+        t.chain.valid = max(t.chain.valid, t.prompt + t.output)
+        if self.keep_turns:
+            self.metrics.turns.append(t)
+        if t.on_done is not None:
+            t.on_done(self.now)
+
+    def _step(self) -> None:
+        p = self.policy
+        m = self.metrics
+        budget = p.max_num_batched_tokens
+        scheduled: set = set()
+        # decode tokens first: each decoding sequence needs room for one more token
+        while self.decoding and not self.gpu.make_room(len(self.decoding)):
+            if not self._preempt(scheduled):
+                break
+        budget -= len(self.decoding)
+        chunks: list[tuple[_Seq, int, int]] = []
+        for s in list(self.prefilling):
+            if budget <= 0:
+                break
+            if s not in self.prefilling:
+                continue
+            c = min(s.target - s.computed, budget)
+            scheduled.add(s.uid)
+            ok = self.gpu.make_room(len(self.decoding) + c)
+            while not ok and self._preempt(scheduled):
+                ok = self.gpu.make_room(len(self.decoding) + c)
+            if not ok:
+                scheduled.discard(s.uid)
+                break
+            chunks.append((s, s.computed, c))
+            self._grow(s, s.computed + c)
+            budget -= c
+        step_bytes = [0] * len(self.res)
+        admitted_now = []
+        while self.waiting and budget > 0 and len(self.running) < p.max_num_seqs:
+            s = self.waiting[0]
+            admitted, c = self._admit(s, budget, len(self.decoding), step_bytes)
+            if not admitted:
+                break
+            self.waiting.pop(0)
+            admitted_now.append(s)
+            if s.loaded:
+                if c:
+                    scheduled.add(s.uid)
+                    self._grow(s, s.computed + c)
+                    chunks.append((s, s.computed, c))
+                    budget -= c
+                self.prefilling.append(s)
+        # blocking loads of this step run together: each tier's link carries all of its bytes
+        load_s = max((nb / (lt.read_gbps * 1e9) + lt.latency_s for nb, lt in zip(step_bytes, self.lower) if nb),
+                     default=0.0)
+        for s in admitted_now:
+            if s.loaded and s.turn.first_t is None:
+                s.turn.ready_t = self.now + load_s
+        B = len(self.decoding)
+        if not B and not chunks:
+            if self.loading:          # only loads in flight: wait for the first
+                self._set_now(max(self.now, min(s.ready_t for s in self.loading)))
+                return
+            if self.waiting and not self.running:
+                raise ConfigError(f"a prompt of {self.waiting[0].target} tokens does not fit the GPU KV cache of "
+                                  f"{self.gpu.capacity} tokens", hint="raise the GPU KV capacity (--gpu-kv)")
+            self._set_now(max(self.now, self._events[0][0]) if self._events else math.inf)
+            return
+        self.gpu.pinned += B
+        dt = self.cost.step(B, self.dec_ctx, [(a, c) for _, a, c in chunks]) + load_s
+        # prefill completions: their prompts are stored to the offload tiers at the end of the step
+        self._set_now(self.now + dt)
+        finished = []
+        store_s = 0.0
+        for s, a, c in chunks:
+            s.computed = a + c
+            if s.computed >= s.target:
+                finished.append(s)
+                store_s += self._store(s)
+        if p.store_blocks and store_s:
+            dt += store_s
+            self._set_now(self.now + store_s)
+        b = m.bin(self.now - 1e-12) if dt > 0 else m.bin(self.now)
+        new_tok = sum(c for _, _, c in chunks)
+        m.computed_tok[b] += new_tok + B
+        m.output_tok[b] += B
+        m.busy_s[b] += dt
+        m.steps[b] += 1
+        self.dec_ctx += B
+        self.dec_steps += 1
+        self._complete_decodes()
+        for s in finished:
+            self.prefilling.remove(s)
+            t = s.turn
+            if s.gen == 0:
+                s.gen = 1
+                t.first_t = self.now
+                m.first_token(t)
+                m.prompt_tok[b] += t.prompt
+                m.output_tok[b] += 1
+                m.computed_tok[b] += 1
+            if s.gen >= t.output:
+                self._done(s)
+                continue
+            s.g0, s.d0 = s.gen, self.dec_steps
+            self.decoding[s.uid] = s
+            self.dec_ctx += s.target + s.gen
+            heapq.heappush(self._finish, (s.d0 + t.output - s.gen, s.uid, s.epoch))
+
+    def _store(self, s: _Seq) -> float:
+        """Write the prompt's full chunks to the offload tiers; seconds of the blocking copy."""
+        if not self.res or s.epoch:
+            return 0.0
+        p = self.policy
+        ch = s.turn.chain
+        c = p.chunk_tokens
+        split = self._split(ch, c)
+        target = s.turn.prompt // c * c
+        m = self.metrics
+        b = m.bin(self.now)
+        blocking = 0.0
+        for k, r in enumerate(self.res):
+            h = ch.head
+            have = (min(r.get(h), split) if h is not None else 0)
+            have = have if have < split else split + r.get(ch)
+            lo = 0 if p.store == "all" else have
+            if not p.write_back:
+                # without write-back this tier cannot hold what lower tiers served: it stops at the first of it
+                below = [a for j, a, _ in s.segs if j > k]
+                if below:
+                    target_k = min(target, max(min(below) // c * c, have))
+                else:
+                    target_k = target
+            else:
+                target_k = target
+            if target_k <= lo and p.store != "all":
+                if h is not None:
+                    r.touch(h)
+                r.touch(ch)
+                continue
+            # what is written: [lo, target_k), by where each token came from
+            counts = dict.fromkeys(CAUSES, 0)
+            computed = max(0, target_k - max(lo, s.hit_end))
+            counts["new"] = computed
+            back = 0
+            for j, a, e in s.segs:
+                if j > k:
+                    back += max(0, min(e, target_k) - max(a, lo))
+            counts["write_back"] = back
+            rest = max(target_k - lo, 0) - computed - back
+            if p.store == "all":
+                counts["restore"] = max(0, min(have, target_k) - lo)
+                counts["write_through"] = max(rest - counts["restore"], 0)
+                counts["restore"] = min(counts["restore"], rest)
+            else:
+                counts["write_through"] = max(rest, 0)
+            if h is not None:                # the head is the most recent: touch, store the chain, store it
+                r.touch(h)
+            if target_k > split:
+                r.put(ch, target_k - split)
+            if h is not None:
+                r.put(h, min(target_k, split))
+            nbytes = 0
+            for cause, tok in counts.items():
+                if tok:
+                    m.write[cause][k, b] += tok * self.bpt
+                    nbytes += tok * self.bpt
+            if k == 0 and nbytes:
+                blocking = nbytes / (self.lower[0].write_gbps * 1e9)
+        return blocking

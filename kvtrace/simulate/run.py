@@ -1,0 +1,462 @@
+"""``simulate()``: several tier configurations on the same sessions, side by side (a JSON-able dict).
+
+A :class:`Scenario` holds everything one comparison needs: the workload, the node (model, GPU,
+GPU KV capacity, step-cost factors, scheduler limits), the offload policy and the configurations
+(a tier file and which of its tiers to use). ``seed-study`` is a committed scenario
+(``data/scenarios/seed-study.toml``). The output schema is documented in docs/simulate.md.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from datetime import timedelta
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from kvtrace.errors import ConfigError
+from kvtrace.replay.catalog import KVModel, resolve_model
+from kvtrace.replay.tiers import TierSet, load_tiers
+from kvtrace.simulate.cost import StepCost, load_gpu
+from kvtrace.simulate.engine import CAUSES, LowerTier, Metrics, Node, Policy
+from kvtrace.simulate.sources import SynthSource, TesterSource, WarehouseSource
+from kvtrace.synth.config import PRESETS, preset
+from kvtrace.store import open_store
+from kvtrace.units import is_span, parse_duration
+
+SCHEMA = "kvtrace.simulate/1"
+COHORTS = ("new", "continuing", "resumed")
+
+
+@dataclass
+class TierConfig:
+    """One configuration: a tier file and the tiers of it to use (the first is the GPU's)."""
+
+    name: str
+    tiers: str
+    use: list[str] | None = None
+
+    def resolve(self) -> tuple[TierSet, list]:
+        ts = load_tiers(self.tiers)
+        chosen = ts.tiers if not self.use else []
+        if self.use:
+            by = {t.name.lower(): t for t in ts.tiers}
+            for n in self.use:
+                if n.lower() not in by:
+                    raise ConfigError(f"config {self.name}: tier {n!r} is not in {ts.name}",
+                                      hint="tiers: " + ", ".join(t.name for t in ts.tiers))
+                chosen.append(by[n.lower()])
+        if not chosen or chosen[0].kind != "hbm" and chosen[0] is not ts.tiers[0]:
+            raise ConfigError(f"config {self.name}: the first tier must be the GPU's (HBM)",
+                              hint="e.g. --config dram=seed-testbed:HBM,DRAM")
+        return ts, chosen
+
+
+def parse_config(spec: str) -> TierConfig:
+    """``[NAME=]TIERS[:TIER,TIER]``: ``dram=seed-testbed:HBM,DRAM``, ``my.toml``."""
+    name, sep, rest = spec.partition("=")
+    if not sep:
+        name, rest = "", spec
+    path, colon, use = rest.rpartition(":") if ":" in rest and not Path(rest).exists() else (rest, "", "")
+    if not colon:
+        path = rest
+    if not path:
+        raise ConfigError(f"--config {spec!r}: no tier file", hint="e.g. --config dram=seed-testbed:HBM,DRAM")
+    names = [u.strip() for u in use.split(",") if u.strip()] or None
+    return TierConfig(name=name.strip() or (path if names is None else f"{Path(path).stem}:{use}"), tiers=path,
+                      use=names)
+
+
+@dataclass
+class Scenario:
+    """A workload, a node and the configurations to compare (see the module docstring)."""
+
+    name: str = "custom"
+    description: str = ""
+    duration_s: float = 7200.0
+    sessions: str = "seed-study"          # a synth preset name, or kv-cache-tester trace files / a folder
+    workload: dict = field(default_factory=dict)   # synth parameter overrides (kvtrace synth --params)
+    db: str | None = None                 # the warehouse, for sessions = "warehouse"
+    since: str | None = None
+    until: str | None = None
+    rate_per_min: float | None = None     # session arrivals per minute (default: the workload's)
+    seed: int = 0
+    model: str = "MiniMax-M2.7:fp8"
+    gpu: str = "RTX-PRO-6000"
+    gpus: int = 4
+    gpu_kv_tokens: int | None = None      # default: the tier file's HBM less the weights
+    prefill_efficiency: float = 0.5
+    decode_efficiency: float = 0.5
+    overhead_s: float = 0.002
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    policy: dict = field(default_factory=dict)
+    configs: list[TierConfig] = field(default_factory=list)
+    gpu_usd_per_hour: float | None = None     # per GPU; default: the hardware catalog's
+    amortize_years: float = 3.0               # offload tiers' purchase price spread over this
+    decode_step: list | None = None       # a measured decode step [batch, context tokens, seconds]
+
+    def policy_obj(self) -> Policy:
+        p = Policy(max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens, **self.policy)
+        p.validate()
+        return p
+
+    def kv_model(self) -> KVModel:
+        return resolve_model(self.model)
+
+    def cost(self) -> StepCost:
+        return StepCost(self.kv_model(), load_gpu(self.gpu), self.gpus, self.prefill_efficiency,
+                        self.decode_efficiency, self.overhead_s)
+
+
+def scenario_names() -> list[str]:
+    files = resources.files("kvtrace.simulate").joinpath("data/scenarios")
+    return sorted(p.name[:-5] for p in files.iterdir() if p.name.endswith(".toml"))
+
+
+def load_scenario(spec: str) -> Scenario:
+    """A committed scenario by name (``seed-study``) or a TOML file of the same shape."""
+    if spec in scenario_names():
+        text = resources.files("kvtrace.simulate").joinpath(f"data/scenarios/{spec}.toml").read_text()
+        where = f"scenario {spec}"
+    elif Path(spec).exists():
+        text, where = Path(spec).read_text(), spec
+    else:
+        raise ConfigError(f"unknown scenario {spec!r}", hint="use " + ", ".join(scenario_names()) + " or a TOML file")
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{where}: not valid TOML: {e}", hint="see docs/simulate.md for the scenario format") from e
+    doc = dict(doc)
+    configs = [TierConfig(name=c["name"], tiers=c["tiers"], use=c.get("use")) for c in doc.pop("config", [])]
+    if "duration" in doc:
+        doc["duration_s"] = parse_duration(doc.pop("duration"), what=f"{where}: duration")
+    known = set(Scenario.__dataclass_fields__)
+    bad = set(doc) - known
+    if bad:
+        raise ConfigError(f"{where}: field '{sorted(bad)[0]}' is unknown", hint="known: " + ", ".join(sorted(known)))
+    return Scenario(**doc, configs=configs)
+
+
+def _source(sc: Scenario, shard: tuple[int, int] = (0, 1)):
+    gap = sc.policy_obj().resume_gap_s
+    if sc.sessions in PRESETS:
+        over = {**sc.workload, "seed": sc.seed, "days": sc.duration_s / 86400.0}
+        if sc.rate_per_min is not None:
+            over["arrival_rate_per_min"] = sc.rate_per_min
+        return SynthSource(preset(sc.sessions, **over), sc.duration_s, resume_gap_s=gap, shard=shard)
+    if sc.sessions == "warehouse":
+        with open_store(sc.db, read_only=True) as store:
+            return WarehouseSource.from_store(store, _bound(store, sc.since), _bound(store, sc.until), resume_gap_s=gap,
+                                              shard=shard)
+    p = Path(sc.sessions)
+    files = sorted(p.glob("*.json*")) if p.is_dir() else [Path(x) for x in sc.sessions.split(",")]
+    missing = [str(f) for f in files if not f.exists()]
+    if missing or not files:
+        raise ConfigError(f"sessions {sc.sessions!r}: not a synth preset and no trace files found",
+                          hint="use " + ", ".join(PRESETS) + ", warehouse (with --db), or kv-cache-tester trace files / a folder")
+    return TesterSource(files, sc.rate_per_min or 2.5, sc.duration_s, seed=sc.seed, resume_gap_s=gap, shard=shard)
+
+
+def _bound(store, v: str | None):
+    """A window bound: ISO text as is, a span (``7d``) back from the last request."""
+    if v is None or not is_span(v):
+        return v
+    last = store.scalar("SELECT max(ts) FROM request_usage")
+    return None if last is None else last - timedelta(seconds=parse_duration(v, what="--since"))
+
+
+def build_node(sc: Scenario, cfg: TierConfig, cost: StepCost | None = None, keep_turns: bool = False) -> Node:
+    """The node of one configuration (GPU KV capacity, offload tiers) with the scenario's policy."""
+    model = sc.kv_model()
+    ts, chosen = cfg.resolve()
+    gpu_tier, lower = chosen[0], chosen[1:]
+    kv = sc.gpu_kv_tokens
+    if kv is None:
+        kv = int(gpu_tier.bytes_for(model) // model.bytes_per_token)
+    tiers = []
+    for t in lower:
+        cap = t.capacity_tokens if t.capacity_tokens is not None else int(t.bytes_for(model) // model.bytes_per_token)
+        if t.read_gbps <= 0 or t.write_gbps <= 0:
+            raise ConfigError(f"tier {t.name} of {ts.name} needs read_gbps and write_gbps", hint="set them in the tier file")
+        tiers.append(LowerTier(t.name, cap, t.read_gbps, t.write_gbps, t.latency_us * 1e-6, t.kind, t))
+    return Node(cost or sc.cost(), kv, tiers, sc.policy_obj(), keep_turns=keep_turns)
+
+
+@dataclass
+class NodeRun:
+    """What one node's run leaves (picklable: nodes of a fleet run in worker processes)."""
+
+    metrics: Metrics
+    gpu_capacity: int
+    gpu_first_full: float | None
+    tier_capacity: list[int]
+    tier_first_full: list
+    tier_used: list[int]
+    unserved: int
+    sessions: int
+    nodes: int = 1
+
+
+def run_node(sc: Scenario, cfg: TierConfig, shard: tuple[int, int] = (0, 1), cost: StepCost | None = None) -> NodeRun:
+    """Simulate one node of a fleet of ``shard[1]`` under session affinity: it serves every
+    ``shard[1]``-th session, starting with session ``shard[0]``."""
+    node = build_node(sc, cfg, cost)
+    src = _source(sc, shard)
+    m = node.run(src, sc.duration_s)
+    return NodeRun(m, node.gpu.capacity, node.gpu.first_full_at, [r.capacity for r in node.res],
+                   [r.first_full_at for r in node.res], [r.used for r in node.res],
+                   len(node.waiting) + sum(1 for s in node.running if s.turn.first_t is None), src.sessions)
+
+
+def _merge(runs: list[NodeRun]) -> NodeRun:
+    """A fleet's figures: sums of the nodes' series and counts, their TTFTs pooled, first fills the earliest."""
+    if len(runs) == 1:
+        return runs[0]
+    m = runs[0].metrics
+    for r in runs[1:]:
+        o = r.metrics
+        for name in ("prompt_tok", "output_tok", "computed_tok", "busy_s", "steps", "read", "occupancy", "running",
+                     "waiting", "hit_tokens"):
+            setattr(m, name, getattr(m, name) + getattr(o, name))
+        for c in CAUSES:
+            m.write[c] = m.write[c] + o.write[c]
+        m.prompt_total += o.prompt_total
+        m.preemptions += o.preemptions
+        m.ttft.extend(o.ttft)
+    m.ttft.sort(key=lambda row: row[1])
+
+    def first(xs):
+        xs = [x for x in xs if x is not None]
+        return min(xs) if xs else None
+
+    K = len(runs[0].tier_capacity)
+    return NodeRun(m, sum(r.gpu_capacity for r in runs), first(r.gpu_first_full for r in runs),
+                   [sum(r.tier_capacity[k] for r in runs) for k in range(K)],
+                   [first(r.tier_first_full[k] for r in runs) for k in range(K)],
+                   [sum(r.tier_used[k] for r in runs) for k in range(K)],
+                   sum(r.unserved for r in runs), sum(r.sessions for r in runs), len(runs))
+
+
+def run_config(sc: Scenario, cfg: TierConfig, cost: StepCost | None = None, nodes: int = 1, jobs: int = 1) -> dict:
+    """Simulate one configuration on ``nodes`` nodes (session affinity); its ``configs[]`` entry.
+    With ``jobs`` > 1 the nodes run in that many worker processes (same results)."""
+    if nodes < 1:
+        raise ConfigError("--nodes must be >= 1", hint="e.g. --nodes 4, or --nodes auto with --ttft-p90")
+    shards = [(i, nodes) for i in range(nodes)]
+    if jobs > 1 and nodes > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=min(jobs, nodes)) as ex:
+            runs = list(ex.map(run_node, [sc] * nodes, [cfg] * nodes, shards, [cost] * nodes))
+    else:
+        runs = [run_node(sc, cfg, sh, cost) for sh in shards]
+    out = summarize(_merge(runs), sc, cfg, cost or sc.cost())
+    out["nodes"] = nodes
+    return out
+
+
+def size_fleet(sc: Scenario, cfg: TierConfig, ttft_p90_s: float, cost: StepCost | None = None, jobs: int = 1,
+               max_nodes: int = 256) -> dict:
+    """The fewest nodes whose pooled p90 TTFT (every cohort) is at most ``ttft_p90_s`` (doubling,
+    then bisection); that fleet's ``configs[]`` entry with the sizes tried."""
+    tried: dict[int, dict] = {}
+
+    def p90(n: int) -> float:
+        if n not in tried:
+            tried[n] = run_config(sc, cfg, cost, nodes=n, jobs=jobs)
+        v = tried[n]["ttft"]["all"]["p90_s"]
+        return math.inf if v is None or tried[n]["ttft"]["unserved"] else v
+
+    lo, hi = 0, 1
+    while p90(hi) > ttft_p90_s:
+        lo, hi = hi, hi * 2
+        if hi > max_nodes:
+            raise ConfigError(f"config {cfg.name}: even {max_nodes} nodes miss a p90 TTFT of {ttft_p90_s:g} s",
+                              hint="raise the target, or check the workload's rate")
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if p90(mid) <= ttft_p90_s else (mid, hi)
+    out = dict(tried[hi])
+    out["sizing"] = {"ttft_p90_target_s": ttft_p90_s,
+                     "tried": [{"nodes": n, "ttft_p90_s": tried[n]["ttft"]["all"]["p90_s"],
+                                "unserved": tried[n]["ttft"]["unserved"]} for n in sorted(tried)]}
+    return out
+
+
+def _pct(x: np.ndarray, q: float) -> float | None:
+    return float(np.percentile(x, q)) if len(x) else None
+
+
+def summarize(run: NodeRun, sc: Scenario, cfg: TierConfig, cost: StepCost) -> dict:
+    """One configuration's figures (see docs/simulate.md for each field)."""
+    m = run.metrics
+    bpt = cost.model.bytes_per_token
+    lower = cfg.resolve()[1][1:]
+    span = sc.duration_s
+    processed = (m.prompt_tok + m.output_tok) / m.bin_s
+    computed = m.computed_tok / m.bin_s
+    last_hour = processed[-max(int(round(3600 / m.bin_s)), 1):]
+    series = []
+    names = ["GPU"] + [t.name for t in lower]
+    for b in range(m.n):
+        series.append({
+            "t_s": b * m.bin_s, "processed_tokens_per_s": round(float(processed[b]), 1),
+            "computed_tokens_per_s": round(float(computed[b]), 1),
+            "output_tokens_per_s": round(float(m.output_tok[b] / m.bin_s), 1),
+            "gpu_busy": round(float(min(m.busy_s[b] / m.bin_s / run.nodes, 1.0)), 4),
+            "running": int(m.running[b]), "waiting": int(m.waiting[b]),
+            "occupancy_bytes": {n: float(m.occupancy[k, b]) * bpt for k, n in enumerate(names)},
+        })
+    total_prompt = max(m.prompt_total, 1)
+    tiers = [{"name": "GPU", "kind": "hbm", "capacity_tokens": run.gpu_capacity,
+              "capacity_bytes": float(run.gpu_capacity) * bpt,
+              "first_full_s": run.gpu_first_full, "hit_ratio": float(m.hit_tokens[0]) / total_prompt,
+              "read_bytes_per_s": 0.0, "write_bytes_per_s": 0.0}]
+    for k, lt in enumerate(lower):
+        writes = {c: m.write[c][k] for c in CAUSES}
+        wsum = sum(writes.values())
+        wmean = float(wsum.sum()) / span
+        item = {
+            "name": lt.name, "kind": lt.kind, "capacity_tokens": run.tier_capacity[k],
+            "capacity_bytes": float(run.tier_capacity[k]) * bpt,
+            "first_full_s": run.tier_first_full[k], "hit_ratio": float(m.hit_tokens[k + 1]) / total_prompt,
+            "read_bytes_per_s": float(m.read[k].sum()) / span,
+            "read_bytes_per_s_peak": float(m.read[k].max()) / m.bin_s,
+            "write_bytes_per_s": wmean, "write_bytes_per_s_peak": float(wsum.max()) / m.bin_s,
+            "write_bytes_per_s_by_cause": {c: float(v.sum()) / span for c, v in writes.items()},
+            "occupancy_end_bytes": float(run.tier_used[k]) * bpt,
+        }
+        d = lt.drives
+        if d is not None:                 # every node has its own drives
+            item.update(raid=d.raid, dwpd_per_drive=d.dwpd(wmean / run.nodes), dwpd_rating=d.dwpd_rating,
+                        dwpd_per_drive_at_peak=d.dwpd(item["write_bytes_per_s_peak"] / run.nodes))
+        tiers.append(item)
+    ttft = {}
+    rows = m.ttft
+    for c in (*COHORTS, "all"):
+        sel = [r for r in rows if r[0] == c or c == "all"]
+        tot = np.array([r[2] + r[3] + r[4] for r in sel])
+        q, ld, pf = (np.array([r[i] for r in sel]) for i in (2, 3, 4))
+        ttft[c] = {"count": len(sel), "p50_s": _pct(tot, 50), "p90_s": _pct(tot, 90), "p99_s": _pct(tot, 99),
+                   "max_s": float(tot.max()) if len(tot) else None, "mean_s": float(tot.mean()) if len(tot) else None,
+                   "queue_p50_s": _pct(q, 50), "load_p50_s": _pct(ld, 50), "prefill_p50_s": _pct(pf, 50),
+                   "queue_mean_s": float(q.mean()) if len(q) else None,
+                   "load_mean_s": float(ld.mean()) if len(ld) else None,
+                   "prefill_mean_s": float(pf.mean()) if len(pf) else None}
+    ttft["unserved"] = run.unserved
+    total_processed = float((m.prompt_tok + m.output_tok).sum())
+    gpu_usd_h = sc.gpu_usd_per_hour if sc.gpu_usd_per_hour is not None else cost.gpu.usd_per_hour
+    capex = {t.name: _capex(t, float(cap) * bpt / run.nodes) for t, cap in zip(lower, run.tier_capacity)}
+    tier_usd_h = sum(v for v in capex.values() if v) * run.nodes / (sc.amortize_years * 8766)
+    gpu_usd = (gpu_usd_h or 0.0) * sc.gpus * run.nodes * span / 3600
+    usd = gpu_usd + tier_usd_h * span / 3600
+    return {
+        "name": cfg.name, "tiers_file": cfg.tiers, "tiers_used": names,
+        "peak_tokens_per_s": float(processed.max()), "steady_tokens_per_s": float(last_hour.mean()),
+        "computed_peak_tokens_per_s": float(computed.max()),
+        "computed_steady_tokens_per_s": float(computed[-len(last_hour):].mean()),
+        "processed_tokens": total_processed, "gpu_busy": float(m.busy_s.sum()) / span / run.nodes,
+        "requests_started": len(m.ttft), "preemptions": m.preemptions,
+        "gpu_kv_tokens": run.gpu_capacity // run.nodes, "sessions": run.sessions,
+        "series": series, "tiers": tiers, "ttft": ttft,
+        "cost": {"gpu_usd_per_hour": gpu_usd_h, "gpus": sc.gpus, "amortize_years": sc.amortize_years,
+                 "tier_capex_usd": capex, "tier_usd_per_hour": tier_usd_h,
+                 "usd_per_million_processed_tokens": usd / total_processed * 1e6 if total_processed else None,
+                 "gpu_usd_per_million_processed_tokens": gpu_usd / total_processed * 1e6 if total_processed else None},
+    }
+
+
+def _capex(t, kv_bytes: float) -> float | None:
+    if t.usd_per_tb is None:
+        return None
+    raw = t.drives.count * t.drives.size_bytes if t.drives is not None else kv_bytes
+    return raw / 1e12 * float(t.usd_per_tb)
+
+
+def simulate(sc: Scenario, progress=None, nodes: int = 1, ttft_p90_s: float | None = None, jobs: int = 1) -> dict:
+    """Run every configuration of ``sc`` on the same sessions; ratios are to the first.
+
+    ``nodes``: identical nodes behind a session-affinity router; ``ttft_p90_s``: instead, find for
+    each configuration the fewest nodes meeting that p90 TTFT; ``jobs``: worker processes."""
+    if not sc.configs:
+        raise ConfigError("no configuration to simulate", hint="pass --config TIERS (or --scenario seed-study)")
+    names = [c.name for c in sc.configs]
+    if len(set(names)) != len(names):
+        raise ConfigError("two configurations share a name", hint="name them: --config gpu=seed-testbed:HBM")
+    cost = sc.cost()
+    for c in sc.configs:                  # every configuration is checked before any runs
+        build_node(sc, c, cost)
+    _source(sc)
+    out = []
+    for c in sc.configs:
+        if progress:
+            progress(c.name)
+        if ttft_p90_s is not None:
+            out.append(size_fleet(sc, c, ttft_p90_s, cost, jobs=jobs))
+        else:
+            out.append(run_config(sc, c, cost, nodes=nodes, jobs=jobs))
+    base = out[0]
+    for o in out:
+        o["ratio_peak"] = o["peak_tokens_per_s"] / base["peak_tokens_per_s"] if base["peak_tokens_per_s"] else None
+        o["ratio_steady"] = (o["steady_tokens_per_s"] / base["steady_tokens_per_s"]
+                             if base["steady_tokens_per_s"] else None)
+    return {"schema": SCHEMA, "scenario": sc.name, "nodes": "auto" if ttft_p90_s is not None else nodes,
+            "router": "session-affinity", "description": sc.description, "duration_s": sc.duration_s,
+            "sessions": sc.sessions, "rate_per_min": sc.rate_per_min, "seed": sc.seed,
+            "node": {**cost.describe(), "gpu_kv_tokens": sc.gpu_kv_tokens, "max_num_seqs": sc.max_num_seqs,
+                     "max_num_batched_tokens": sc.max_num_batched_tokens},
+            "policy": sc.policy_obj().to_dict(), "configs": out}
+
+
+def calibrate(sc: Scenario, target_tokens_per_s: float, config: str | None = None, metric: str = "steady",
+              fit: str = "prefill", tol: float = 0.01, max_iter: int = 14) -> dict:
+    """Fit the efficiency factors to one measured throughput of one configuration (the GPU-only one).
+
+    ``fit="prefill"``: the prefill efficiency is found by bisection so that the configuration's
+    ``metric`` (``steady`` or ``peak`` processed tokens/s) matches the target, and the decode
+    efficiency follows at each trial from the scenario's measured decode step
+    (``decode_step = [batch, context, seconds]``) when it has one, else stays as it is.
+    ``fit="both"``: both factors scaled by one multiplier. Only that configuration is run.
+    """
+    if fit not in ("prefill", "both"):
+        raise ConfigError(f"unknown fit {fit!r}", hint="use prefill or both")
+    cfg = next((c for c in sc.configs if c.name == config), None) if config else (sc.configs[0] if sc.configs else None)
+    if cfg is None:
+        raise ConfigError(f"no configuration named {config!r}" if config else "no configuration to calibrate",
+                          hint="names: " + ", ".join(c.name for c in sc.configs) if sc.configs else "pass --config")
+    p0, d0 = sc.prefill_efficiency, sc.decode_efficiency
+    key = f"{metric}_tokens_per_s"
+    trail = []
+
+    def factors(x: float) -> tuple[float, float]:
+        if fit == "both":
+            return p0 * x, d0 * x
+        if sc.decode_step:
+            b, ctx, secs = sc.decode_step
+            return x, replace(sc, prefill_efficiency=x).cost().fit_decode_efficiency(int(b), float(ctx), float(secs))
+        return x, d0
+
+    def at(x: float) -> float:
+        pe, de = factors(x)
+        v = run_config(replace(sc, prefill_efficiency=pe, decode_efficiency=min(de, 1.0)), cfg)[key]
+        trail.append({"prefill_efficiency": round(pe, 4), "decode_efficiency": round(de, 4), key: round(v, 1)})
+        return v
+
+    lo, hi = (0.02, 1.0) if fit == "prefill" else (0.05, 1.0 / max(p0, d0))
+    if at(hi) < target_tokens_per_s:
+        raise ConfigError(f"even at full efficiency the {cfg.name} configuration serves less than "
+                          f"{target_tokens_per_s:g} tokens/s", hint="check the GPU, model and GPU KV capacity")
+    x = hi
+    for _ in range(max_iter):
+        x = math.sqrt(lo * hi)
+        v = at(x)
+        if abs(v - target_tokens_per_s) <= tol * target_tokens_per_s:
+            break
+        lo, hi = (x, hi) if v < target_tokens_per_s else (lo, x)
+    pe, de = factors(x)
+    return {"config": cfg.name, "metric": metric, "fit": fit, "target_tokens_per_s": target_tokens_per_s,
+            "prefill_efficiency": round(pe, 4), "decode_efficiency": round(min(de, 1.0), 4), "trail": trail}

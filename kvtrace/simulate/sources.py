@@ -1,0 +1,263 @@
+"""Closed-loop clients: where sessions come from and when each sends its next turn.
+
+- :class:`SynthSource` runs ``kvtrace synth``'s own session processes (the seed-study workload:
+  Poisson session arrivals, tool results and file reads appended per turn, user think time, a
+  returning cohort that pauses ~15 minutes, compaction at the context cap, subagents), but a
+  request now takes as long as the simulated node needs: the process resumes when its response
+  completes and then sleeps its tool/think time.
+- :class:`WarehouseSource` takes the warehouse's requests (``queries/simulate_turns.sql``): each
+  thread of a session is a client that starts at its recorded first request and then sends each
+  next request after the gap it recorded (next start, i.e. end minus duration, minus this end).
+- :class:`TesterSource` replays kv-cache-tester conversations (``api_time``/``think_time`` per
+  request): each conversation's next request is sent ``think_time`` after the previous one
+  completed; conversations start as a Poisson process, cycling through the files.
+
+Synth and kv-cache-tester sources scale with ``rate`` (sessions per minute). ``shard=(i, n)``
+keeps every n-th session from the i-th: the sessions a session-affinity router sends to node i of
+n (round robin over sessions). A turn's cohort is ``new`` (a session's first
+request), ``resumed`` (its thread was idle longer than the policy's resume gap) or ``continuing``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+from pathlib import Path
+
+from kvtrace.errors import BadTraceInput, ConfigError
+from kvtrace.simulate.engine import Chain, Head, Node, Turn
+from kvtrace.synth.config import SynthConfig
+from kvtrace.synth.engine import Note, Request, Spawn
+from kvtrace.synth.workload import World
+
+
+class SynthSource:
+    """The ``kvtrace synth`` workload (``cfg``), sessions arriving during the first ``window_s``."""
+
+    def __init__(self, cfg: SynthConfig, window_s: float, resume_gap_s: float = 300.0, shard: tuple[int, int] = (0, 1)):
+        self.cfg, self.window_s, self.resume_gap_s, self.shard = cfg, window_s, resume_gap_s, shard
+        self.world = World(cfg)
+        self.heads: dict = {}
+        self.chains: dict = {}            # synth Thread -> Chain
+        self.last_done: dict = {}         # synth Thread -> completion time of its previous request
+        self.waits: dict = {}             # child process -> [parent, pending, results]
+        self.sessions = 0
+
+    def __call__(self, node: Node) -> None:
+        t0 = self.cfg.start_ms
+        for i, t in enumerate(self.world.arrivals()):
+            at = (t - t0) / 1000.0
+            if at >= self.window_s:
+                break
+            if i % self.shard[1] == self.shard[0]:
+                node.at(at, self._arrive, node, i)
+
+    def _arrive(self, now: float, node: Node, idx: int) -> None:
+        self.sessions += 1
+        proc = self.world.session(idx, int(now * 1000) + self.cfg.start_ms)
+        self._drive(node, proc, None)
+
+    def _resume(self, now: float, node: Node, proc, val) -> None:
+        self._drive(node, proc, val)
+
+    def _drive(self, node: Node, proc, val) -> None:
+        while True:
+            try:
+                act = proc.send(val)
+            except StopIteration as stop:
+                w = self.waits.pop(id(proc), None)
+                if w is not None:
+                    w[2].append(stop.value)
+                    w[1] -= 1
+                    if w[1] == 0:
+                        node.at(node.now, self._resume, node, w[0], w[2])
+                return
+            kind = type(act)
+            if kind is int:
+                node.at(node.now + act / 1000.0, self._resume, node, proc, None)
+                return
+            if kind is Request:
+                node.issue(self._turn(node, proc, act))
+                return
+            if kind is Note:
+                if act.kind == "thread_end":
+                    self.chains.pop(act.thread, None)
+                    self.last_done.pop(act.thread, None)
+                val = None
+                continue
+            if kind is Spawn:
+                w = [proc, len(act.children), []]
+                for child in act.children:
+                    self.waits[id(child)] = w
+                    node.at(node.now, self._resume, node, child, None)
+                return
+            raise TypeError(f"a synth process yielded {act!r}")
+
+    def _turn(self, node: Node, proc, r: Request) -> Turn:
+        th = r.thread
+        new = sum(p[1] for p in r.parts)
+        prompt = th.next_prompt(new)
+        key = (th.model, th.kind)
+        head = self.heads.get(key)
+        if head is None:
+            head = self.heads[key] = Head(key, th.head)
+        chain = self.chains.get(th)
+        if chain is None or th.break_reason is not None:
+            chain = self.chains[th] = Chain(head)
+        last = self.last_done.get(th)
+        if last is None:
+            cohort = "new" if th.kind == "main" else "continuing"
+        else:
+            cohort = "resumed" if node.now - last > self.resume_gap_s else "continuing"
+        th.prompt, th.out, th.cached, th.last_start = prompt, r.output_tokens, prompt, int(node.now * 1000)
+        th.break_reason, th.carry = None, 0
+
+        def done(t: float, th=th, proc=proc, r=r) -> None:
+            self.last_done[th] = t
+            node.at(t, self._resume, node, proc, r)
+
+        return Turn(chain, prompt, r.output_tokens, cohort=cohort, on_done=done, label=th)
+
+
+class TesterSource:
+    """kv-cache-tester conversations (JSON, optionally gzipped), closed loop on ``think_time``."""
+
+    def __init__(self, paths: list[Path], rate_per_min: float, window_s: float, seed: int = 0,
+                 resume_gap_s: float = 300.0, shard: tuple[int, int] = (0, 1)):
+        if not paths:
+            raise ConfigError("no kv-cache-tester trace files given", hint="pass --sessions DIR_OR_FILES")
+        if rate_per_min <= 0:
+            raise ConfigError("the session rate must be > 0", hint="e.g. --rate 2.5")
+        self.convs = [read_tester(p) for p in paths]
+        self.rate, self.window_s, self.seed, self.resume_gap_s = rate_per_min, window_s, seed, resume_gap_s
+        self.shard = shard
+        self.sessions = 0
+
+    def __call__(self, node: Node) -> None:
+        rng = random.Random(f"kvtrace-simulate:{self.seed}:arrivals")
+        t, i = 0.0, 0
+        while True:
+            t += rng.expovariate(self.rate / 60.0)
+            if t >= self.window_s:
+                break
+            if i % self.shard[1] == self.shard[0]:
+                node.at(t, self._start, node, self.convs[i % len(self.convs)])
+            i += 1
+
+    def _start(self, now: float, node: Node, conv: dict) -> None:
+        self.sessions += 1
+        self._send(node, conv, 0, {}, None)
+
+    def _send(self, node: Node, conv: dict, i: int, chains: dict, last: float | None) -> None:
+        reqs = conv["requests"]
+        if i >= len(reqs):
+            return
+        r = reqs[i]
+        key = r["type"]
+        ch, prev = chains.get(key, (None, None))
+        bt = conv["block_size"]
+        if ch is None:
+            ch, keep = Chain(None), 0
+        else:
+            same = 0
+            for a, b in zip(prev, r["hash_ids"]):
+                if a != b:
+                    break
+                same += 1
+            keep = min(same * bt, ch.valid)
+        chains[key] = (ch, r["hash_ids"])
+        cohort = "new" if i == 0 else ("resumed" if last is not None and node.now - last > self.resume_gap_s
+                                       else "continuing")
+
+        def done(t: float) -> None:
+            node.at(t + float(r.get("think_time") or 0.0), lambda now: self._send(node, conv, i + 1, chains, t))
+
+        node.issue(Turn(ch, r["in"], r["out"], keep=keep, cohort=cohort, on_done=done))
+
+
+def read_tester(path: Path) -> dict:
+    """One kv-cache-tester conversation: ``block_size`` and ``requests`` with ``in``, ``out``, ``hash_ids``."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+        doc = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    except (OSError, ValueError) as e:
+        line = e.lineno if isinstance(e, json.JSONDecodeError) else None
+        why = e.msg if isinstance(e, json.JSONDecodeError) else str(e)
+        raise BadTraceInput(str(path), line, f"not a kv-cache-tester trace: {why}",
+                            hint="pass trace_NNNN.json files of kv-cache-tester") from e
+    if not isinstance(doc, dict) or not isinstance(doc.get("requests"), list):
+        raise BadTraceInput(str(path), None, "no requests list", field="requests",
+                            hint="pass trace_NNNN.json files of kv-cache-tester")
+    for k, r in enumerate(doc["requests"]):
+        for f in ("in", "out", "hash_ids"):
+            if f not in r:
+                raise BadTraceInput(str(path), None, f"request {k} lacks it", field=f,
+                                    hint="kv-cache-tester requests carry in, out, hash_ids, think_time")
+        if not isinstance(r["in"], int) or r["in"] < 1 or not isinstance(r["out"], int) or r["out"] < 0:
+            raise BadTraceInput(str(path), None, f"request {k}: in/out must be whole token counts", field="in")
+        r.setdefault("type", "n")
+    doc.setdefault("block_size", 64)
+    return doc
+
+
+
+
+class WarehouseSource:
+    """Closed-loop threads from the warehouse's recorded requests (see the module docstring).
+
+    A thread's requests form one conversation chain while each prompt extends the previous prompt
+    and output; a shorter prompt (a compaction, a new chain) starts a new one. Session starts keep
+    their recorded times, from the window's first request.
+    """
+
+    def __init__(self, rows: list[tuple], resume_gap_s: float = 300.0, shard: tuple[int, int] = (0, 1)):
+        if not rows:
+            raise ConfigError("the warehouse has no requests in the window",
+                              hint="ingest telemetry first, or widen --since/--until")
+        self.resume_gap_s = resume_gap_s
+        threads: dict = {}
+        t0 = None
+        for session, thread, ts_us, dur_ms, prompt, out in rows:
+            end = ts_us / 1e6
+            start = end - (dur_ms or 0.0) / 1e3
+            t0 = start if t0 is None else min(t0, start)
+            threads.setdefault((session, thread), []).append((start, end, int(prompt), int(out)))
+        order = {sid: k for k, sid in enumerate(dict.fromkeys(s for s, _ in threads))}   # by first appearance
+        self.threads = {k: [(a - t0, b - t0, p, o) for a, b, p, o in v] for k, v in threads.items()
+                        if order[k[0]] % shard[1] == shard[0]}
+        self.sessions = 0
+
+    @classmethod
+    def from_store(cls, store, since=None, until=None, resume_gap_s: float = 300.0,
+                   shard: tuple[int, int] = (0, 1)) -> "WarehouseSource":
+        from kvtrace.store import load_query
+
+        rows = store.query(load_query("simulate_turns").sql, {"since": since, "until": until})
+        return cls([r for r in rows if r[4] and r[4] > 0], resume_gap_s, shard)
+
+    def __call__(self, node: Node) -> None:
+        seen = set()
+        for (session, thread), turns in sorted(self.threads.items(), key=lambda kv: (kv[1][0][0], kv[0])):
+            new = session not in seen
+            seen.add(session)
+            node.at(turns[0][0], lambda now, turns=turns, new=new: self._send(node, turns, 0, None, new, None))
+
+    def _send(self, node: Node, turns: list, i: int, ch: Chain | None, new: bool, last: float | None) -> None:
+        if i >= len(turns):
+            return
+        if i == 0 and new:
+            self.sessions += 1
+        start, end, prompt, out = turns[i]
+        prev = turns[i - 1] if i else None
+        if ch is None or prev is None or prompt < prev[2] + prev[3]:
+            ch = Chain(None)
+        cohort = ("new" if new else "continuing") if i == 0 else (
+            "resumed" if last is not None and node.now - last > self.resume_gap_s else "continuing")
+        gap = max(turns[i + 1][0] - end, 0.0) if i + 1 < len(turns) else 0.0
+
+        def done(t: float) -> None:
+            node.at(t + gap, lambda now: self._send(node, turns, i + 1, ch, False, t))
+
+        node.issue(Turn(ch, max(prompt, 1), out, cohort=cohort, on_done=done))
