@@ -62,7 +62,7 @@ def test_chain_breaks(second, breaks):
 def test_a_compaction_request_ends_the_chain_after_it():
     rows = [dict(t=0, read=0, write=1000), dict(t=5, read=1000, write=600, query_source="auxiliary",
                                                 is_compact_request=True),
-            dict(t=10, read=0, write=2000)]
+            dict(t=400, read=0, write=2000)]      # (after the 5 min cache: its read says nothing)
     tr = derive_chains(frame(*rows), ChainParams(block_size=100, head_tokens=0))
     assert tr.meta["chain_prev"].tolist() == [-1, 0, -1]
     tr = derive_chains(frame(*rows), ChainParams(block_size=100, head_tokens=0, compaction_ends_chain=False))
@@ -92,7 +92,10 @@ def test_parallel_subagents_under_one_thread_id_are_told_apart_by_their_reads():
     assert tr.meta["chain_prev"].tolist() == [-1, -1, 0, 1, 2]
     assert chain_reads(tr, 300).tolist() == [0, 0, 3000, 5000, 3400]
     one = derive_chains(frame(*rows), ChainParams(block_size=100, head_tokens=0, link_window=1))
-    assert one.meta["chain_prev"].tolist() == [-1, 0, -1, 2, -1]
+    # Matching only the previous request, the reads still bound what is shared, but the chains
+    # mix the two subagents (request 3 reads 3400 of request 2, not the 5000 it read).
+    assert one.meta["chain_prev"].tolist() == [-1, -1, 1, 2, 3]
+    assert chain_reads(one, 300).tolist() == [0, 0, 3000, 3400, 3400]
 
 
 def test_shared_head_is_detected_and_shared_across_sessions():

@@ -69,10 +69,16 @@ class ChainParams:
                                          "not compaction) form chains of their own, so they neither end nor extend "
                                          "the conversation's chain.")
     compaction_ends_chain: bool = _p(True, "A compaction request (or a compaction marker) ends the chain.")
-    link_window: int = _p(16, "A request continues the most recent of its thread's last this-many requests "
-                              "whose cached prefix equals its cache read (parallel subagents reported under one "
-                              "thread id interleave), else the thread's previous request. 1: strictly the "
-                              "previous request.")
+    link_window: int = _p(16, "A request continues the most recent of its session's last this-many requests "
+                              "of its model (any thread) whose cached prefix equals its cache read (parallel "
+                              "subagents reported under one thread id interleave; a subagent may continue the "
+                              "main thread's prompt), else its thread's previous request. 1: only the session's "
+                              "previous request is matched by its read.")
+    cache_ttl_s: int = _p(300, "The provider's cache TTL behind the reads (3600 for a request that wrote 1 h "
+                               "cache). A request within it of its thread's previous request that reads less "
+                               "than that one cached shares only what it read (the history was rewritten, or "
+                               "rewound: a shorter prompt still shares its read); beyond it the whole cached "
+                               "prefix is assumed if the prompt holds it. 0: a read never limits a link.")
     max_blocks: int = _p(1_500_000_000, "Refuse to write more block ids than this (8 bytes each); "
                                         "raise block_size or narrow the window.")
 
@@ -211,15 +217,19 @@ def derive_chains(frame, params: ChainParams | None = None, materialize: bool = 
     key = _codes(_with(frame, _lane=lane), key_cols + ["_lane"]) if n else thread
     model = _codes(frame, ["model"]) if n else thread
 
-    # Chain predecessors: one compiled pass per key (see _kernels.link_chains).
-    order, _ = _prev_in_group(key)
+    # Chain predecessors: one compiled pass per session (see _kernels.link_chains).
+    order, _ = _prev_in_group(session)
     stop_after = compact_req if p.compaction_ends_chain else np.zeros(n, bool)
     force = marker if p.compaction_ends_chain else np.zeros(n, bool)
+    read_ttl = np.where(col("write_1h_tokens") > 0, 3600_000_000, p.cache_ttl_s * 1_000_000) if n \
+        else np.zeros(0, np.int64)
     pred = np.full(n, -1, dtype=np.int64)
+    depth = np.zeros(n, dtype=np.int64)
     if n:
         from kvtrace.analyze._kernels import link_chains
 
-        link_chains(order, key, model, read, cached, prompt, stop_after, force, max(1, p.link_window), pred)
+        link_chains(order, session, key, int(key.max()) + 1, model, read, cached, prompt, ts_us,
+                    read_ttl.astype(np.int64), stop_after, force, max(1, p.link_window), pred, depth)
     start = pred < 0
 
     # Shared heads, per (org, model[, thread kind]).
@@ -236,14 +246,14 @@ def derive_chains(frame, params: ChainParams | None = None, materialize: bool = 
     has_head = (H >= B) & head_ok & (prompt >= H)
     pp = np.where(pred >= 0, pred, 0)
     pred = np.where((pred >= 0) & (has_head != has_head[pp]), -1, pred)
+    depth = np.where(pred >= 0, depth, 0)
     root = _chain_root(pred)
     chain = np.unique(root, return_inverse=True)[1].astype(np.int64) if n else root
     chain_prev = pred
 
     h = np.where(has_head, H // B, 0)
     n_blocks = -(-prompt // B)
-    cp = np.where(chain_prev >= 0, chain_prev, 0)
-    inherit = np.where(chain_prev >= 0, np.maximum(h, cached[cp] // B), h)
+    inherit = np.where(chain_prev >= 0, np.maximum(h, depth // B), h)
     chain_next = _next_of(chain_prev)
     cn = np.where(chain_next >= 0, chain_next, 0)
     inherited_by_next = np.where(chain_next >= 0, np.maximum(h, inherit[cn]), h)
@@ -258,6 +268,7 @@ def derive_chains(frame, params: ChainParams | None = None, materialize: bool = 
     trace.meta.update({"_ts_us": ts_us, "requests": frame, "chain": chain, "thread": thread,
                        "thread_names": thread_names,
                        "cached": cached, "head": np.where(has_head, H, 0), "chain_prev": chain_prev,
+                       "shared": depth,
                        "head_prev": hprev,
                        "compaction": compact_req | marker, "params": p, "materialized": False})
     trace.meta["_runs"] = _runs(trace, h, inherit, inherited_by_next, chain_prev, chain_next, hprev, hnext, n_blocks)
@@ -327,12 +338,12 @@ def chain_reads(trace: BlockTrace, ttl_s: float | None) -> np.ndarray:
         raise ConfigError("token-exact cache reads need a trace derived from telemetry",
                           hint="block-hash traces carry no cache breakpoints; use the block what-if")
     t, tau = ts_us(trace), seconds_to_us(ttl_s)
-    cached, head, cp, hp = m["cached"], m["head"], m["chain_prev"], m["head_prev"]
+    cached, head, cp, hp, shared = m["cached"], m["head"], m["chain_prev"], m["head_prev"], m["shared"]
     out = np.zeros(trace.n_requests, dtype=np.int64)
     has_hp = hp >= 0
     head_hit = has_hp & (t - t[np.where(has_hp, hp, 0)] <= tau)
     out[head_hit] = np.minimum(head, cached)[head_hit]
     has_cp = cp >= 0
     prefix_hit = has_cp & (t - t[np.where(has_cp, cp, 0)] <= tau)
-    out[prefix_hit] = np.minimum(cached[np.where(has_cp, cp, 0)], cached)[prefix_hit]
+    out[prefix_hit] = np.maximum(np.minimum(shared, cached), out)[prefix_hit]
     return out
