@@ -138,7 +138,7 @@ def otlp_lines(convs: list[dict], api_ttl_s: float = API_TTL_S) -> list[bytes]:
 
 
 def truth_trace(convs: list[dict]) -> BlockTrace:
-    """The real hashes as one block trace, requests in time order (ties: conversation, file order).
+    """The real hashes as one block trace, requests in the telemetry's order (:func:`otlp_lines`).
 
     Ids are kept apart per conversation and model (they are local to a conversation; a cache is
     per model). A prompt's partial last block, which the hashes leave out, gets an id of its own
@@ -155,16 +155,17 @@ def truth_trace(convs: list[dict]) -> BlockTrace:
                 ids = np.append(ids, n_ids)
                 n_ids += 1
             lists.append(ids + base)
-            ts.append(BASE_NS / 1e9 + float(r["t"]))
+            ts.append((BASE_NS + int(round(float(r["t"]) * 1e9))) // 1000)     # as the events say
             lens.append(n_in)
             outs.append(int(r["out"]))
             sess.append(c)
         base += n_ids
-    order = sorted(range(len(ts)), key=lambda k: (ts[k], sess[k], k))
+    # The telemetry's order: time (in µs), then request key (conversation id, then request).
+    order = sorted(range(len(ts)), key=lambda k: (ts[k], convs[sess[k]]["id"], k))
     sizes = np.array([len(lists[k]) for k in order], dtype=np.int64)
     offsets = np.concatenate(([0], np.cumsum(sizes)))
     ids = np.concatenate([lists[k] for k in order]) if len(order) else np.zeros(0, np.int64)
-    return BlockTrace(np.array([ts[k] for k in order]), np.array([lens[k] for k in order]),
+    return BlockTrace(np.array([ts[k] for k in order]) / 1e6, np.array([lens[k] for k in order]),
                       np.array([outs[k] for k in order]), offsets, ids, BLOCK,
                       session=np.array([sess[k] for k in order], dtype=np.int64), name="hashes")
 
@@ -201,14 +202,21 @@ def figures(trace: BlockTrace, ttls=TTLS) -> dict:
 
 
 def compare(convs: list[dict], params, api_ttl_s: float = API_TTL_S, ttls=TTLS) -> dict:
-    """Per TTL: hit ratios (truth, derived, difference in percentage points) and working sets
-    (truth, derived, derived / truth - 1)."""
-    truth = figures(truth_trace(convs), ttls)
-    derived = figures(derived_trace(convs, params, api_ttl_s), ttls)
+    """Per TTL: hit ratios (truth, derived, difference in percentage points, and that difference
+    split into the requests that hit more and those that hit less) and working sets (truth,
+    derived, derived / truth - 1). Both traces list the requests in the same order."""
+    from kvtrace.analyze.ttl import request_hits
+
+    truth_tr, derived_tr = truth_trace(convs), derived_trace(convs, params, api_ttl_s)
+    truth, derived = figures(truth_tr, ttls), figures(derived_tr, ttls)
+    total = int(truth_tr.input_length.sum())
     out = {}
-    for label, t in truth.items():
+    for ttl, (label, t) in zip(ttls, truth.items()):
         d = derived[label]
+        diff = request_hits(derived_tr, ttl)[1] - request_hits(truth_tr, ttl)[1]
         out[label] = {"hit_truth": t["hit"], "hit_derived": d["hit"], "pp": 100 * (d["hit"] - t["hit"]),
+                      "pp_over": 100 * int(diff[diff > 0].sum()) / total,
+                      "pp_under": 100 * int(diff[diff < 0].sum()) / total,
                       "peak_truth": t["peak"], "peak_derived": d["peak"],
                       "peak_err": d["peak"] / t["peak"] - 1 if t["peak"] else 0.0,
                       "mean_truth": t["mean"], "mean_derived": d["mean"],

@@ -130,7 +130,9 @@ def link_chains(order, session, key, n_keys, model, read, cached, prompt, ts, re
     link sharing that whole prefix. Else it continues its key's previous request (a *weak* link):
     sharing only what it read if that request is younger than its ``read_ttl`` (its cache was
     still there, so a shorter read means a shorter shared prefix: a rewrite, a shrink), else
-    that request's whole cached prefix if the prompt holds it. A strong link may take a
+    that request's whole cached prefix if the prompt holds it. When the key's previous request
+    was continued by another thread's request (a subagent that extends the main prompt), the
+    end of that chain (within ``window`` steps) stands for it. A strong link may take a
     predecessor from a weak one (which then starts a chain): parallel subagents reported under
     one thread id interleave, and only their reads tell them apart. Requests of another model,
     and chains whose last request was a compaction, are not continued.
@@ -149,6 +151,7 @@ def link_chains(order, session, key, n_keys, model, read, cached, prompt, ts, re
             n_win = 0
         p = -1
         d = 0
+        matched = False
         if not force_start[i]:
             if read[i] > 0:
                 for j in range(n_win - 1, -1, -1):
@@ -161,16 +164,32 @@ def link_chains(order, session, key, n_keys, model, read, cached, prompt, ts, re
                             pred[succ[c]] = -1          # the weak successor starts a chain instead
                             depth[succ[c]] = 0
                         strong[c] = True
+                        matched = True
                         break
             c = last[key[i]]
-            if p < 0 and c >= 0 and succ[c] < 0 and model[c] == model[i] and not stop_after[c]:
-                if cached[i] > 0 and read[i] < cached[c] and ts[i] - ts[c] <= read_ttl[c]:
-                    d = read[i]
-                elif prompt[i] >= cached[c]:
-                    d = cached[c]
-                if d > 0:
-                    p = c
-                    strong[c] = False
+            hops = 0
+            while c >= 0 and succ[c] >= 0 and hops < window:  # the conversation went on in another thread
+                c = succ[c]
+                hops += 1
+            free = not matched and c >= 0 and succ[c] < 0 and model[c] == model[i] and not stop_after[c]
+            if p < 0 and free and cached[i] > 0 and read[i] < cached[c] and ts[i] - ts[c] <= read_ttl[c]:
+                p = c                                    # the thread's previous request, as deep as the read
+                d = read[i]
+            if not matched and p < 0 and read[i] > 0:
+                # The live request of the session that cached the least beyond the read.
+                for j in range(n_win - 1, -1, -1):
+                    b = win[j]
+                    if succ[b] < 0 and model[b] == model[i] and not stop_after[b] and cached[b] >= read[i] \
+                            and ts[i] - ts[b] <= read_ttl[b] and (p < 0 or cached[b] < cached[p]):
+                        p = b
+                d = read[i] if p >= 0 else 0
+            if p < 0 and free and prompt[i] >= cached[c]:
+                p = c                                    # append-only: no read says otherwise
+                d = cached[c]
+            if d <= 0:
+                p = -1
+            elif not matched:
+                strong[p] = False
         pred[i] = p
         depth[i] = d
         if p >= 0:

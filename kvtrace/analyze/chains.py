@@ -1,19 +1,28 @@
 """Prefix chains: a replayable block trace derived from token counts.
 
-Telemetry gives counts, not prompt contents. Within a thread an agent's conversation only
+Telemetry gives counts, not prompt contents. Within a thread an agent's conversation mostly
 grows, so request *i*'s prompt (``read + write + input`` tokens) starts with the prefix that
-the thread's previous request left in the cache (its ``read + write``). Requests linked that
-way form a *chain*; a chain ends when
+an earlier request left in the cache (its ``read + write``). Requests linked that way form a
+*chain*, each request sharing a number of tokens with the one it continues. The provider's
+cache read is the evidence, in this order:
 
-- the prompt is shorter than that cached prefix (the conversation was rewritten),
-- the previous request was a compaction (``query_source`` compact) or this one carries a
-  compaction marker,
-- the model changes (the provider's cache is per model), or
-- the request gains or loses the shared head (below).
+1. a request continues a recent request of its session (any thread, same model) whose cached
+   prefix equals its read exactly, and shares all of it: parallel subagents that telemetry
+   reports under one thread id are told apart so, and a subagent that extends the main
+   thread's prompt (or the reverse) is followed across thread ids;
+2. else its thread's previous request (or, if another thread's request continued that one,
+   the end of that chain): if that request's cache was still alive (``cache_ttl_s``) and the
+   read is shorter than what it cached, only the read is shared (the history was rewritten
+   deep down, or rewound to a shorter prompt);
+3. else the live request of the session that cached the least beyond the read, sharing the read;
+4. else that previous request's whole cached prefix, if the prompt holds it and no read says
+   otherwise (its cache had expired, or the read reached beyond it): append-only.
 
-A thread may carry several chains at once: parallel subagents that telemetry reports under one
-thread id interleave, so a request continues the open chain whose cached prefix equals its own
-cache read (the provider's evidence), else the thread's previous request.
+A chain ends when none of these applies, when the previous request was a compaction
+(``query_source`` compact) or this one carries a compaction marker, when the model changes
+(the provider's cache is per model), or when the request gains or loses the shared head
+(below). A rewrite made while the cache had expired leaves no trace in the counts, so it is
+taken for an append: that is the derivation's main remaining error (``docs/prefix-chains.md``).
 
 Chains are kept per thread, model and *lane*: auxiliary requests (titles, quota checks) run in
 a lane of their own, so they neither end nor extend the conversation's chain; a compaction
@@ -185,7 +194,9 @@ def derive_chains(frame, params: ChainParams | None = None, materialize: bool = 
     """A block trace from per-request token counts.
 
     Args:
-        frame: Polars frame with the columns of ``queries/chain_requests.sql``, in time order.
+        frame: Polars frame with the columns of ``queries/chain_requests.sql``. Requests are
+            taken in time order, then request key (the query's order; a frame in any other
+            order is sorted so, and the result is the same).
         params: the assumptions (see :class:`ChainParams`).
         materialize: write the block ids (needed by export and replay). Without them the trace
             still answers every reuse, TTL and working-set question, from its access runs.
@@ -193,11 +204,14 @@ def derive_chains(frame, params: ChainParams | None = None, materialize: bool = 
     Returns:
         A :class:`BlockTrace` (name ``derived``) whose ``meta`` also holds the per-request
         ``requests`` frame, ``chain`` ids, ``thread`` codes, ``cached`` (read + write), ``head``
-        tokens and ``chain_prev`` (the request a chain continues from, -1 at a start).
+        tokens, ``chain_prev`` (the request a chain continues from, -1 at a start) and
+        ``shared`` (the tokens it shares with that request).
     """
     p = params or ChainParams()
     B = p.block_size
     n = frame.height
+    if n > 1 and not _in_order(frame):
+        frame = frame.sort(["ts_us", "request_key"], maintain_order=True)
     col = lambda c: frame.get_column(c).to_numpy().astype(np.int64)  # noqa: E731
     ts_us = col("ts_us") if n else np.zeros(0, np.int64)
     read, write, inp = (col(c) if n else np.zeros(0, np.int64) for c in ("read_tokens", "write_tokens", "input_tokens"))
@@ -276,6 +290,15 @@ def derive_chains(frame, params: ChainParams | None = None, materialize: bool = 
     if materialize:
         materialize_ids(trace)
     return trace
+
+
+def _in_order(frame) -> bool:
+    """Whether the rows are sorted by time, then request key."""
+    import polars as pl
+
+    return bool(frame.select(((pl.col("ts_us").diff() > 0)
+                              | ((pl.col("ts_us").diff() == 0) & (pl.col("request_key") > pl.col("request_key").shift())))
+                             .slice(1).all()).item())
 
 
 def _chain_root(pred: np.ndarray) -> np.ndarray:
