@@ -24,13 +24,18 @@ whole blocks. Every block of the prompt is then touched. Conversations all start
 from __future__ import annotations
 
 import gzip
-import io
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import orjson
 
 from kvtrace.analyze.blocktrace import BlockTrace
+from kvtrace.analyze.load import load_block_trace
+from kvtrace.analyze.ttl import hit_ratios, request_hits
+from kvtrace.analyze.working_set import working_set
+from kvtrace.ingest import ingest
+from kvtrace.store import Store
 
 BLOCK = 64
 BASE_NS = 1_790_000_000 * 10**9          # 2026-09-21T14:13:20Z, every conversation's t = 0
@@ -172,15 +177,9 @@ def truth_trace(convs: list[dict]) -> BlockTrace:
 
 def derived_trace(convs: list[dict], params, api_ttl_s: float = API_TTL_S) -> BlockTrace:
     """The chains kvtrace derives from the conversations' telemetry, ingested into a warehouse."""
-    import tempfile
-
-    from kvtrace.analyze.load import load_block_trace
-    from kvtrace.ingest import ingest
-    from kvtrace.store import Store
-
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "kv-cache-tester.otlp.jsonl"
-        with io.open(path, "wb") as f:
+        with open(path, "wb") as f:
             for line in otlp_lines(convs, api_ttl_s):
                 f.write(line + b"\n")
         with Store(memory=True) as store:
@@ -190,9 +189,6 @@ def derived_trace(convs: list[dict], params, api_ttl_s: float = API_TTL_S) -> Bl
 
 def figures(trace: BlockTrace, ttls=TTLS) -> dict:
     """Token hit ratio, peak and mean working set per TTL."""
-    from kvtrace.analyze.ttl import hit_ratios
-    from kvtrace.analyze.working_set import working_set
-
     out = {}
     for h in hit_ratios(trace, list(ttls)):
         ws = working_set(trace, h["ttl_s"], series_points=0)
@@ -205,8 +201,6 @@ def compare(convs: list[dict], params, api_ttl_s: float = API_TTL_S, ttls=TTLS) 
     """Per TTL: hit ratios (truth, derived, difference in percentage points, and that difference
     split into the requests that hit more and those that hit less) and working sets (truth,
     derived, derived / truth - 1). Both traces list the requests in the same order."""
-    from kvtrace.analyze.ttl import request_hits
-
     truth_tr, derived_tr = truth_trace(convs), derived_trace(convs, params, api_ttl_s)
     truth, derived = figures(truth_tr, ttls), figures(derived_tr, ttls)
     total = int(truth_tr.input_length.sum())

@@ -296,9 +296,9 @@ def _in_order(frame) -> bool:
     """Whether the rows are sorted by time, then request key."""
     import polars as pl
 
-    return bool(frame.select(((pl.col("ts_us").diff() > 0)
-                              | ((pl.col("ts_us").diff() == 0) & (pl.col("request_key") > pl.col("request_key").shift())))
-                             .slice(1).all()).item())
+    step = pl.col("ts_us").diff()
+    later_key = pl.col("request_key") > pl.col("request_key").shift()
+    return bool(frame.select(((step > 0) | ((step == 0) & later_key)).slice(1).all()).item())
 
 
 def _chain_root(pred: np.ndarray) -> np.ndarray:
