@@ -26,9 +26,9 @@ def frame(*rows: dict) -> pl.DataFrame:
         d = dict(request_key=f"r{k:04d}", org_id="o", session_id="s", thread_id="main", model="m",
                  query_source="main", input_tokens=2, output_tokens=100, is_compact_request=False,
                  after_compaction=False)
-        d.update({x: v for x, v in r.items() if x not in ("t", "read", "write")})
+        d.update({x: v for x, v in r.items() if x not in ("t", "read", "write", "write_1h")})
         d.update(ts_us=int(r["t"] * 1e6), read_tokens=r["read"], write_tokens=r["write"],
-                 write_5m_tokens=r["write"], write_1h_tokens=0)
+                 write_5m_tokens=r["write"] - r.get("write_1h", 0), write_1h_tokens=r.get("write_1h", 0))
         out.append(d)
     return pl.DataFrame(out, schema_overrides={"ts_us": pl.Int64}).select(COLUMNS).sort("ts_us", "request_key")
 
@@ -62,7 +62,7 @@ def test_chain_breaks(second, breaks):
 def test_a_compaction_request_ends_the_chain_after_it():
     rows = [dict(t=0, read=0, write=1000), dict(t=5, read=1000, write=600, query_source="auxiliary",
                                                 is_compact_request=True),
-            dict(t=10, read=0, write=2000)]
+            dict(t=400, read=0, write=2000)]      # (after the 5 min cache: its read says nothing)
     tr = derive_chains(frame(*rows), ChainParams(block_size=100, head_tokens=0))
     assert tr.meta["chain_prev"].tolist() == [-1, 0, -1]
     tr = derive_chains(frame(*rows), ChainParams(block_size=100, head_tokens=0, compaction_ends_chain=False))
@@ -92,7 +92,72 @@ def test_parallel_subagents_under_one_thread_id_are_told_apart_by_their_reads():
     assert tr.meta["chain_prev"].tolist() == [-1, -1, 0, 1, 2]
     assert chain_reads(tr, 300).tolist() == [0, 0, 3000, 5000, 3400]
     one = derive_chains(frame(*rows), ChainParams(block_size=100, head_tokens=0, link_window=1))
-    assert one.meta["chain_prev"].tolist() == [-1, 0, -1, 2, -1]
+    # Matching only the previous request, the reads still bound what is shared, but the chains
+    # mix the two subagents (request 3 reads 3400 of request 2, not the 5000 it read).
+    assert one.meta["chain_prev"].tolist() == [-1, -1, 1, 2, 3]
+    assert chain_reads(one, 300).tolist() == [0, 0, 3000, 3400, 3400]
+
+
+def test_a_deep_rewrite_shares_only_what_it_read():
+    # The history was rewritten while the prompt grew: 10 s later, within the 5 min cache, only
+    # 2,000 of the 10,000 cached tokens were read, so only those are shared.
+    rows = [dict(t=0, read=0, write=10000), dict(t=10, read=2000, write=9000), dict(t=20, read=11000, write=500)]
+    tr = derive_chains(frame(*rows), ChainParams(block_size=100, head_tokens=0))
+    assert tr.meta["chain_prev"].tolist() == [-1, 0, 1]
+    assert chain_reads(tr, 300).tolist() == [0, 2000, 11000]
+    assert chain_reads(tr, None).tolist() == [0, 2000, 11000]
+    assert request_hits(tr, None)[0].tolist() == [0, 20, 110]
+    # Beyond the provider's TTL a read of 0 says nothing: the prompt holds the cached prefix.
+    late = derive_chains(frame(dict(t=0, read=0, write=10000), dict(t=400, read=0, write=11000)),
+                         ChainParams(block_size=100, head_tokens=0))
+    assert chain_reads(late, None).tolist() == [0, 10000]
+    # A 1 h cache write makes the read evidence for an hour.
+    hour = derive_chains(frame(dict(t=0, read=0, write=10000, write_1h=10000), dict(t=400, read=0, write=11000)),
+                         ChainParams(block_size=100, head_tokens=0))
+    assert chain_reads(hour, None).tolist() == [0, 0]
+    # cache_ttl_s=0: the read never limits a link (the append-only rule alone).
+    blind = derive_chains(frame(*rows), ChainParams(block_size=100, head_tokens=0, cache_ttl_s=0))
+    assert chain_reads(blind, None).tolist() == [0, 10000, 11000]
+
+
+def test_a_shrink_after_a_rewind_keeps_the_prefix_it_read():
+    # Request 2 is shorter than what request 1 cached, yet it read request 0's 5,000 tokens.
+    rows = [dict(t=0, read=0, write=5000), dict(t=10, read=5000, write=3000), dict(t=20, read=5000, write=1000),
+            dict(t=30, read=6000, write=200)]
+    tr = derive_chains(frame(*rows), ChainParams(block_size=100, head_tokens=0))
+    assert tr.meta["chain_prev"].tolist() == [-1, 0, 1, 2]
+    assert chain_reads(tr, None).tolist() == [0, 5000, 5000, 6000]
+    assert request_hits(tr, None)[0].tolist() == [0, 50, 50, 60]
+    # Blocks 50.. of request 2 are its own, not request 1's.
+    assert tr.blocks(2)[:50].tolist() == tr.blocks(1)[:50].tolist()
+    assert not set(tr.blocks(2)[50:].tolist()) & set(tr.blocks(1).tolist())
+
+
+def test_a_subagent_that_extends_the_main_prompt_links_across_threads():
+    # The conversation alternates between the main thread and a subagent's thread id, each request
+    # reading exactly what the other cached.
+    rows = [dict(t=0, read=0, write=10000), dict(t=5, read=10000, write=500, thread_id="general-purpose"),
+            dict(t=10, read=10500, write=400), dict(t=15, read=10900, write=300, thread_id="general-purpose"),
+            dict(t=900, read=0, write=11500)]
+    tr = derive_chains(frame(*rows), ChainParams(block_size=100, head_tokens=0))
+    assert tr.meta["chain_prev"].tolist() == [-1, 0, 1, 2, 3]
+    assert chain_reads(tr, 300).tolist() == [0, 10000, 10500, 10900, 0]
+    # After the cache expired, the main thread continues from where the subagent left the prompt.
+    assert chain_reads(tr, None).tolist()[4] == 11200
+
+
+def test_the_derivation_does_not_depend_on_row_order():
+    rows = [dict(t=0, read=0, write=3000, thread_id="sub"), dict(t=1, read=0, write=5000, thread_id="sub"),
+            dict(t=1, read=0, write=800), dict(t=2, read=3000, write=400, thread_id="sub"),
+            dict(t=3, read=5000, write=300, thread_id="sub"), dict(t=4, read=3400, write=100, thread_id="sub")]
+    f = frame(*rows)
+    want = derive_chains(f, ChainParams(block_size=100, head_tokens=0))
+    for seed in range(5):
+        shuffled = f.sample(fraction=1.0, shuffle=True, seed=seed)
+        got = derive_chains(shuffled, ChainParams(block_size=100, head_tokens=0))
+        assert got.meta["requests"]["request_key"].to_list() == f["request_key"].to_list()
+        assert got.meta["chain_prev"].tolist() == want.meta["chain_prev"].tolist()
+        assert chain_reads(got, None).tolist() == chain_reads(want, None).tolist()
 
 
 def test_shared_head_is_detected_and_shared_across_sessions():

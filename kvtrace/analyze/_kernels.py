@@ -119,13 +119,20 @@ def chain_ids(order, offsets, chain_prev, head_blocks, head_base, inherit, out):
 
 
 @numba.njit(cache=True, nogil=True)
-def link_chains(order, key, model, read, cached, prompt, stop_after, force_start, window, pred):  # pragma: no cover
-    """Find each request's chain predecessor (``pred``, -1 for a chain start), in place.
+def link_chains(order, session, key, n_keys, model, read, cached, prompt, ts, read_ttl, stop_after, force_start,
+                window, pred, depth):  # pragma: no cover - compiled
+    """Find each request's chain predecessor (``pred``, -1 for a chain start) and the tokens it
+    shares with it (``depth``), in place.
 
-    Requests are visited in ``order`` (by key, then time). A request continues, most recent
-    first among the key's last ``window`` requests, one whose cached prefix equals exactly what
-    this request read (the provider's own evidence: a *strong* link); else the key's previous
-    request, if its cached prefix fits in this prompt (a *weak* link). A strong link may take a
+    Requests are visited in ``order`` (by session, then time). A request continues, most recent
+    first among its session's last ``window`` requests of its model (any thread), one whose
+    cached prefix equals exactly what this request read: the provider's own evidence, a *strong*
+    link sharing that whole prefix. Else it continues its key's previous request (a *weak* link):
+    sharing only what it read if that request is younger than its ``read_ttl`` (its cache was
+    still there, so a shorter read means a shorter shared prefix: a rewrite, a shrink), else
+    that request's whole cached prefix if the prompt holds it. When the key's previous request
+    was continued by another thread's request (a subagent that extends the main prompt), the
+    end of that chain (within ``window`` steps) stands for it. A strong link may take a
     predecessor from a weak one (which then starts a chain): parallel subagents reported under
     one thread id interleave, and only their reads tell them apart. Requests of another model,
     and chains whose last request was a compaction, are not continued.
@@ -133,15 +140,18 @@ def link_chains(order, key, model, read, cached, prompt, stop_after, force_start
     n = len(pred)
     succ = np.full(n, -1, dtype=np.int64)
     strong = np.zeros(n, dtype=np.bool_)
+    last = np.full(n_keys, -1, dtype=np.int64)
     win = np.empty(window, dtype=np.int64)
     n_win = 0
     cur = -1
     for t in range(len(order)):
         i = order[t]
-        if key[i] != cur:
-            cur = key[i]
+        if session[i] != cur:
+            cur = session[i]
             n_win = 0
         p = -1
+        d = 0
+        matched = False
         if not force_start[i]:
             if read[i] > 0:
                 for j in range(n_win - 1, -1, -1):
@@ -149,18 +159,42 @@ def link_chains(order, key, model, read, cached, prompt, stop_after, force_start
                     if cached[c] == read[i] and model[c] == model[i] and not stop_after[c] \
                             and not (succ[c] >= 0 and strong[c]):
                         p = c
+                        d = cached[c]
                         if succ[c] >= 0:
                             pred[succ[c]] = -1          # the weak successor starts a chain instead
+                            depth[succ[c]] = 0
                         strong[c] = True
+                        matched = True
                         break
-            if p < 0 and n_win > 0:
-                c = win[n_win - 1]
-                if succ[c] < 0 and model[c] == model[i] and not stop_after[c] and prompt[i] >= cached[c]:
-                    p = c
-                    strong[c] = False
+            c = last[key[i]]
+            hops = 0
+            while c >= 0 and succ[c] >= 0 and hops < window:  # the conversation went on in another thread
+                c = succ[c]
+                hops += 1
+            free = not matched and c >= 0 and succ[c] < 0 and model[c] == model[i] and not stop_after[c]
+            if p < 0 and free and cached[i] > 0 and read[i] < cached[c] and ts[i] - ts[c] <= read_ttl[c]:
+                p = c                                    # the thread's previous request, as deep as the read
+                d = read[i]
+            if not matched and p < 0 and read[i] > 0:
+                # The live request of the session that cached the least beyond the read.
+                for j in range(n_win - 1, -1, -1):
+                    b = win[j]
+                    if succ[b] < 0 and model[b] == model[i] and not stop_after[b] and cached[b] >= read[i] \
+                            and ts[i] - ts[b] <= read_ttl[b] and (p < 0 or cached[b] < cached[p]):
+                        p = b
+                d = read[i] if p >= 0 else 0
+            if p < 0 and free and prompt[i] >= cached[c]:
+                p = c                                    # append-only: no read says otherwise
+                d = cached[c]
+            if d <= 0:
+                p = -1
+            elif not matched:
+                strong[p] = False
         pred[i] = p
+        depth[i] = d
         if p >= 0:
             succ[p] = i
+        last[key[i]] = i
         if n_win == window:
             for j in range(n_win - 1):
                 win[j] = win[j + 1]

@@ -1,19 +1,28 @@
 """Prefix chains: a replayable block trace derived from token counts.
 
-Telemetry gives counts, not prompt contents. Within a thread an agent's conversation only
+Telemetry gives counts, not prompt contents. Within a thread an agent's conversation mostly
 grows, so request *i*'s prompt (``read + write + input`` tokens) starts with the prefix that
-the thread's previous request left in the cache (its ``read + write``). Requests linked that
-way form a *chain*; a chain ends when
+an earlier request left in the cache (its ``read + write``). Requests linked that way form a
+*chain*, each request sharing a number of tokens with the one it continues. The provider's
+cache read is the evidence, in this order:
 
-- the prompt is shorter than that cached prefix (the conversation was rewritten),
-- the previous request was a compaction (``query_source`` compact) or this one carries a
-  compaction marker,
-- the model changes (the provider's cache is per model), or
-- the request gains or loses the shared head (below).
+1. a request continues a recent request of its session (any thread, same model) whose cached
+   prefix equals its read exactly, and shares all of it: parallel subagents that telemetry
+   reports under one thread id are told apart so, and a subagent that extends the main
+   thread's prompt (or the reverse) is followed across thread ids;
+2. else its thread's previous request (or, if another thread's request continued that one,
+   the end of that chain): if that request's cache was still alive (``cache_ttl_s``) and the
+   read is shorter than what it cached, only the read is shared (the history was rewritten
+   deep down, or rewound to a shorter prompt);
+3. else the live request of the session that cached the least beyond the read, sharing the read;
+4. else that previous request's whole cached prefix, if the prompt holds it and no read says
+   otherwise (its cache had expired, or the read reached beyond it): append-only.
 
-A thread may carry several chains at once: parallel subagents that telemetry reports under one
-thread id interleave, so a request continues the open chain whose cached prefix equals its own
-cache read (the provider's evidence), else the thread's previous request.
+A chain ends when none of these applies, when the previous request was a compaction
+(``query_source`` compact) or this one carries a compaction marker, when the model changes
+(the provider's cache is per model), or when the request gains or loses the shared head
+(below). A rewrite made while the cache had expired leaves no trace in the counts, so it is
+taken for an append: that is the derivation's main remaining error (``docs/prefix-chains.md``).
 
 Chains are kept per thread, model and *lane*: auxiliary requests (titles, quota checks) run in
 a lane of their own, so they neither end nor extend the conversation's chain; a compaction
@@ -69,10 +78,16 @@ class ChainParams:
                                          "not compaction) form chains of their own, so they neither end nor extend "
                                          "the conversation's chain.")
     compaction_ends_chain: bool = _p(True, "A compaction request (or a compaction marker) ends the chain.")
-    link_window: int = _p(16, "A request continues the most recent of its thread's last this-many requests "
-                              "whose cached prefix equals its cache read (parallel subagents reported under one "
-                              "thread id interleave), else the thread's previous request. 1: strictly the "
-                              "previous request.")
+    link_window: int = _p(16, "A request continues the most recent of its session's last this-many requests "
+                              "of its model (any thread) whose cached prefix equals its cache read (parallel "
+                              "subagents reported under one thread id interleave; a subagent may continue the "
+                              "main thread's prompt), else its thread's previous request. 1: only the session's "
+                              "previous request is matched by its read.")
+    cache_ttl_s: int = _p(300, "The provider's cache TTL behind the reads (3600 for a request that wrote 1 h "
+                               "cache). A request within it of its thread's previous request that reads less "
+                               "than that one cached shares only what it read (the history was rewritten, or "
+                               "rewound: a shorter prompt still shares its read); beyond it the whole cached "
+                               "prefix is assumed if the prompt holds it. 0: a read never limits a link.")
     max_blocks: int = _p(1_500_000_000, "Refuse to write more block ids than this (8 bytes each); "
                                         "raise block_size or narrow the window.")
 
@@ -179,7 +194,9 @@ def derive_chains(frame, params: ChainParams | None = None, materialize: bool = 
     """A block trace from per-request token counts.
 
     Args:
-        frame: Polars frame with the columns of ``queries/chain_requests.sql``, in time order.
+        frame: Polars frame with the columns of ``queries/chain_requests.sql``. Requests are
+            taken in time order, then request key (the query's order; a frame in any other
+            order is sorted so, and the result is the same).
         params: the assumptions (see :class:`ChainParams`).
         materialize: write the block ids (needed by export and replay). Without them the trace
             still answers every reuse, TTL and working-set question, from its access runs.
@@ -187,11 +204,14 @@ def derive_chains(frame, params: ChainParams | None = None, materialize: bool = 
     Returns:
         A :class:`BlockTrace` (name ``derived``) whose ``meta`` also holds the per-request
         ``requests`` frame, ``chain`` ids, ``thread`` codes, ``cached`` (read + write), ``head``
-        tokens and ``chain_prev`` (the request a chain continues from, -1 at a start).
+        tokens, ``chain_prev`` (the request a chain continues from, -1 at a start) and
+        ``shared`` (the tokens it shares with that request).
     """
     p = params or ChainParams()
     B = p.block_size
     n = frame.height
+    if n > 1 and not _in_order(frame):
+        frame = frame.sort(["ts_us", "request_key"], maintain_order=True)
     col = lambda c: frame.get_column(c).to_numpy().astype(np.int64)  # noqa: E731
     ts_us = col("ts_us") if n else np.zeros(0, np.int64)
     read, write, inp = (col(c) if n else np.zeros(0, np.int64) for c in ("read_tokens", "write_tokens", "input_tokens"))
@@ -211,15 +231,19 @@ def derive_chains(frame, params: ChainParams | None = None, materialize: bool = 
     key = _codes(_with(frame, _lane=lane), key_cols + ["_lane"]) if n else thread
     model = _codes(frame, ["model"]) if n else thread
 
-    # Chain predecessors: one compiled pass per key (see _kernels.link_chains).
-    order, _ = _prev_in_group(key)
+    # Chain predecessors: one compiled pass per session (see _kernels.link_chains).
+    order, _ = _prev_in_group(session)
     stop_after = compact_req if p.compaction_ends_chain else np.zeros(n, bool)
     force = marker if p.compaction_ends_chain else np.zeros(n, bool)
+    read_ttl = np.where(col("write_1h_tokens") > 0, 3600_000_000, p.cache_ttl_s * 1_000_000) if n \
+        else np.zeros(0, np.int64)
     pred = np.full(n, -1, dtype=np.int64)
+    depth = np.zeros(n, dtype=np.int64)
     if n:
         from kvtrace.analyze._kernels import link_chains
 
-        link_chains(order, key, model, read, cached, prompt, stop_after, force, max(1, p.link_window), pred)
+        link_chains(order, session, key, int(key.max()) + 1, model, read, cached, prompt, ts_us,
+                    read_ttl.astype(np.int64), stop_after, force, max(1, p.link_window), pred, depth)
     start = pred < 0
 
     # Shared heads, per (org, model[, thread kind]).
@@ -236,14 +260,14 @@ def derive_chains(frame, params: ChainParams | None = None, materialize: bool = 
     has_head = (H >= B) & head_ok & (prompt >= H)
     pp = np.where(pred >= 0, pred, 0)
     pred = np.where((pred >= 0) & (has_head != has_head[pp]), -1, pred)
+    depth = np.where(pred >= 0, depth, 0)
     root = _chain_root(pred)
     chain = np.unique(root, return_inverse=True)[1].astype(np.int64) if n else root
     chain_prev = pred
 
     h = np.where(has_head, H // B, 0)
     n_blocks = -(-prompt // B)
-    cp = np.where(chain_prev >= 0, chain_prev, 0)
-    inherit = np.where(chain_prev >= 0, np.maximum(h, cached[cp] // B), h)
+    inherit = np.where(chain_prev >= 0, np.maximum(h, depth // B), h)
     chain_next = _next_of(chain_prev)
     cn = np.where(chain_next >= 0, chain_next, 0)
     inherited_by_next = np.where(chain_next >= 0, np.maximum(h, inherit[cn]), h)
@@ -258,6 +282,7 @@ def derive_chains(frame, params: ChainParams | None = None, materialize: bool = 
     trace.meta.update({"_ts_us": ts_us, "requests": frame, "chain": chain, "thread": thread,
                        "thread_names": thread_names,
                        "cached": cached, "head": np.where(has_head, H, 0), "chain_prev": chain_prev,
+                       "shared": depth,
                        "head_prev": hprev,
                        "compaction": compact_req | marker, "params": p, "materialized": False})
     trace.meta["_runs"] = _runs(trace, h, inherit, inherited_by_next, chain_prev, chain_next, hprev, hnext, n_blocks)
@@ -265,6 +290,15 @@ def derive_chains(frame, params: ChainParams | None = None, materialize: bool = 
     if materialize:
         materialize_ids(trace)
     return trace
+
+
+def _in_order(frame) -> bool:
+    """Whether the rows are sorted by time, then request key."""
+    import polars as pl
+
+    step = pl.col("ts_us").diff()
+    later_key = pl.col("request_key") > pl.col("request_key").shift()
+    return bool(frame.select(((step > 0) | ((step == 0) & later_key)).slice(1).all()).item())
 
 
 def _chain_root(pred: np.ndarray) -> np.ndarray:
@@ -327,12 +361,12 @@ def chain_reads(trace: BlockTrace, ttl_s: float | None) -> np.ndarray:
         raise ConfigError("token-exact cache reads need a trace derived from telemetry",
                           hint="block-hash traces carry no cache breakpoints; use the block what-if")
     t, tau = ts_us(trace), seconds_to_us(ttl_s)
-    cached, head, cp, hp = m["cached"], m["head"], m["chain_prev"], m["head_prev"]
+    cached, head, cp, hp, shared = m["cached"], m["head"], m["chain_prev"], m["head_prev"], m["shared"]
     out = np.zeros(trace.n_requests, dtype=np.int64)
     has_hp = hp >= 0
     head_hit = has_hp & (t - t[np.where(has_hp, hp, 0)] <= tau)
     out[head_hit] = np.minimum(head, cached)[head_hit]
     has_cp = cp >= 0
     prefix_hit = has_cp & (t - t[np.where(has_cp, cp, 0)] <= tau)
-    out[prefix_hit] = np.minimum(cached[np.where(has_cp, cp, 0)], cached)[prefix_hit]
+    out[prefix_hit] = np.maximum(np.minimum(shared, cached), out)[prefix_hit]
     return out

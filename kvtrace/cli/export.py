@@ -18,7 +18,7 @@ def export(
     until: UntilOpt = None,
     block_size: Annotated[int, typer.Option("--block-size", help="Tokens per block of traces derived from telemetry.")] = 64,
     head_tokens: Annotated[Optional[int], typer.Option("--head-tokens", help="Shared head (system prompt + tools) in tokens; default: detected; 0 disables.")] = None,
-    chain: Annotated[Optional[list[str]], typer.Option("--chain", help="Any other prefix-chain assumption as NAME=VALUE (repeatable): link_window, chain_per_model, auxiliary_own_chain, compaction_ends_chain, head_min_chains, head_per_thread_kind, max_blocks.")] = None,
+    chain: Annotated[Optional[list[str]], typer.Option("--chain", help="Any other prefix-chain assumption as NAME=VALUE (repeatable): link_window, cache_ttl_s, chain_per_model, auxiliary_own_chain, compaction_ends_chain, head_min_chains, head_per_thread_kind, max_blocks.")] = None,
     absolute: Annotated[bool, typer.Option("--absolute", help="Timestamps in ms since the epoch instead of from the first request.")] = False,
 ) -> None:
     """Export the block trace (ingested, or derived from telemetry by prefix chains) as Mooncake JSONL.

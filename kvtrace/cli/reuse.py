@@ -20,7 +20,7 @@ def reuse(
     ttl: Annotated[Optional[list[str]], typer.Option("--ttl", help="Idle TTLs for the what-if: 30s, 5m, 1h, 2d, none (repeat or comma-separate). Default 1m,5m,1h,none.")] = None,
     block_size: Annotated[int, typer.Option("--block-size", help="Tokens per block of traces derived from telemetry.")] = 64,
     head_tokens: Annotated[Optional[int], typer.Option("--head-tokens", help="Shared head (system prompt + tools) in tokens; default: detected; 0 disables.")] = None,
-    chain: Annotated[Optional[list[str]], typer.Option("--chain", help="Any other prefix-chain assumption as NAME=VALUE (repeatable): link_window, chain_per_model, auxiliary_own_chain, compaction_ends_chain, head_min_chains, head_per_thread_kind, max_blocks.")] = None,
+    chain: Annotated[Optional[list[str]], typer.Option("--chain", help="Any other prefix-chain assumption as NAME=VALUE (repeatable): link_window, cache_ttl_s, chain_per_model, auxiliary_own_chain, compaction_ends_chain, head_min_chains, head_per_thread_kind, max_blocks.")] = None,
     idle: Annotated[str, typer.Option("--idle", help="A gap within a thread longer than this is an idle period (resumption after it).")] = "5m",
     model: Annotated[Optional[str], typer.Option("--model", help="KV geometry for bytes: a model of the catalog (kvtrace size --list).")] = None,
     bytes_per_token: Annotated[Optional[float], typer.Option("--bytes-per-token", help="KV bytes per token (2 x layers x kv_heads x head_dim x dtype bytes).")] = None,
