@@ -217,20 +217,21 @@ class Collector:
                 self._cycle(ingest=due, rotate=due)
             if due:
                 next_ingest = time.monotonic() + every
-        self._cycle(ingest=every > 0, rotate=False)  # the spool is closed and sealed by now
+        # The spool is closed and sealed by now: every segment is tried once more, backoff or not.
+        self._cycle(ingest=every > 0, rotate=False, last=True)
 
-    def _cycle(self, *, ingest: bool, rotate: bool) -> None:
+    def _cycle(self, *, ingest: bool, rotate: bool, last: bool = False) -> None:
         spool_dir = str(self.config.spool)
         try:
             if rotate:
                 self.spool.rotate()
             self._sealed_pending.clear()
             if seg.listing(self.config.spool, seg.SEALED):
-                f = self.worker.call("finish", spool_dir)
+                f = self.worker.call("finish", spool_dir, last)
                 self.metrics.set("kvtrace_collect_segments_retrying", f["retrying"])
                 log.debug("converted %d segment(s) into %d lines", f["converted"], f["lines"])
             if ingest and self.config.db is not None and seg.listing(self.config.spool, seg.READY):
-                t = self.worker.call("ingest", spool_dir, str(self.config.db), self.config.keep_ingested)
+                t = self.worker.call("ingest", spool_dir, str(self.config.db), self.config.keep_ingested, last)
                 self.metrics.inc("kvtrace_collect_segments_ingested_total", t["segments"])
                 self.metrics.inc("kvtrace_collect_segment_failures_total", t["failed"])
                 self.metrics.set("kvtrace_collect_segments_retrying", t["retrying"])

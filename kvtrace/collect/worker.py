@@ -74,10 +74,11 @@ def permanent(path: Path, error: BaseException | str) -> bool:
     return isinstance(error, (BadTraceInput, UnknownFormat))
 
 
-def _due(path: Path) -> bool:
-    """A segment that failed before is tried again only once its backoff has passed."""
+def _due(path: Path, now: bool) -> bool:
+    """A segment that failed before is tried again once its backoff has passed, or at once when
+    ``now`` (the collector's last cycle before a clean stop tries every segment)."""
     entry = _retry.get(str(path))
-    return entry is None or time.monotonic() >= entry[1]
+    return now or entry is None or time.monotonic() >= entry[1]
 
 
 def record_failure(root: Path, path: Path, error: BaseException | str, *, may_set_aside: bool = True) -> str:
@@ -112,8 +113,8 @@ def _retrying(root: Path) -> int:
     return sum(Path(n).parent == root for n in _retry)
 
 
-def finish_segments(spool: str) -> dict:
-    """Convert every sealed segment to OTLP JSON lines.
+def finish_segments(spool: str, now: bool = False) -> dict:
+    """Convert every sealed segment to OTLP JSON lines (with ``now``, those in a backoff too).
 
     Returns:
         ``{"converted": n, "lines": n, "failed": 0, "retrying": n}`` (segments waiting for a retry).
@@ -122,7 +123,7 @@ def finish_segments(spool: str) -> dict:
     out = {"converted": 0, "lines": 0, "failed": 0, "retrying": 0}
     with ops_lock(root):
         for sealed in seg.listing(root, seg.SEALED):
-            if not _due(sealed):
+            if not _due(sealed, now):
                 continue
             try:
                 _ready, lines = seg.convert_sealed(sealed)
@@ -154,8 +155,9 @@ def _served_ingest(db: str, segment: Path) -> dict | None:
     return json.loads(out)
 
 
-def ingest_segments(spool: str, db: str, keep_seconds: float) -> dict:
-    """Ingest every ready segment into ``db`` (one transaction each) and archive it.
+def ingest_segments(spool: str, db: str, keep_seconds: float, now: bool = False) -> dict:
+    """Ingest every ready segment into ``db`` (one transaction each) and archive it (with ``now``,
+    those in a backoff too).
 
     Returns:
         Totals: ``segments``, ``requests_added``, ``metric_points_added``, ``duplicates_skipped``,
@@ -173,7 +175,7 @@ def ingest_segments(spool: str, db: str, keep_seconds: float) -> dict:
               "lines_rejected": 0, "rejects": [], "failed": 0, "retrying": 0}
     with ops_lock(root):
         for ready in seg.listing(root, seg.READY):
-            if not _due(ready):
+            if not _due(ready, now):
                 continue
             served = _served_ingest(db, ready)
             if served is not None:
