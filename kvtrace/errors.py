@@ -1,4 +1,5 @@
-"""kvtrace's one error hierarchy. Only ``kvtrace.cli`` turns these into ``Error: ...`` and exit 1."""
+"""kvtrace's one error hierarchy. Only ``kvtrace.cli`` turns these into ``Error: ...`` and exit 1
+(``Interrupted: ...`` and exit 130 for Ctrl-C)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ class KvtraceError(Exception):
     """Base class of every error kvtrace raises on purpose."""
 
     hint: str | None = None
+    exit_code = 1        # the process exit code when the CLI reports it
 
     def __init__(self, message: str, *, hint: str | None = None):
         super().__init__(message)
@@ -47,3 +49,9 @@ class ConfigError(KvtraceError):
 
 class ReportExists(KvtraceError):
     """A scheduled run's period folder already exists (use --force to replace it)."""
+
+
+class Interrupted(KvtraceError):
+    """Ctrl-C: the message says what was kept and what was rolled back; the exit code is 130."""
+
+    exit_code = 130

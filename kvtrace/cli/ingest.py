@@ -8,6 +8,9 @@ from typing import Annotated, Optional
 import typer
 
 from kvtrace.cli._options import DbOpt, guarded
+from kvtrace.errors import Interrupted
+from kvtrace.launch import interrupted
+from kvtrace.units import fmt_int
 
 
 def ingest(
@@ -26,11 +29,18 @@ def ingest(
 
     Example: kvtrace ingest otel-logs.jsonl ~/.claude/projects --db team.duckdb
     """
-    from kvtrace.ingest import ingest as run
+    from kvtrace.ingest import IngestSummary, ingest as run
     from kvtrace.store import open_store
 
-    with open_store(db) as store:
-        summary = run(store, paths, format=format, strict=strict, force=force, progress=not quiet and not as_json)
+    summary = IngestSummary()
+    try:
+        with open_store(db) as store:
+            run(store, paths, format=format, strict=strict, force=force, progress=not quiet and not as_json,
+                summary=summary)
+    except BaseException as e:
+        if not interrupted(e):
+            raise
+        raise Interrupted(interrupted_line(summary)) from e
     if as_json:
         d = summary.to_dict()
         typer.echo(json.dumps({k: d[k] for k in ("files", "files_skipped", "files_resumed", "requests_added",
@@ -55,6 +65,23 @@ def ingest(
     if summary.unknown_records:
         parts.append("unused records: " + ", ".join(f"{k}={v}" for k, v in sorted(summary.unknown_records.items())))
     typer.echo("; ".join(parts))
+
+
+def interrupted_line(summary) -> str:
+    """What an interrupted ingest kept and what it rolled back, in one line."""
+    kept = (f"kept {fmt_int(summary.files_stored)} of {fmt_int(summary.files)} files "
+            f"({fmt_int(summary.requests_added)} requests added)") if summary.files else "kept nothing"
+    if summary.files_skipped:
+        kept += f", {fmt_int(summary.files_skipped)} unchanged"
+    pending = summary.files_pending
+    if pending:
+        more = f" and {len(pending) - 1} more files of its batch" if len(pending) > 1 else ""
+        rolled = f"rolled back {pending[0]}{more} (nothing of it stored)"
+    else:
+        rolled = "nothing half-written"
+    left = summary.files - summary.files_stored - summary.files_skipped
+    again = "; run the same command again to ingest the rest" if left or not summary.files else ""
+    return f"{kept}; {rolled}{again}"
 
 
 def register(app: typer.Typer) -> None:

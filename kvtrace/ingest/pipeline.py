@@ -45,6 +45,8 @@ class IngestSummary:
     rejects: list[str] = field(default_factory=list)   # first MAX_REPORTED_REJECTS, "file:line: reason"
     unknown_records: dict[str, int] = field(default_factory=dict)
     formats: dict[str, int] = field(default_factory=dict)
+    files_stored: int = 0            # files whose transaction committed (the counts above are theirs)
+    files_pending: list[str] = field(default_factory=list)   # the unit being read when the ingest stopped
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -200,7 +202,8 @@ def _record_rejects(parsed: Parsed, default_path: str, summary: IngestSummary, s
 # -- driver --------------------------------------------------------------------------------------
 
 def ingest(store: Store, paths: Iterable[str | Path], *, format: str | None = None,
-           strict: bool = False, progress: bool = False, force: bool = False) -> IngestSummary:
+           strict: bool = False, progress: bool = False, force: bool = False,
+           summary: IngestSummary | None = None) -> IngestSummary:
     """Ingest files, folders, globs or ``-`` into ``store``.
 
     Args:
@@ -210,11 +213,15 @@ def ingest(store: Store, paths: Iterable[str | Path], *, format: str | None = No
         strict: a malformed line is fatal (nothing of that file is stored) instead of skipped.
         progress: show a rich progress bar on stderr.
         force: read files again even if unchanged since the last ingest (still adds nothing twice).
+        summary: the :class:`IngestSummary` to fill (default: a new one). A caller that passes
+            its own sees, when the ingest raises (Ctrl-C, a bad file under ``strict``), what was
+            committed before: its counts are those of the stored files only, and
+            ``files_pending`` names the files whose transaction was rolled back.
 
     Returns:
         An :class:`IngestSummary`.
     """
-    summary = IngestSummary()
+    summary = IngestSummary() if summary is None else summary
     forced = get_format(format) if format else None
     kept = resident.state(store)
     paths = list(paths)
@@ -274,8 +281,11 @@ def _ingest_files(store: Store, paths: list, stdin_dir: Path | None, forced, str
     with bar:
         task = bar.add_task("ingest", total=total or 1)
         for i, (fmt_name, group) in enumerate(units):
+            summary.files_pending = [str(p) for p, _ in group]
             _ingest_unit(store, get_format(fmt_name), group, summary, strict,
                          pending if i == len(units) - 1 else [], kept, known, starts)
+            summary.files_pending = []
+            summary.files_stored += len(group)
             bar.advance(task, sum(st[1] for _, st in group))
     if pending and not units:
         with store.transaction():
@@ -322,13 +332,19 @@ def _ingest_unit(store: Store, fmt, group, summary: IngestSummary, strict: bool,
     before = (summary.requests_added, summary.metric_points_added, summary.block_requests_added,
               summary.duplicates_skipped)
     # unordered outside the transaction: its RESET must not run inside a failed one (refused there)
-    with store.unordered(), store.transaction():
-        _merge(store, parsed, summary)
-        added = (summary.requests_added - before[0]) + (summary.metric_points_added - before[1]) \
-            + (summary.block_requests_added - before[2])
-        dups = summary.duplicates_skipped - before[3]
-        rows = _ledger_rows(group, fmt.name, now, added, dups, len(parsed.rejects), parsed) + also
-        _record_files(store, rows, known)
+    try:
+        with store.unordered(), store.transaction():
+            _merge(store, parsed, summary)
+            added = (summary.requests_added - before[0]) + (summary.metric_points_added - before[1]) \
+                + (summary.block_requests_added - before[2])
+            dups = summary.duplicates_skipped - before[3]
+            rows = _ledger_rows(group, fmt.name, now, added, dups, len(parsed.rejects), parsed) + also
+            _record_files(store, rows, known)
+    except BaseException:
+        # rolled back: the summary counts only what is stored
+        (summary.requests_added, summary.metric_points_added, summary.block_requests_added,
+         summary.duplicates_skipped) = before
+        raise
     resident.recorded(kept, rows)
     summary.formats[fmt.name] = summary.formats.get(fmt.name, 0) + len(group)
 

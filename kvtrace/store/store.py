@@ -185,7 +185,10 @@ class Store:
         try:
             yield
         except BaseException:
-            self.con.execute("ROLLBACK")
+            try:
+                self.con.execute("ROLLBACK")
+            except duckdb.Error:
+                pass      # DuckDB ended it already (an invalidated database): the first error says why
             raise
         else:
             self.con.execute("COMMIT")
