@@ -55,3 +55,7 @@ class Interrupted(KvtraceError):
     """Ctrl-C: the message says what was kept and what was rolled back; the exit code is 130."""
 
     exit_code = 130
+
+
+class WriteFailed(KvtraceError):
+    """The warehouse file could not be written (a full disk, a file size limit)."""
