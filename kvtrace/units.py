@@ -2,9 +2,11 @@
 
 Parsing: token counts take K/M/G suffixes (powers of 1000: ``15M`` = 15,000,000 tokens). Byte
 sizes take decimal units (``KB``, ``MB``, ``GB``, ``TB``, ``PB``) or binary ones (``KiB`` ...
-``PiB``), as drive and DIMM vendors print them. Durations take ``ms``, ``s``, ``m``/``min``,
-``h``, ``d``, ``w`` (``90s``, ``5m``, ``1h``, ``2d``); where a TTL is asked for, ``none``/``inf``
-means no TTL. Every parser raises :class:`~kvtrace.errors.ConfigError` with a hint of the syntax.
+``PiB``), as drive and DIMM vendors print them. A duration typed as text always has a unit:
+``ms``, ``s``, ``m``/``min``, ``h``, ``d``, ``w`` or the words (``90s``, ``5m``, ``1 hour``,
+``2 days``); a bare ``60`` is refused (seconds? minutes?), ``0`` excepted. A number passed as a
+number (from code, or a TOML number) is seconds. Where a TTL is asked for, ``none``/``inf`` means
+no TTL. Every parser raises :class:`~kvtrace.errors.ConfigError` with a hint of the syntax.
 
 Formatting comes in two styles, kept apart on purpose because both are printed and asserted:
 the report style (``fmt_tokens`` -> ``"15.12 M"``, ``fmt_bytes`` -> ``"1.92 TB"``, ``fmt_ttl``
@@ -27,7 +29,10 @@ _BYTE_UNITS = {
     "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "PIB": 2**50,
 }
 _DURATION_UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-_DURATION = re.compile(_NUM + r"\s*(ms|s|min|m|h|d|w)?")
+_DURATION_WORDS = {"sec": "s", "secs": "s", "second": "s", "seconds": "s", "mins": "min", "minute": "min",
+                   "minutes": "min", "hr": "h", "hrs": "h", "hour": "h", "hours": "h", "day": "d", "days": "d",
+                   "wk": "w", "week": "w", "weeks": "w"}
+_DURATION = re.compile(_NUM + r"\s*([a-z]*)")
 _SPAN = re.compile(r"\s*" + _NUM + r"\s*(ms|s|min|m|h|d|w)\s*", re.IGNORECASE)
 UNLIMITED = ("none", "inf", "infinite", "unlimited", "off", "never")
 DASH = "–"
@@ -79,7 +84,8 @@ def is_span(text: str) -> bool:
 
 
 def parse_duration(text: str | int | float | None, *, what: str = "", unlimited: bool = False) -> float:
-    """``"5m"`` -> 300.0 seconds. A plain number is seconds.
+    """``"5m"`` / ``"5 minutes"`` -> 300.0 seconds. Text needs a unit (``"0"`` excepted); a
+    number passed as a number is seconds.
 
     Args:
         text: the duration as typed.
@@ -92,11 +98,18 @@ def parse_duration(text: str | int | float | None, *, what: str = "", unlimited:
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         return float(text)
     m = _DURATION.fullmatch(str(text).strip().lower())
-    if not m:
+    unit = _DURATION_WORDS.get(m.group(2), m.group(2)) if m else None
+    if m and not unit:
+        if float(m.group(1)) == 0:
+            return 0.0
+        n = m.group(1)
+        raise ConfigError(f"{what + ' ' if what else ''}{text!r} has no unit",
+                          hint=f"write {n}s, {n}m or {n}h: a bare number could be any of them")
+    if not m or unit not in _DURATION_UNITS:
         hint = ("use e.g. 30s, 5m, 1h, 2d, or 'none' for no TTL" if unlimited
                 else "use a number with s, m, h, d or w, e.g. 30s, 5m, 1h, 2d")
         raise ConfigError(f"{what + ' ' if what else ''}{text!r} is not a duration", hint=hint)
-    return float(m.group(1)) * _DURATION_UNITS[m.group(2) or "s"]
+    return float(m.group(1)) * _DURATION_UNITS[unit]
 
 
 def split_items(text: str | list[str] | None) -> list[str]:

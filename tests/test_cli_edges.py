@@ -254,3 +254,17 @@ def test_unused_records_are_summarized():
     assert "820 unused records (metric:claude_code.kind_39=40, metric:claude_code.kind_38=39, " \
            "metric:claude_code.kind_37=38, 37 more kinds" in line
     assert "2 not telemetry" in line
+
+
+def test_report_out_says_what_it_wrote(warehouse, tmp_path):
+    out = tmp_path / "r.md"
+    r = runner.invoke(app, ["report", "--db", str(warehouse), "--format", "md", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert f"wrote the md report (" in r.output and f") to {out}" in r.output
+    assert out.stat().st_size > 0
+
+
+def test_a_missing_tiers_file_is_not_called_unknown_tiers(warehouse, tmp_path):
+    r = runner.invoke(app, ["report", "--db", str(warehouse), "--tiers", str(tmp_path / "missing.toml")])
+    assert r.exit_code == 1
+    assert f"{tmp_path / 'missing.toml'}: no such tiers file" in r.output and "unknown tiers" not in r.output

@@ -15,7 +15,12 @@ def test_parse_quantities():
     assert parse_bytes("512GB") == 512 * 10**9 and parse_bytes("96GiB") == 96 * 2**30
     assert parse_rate("1.9GB/s") == 1.9e9
     assert parse_duration("5m") == 300 and parse_duration("250ms") == 0.25 and parse_duration("1w") == 604800
-    assert parse_duration("90") == 90 and parse_duration("2D") == 172800
+    assert parse_duration(90) == 90 and parse_duration("2D") == 172800 and parse_duration("0") == 0
+    # one rule: text has a unit (a symbol or a word); a bare number could be seconds or minutes
+    assert parse_duration("1 hour") == 3600 and parse_duration("5 minutes") == 300 and parse_duration("2 days") == 172800
+    for bare in ("90", "60", "1.5"):
+        with pytest.raises(ConfigError, match=f"'{bare}' has no unit.*{bare}s, {bare}m or {bare}h"):
+            parse_duration(bare, what="--ttl")
 
 
 def test_unlimited_only_where_a_ttl_is_asked_for():
