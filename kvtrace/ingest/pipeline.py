@@ -15,6 +15,7 @@ import shutil
 import stat
 import sys
 import tempfile
+import threading
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -348,15 +349,17 @@ def _ingest_files(store: Store, paths: list, stdin_dir: Path | None, forced, str
     # Unrecognized files go into the ledger with the last unit (one transaction less).
     pending = _ledger_rows(unrecognized, "unrecognized", _now(), 0, 0, 0)
     bar = _progress(progress and total > 0)
-    with bar:
-        task = bar.add_task("ingest", total=total or 1)
+    with bar, _Reading(bar, total) as reading:
+        done = 0
         for i, (fmt_name, group) in enumerate(units):
             summary.files_pending = [str(p) for p, _ in group]
+            reading.unit(group, done)
             stored = _ingest_unit(store, get_format(fmt_name), group, summary, strict,
                                   pending if i == len(units) - 1 else [], kept, known, starts)
             summary.files_pending = []
             summary.files_stored += stored
-            bar.advance(task, sum(st[1] for _, st in group))
+            done += sum(st[1] for _, st in group)
+            reading.unit([], done)
     if pending and not units:
         with store.transaction():
             _record_files(store, pending, known)
@@ -502,15 +505,87 @@ class _NoBar:
     def add_task(self, *a, **k):
         return 0
 
-    def advance(self, *a, **k):
+    def update(self, *a, **k):
         pass
 
 
 def _progress(enabled: bool):
+    """A bar of bytes read with an ETA on stderr, only when stderr is a terminal."""
     if not enabled:
         return _NoBar()
     from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(),
-                    TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        return _NoBar()
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                    TimeRemainingColumn(), console=console, transient=True)
+
+
+class _Reading:
+    """Moves the bar within a unit as its files are read, whoever reads them (a parser in
+    Python or DuckDB's own readers): a thread samples the read offsets of the process's open
+    files (``/proc/self/fdinfo``) a few times a second. A file seen open and then closed counts
+    as read whole. Without ``/proc`` (or without a bar) the bar moves per unit.
+    """
+
+    INTERVAL_S = 0.2
+
+    def __init__(self, bar, total: int) -> None:
+        self.bar = bar
+        self.task = bar.add_task("ingest", total=total or 1)
+        self.lock = threading.Lock()
+        self.files: dict[str, int] = {}          # real path -> size, of the unit being read
+        self.read: dict[str, int] = {}           # real path -> furthest offset seen
+        self.base = 0                            # bytes of the units before
+        self.stop = threading.Event()
+        self.thread = None
+        if not isinstance(bar, _NoBar) and os.path.isdir("/proc/self/fdinfo"):
+            self.thread = threading.Thread(target=self._run, name="kvtrace-ingest-progress", daemon=True)
+
+    def __enter__(self) -> "_Reading":
+        if self.thread is not None:
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join()
+        return False
+
+    def unit(self, group, done: int) -> None:
+        """The unit now read (``[]``: between units), after ``done`` bytes of the ones before."""
+        with self.lock:
+            self.base = done
+            self.read = {}
+            self.files = {os.path.realpath(p): st[1] for p, st in group} if self.thread is not None else {}
+            self.bar.update(self.task, completed=done)
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.INTERVAL_S):
+            with self.lock:
+                if not self.files:
+                    continue
+                open_now: dict[str, int] = {}
+                try:
+                    fds = os.listdir("/proc/self/fd")
+                except OSError:
+                    return
+                for fd in fds:
+                    try:
+                        target = os.readlink(f"/proc/self/fd/{fd}")
+                        if target not in self.files:
+                            continue
+                        with open(f"/proc/self/fdinfo/{fd}") as fh:
+                            pos = int(fh.readline().split()[1])
+                    except (OSError, ValueError, IndexError):
+                        continue
+                    open_now[target] = max(open_now.get(target, 0), pos)
+                for path in self.read:
+                    if path not in open_now:
+                        self.read[path] = self.files[path]     # opened before and closed: read whole
+                for path, pos in open_now.items():
+                    self.read[path] = max(self.read.get(path, 0), min(pos, self.files[path]))
+                self.bar.update(self.task, completed=self.base + sum(self.read.values()))
