@@ -73,3 +73,16 @@ def test_no_bar_when_stderr_is_not_a_terminal(tmp_path):
                        cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stderr == "" and "1947 requests added" in r.stdout
+
+
+TRACE = ROOT / "tests" / "fixtures" / "traces" / "mooncake-fast25-conversation" / "conversation_trace.jsonl.gz"
+
+
+def test_replay_and_reuse_say_what_they_are_doing(tmp_path):
+    text = in_terminal(["replay", str(TRACE), "--ttl", "5m", "-c", "1M"], tmp_path)
+    assert re.search(r"replaying [0-9,]+ requests\s+\d+:\d\d:\d\d", text), text[-2000:]
+    text = in_terminal(["reuse", str(TRACE)], tmp_path)
+    assert re.search(r"measuring reuse in \S+\s+\d+:\d\d:\d\d", text), text[-2000:]
+    r = subprocess.run([sys.executable, "-m", "kvtrace", "replay", str(TRACE), "--ttl", "5m", "-c", "1M"],
+                       cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "replaying" not in r.stderr, r.stderr

@@ -16,6 +16,23 @@ SinceOpt = Annotated[Optional[str], typer.Option(
 UntilOpt = Annotated[Optional[str], typer.Option("--until", help="End of the window (ISO date/time, UTC, exclusive).")]
 
 
+def working(description: str):
+    """A spinner with the elapsed time on stderr while a long step runs (``with working(...):``),
+    only when stderr is a terminal: a replay of a big trace is not silent for a minute."""
+    import contextlib
+
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        return contextlib.nullcontext()
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    bar = Progress(SpinnerColumn(), TextColumn(description), TimeElapsedColumn(), console=console, transient=True)
+    bar.add_task(description, total=None)
+    return bar
+
+
 def fail(e: Exception) -> int:
     """Print a library error as one line (``Error: ...``, or ``Interrupted: ...`` for Ctrl-C) and
     return its exit code."""
