@@ -162,8 +162,12 @@ def test_a_folder_without_a_recognised_file_says_so(tmp_path):
     d = tmp_path / "notes"
     d.mkdir()
     (d / "history.jsonl").write_text('{"display": "hello", "ts": 1}\n')
-    r = runner.invoke(app, ["ingest", str(d), "--db", str(tmp_path / "kv.duckdb")])
-    assert r.exit_code == 1 and f"{d}: no file was recognised among its 1 files" in r.output
+    shutil.copy(LOGS, tmp_path / "logs.jsonl.gz")
+    db = tmp_path / "kv.duckdb"
+    assert runner.invoke(app, ["ingest", str(tmp_path / "logs.jsonl.gz"), "--db", str(db)]).exit_code == 0
+    for _ in range(2):                  # the second time from the ledger, which knows it is not telemetry
+        r = runner.invoke(app, ["ingest", str(d), "--db", str(db)])
+        assert r.exit_code == 1 and f"{d}: no file was recognised among its 1 files" in r.output
     (tmp_path / "empty").mkdir()
     r = runner.invoke(app, ["ingest", str(tmp_path / "empty"), "--db", str(tmp_path / "kv.duckdb")])
     assert r.exit_code == 1 and "no .jsonl, .json or .ndjson files" in r.output
@@ -268,3 +272,11 @@ def test_a_missing_tiers_file_is_not_called_unknown_tiers(warehouse, tmp_path):
     r = runner.invoke(app, ["report", "--db", str(warehouse), "--tiers", str(tmp_path / "missing.toml")])
     assert r.exit_code == 1
     assert f"{tmp_path / 'missing.toml'}: no such tiers file" in r.output and "unknown tiers" not in r.output
+
+
+def test_an_empty_file_named_on_the_command_line_is_skipped_and_said(tmp_path):
+    f = tmp_path / "seg.jsonl"
+    f.write_bytes(b"")
+    r = kvtrace("ingest", str(f), "--db", str(tmp_path / "kv.duckdb"), "--format", "otlp-json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.strip() == f"skipped {f}: empty"

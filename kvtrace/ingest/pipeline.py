@@ -136,6 +136,9 @@ def _expand(paths: Iterable[str | Path], stdin_dir: Path | None, walked: set[str
     return unique
 
 
+_EMPTY = "empty"
+
+
 class _NotReadable(Exception):
     """Why a path cannot be ingested before it is even opened (the message is the reason)."""
 
@@ -158,7 +161,7 @@ def _stat(p: Path) -> tuple[str, int, int]:
                 else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a file")
         raise _NotReadable(f"not a regular file ({kind})")
     if st.st_size == 0:
-        raise _NotReadable("empty")
+        raise _NotReadable(_EMPTY)
     return p if isinstance(p, str) else os.path.abspath(p), st.st_size, max(st.st_mtime_ns, st.st_ctime_ns)
 
 
@@ -304,14 +307,19 @@ def _ingest_files(store: Store, paths: list, stdin_dir: Path | None, forced, str
         try:
             st = _stat(p)
         except _NotReadable as e:
-            if not was_walked:
+            # an empty file holds nothing to lose or misread (a segment a collector opened and
+            # never wrote): skipped and said, even when named
+            if not was_walked and str(e) != _EMPTY:
                 raise KvtraceError(f"{p}: {e}", hint=_NOT_READABLE_HINT if "regular" in str(e) else None) from None
             summary.skipped.append(f"{p}: {e}")
             continue
         was = ledger.get(st)
         if was is not None and (was != "unrecognized" or (was_walked and forced is None)):
             summary.files_skipped += 1
-            found.add(st[0])
+            if was != "unrecognized":
+                found.add(st[0])
+            else:
+                summary.unknown_records["file:unrecognized"] = summary.unknown_records.get("file:unrecognized", 0) + 1
             continue
         p = Path(p)
         try:
