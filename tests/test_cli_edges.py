@@ -57,6 +57,7 @@ def test_a_walked_folder_skips_fifos_devices_and_broken_links_with_the_reason(tm
     os.symlink(tmp_path / "gone.jsonl", tree / "dangling.jsonl")
     os.symlink("loop.jsonl", tree / "loop.jsonl")
     (tree / "empty.jsonl").write_bytes(b"")
+    (tree / "bad.jsonl.gz").write_bytes(b"junk, not gzip\n")    # unreadable, not "unrecognized"
     db = tmp_path / "kv.duckdb"
     r = kvtrace("ingest", str(tree), "--db", str(db), cwd=tmp_path, timeout=60)
     assert r.returncode == 0, r.stderr
@@ -69,8 +70,9 @@ def test_a_walked_folder_skips_fifos_devices_and_broken_links_with_the_reason(tm
         str(tree / "dangling.jsonl"): "a broken link (its target does not exist)",
         str(tree / "loop.jsonl"): "cannot read: Too many levels of symbolic links",
         str(tree / "empty.jsonl"): "empty",
+        str(tree / "bad.jsonl.gz"): "cannot read: Not a gzipped file (b'ju')",
     }
-    assert "5 skipped" in r.stdout
+    assert "6 skipped" in r.stdout and "not telemetry" not in r.stdout
     assert rows(db) == (REQUESTS, 1)          # the skipped ones are not in the ledger: tried again next time
 
 
