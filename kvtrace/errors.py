@@ -1,4 +1,5 @@
-"""kvtrace's one error hierarchy. Only ``kvtrace.cli`` turns these into ``Error: ...`` and exit 1."""
+"""kvtrace's one error hierarchy. Only ``kvtrace.cli`` turns these into ``Error: ...`` and exit 1
+(``Interrupted: ...`` and exit 130 for Ctrl-C)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ class KvtraceError(Exception):
     """Base class of every error kvtrace raises on purpose."""
 
     hint: str | None = None
+    exit_code = 1        # the process exit code when the CLI reports it
 
     def __init__(self, message: str, *, hint: str | None = None):
         super().__init__(message)
@@ -52,3 +54,13 @@ class ReportExists(KvtraceError):
 class NoData(KvtraceError):
     """A window (or a whole warehouse) without a single request, where the caller asked for data
     (``--strict``): an empty answer is not an answer of zero."""
+
+
+class Interrupted(KvtraceError):
+    """Ctrl-C: the message says what was kept and what was rolled back; the exit code is 130."""
+
+    exit_code = 130
+
+
+class WriteFailed(KvtraceError):
+    """The warehouse file could not be written (a full disk, a file size limit)."""

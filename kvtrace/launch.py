@@ -10,6 +10,7 @@ the server does not take, runs in this process exactly as before.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 # Commands that read or write the warehouse and may run inside the server.
@@ -59,7 +60,47 @@ def prog_name() -> str:
     return f"python -m {module.lstrip('.')}"
 
 
+_sigints = 0
+
+
+def _on_sigint(signum, frame) -> None:
+    """Ctrl-C: the first interrupts the command (KeyboardInterrupt, or DuckDB's interrupt of the
+    statement it runs); a second while it rolls back is ignored so the rollback and the one-line
+    summary finish; a third leaves at once (committed data is safe: an open transaction is never
+    written to the file)."""
+    global _sigints
+    _sigints += 1
+    if _sigints == 1:
+        raise KeyboardInterrupt
+    if _sigints >= 3:
+        os._exit(130)
+
+
+def interrupted(exc: BaseException | None = None) -> bool:
+    """Whether the command is ending because of Ctrl-C: a SIGINT arrived, or ``exc`` is the
+    interruption itself (KeyboardInterrupt; DuckDB's InterruptException). Whatever a library
+    raised on the way out (a failed statement of an aborted transaction, a query interrupted
+    inside Arrow) then counts as the interruption, not as an error of its own."""
+    if _sigints or isinstance(exc, KeyboardInterrupt):
+        return True
+    duckdb = sys.modules.get("duckdb")
+    return duckdb is not None and isinstance(exc, duckdb.InterruptException)
+
+
+_told = False
+
+
+def tell_interrupted(line: str) -> None:
+    """Print the one line that says what an interrupted command kept (only the first is printed)."""
+    global _told
+    if not _told:
+        _told = True
+        print(line, file=sys.stderr, flush=True)
+
+
 def main() -> None:
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _on_sigint)
     argv = sys.argv[1:]
     target = forward_target(argv)
     if target is not None:
@@ -68,8 +109,11 @@ def main() -> None:
         code = forward(target[0], argv, target[1], prog_name())
         if code is not None:
             exit_flushed(code)   # no teardown: ~1 ms of a ~15 ms client process
-    from kvtrace.cli import main as run_here
-
+    try:
+        from kvtrace.cli import main as run_here
+    except KeyboardInterrupt:
+        tell_interrupted("Interrupted: stopped while starting; nothing was written")
+        exit_flushed(130)
     run_here()
 
 

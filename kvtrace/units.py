@@ -2,15 +2,24 @@
 
 Parsing: token counts take K/M/G suffixes (powers of 1000: ``15M`` = 15,000,000 tokens). Byte
 sizes take decimal units (``KB``, ``MB``, ``GB``, ``TB``, ``PB``) or binary ones (``KiB`` ...
-``PiB``), as drive and DIMM vendors print them. Durations take ``ms``, ``s``, ``m``/``min``,
-``h``, ``d``, ``w`` (``90s``, ``5m``, ``1h``, ``2d``); where a TTL is asked for, ``none``/``inf``
-means no TTL. Every parser raises :class:`~kvtrace.errors.ConfigError` with a hint of the syntax.
+``PiB``), as drive and DIMM vendors print them. A duration typed as text always has a unit:
+``ms``, ``s``, ``m``/``min``, ``h``, ``d``, ``w`` or the words (``90s``, ``5m``, ``1 hour``,
+``2 days``); a bare ``60`` is refused (seconds? minutes?), ``0`` excepted. A number passed as a
+number (from code, or a TOML number) is seconds. Where a TTL is asked for, ``none``/``inf`` means
+no TTL. Every parser raises :class:`~kvtrace.errors.ConfigError` with a hint of the syntax.
 
-Formatting comes in two styles, kept apart on purpose because both are printed and asserted:
-the report style (``fmt_tokens`` -> ``"15.12 M"``, ``fmt_bytes`` -> ``"1.92 TB"``, ``fmt_ttl``
--> ``"90m"``, the spelling people type) used by ``kvtrace report``/``reuse``/``schedule``, and the
-compact style of the replay tools (``fmt_tokens_compact`` -> ``"15.1M"``, ``fmt_bytes_compact``
--> 3 significant digits up to PB, ``fmt_duration`` -> ``"1.5h"``).
+Formatting follows one rule for each quantity, whatever the command or the output:
+
+* a length of time (a TTL, a span, a gap, an age) is spelled as people type a TTL when it is a
+  whole number of minutes, hours or days, or of seconds below 100 (``90s``, ``5m``, ``1h``,
+  ``2d``), and otherwise with three significant digits and a unit (``1.86 h``, ``250 ms``,
+  ``12.3 s``);
+* a byte size has decimal units (``KB`` ... ``PB``, as drive vendors print them) and three
+  significant digits (``1.92 TB``, ``127 KB``).
+
+Token counts come in two spellings, kept apart on purpose because both are printed and asserted:
+the report style (``fmt_tokens`` -> ``"15.12 M"``) and the compact style of the replay tools
+(``fmt_tokens_compact`` -> ``"15.1M"``).
 """
 
 from __future__ import annotations
@@ -27,7 +36,10 @@ _BYTE_UNITS = {
     "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "PIB": 2**50,
 }
 _DURATION_UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-_DURATION = re.compile(_NUM + r"\s*(ms|s|min|m|h|d|w)?")
+_DURATION_WORDS = {"sec": "s", "secs": "s", "second": "s", "seconds": "s", "mins": "min", "minute": "min",
+                   "minutes": "min", "hr": "h", "hrs": "h", "hour": "h", "hours": "h", "day": "d", "days": "d",
+                   "wk": "w", "week": "w", "weeks": "w"}
+_DURATION = re.compile(_NUM + r"\s*([a-z]*)")
 _SPAN = re.compile(r"\s*" + _NUM + r"\s*(ms|s|min|m|h|d|w)\s*", re.IGNORECASE)
 UNLIMITED = ("none", "inf", "infinite", "unlimited", "off", "never")
 DASH = "–"
@@ -79,7 +91,8 @@ def is_span(text: str) -> bool:
 
 
 def parse_duration(text: str | int | float | None, *, what: str = "", unlimited: bool = False) -> float:
-    """``"5m"`` -> 300.0 seconds. A plain number is seconds.
+    """``"5m"`` / ``"5 minutes"`` -> 300.0 seconds. Text needs a unit (``"0"`` excepted); a
+    number passed as a number is seconds.
 
     Args:
         text: the duration as typed.
@@ -92,11 +105,18 @@ def parse_duration(text: str | int | float | None, *, what: str = "", unlimited:
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         return float(text)
     m = _DURATION.fullmatch(str(text).strip().lower())
-    if not m:
+    unit = _DURATION_WORDS.get(m.group(2), m.group(2)) if m else None
+    if m and not unit:
+        if float(m.group(1)) == 0:
+            return 0.0
+        n = m.group(1)
+        raise ConfigError(f"{what + ' ' if what else ''}{text!r} has no unit",
+                          hint=f"write {n}s, {n}m or {n}h: a bare number could be any of them")
+    if not m or unit not in _DURATION_UNITS:
         hint = ("use e.g. 30s, 5m, 1h, 2d, or 'none' for no TTL" if unlimited
                 else "use a number with s, m, h, d or w, e.g. 30s, 5m, 1h, 2d")
         raise ConfigError(f"{what + ' ' if what else ''}{text!r} is not a duration", hint=hint)
-    return float(m.group(1)) * _DURATION_UNITS[m.group(2) or "s"]
+    return float(m.group(1)) * _DURATION_UNITS[unit]
 
 
 def split_items(text: str | list[str] | None) -> list[str]:
@@ -141,25 +161,27 @@ def fmt_usd(v: float | None) -> str:
 
 
 def fmt_seconds(v: float | None) -> str:
-    """1234.56 -> ``"1,234.6s"``."""
-    return DASH if v is None else f"{v:,.1f}s"
+    """A length of time (see the rule above): 6707 -> ``"1.86 h"``, 12.34 -> ``"12.3 s"``."""
+    return fmt_duration(v) if v is not None else DASH
 
 
 def fmt_span(s: float) -> str:
-    """A length of time in words: 200000 -> ``"2.3 days"``."""
-    for unit, size in (("days", 86400), ("hours", 3600), ("minutes", 60)):
-        if s >= size:
-            return f"{s / size:.1f} {unit}"
-    return f"{s:.1f} s"
+    """A length of time (see the rule above): 200000 -> ``"2.31 d"``."""
+    return fmt_duration(s)
 
 
 def fmt_age(v: float | None) -> str:
-    """An age, 3 significant digits, a unit once past 1.5 of it: 5400 -> ``"1.5 h"``, 80 -> ``"80 s"``."""
-    if v is None:
-        return DASH
+    """A length of time (see the rule above): 5400 -> ``"90m"``, 80 -> ``"80s"``, 6707 -> ``"1.86 h"``."""
+    return fmt_duration(v) if v is not None else DASH
+
+
+def _fmt_measured(v: float) -> str:
+    """Three significant digits, a unit once past 1.5 of it: 6707 -> ``"1.86 h"``, 0.25 -> ``"250 ms"``."""
     for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
         if v >= 1.5 * size:
             return f"{v / size:.3g} {unit}"
+    if 0 < abs(v) < 1:
+        return f"{v * 1000:.3g} ms"
     return f"{v:.3g} s"
 
 
@@ -194,24 +216,21 @@ def fmt_tokens(n: float | None) -> str:
 
 
 def fmt_bytes(n: float | None) -> str:
-    """1.92e12 -> ``"1.92 TB"`` (decimal units up to TB, 2 decimals)."""
-    if n is None:
-        return DASH
-    sc = _scaled(n, (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)))
-    return f"{n:.0f} B" if sc is None else f"{sc[0]:.2f} {sc[1]}"
+    """1.92e12 -> ``"1.92 TB"`` (the byte rule above; None -> a dash)."""
+    return DASH if n is None else fmt_bytes_compact(n)
 
 
 # -- formatting: compact style (replay, size, tiers) --------------------------------------------------
 
 def fmt_duration(seconds: float | None) -> str:
-    """300 -> ``"5m"``, 5400 -> ``"1.5h"``, inf/None -> ``"none"``, 0.25 -> ``"250ms"``."""
+    """The time rule above: 300 -> ``"5m"``, 5400 -> ``"90m"``, 6707 -> ``"1.86 h"``,
+    0.25 -> ``"250 ms"``, inf/None -> ``"none"``."""
     if seconds is None or math.isinf(seconds):
         return "none"
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        if seconds >= size:
-            v = seconds / size
-            return f"{v:g}{unit}" if abs(v - round(v, 2)) < 1e-9 else f"{v:.2f}{unit}"
-    return f"{seconds * 1000:g}ms"
+    whole = float(seconds).is_integer() and 0 < seconds < 10**7
+    if whole and (seconds % 60 == 0 or seconds < 100):
+        return fmt_ttl(seconds)
+    return _fmt_measured(seconds)
 
 
 def fmt_tokens_compact(n: float | None) -> str:

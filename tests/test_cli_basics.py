@@ -19,8 +19,12 @@ def test_bad_ttl_suggests_the_syntax(tmp_path, monkeypatch):
     from kvtrace.store import Store
 
     Store(tmp_path / "kv.duckdb").close()
-    r = runner.invoke(app, ["report", "--db", str(tmp_path / "kv.duckdb"), "--ttl", "5 minutes"])
+    r = runner.invoke(app, ["report", "--db", str(tmp_path / "kv.duckdb"), "--ttl", "5 fortnights"])
     assert r.exit_code == 1 and "30s, 5m, 1h" in r.output
+    db = ["--db", str(tmp_path / "kv.duckdb")]
+    for cmd in (["report", *db], ["reuse", *db], ["replay", *db], ["size", "--model", "MiniMax-M2.7", "--rate", "4200"]):
+        r = runner.invoke(app, [*cmd, "--ttl", "60"])
+        assert r.exit_code == 1 and "'60' has no unit" in r.output and "60s, 60m or 60h" in r.output, (cmd, r.output)
 
 
 def test_ingest_missing_file(tmp_path):

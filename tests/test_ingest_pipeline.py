@@ -81,10 +81,14 @@ def test_interrupted_file_leaves_nothing_half_written(store, tmp_path, monkeypat
             raise KeyboardInterrupt  # Ctrl-C after rows were written inside the transaction
 
     monkeypatch.setattr(pl, "_merge", boom)
+    summary = IngestSummary()
     with pytest.raises(KeyboardInterrupt):
-        ingest(store, [good, bad], format="fake")
+        ingest(store, [good, bad], format="fake", summary=summary)
     assert store.query("SELECT request_key FROM requests") == [("r1",)]
     assert store.scalar("SELECT count(*) FROM ingested_files") == 1  # b.jsonl may be retried
+    # the caller's summary counts what is stored and names what was rolled back
+    assert (summary.files, summary.files_stored, summary.requests_added) == (2, 1, 1)
+    assert summary.files_pending == [str(bad)]
 
 
 def test_gzip_folder_glob_and_stdin(store, tmp_path, monkeypatch):

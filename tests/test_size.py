@@ -51,7 +51,7 @@ def test_size_cli_json():
 
 def test_size_cli_table_and_errors():
     r = CliRunner().invoke(app, ["size", "--model", "MiniMax-M2.7", "--kv-dtype", "fp8"])
-    assert r.exit_code == 0 and "126,976 B (124 KiB)" in r.output
+    assert r.exit_code == 0 and "126,976 B (127 KB)" in r.output
     r = CliRunner().invoke(app, ["size", "--model", "nope"])
     assert r.exit_code == 1 and "unknown model" in r.output
     r = CliRunner().invoke(app, ["size", "--list"])

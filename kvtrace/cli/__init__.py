@@ -10,7 +10,9 @@ import sys
 
 import typer
 
+from kvtrace.cli._options import fail
 from kvtrace.errors import KvtraceError
+from kvtrace.launch import interrupted, tell_interrupted
 
 app = typer.Typer(
     name="kvtrace",
@@ -70,14 +72,21 @@ _synth.register(app)
 
 
 def main() -> None:
-    """Console entry point: library errors become one ``Error: ...`` line and exit 1."""
+    """Console entry point: library errors become one ``Error: ...`` line and exit 1; Ctrl-C one
+    ``Interrupted: ...`` line and exit 130."""
     try:
         app()
     except KvtraceError as e:
-        typer.echo(f"Error: {e}", err=True)
-        _exit(1)
+        _exit(fail(e))
     except SystemExit as e:
+        if e.code == 130 and interrupted():
+            tell_interrupted("Interrupted: stopped before the command finished")
         _exit(e.code)
+    except BaseException as e:
+        if not interrupted(e):
+            raise
+        tell_interrupted("Interrupted: stopped before the command finished")
+        _exit(130)
     _exit(0)
 
 

@@ -16,18 +16,56 @@ SinceOpt = Annotated[Optional[str], typer.Option(
 UntilOpt = Annotated[Optional[str], typer.Option("--until", help="End of the window (ISO date/time, UTC, exclusive).")]
 
 
+def working(description: str):
+    """A spinner with the elapsed time on stderr while a long step runs (``with working(...):``),
+    only when stderr is a terminal: a replay of a big trace is not silent for a minute."""
+    import contextlib
+
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        return contextlib.nullcontext()
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    bar = Progress(SpinnerColumn(), TextColumn(description), TimeElapsedColumn(), console=console, transient=True)
+    bar.add_task(description, total=None)
+    return bar
+
+
+def fail(e: Exception) -> int:
+    """Print a library error as one line (``Error: ...``, or ``Interrupted: ...`` for Ctrl-C) and
+    return its exit code."""
+    from kvtrace.errors import Interrupted
+    from kvtrace.launch import tell_interrupted
+
+    if isinstance(e, Interrupted):
+        tell_interrupted(f"Interrupted: {e}")
+    else:
+        typer.echo(f"Error: {e}", err=True)
+    return e.exit_code
+
+
 def guarded(fn):
-    """Wrap a command so library errors print one ``Error: ...`` line and exit 1 (CliRunner too)."""
+    """Wrap a command so library errors print one ``Error: ...`` line and exit 1 (CliRunner too),
+    and Ctrl-C prints one ``Interrupted: ...`` line and exits 130, whatever the library it
+    interrupted raised on the way out."""
     import functools
 
-    from kvtrace.errors import KvtraceError
+    from kvtrace.errors import Interrupted, KvtraceError
+    from kvtrace.launch import interrupted
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except KvtraceError as e:
-            typer.echo(f"Error: {e}", err=True)
-            raise typer.Exit(1) from e
+        except (typer.Exit, typer.Abort, SystemExit):
+            raise
+        except BaseException as e:
+            if isinstance(e, Interrupted) or (isinstance(e, KvtraceError) and not interrupted()):
+                raise typer.Exit(fail(e)) from e
+            if not interrupted(e):
+                raise
+            raise typer.Exit(fail(Interrupted("stopped before the command finished"))) from e
 
     return wrapper

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Annotated, Optional
 
 import typer
 
 from kvtrace.cli._options import DbOpt, guarded
+from kvtrace.errors import Interrupted, KvtraceError, WriteFailed
+from kvtrace.launch import interrupted
+from kvtrace.units import fmt_int
 
 
 def ingest(
@@ -26,25 +30,64 @@ def ingest(
 
     Example: kvtrace ingest otel-logs.jsonl ~/.claude/projects --db team.duckdb
     """
-    from kvtrace.ingest import ingest as run
-    from kvtrace.store import open_store
+    from kvtrace.ingest import IngestSummary, ingest as run
+    from kvtrace.store import default_db_path, open_store
 
-    with open_store(db) as store:
-        summary = run(store, paths, format=format, strict=strict, force=force, progress=not quiet and not as_json)
+    summary = IngestSummary()
+    target = db if db is not None else default_db_path()
+    fresh = not os.path.lexists(target)
+    try:
+        with open_store(db) as store:
+            run(store, paths, format=format, strict=strict, force=force, progress=not quiet and not as_json,
+                summary=summary)
+    except BaseException as e:
+        if fresh and not summary.files_stored:
+            _remove_warehouse(target)    # a failed first ingest leaves no empty warehouse behind
+        if isinstance(e, WriteFailed) and not interrupted():
+            raise WriteFailed(f"{e.args[0]}: {interrupted_line(summary)}", hint=e.hint) from None
+        if not interrupted(e):
+            raise
+        raise Interrupted(interrupted_line(summary)) from e
+    if fresh and summary.yielded_nothing and not summary.files_stored:
+        _remove_warehouse(target)
     if as_json:
         d = summary.to_dict()
         typer.echo(json.dumps({k: d[k] for k in ("files", "files_skipped", "files_resumed", "requests_added",
                                                  "metric_points_added",
                                                  "block_requests_added", "duplicates_skipped", "lines_rejected",
-                                                 "unknown_records", "rejects")}, indent=2))
-        return
-    if not quiet:
-        for line in summary.rejects:
-            typer.echo(f"skipped {line}", err=True)
-        if summary.lines_rejected > len(summary.rejects):
-            typer.echo(f"... and {summary.lines_rejected - len(summary.rejects)} more skipped lines", err=True)
-    grown = f", {summary.files_resumed} read from where they grew" if summary.files_resumed else ""
-    parts = [f"{summary.files} files ({summary.files_skipped} unchanged{grown})",
+                                                 "unknown_records", "rejects", "skipped", "yielded_nothing")}, indent=2))
+    else:
+        if not quiet:
+            for line in summary.rejects:
+                typer.echo(f"skipped {line}", err=True)
+            if summary.lines_rejected > len(summary.rejects):
+                typer.echo(f"... and {summary.lines_rejected - len(summary.rejects)} more skipped lines", err=True)
+            for line in summary.skipped[:MAX_LISTED]:
+                typer.echo(f"skipped {line}", err=True)
+            if len(summary.skipped) > MAX_LISTED:
+                typer.echo(f"... and {len(summary.skipped) - MAX_LISTED} more skipped files (--json lists them)", err=True)
+        typer.echo(summary_line(summary))
+    if summary.yielded_nothing:
+        first, more = summary.yielded_nothing[0], len(summary.yielded_nothing) - 1
+        for line in summary.yielded_nothing[1:MAX_LISTED]:
+            typer.echo(f"nothing from {line}", err=True)
+        raise KvtraceError(first + (f" (and {more} more inputs that yielded nothing)" if more else ""))
+
+
+MAX_LISTED = 20
+TOP_KINDS = 3
+
+
+def summary_line(summary) -> str:
+    """The one line that closes an ingest."""
+    unknown = dict(summary.unknown_records)
+    unrecognized = unknown.pop("file:unrecognized", 0)
+    extra = [f"{summary.files_resumed} read from where they grew"] if summary.files_resumed else []
+    if summary.skipped:
+        extra.append(f"{len(summary.skipped)} skipped")
+    if unrecognized:
+        extra.append(f"{unrecognized} not telemetry")
+    parts = [f"{summary.files} files ({summary.files_skipped} unchanged{''.join(', ' + x for x in extra)})",
              f"{summary.requests_added} requests added"]
     if summary.metric_points_added:
         parts.append(f"{summary.metric_points_added} metric points added")
@@ -52,9 +95,37 @@ def ingest(
         parts.append(f"{summary.block_requests_added} block-trace requests added")
     parts.append(f"{summary.duplicates_skipped} duplicates skipped")
     parts.append(f"{summary.lines_rejected} lines rejected")
-    if summary.unknown_records:
-        parts.append("unused records: " + ", ".join(f"{k}={v}" for k, v in sorted(summary.unknown_records.items())))
-    typer.echo("; ".join(parts))
+    if unknown:
+        top = sorted(unknown.items(), key=lambda kv: (-kv[1], kv[0]))
+        shown = ", ".join(f"{k}={v}" for k, v in top[:TOP_KINDS])
+        rest = f", {len(top) - TOP_KINDS} more kinds (--json lists them)" if len(top) > TOP_KINDS else ""
+        parts.append(f"{sum(unknown.values())} unused records ({shown}{rest})")
+    return "; ".join(parts)
+
+
+def _remove_warehouse(path) -> None:
+    for p in (str(path), f"{path}.wal"):
+        try:
+            os.remove(p)
+        except OSError:
+            pass
+
+
+def interrupted_line(summary) -> str:
+    """What an interrupted (or failed) ingest kept and what it rolled back, in one line."""
+    kept = (f"kept {fmt_int(summary.files_stored)} of {fmt_int(summary.files)} files "
+            f"({fmt_int(summary.requests_added)} requests added)") if summary.files else "kept nothing"
+    if summary.files_skipped:
+        kept += f", {fmt_int(summary.files_skipped)} unchanged"
+    pending = summary.files_pending
+    if pending:
+        more = f" and {len(pending) - 1} more files of its batch" if len(pending) > 1 else ""
+        rolled = f"rolled back {pending[0]}{more} (nothing of it stored)"
+    else:
+        rolled = "nothing half-written"
+    left = summary.files - summary.files_stored - summary.files_skipped
+    again = "; run the same command again to ingest the rest" if left or not summary.files else ""
+    return f"{kept}; {rolled}{again}"
 
 
 def register(app: typer.Typer) -> None:

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvtrace.cli._options import DbOpt, OutOpt, SinceOpt, UntilOpt, guarded
+from kvtrace.cli._options import DbOpt, OutOpt, SinceOpt, UntilOpt, guarded, working
 from kvtrace.errors import ConfigError
 
 
@@ -62,21 +62,22 @@ def replay(
         tt = None if tt == float("inf") else tt
     else:
         tt = ttls[0] if len(ttls) == 1 else None
-    if trace is not None:
-        from kvtrace.replay.tracefile import read_trace
-        bt = read_trace(trace, block_size=block_size)
-    else:
-        from kvtrace.analyze.load import load_block_trace
-        from kvtrace.store import open_store
-        with open_store(db, read_only=True) as store:
-            bt = load_block_trace(store, trace=trace_name, since=since, until=until)
-            if bt.n_requests == 0:
-                from kvtrace.analyze.load import window_bounds
-                from kvtrace.analyze.token_mix import no_data_text
+    with working(f"reading {trace or 'the block trace'}"):
+        if trace is not None:
+            from kvtrace.replay.tracefile import read_trace
+            bt = read_trace(trace, block_size=block_size)
+        else:
+            from kvtrace.analyze.load import load_block_trace
+            from kvtrace.store import open_store
+            with open_store(db, read_only=True) as store:
+                bt = load_block_trace(store, trace=trace_name, since=since, until=until)
+                if bt.n_requests == 0:
+                    from kvtrace.analyze.load import window_bounds
+                    from kvtrace.analyze.token_mix import no_data_text
 
-                empty = no_data_text(store, *window_bounds(store, since, until))
-                _say_no_data(empty, format, out)
-                return
+                    empty = no_data_text(store, *window_bounds(store, since, until))
+                    _say_no_data(empty, format, out)
+                    return
     from kvtrace.replay.catalog import tokens_for_bytes
 
     caps: list[int | None] = []
@@ -89,8 +90,9 @@ def replay(
             caps.append(parse_tokens(c, what="--capacity"))
     cfg = TTFTConfig(overlap=not no_overlap, resume_gap_s=parse_duration(resume_gap, what="--resume-gap", unlimited=True),
                      prefill_tokens_per_s=prefill_rate)
-    res = run(bt, capacities=caps or None, ttls=ttls or None, model=m, tiers=ts, tier_ttl=tt, ttft=cfg, engine=engine,
-              release_ids=True)
+    with working(f"replaying {len(bt.ts):,} requests"):
+        res = run(bt, capacities=caps or None, ttls=ttls or None, model=m, tiers=ts, tier_ttl=tt, ttft=cfg,
+                  engine=engine, release_ids=True)
     if format == "json":
         import json
 

@@ -116,8 +116,11 @@ def write_report(data: dict, format: str, out) -> None:
         sys.stdout.write(text)
     else:
         from kvtrace.report.files import write_atomic
+        from kvtrace.units import fmt_bytes
 
-        write_atomic(out, text.encode())
+        data = text.encode()
+        write_atomic(out, data)
+        typer.echo(f"wrote the {format} report ({fmt_bytes(len(data))}) to {out}", err=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvtrace.cli._options import DbOpt, OutOpt, SinceOpt, UntilOpt, guarded
+from kvtrace.cli._options import DbOpt, OutOpt, SinceOpt, UntilOpt, guarded, working
 from kvtrace.errors import ConfigError
 
 
@@ -49,13 +49,14 @@ def reuse(
                         chain=ChainParams.from_settings(chain, block_size=block_size, head_tokens=head_tokens),
                         reuse=ReuseParams(idle_s=parse_duration(idle, what="--idle")), bytes_per_token=bytes_per_token,
                         model=model, pricing=pricing, price_model=price_model, series=series)
-    if file is not None:
-        data = reuse_report(None, opts)
-    else:
-        from kvtrace.store import open_store
+    with working(f"measuring reuse in {file or 'the warehouse'}"):
+        if file is not None:
+            data = reuse_report(None, opts)
+        else:
+            from kvtrace.store import open_store
 
-        with open_store(db, read_only=True) as store:
-            data = reuse_report(store, opts)
+            with open_store(db, read_only=True) as store:
+                data = reuse_report(store, opts)
     if data["no_data"] and (format == "json" or out is not None):   # the table says it itself
         typer.echo(data["no_data"], err=True)
     if format == "json":

@@ -71,7 +71,7 @@ def size(
               "usable_bytes": "usable capacity", "dwpd_per_drive": "DWPD per drive"}
     for k, v in out.items():
         if k == "bytes_per_token":
-            shown = f"{v:,} B ({v / 1024:,.4g} KiB)"
+            shown = f"{v:,} B ({fmt_bytes_compact(v)})"
         elif isinstance(v, (int, float)) and not isinstance(v, bool) and "bytes" in k:
             shown = f"{v:,.0f} ({fmt_bytes_compact(v)}{'/s' if k.endswith('_per_s') else ''})"
         elif isinstance(v, float) and k in ("dwpd_per_drive", "minutes_held", "waf", "dwpd_rating"):

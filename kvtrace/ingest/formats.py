@@ -15,7 +15,7 @@ from pathlib import Path
 
 import orjson
 
-from kvtrace.errors import UnknownFormat
+from kvtrace.errors import BadTraceInput, UnknownFormat
 
 
 @dataclass(frozen=True)
@@ -87,12 +87,36 @@ def _classify(obj: object) -> str | None:
     return None
 
 
+# Format detection reads at most this much of a file (a file without line breaks, or a
+# decompression bomb, must not be read whole to find out it is not telemetry).
+SNIFF_BYTES = 16 << 20
+_LFS_POINTER = b"version https://git-lfs.github.com/spec/"
+LFS_HINT = "it is a Git LFS pointer, not the trace itself: run `git lfs pull` in its repository, then ingest again"
+
+
+def is_lfs_pointer(path: Path) -> bool:
+    """A Git LFS pointer saved in place of the file (a clone without ``git lfs``)."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(len(_LFS_POINTER)) == _LFS_POINTER
+    except OSError:
+        return False
+
+
 def sniff(path: Path, max_lines: int = 50) -> str:
-    """Detect a file's format from its first records."""
+    """Detect a file's format from its first records (reading at most ``SNIFF_BYTES``).
+
+    Raises:
+        BadTraceInput: the file cannot be read (permissions, a damaged .gz).
+        UnknownFormat: it is read, but is none of the formats.
+    """
     try:
         with open_text(path) as fh:
-            for i, raw in enumerate(fh):
-                if i >= max_lines:
+            budget = SNIFF_BYTES
+            for i in range(max_lines):
+                raw = fh.readline(budget)
+                budget -= len(raw)
+                if not raw or budget <= 0:
                     break
                 raw = raw.strip()
                 if not raw:
@@ -107,8 +131,10 @@ def sniff(path: Path, max_lines: int = 50) -> str:
         kind = _classify_whole(path)
         if kind:
             return kind
-    except (OSError, EOFError, gzip.BadGzipFile) as e:
-        raise UnknownFormat(f"{path}: cannot read: {e}") from e
+    except (OSError, EOFError) as e:
+        raise BadTraceInput(path, None, f"cannot read: {getattr(e, 'strerror', None) or e}") from e
+    if is_lfs_pointer(path):
+        raise UnknownFormat(f"{path}: not telemetry", hint=LFS_HINT)
     raise UnknownFormat(f"{path}: cannot detect the format from its first {max_lines} lines",
                         hint="force one with --format " + "|".join(FORMATS))
 
@@ -118,8 +144,11 @@ def _classify_whole(path: Path, max_bytes: int = 64 << 20) -> str | None:
     if not path.name.endswith((".json", ".json.gz")) or path.stat().st_size > max_bytes:
         return None
     with open_text(path) as fh:
+        text = fh.read(max_bytes + 1)     # a .gz may expand far beyond its size
+        if len(text) > max_bytes:
+            return None
         try:
-            return _classify(orjson.loads(fh.read()))
+            return _classify(orjson.loads(text))
         except orjson.JSONDecodeError:
             return None
 

@@ -12,8 +12,10 @@ import contextlib
 import glob
 import os
 import shutil
+import stat
 import sys
 import tempfile
+import threading
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -22,7 +24,7 @@ from pathlib import Path
 from kvtrace.errors import BadTraceInput, KvtraceError, UnknownFormat
 from kvtrace.ingest.base import Parsed, Reject
 from kvtrace.ingest import resident, resume
-from kvtrace.ingest.formats import FORMATS, get_format, sniff
+from kvtrace.ingest.formats import FORMATS, LFS_HINT, get_format, is_lfs_pointer, sniff
 from kvtrace.store import Store, load_query
 from kvtrace.store.store import ROW_GROUP_ROWS
 
@@ -45,6 +47,14 @@ class IngestSummary:
     rejects: list[str] = field(default_factory=list)   # first MAX_REPORTED_REJECTS, "file:line: reason"
     unknown_records: dict[str, int] = field(default_factory=dict)
     formats: dict[str, int] = field(default_factory=dict)
+    files_stored: int = 0            # files whose transaction committed (the counts above are theirs)
+    files_pending: list[str] = field(default_factory=list)   # the unit being read when the ingest stopped
+    # "path: reason" of what a walk or a glob found but could not read: not a regular file (a FIFO,
+    # a device, a broken link), unreadable, empty, a damaged .gz; such files are not in the ledger
+    skipped: list[str] = field(default_factory=list)
+    # inputs that yielded nothing: a file whose every line was rejected, a folder or glob in
+    # which no file was recognised (the CLI exits non-zero)
+    yielded_nothing: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -67,10 +77,15 @@ def expand_inputs(paths: Iterable[str | Path], stdin_dir: Path | None = None,
 
 
 def _expand(paths: Iterable[str | Path], stdin_dir: Path | None, walked: set[str],
-            kept: resident.State | None = None) -> list[str | Path]:
+            kept: resident.State | None = None, groups: list | None = None,
+            unreadable: list | None = None) -> list[str | Path]:
     """:func:`expand_inputs` with the files of walked folders as absolute path strings (in
     ``walked`` too): for a tree of thousands of files, Path objects cost several times the walk.
-    ``kept``: a resident process's state (folder listings it need not make again)."""
+    ``kept``: a resident process's state (folder listings it need not make again).
+    ``groups``: gets ``(input, its files)`` of each folder and glob; ``unreadable``:
+    ``(folder, reason)`` of each subfolder a walk could not list. Files matched by a glob are
+    in ``walked`` too: one that cannot be read or recognised is skipped, not fatal."""
+    groups = [] if groups is None else groups
     out: list[str | Path] = []
     inputs = 0
     for raw in paths:
@@ -86,16 +101,28 @@ def _expand(paths: Iterable[str | Path], stdin_dir: Path | None, walked: set[str
             continue
         p = Path(s).expanduser()
         if p.is_dir():
-            found = resident.walk(str(p.resolve()), kept)
+            root, bad = str(p.resolve()), []
+            found = resident.walk(root, kept, bad)
+            if bad and bad[0][0] == root:
+                raise KvtraceError(f"{s}: cannot read the folder: {bad[0][1]}",
+                                   hint="check its permissions, or run as a user who can read it")
+            if unreadable is not None:
+                unreadable.extend(bad)
             out.extend(found)
             walked.update(found)
+            groups.append((s, found))
         elif p.is_file():
             out.append(p)
         elif any(c in s for c in "*?["):
             matches = sorted(Path(m) for m in glob.glob(os.path.expanduser(s), recursive=True))
             if not matches:
                 raise KvtraceError(f"{s}: no file matches", hint="check the pattern, or quote it so the shell does not expand it")
-            out.extend(_expand(matches, None, set()))
+            found = _expand(matches, None, walked, kept, None, unreadable)
+            walked.update(found)
+            out.extend(found)
+            groups.append((s, found))
+        elif os.path.lexists(p):
+            out.append(p)      # a FIFO, a device, a broken link: _stat says what it is
         else:
             raise KvtraceError(f"{s}: no such file or folder", hint="pass files, folders, globs or - for stdin")
     if inputs == 1:
@@ -109,13 +136,36 @@ def _expand(paths: Iterable[str | Path], stdin_dir: Path | None, walked: set[str
     return unique
 
 
+_EMPTY = "empty"
+
+
+class _NotReadable(Exception):
+    """Why a path cannot be ingested before it is even opened (the message is the reason)."""
+
+
 def _stat(p: Path) -> tuple[str, int, int]:
+    """The ledger key of a regular file; raises :class:`_NotReadable` for anything else."""
     # abspath, not resolve(): resolve() lstat()s every component of every path (a third of a
     # repeat ingest of a big transcript tree); folders are resolved once in _expand.
     # The later of mtime and ctime: a tool can put an old mtime back after rewriting a file in
     # place with the same size, but not the ctime (a chmod only costs one harmless re-read).
-    st = os.stat(p)
+    try:
+        st = os.stat(p)
+    except OSError as e:
+        if isinstance(e, FileNotFoundError):
+            raise _NotReadable("a broken link (its target does not exist)" if os.path.islink(p)
+                               else "gone (removed while kvtrace ran)") from None
+        raise _NotReadable(f"cannot read: {e.strerror or e}") from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode)
+                else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a file")
+        raise _NotReadable(f"not a regular file ({kind})")
+    if st.st_size == 0:
+        raise _NotReadable(_EMPTY)
     return p if isinstance(p, str) else os.path.abspath(p), st.st_size, max(st.st_mtime_ns, st.st_ctime_ns)
+
+
+_NOT_READABLE_HINT = "kvtrace reads regular files; pipe a stream in with `kvtrace ingest -`"
 
 
 # -- merge ---------------------------------------------------------------------------------------
@@ -200,7 +250,8 @@ def _record_rejects(parsed: Parsed, default_path: str, summary: IngestSummary, s
 # -- driver --------------------------------------------------------------------------------------
 
 def ingest(store: Store, paths: Iterable[str | Path], *, format: str | None = None,
-           strict: bool = False, progress: bool = False, force: bool = False) -> IngestSummary:
+           strict: bool = False, progress: bool = False, force: bool = False,
+           summary: IngestSummary | None = None) -> IngestSummary:
     """Ingest files, folders, globs or ``-`` into ``store``.
 
     Args:
@@ -210,11 +261,15 @@ def ingest(store: Store, paths: Iterable[str | Path], *, format: str | None = No
         strict: a malformed line is fatal (nothing of that file is stored) instead of skipped.
         progress: show a rich progress bar on stderr.
         force: read files again even if unchanged since the last ingest (still adds nothing twice).
+        summary: the :class:`IngestSummary` to fill (default: a new one). A caller that passes
+            its own sees, when the ingest raises (Ctrl-C, a bad file under ``strict``), what was
+            committed before: its counts are those of the stored files only, and
+            ``files_pending`` names the files whose transaction was rolled back.
 
     Returns:
         An :class:`IngestSummary`.
     """
-    summary = IngestSummary()
+    summary = IngestSummary() if summary is None else summary
     forced = get_format(format) if format else None
     kept = resident.state(store)
     paths = list(paths)
@@ -234,8 +289,12 @@ def _ingest_files(store: Store, paths: list, stdin_dir: Path | None, forced, str
                   force: bool, kept: resident.State | None, summary: IngestSummary) -> None:
     resident.sync(store, kept)
     walked: set[str] = set()
-    files = _expand(paths, stdin_dir, walked, kept)
+    groups: list[tuple[str, list]] = []
+    unreadable: list[tuple[str, str]] = []
+    files = _expand(paths, stdin_dir, walked, kept, groups, unreadable)
     summary.files = len(files)
+    summary.skipped.extend(f"{folder}: cannot read the folder: {why}" for folder, why in unreadable)
+    found: set[str] = set()      # files recognised (or unchanged): a folder or glob without any says so
     # Files a walk found unrecognizable are in the ledger too (format 'unrecognized'), so a
     # repeat does not sniff them again; forcing a format reads them after all.
     ledger = {} if force else resident.ledger(store, kept)
@@ -244,39 +303,71 @@ def _ingest_files(store: Store, paths: list, stdin_dir: Path | None, forced, str
     unrecognized: list[tuple[Path, tuple]] = []
     starts: dict[str, resume.Start] = {}        # grown files: where to read from
     for p in files:
-        st = _stat(p)
         was_walked = p in walked
+        try:
+            st = _stat(p)
+        except _NotReadable as e:
+            # an empty file holds nothing to lose or misread (a segment a collector opened and
+            # never wrote): skipped and said, even when named
+            if not was_walked and str(e) != _EMPTY:
+                raise KvtraceError(f"{p}: {e}", hint=_NOT_READABLE_HINT if "regular" in str(e) else None) from None
+            summary.skipped.append(f"{p}: {e}")
+            continue
         was = ledger.get(st)
         if was is not None and (was != "unrecognized" or (was_walked and forced is None)):
             summary.files_skipped += 1
+            if was != "unrecognized":
+                found.add(st[0])
+            else:
+                summary.unknown_records["file:unrecognized"] = summary.unknown_records.get("file:unrecognized", 0) + 1
             continue
         p = Path(p)
         try:
             name = forced.name if forced else sniff(p)
-        except UnknownFormat:
+        except BadTraceInput as e:
             if not was_walked:
                 raise
+            summary.skipped.append(f"{p}: {e.reason}")
+            continue
+        except UnknownFormat as e:
+            if not was_walked:
+                raise
+            if e.hint == LFS_HINT:       # the trace is missing, not a stray file: say so each time
+                summary.skipped.append(f"{p}: {e.hint}")
+                continue
             # e.g. ~/.codex/history.jsonl beside the sessions: not telemetry, not an error
             summary.unknown_records["file:unrecognized"] = summary.unknown_records.get("file:unrecognized", 0) + 1
             unrecognized.append((p, st))
             continue
+        found.add(st[0])
         todo.setdefault(name, []).append((p, st))
         if not force and FORMATS[name].resumable and not p.name.endswith(".gz"):
             at = resume.point(store, name, st)
             if at is not None:
                 starts[st[0]] = at
                 summary.files_resumed += 1
+    for label, members in groups:
+        if not any((m if isinstance(m, str) else os.path.abspath(m)) in found for m in members):
+            summary.yielded_nothing.append(
+                f"{label}: no file was recognised among its {len(members)} files (see the skipped ones above; "
+                f"force a format with --format if they are telemetry)" if members else
+                f"{label}: no .jsonl, .json or .ndjson files (.gz too) in it")
     units = _units(todo)
     total = sum(st[1] for _, group in units for _, st in group)
     # Unrecognized files go into the ledger with the last unit (one transaction less).
     pending = _ledger_rows(unrecognized, "unrecognized", _now(), 0, 0, 0)
     bar = _progress(progress and total > 0)
-    with bar:
-        task = bar.add_task("ingest", total=total or 1)
+    with bar, _Reading(bar, total) as reading:
+        done = 0
         for i, (fmt_name, group) in enumerate(units):
-            _ingest_unit(store, get_format(fmt_name), group, summary, strict,
-                         pending if i == len(units) - 1 else [], kept, known, starts)
-            bar.advance(task, sum(st[1] for _, st in group))
+            summary.files_pending = [str(p) for p, _ in group]
+            reading.unit(group, done)
+            stored = _ingest_unit(store, get_format(fmt_name), group, summary, strict,
+                                  pending if i == len(units) - 1 else [], kept, known, starts)
+            summary.files_pending = []
+            summary.files_stored += stored
+            done += sum(st[1] for _, st in group)
+            reading.unit([], done)
     if pending and not units:
         with store.transaction():
             _record_files(store, pending, known)
@@ -307,8 +398,9 @@ def _units(todo: dict[str, list[tuple[Path, tuple]]]) -> list[tuple[str, list[tu
 
 
 def _ingest_unit(store: Store, fmt, group, summary: IngestSummary, strict: bool, also: list[tuple],
-                 kept: resident.State | None, known: dict | None, starts: dict[str, resume.Start]) -> None:
-    """Parse one unit and merge it in one transaction, with its ledger rows (and ``also``'s)."""
+                 kept: resident.State | None, known: dict | None, starts: dict[str, resume.Start]) -> int:
+    """Parse one unit and merge it in one transaction, with its ledger rows (and ``also``'s).
+    Returns how many of its files are now in the ledger."""
     parser = fmt.load()
     paths = [p for p, _ in group]
     if fmt.batch:
@@ -318,19 +410,56 @@ def _ingest_unit(store: Store, fmt, group, summary: IngestSummary, strict: bool,
     else:
         parsed = parser(paths[0])
     _record_rejects(parsed, str(paths[0]), summary, strict)
+    barren = _all_rejected(parsed, paths)
+    if barren:
+        # not in the ledger: the next ingest reads it again (and says so again)
+        summary.yielded_nothing.extend(_barren_message(p, parsed) for p in barren)
+        group = [item for item in group if str(item[0]) not in barren]
     now = _now()
     before = (summary.requests_added, summary.metric_points_added, summary.block_requests_added,
               summary.duplicates_skipped)
     # unordered outside the transaction: its RESET must not run inside a failed one (refused there)
-    with store.unordered(), store.transaction():
-        _merge(store, parsed, summary)
-        added = (summary.requests_added - before[0]) + (summary.metric_points_added - before[1]) \
-            + (summary.block_requests_added - before[2])
-        dups = summary.duplicates_skipped - before[3]
-        rows = _ledger_rows(group, fmt.name, now, added, dups, len(parsed.rejects), parsed) + also
-        _record_files(store, rows, known)
+    try:
+        with store.unordered(), store.transaction():
+            _merge(store, parsed, summary)
+            added = (summary.requests_added - before[0]) + (summary.metric_points_added - before[1]) \
+                + (summary.block_requests_added - before[2])
+            dups = summary.duplicates_skipped - before[3]
+            rows = _ledger_rows(group, fmt.name, now, added, dups, len(parsed.rejects), parsed) + also
+            _record_files(store, rows, known)
+    except BaseException:
+        # rolled back: the summary counts only what is stored
+        (summary.requests_added, summary.metric_points_added, summary.block_requests_added,
+         summary.duplicates_skipped) = before
+        raise
     resident.recorded(kept, rows)
     summary.formats[fmt.name] = summary.formats.get(fmt.name, 0) + len(group)
+    return len(group)
+
+
+def _all_rejected(parsed: Parsed, paths: list[Path]) -> set[str]:
+    """The files of a unit that had rejected lines and gave no row at all."""
+    if not parsed.rejects:
+        return set()
+    rejected = {r.path or str(paths[0]) for r in parsed.rejects}
+    tables = parsed.tables()
+    if len(paths) == 1:
+        return set() if tables else rejected
+    import pyarrow.compute as pc
+
+    def gave_rows(path: str) -> bool:
+        return any(pc.any(pc.starts_with(t.column("ingested_from"), path + ":")).as_py()
+                   for t in tables.values())
+
+    return {path for path in rejected if not gave_rows(path)}
+
+
+def _barren_message(path: str, parsed: Parsed) -> str:
+    n = sum(1 for r in parsed.rejects if (r.path or path) == path)
+    if is_lfs_pointer(Path(path)):
+        return f"{path}: nothing stored ({LFS_HINT})"
+    first = next(r for r in parsed.rejects if (r.path or path) == path).describe(path)
+    return f"{path}: nothing stored, all {n} lines with content were rejected (first: {first})"
 
 
 def _ledger_rows(group, fmt_name: str, now, added: int, dups: int, rejected: int,
@@ -384,15 +513,87 @@ class _NoBar:
     def add_task(self, *a, **k):
         return 0
 
-    def advance(self, *a, **k):
+    def update(self, *a, **k):
         pass
 
 
 def _progress(enabled: bool):
+    """A bar of bytes read with an ETA on stderr, only when stderr is a terminal."""
     if not enabled:
         return _NoBar()
     from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(),
-                    TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        return _NoBar()
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                    TimeRemainingColumn(), console=console, transient=True)
+
+
+class _Reading:
+    """Moves the bar within a unit as its files are read, whoever reads them (a parser in
+    Python or DuckDB's own readers): a thread samples the read offsets of the process's open
+    files (``/proc/self/fdinfo``) a few times a second. A file seen open and then closed counts
+    as read whole. Without ``/proc`` (or without a bar) the bar moves per unit.
+    """
+
+    INTERVAL_S = 0.2
+
+    def __init__(self, bar, total: int) -> None:
+        self.bar = bar
+        self.task = bar.add_task("ingest", total=total or 1)
+        self.lock = threading.Lock()
+        self.files: dict[str, int] = {}          # real path -> size, of the unit being read
+        self.read: dict[str, int] = {}           # real path -> furthest offset seen
+        self.base = 0                            # bytes of the units before
+        self.stop = threading.Event()
+        self.thread = None
+        if not isinstance(bar, _NoBar) and os.path.isdir("/proc/self/fdinfo"):
+            self.thread = threading.Thread(target=self._run, name="kvtrace-ingest-progress", daemon=True)
+
+    def __enter__(self) -> "_Reading":
+        if self.thread is not None:
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join()
+        return False
+
+    def unit(self, group, done: int) -> None:
+        """The unit now read (``[]``: between units), after ``done`` bytes of the ones before."""
+        with self.lock:
+            self.base = done
+            self.read = {}
+            self.files = {os.path.realpath(p): st[1] for p, st in group} if self.thread is not None else {}
+            self.bar.update(self.task, completed=done)
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.INTERVAL_S):
+            with self.lock:
+                if not self.files:
+                    continue
+                open_now: dict[str, int] = {}
+                try:
+                    fds = os.listdir("/proc/self/fd")
+                except OSError:
+                    return
+                for fd in fds:
+                    try:
+                        target = os.readlink(f"/proc/self/fd/{fd}")
+                        if target not in self.files:
+                            continue
+                        with open(f"/proc/self/fdinfo/{fd}") as fh:
+                            pos = int(fh.readline().split()[1])
+                    except (OSError, ValueError, IndexError):
+                        continue
+                    open_now[target] = max(open_now.get(target, 0), pos)
+                for path in self.read:
+                    if path not in open_now:
+                        self.read[path] = self.files[path]     # opened before and closed: read whole
+                for path, pos in open_now.items():
+                    self.read[path] = max(self.read.get(path, 0), min(pos, self.files[path]))
+                self.bar.update(self.task, completed=self.base + sum(self.read.values()))

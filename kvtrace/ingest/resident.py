@@ -171,12 +171,13 @@ def merged(st: State | None, hashes: set[int] | None, rows_added: int) -> None:
 
 # -- folders -------------------------------------------------------------------------------------
 
-def walk(root: str, st: State | None) -> list[str]:
+def walk(root: str, st: State | None, unreadable: list[tuple[str, str]] | None = None) -> list[str]:
     """Ingestible files under ``root`` (an absolute, resolved folder) as absolute paths, sorted as
     ``Path`` objects sort (component by component): each folder's entries are visited by name.
 
     As ``os.walk``: a link to a folder is neither entered nor listed, an unreadable folder is
-    skipped, an entry that cannot be stat'ed counts as a file.
+    skipped (and added to ``unreadable`` as ``(folder, reason)``), an entry that cannot be
+    stat'ed counts as a file.
     """
     kept = st.folders.get(root, {}) if st is not None else None
     fresh: dict[str, tuple] | None = {} if st is not None else None
@@ -185,17 +186,19 @@ def walk(root: str, st: State | None) -> list[str]:
     def entries(folder: str) -> list[tuple[str, bool]]:
         """``(path, is_folder)`` of the folder's entries, by name."""
         if kept is None:
-            return _list(folder)[0]
+            return _list(folder, unreadable)[0]
         try:
             s = os.stat(folder)
-        except OSError:
+        except OSError as e:
+            if unreadable is not None:
+                unreadable.append((folder, e.strerror or str(e)))
             return []
         stamp = (s.st_mtime_ns, s.st_ctime_ns, s.st_ino, s.st_dev)
         old = kept.get(folder)
         if old is not None and old[0] == stamp:
             fresh[folder] = old
             return old[1]
-        listed, has_links = _list(folder)
+        listed, has_links = _list(folder, unreadable)
         # A link's target can turn from a file into a folder without the folder changing.
         # An entry added or removed later sets the mtime to that moment: unless the mtime we saw
         # is that recent (the same clock tick), a change shows. ctime is in the stamp for a
@@ -219,7 +222,7 @@ def walk(root: str, st: State | None) -> list[str]:
     return out
 
 
-def _list(folder: str) -> tuple[list[tuple[str, bool]], bool]:
+def _list(folder: str, unreadable: list | None = None) -> tuple[list[tuple[str, bool]], bool]:
     """A folder's subfolders and ingestible files as ``(path, is_folder)`` sorted by name, and
     whether it holds links."""
     out, links = [], False
@@ -237,7 +240,9 @@ def _list(folder: str) -> tuple[list[tuple[str, bool]], bool]:
                         out.append((e.name, True))
                 elif e.name.endswith(INGESTIBLE_SUFFIXES):
                     out.append((e.name, False))
-    except OSError:
+    except OSError as e:
+        if unreadable is not None:
+            unreadable.append((folder, e.strerror or str(e)))
         return [], True        # not kept: listed again next time
     out.sort()
     base = folder.rstrip(os.sep) + os.sep      # "/" gives "/name"

@@ -33,6 +33,7 @@ A tier's ``capacity`` is bytes (``512GB``) or tokens (``2M``); drives give it wh
 from __future__ import annotations
 
 import math
+import os
 import tomllib
 from dataclasses import asdict, dataclass, field
 from importlib import resources
@@ -148,6 +149,9 @@ def load_tiers(spec: str) -> TierSet:
         where = f"preset {spec}"
     elif path.exists():
         text, where = path.read_text(), str(path)
+    elif spec.endswith(".toml") or "/" in spec or os.sep in spec:
+        raise ConfigError(f"{spec}: no such tiers file",
+                          hint="check the path, or use a preset (" + ", ".join(preset_names()) + ")")
     else:
         raise ConfigError(f"unknown tiers {spec!r}",
                           hint="use a preset (" + ", ".join(preset_names()) + ") or a TOML file path")

@@ -12,11 +12,14 @@ from typing import Any
 
 import duckdb
 
-from kvtrace.errors import SchemaError
+from kvtrace.errors import SchemaError, WriteFailed
 from kvtrace.store.queries import load_query, queries_dir
 
 DEFAULT_DB = "kvtrace.duckdb"
 ROW_GROUP_ROWS = 122_880          # DuckDB's row group size: an insert of more is a bulk insert
+# What DuckDB's errors say when the warehouse file cannot be written.
+_WRITE_FAILURES = ("could not write", "no space left", "file too large", "failed to commit",
+                   "database has been invalidated", "disk quota exceeded")
 
 
 def default_db_path() -> Path:
@@ -64,13 +67,23 @@ class Store:
         created = not memory and not read_only and not self.path.exists()
         try:
             self.con = self._connect(target, read_only and not memory, lock_wait_s)
-            if not read_only:
-                self.migrate()
         except Exception as e:
             if created and "lock" not in str(e).lower():
                 self._remove_unborn()
             raise
-        if read_only and not memory and self._check_version():
+        try:
+            self._prepare(read_only, memory, target, lock_wait_s)
+        except BaseException as e:
+            if created and "lock" not in str(e).lower():
+                self._remove_unborn()   # closes the connection and removes the half-made file
+            else:
+                self.con.close()      # a refused file must not stay open (this process could not reopen it)
+            raise
+
+    def _prepare(self, read_only: bool, memory: bool, target: str, lock_wait_s: float) -> None:
+        if not read_only:
+            self.migrate()
+        elif not memory and self._check_version():
             # An older warehouse: migrate it once through a short write connection (the
             # migrations are idempotent), then read as asked.
             self.con.close()
@@ -114,7 +127,13 @@ class Store:
                     held = holder_message(target)
                     if held is not None:
                         raise SchemaError(held[0], hint=held[1]) from e
-                if "lock" not in str(e).lower() or time.monotonic() + delay > deadline:
+                if "not a valid duckdb database" in str(e).lower():
+                    raise SchemaError(f"{target} is not a kvtrace warehouse (not a DuckDB database file)",
+                                      hint="pass --db a warehouse, or a new file name to create one") from None
+                if "lock" not in str(e).lower():
+                    raise SchemaError(f"cannot open warehouse {target}: {str(e).splitlines()[0]}",
+                                      hint="check the path and its permissions") from None
+                if time.monotonic() + delay > deadline:
                     raise SchemaError(f"cannot open warehouse {target}: {e}",
                                       hint="another kvtrace process holds it for writing; retry when it is done") from e
                 time.sleep(delay)
@@ -123,6 +142,9 @@ class Store:
     # -- schema ------------------------------------------------------------------------------
     def migrate(self) -> list[str]:
         """Apply every pending ``queries/schema/NNN_*.sql`` in order; return the names applied."""
+        if self.path is not None and not self._is_warehouse():
+            raise SchemaError(f"{self.path} is a DuckDB database but not a kvtrace warehouse",
+                              hint="pass --db a warehouse, or a new file name to create one")
         self.con.execute("CREATE TABLE IF NOT EXISTS _migrations (version INTEGER PRIMARY KEY, "
                          "name VARCHAR NOT NULL, applied_at TIMESTAMP NOT NULL DEFAULT now())")
         done = {r[0] for r in self.con.execute("SELECT version FROM _migrations").fetchall()}
@@ -143,6 +165,12 @@ class Store:
                 self.con.execute("INSERT INTO _views VALUES (?)", [digest])
             applied.append("views")
         return applied
+
+    def _is_warehouse(self) -> bool:
+        """A new (empty) database, or one that kvtrace created: never write into another's tables."""
+        names = {r[0] for r in self.con.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE NOT temporary AND database_name = current_database()").fetchall()}
+        return not names or "_migrations" in names
 
     def _check_version(self) -> bool:
         """True when the warehouse needs migrations; raises when it is not one or is newer."""
@@ -205,11 +233,36 @@ class Store:
         self.con.execute("BEGIN TRANSACTION")
         try:
             yield
-        except BaseException:
-            self.con.execute("ROLLBACK")
+        except BaseException as e:
+            try:
+                self.con.execute("ROLLBACK")
+            except duckdb.Error:
+                pass      # DuckDB ended it already (an invalidated database): the first error says why
+            failed = self._write_failure(e)
+            if failed is not None:
+                raise failed from None
             raise
         else:
-            self.con.execute("COMMIT")
+            try:
+                self.con.execute("COMMIT")
+            except duckdb.Error as e:
+                failed = self._write_failure(e)
+                if failed is not None:
+                    raise failed from None
+                raise
+
+    def _write_failure(self, e: BaseException) -> WriteFailed | None:
+        """A DuckDB error that says the warehouse file could not be written (a full disk, a file
+        size limit, an earlier fatal write error) as one line naming the file and the fix."""
+        if not isinstance(e, duckdb.Error):
+            return None
+        text = str(e)
+        low = text.lower()
+        if not (isinstance(e, duckdb.FatalException) or any(k in low for k in _WRITE_FAILURES)):
+            return None
+        reason = text.splitlines()[0].rsplit(": ", 1)[-1].strip() or text
+        return WriteFailed(f"cannot write the warehouse {self.path or ':memory:'}: {reason}",
+                           hint="free space on its volume (or raise the file size limit), then run the command again")
 
     @contextmanager
     def unordered(self) -> Iterator[None]:
@@ -236,14 +289,34 @@ class Store:
         try:
             self.con.execute("SET max_vacuum_tasks = 0")
             self.con.execute("CHECKPOINT")
+        except duckdb.Error as e:
+            failed = self._write_failure(e)
+            if failed is not None:
+                raise failed from None
+            raise
         finally:
-            self.con.execute("RESET max_vacuum_tasks")   # even when interrupted between the two
+            try:
+                self.con.execute("RESET max_vacuum_tasks")   # even when interrupted between the two
+            except duckdb.Error:
+                pass      # an invalidated database refuses it too: the error above says why
 
     def close(self) -> None:
-        self.con.close()
+        try:
+            self.con.close()
+        except duckdb.Error as e:          # the checkpoint on close could not write
+            failed = self._write_failure(e)
+            if failed is not None:
+                raise failed from None
+            raise
 
     def __enter__(self) -> "Store":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - the error that ended the block is the one to report
+            pass

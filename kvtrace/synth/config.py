@@ -129,7 +129,7 @@ def parse_start(s: str) -> datetime:
 
 
 def parse_ttl(s: str | int) -> int:
-    """'5m' / '1h' / '300s' / '300' -> seconds."""
+    """'5m' / '1h' / '300s' -> seconds (text needs a unit; an int is seconds)."""
     if isinstance(s, int):
         return s
     return int(parse_duration(s, what="cache TTL"))
