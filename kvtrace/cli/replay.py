@@ -26,7 +26,7 @@ def replay(
     tier_mode: Annotated[Optional[str], typer.Option("--tier-mode", help="Override the tier file's mode: exclusive or inclusive.")] = None,
     model: Annotated[Optional[str], typer.Option("--model", help="KV geometry: a catalog name (kvtrace size --list) or a config.json path.")] = None,
     kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="KV cache dtype: bf16 or fp8.")] = "bf16",
-    block_size: Annotated[Optional[int], typer.Option("--block-size", help="Tokens per block of a trace file (default: the format's).")] = None,
+    block_size: Annotated[Optional[int], typer.Option("--block-size", help="Tokens per block of a trace file without its own (kvtrace export writes it on every line; default: the format's, with a warning).")] = None,
     prefill_rate: Annotated[Optional[float], typer.Option("--prefill-rate", help="TTFT: prefill tokens/s instead of the FLOPs model.")] = None,
     no_overlap: Annotated[bool, typer.Option("--no-overlap", help="TTFT: reload and prefill add up instead of overlapping.")] = False,
     resume_gap: Annotated[str, typer.Option("--resume-gap", help="TTFT: a request after a longer gap is a resumed session.")] = "5m",
