@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvtrace.cli._options import DbOpt, OutOpt, SinceOpt, UntilOpt, guarded
+from kvtrace.cli._options import DbOpt, KvDtypeOpt, ModelOpt, OutOpt, SinceOpt, UntilOpt, guarded, model_option
 from kvtrace.errors import ConfigError
 
 FORMATS = ("table", "json", "md", "html")
@@ -21,7 +21,8 @@ def report(
     until: UntilOpt = None,
     group_by: Annotated[Optional[list[str]], typer.Option("--group-by", "-g", help="day, hour, model, user, session, query_source, agent, project (repeat or comma-separate).")] = None,
     ttl: Annotated[Optional[list[str]], typer.Option("--ttl", help="TTL what-if and required capacity for these idle TTLs: 30s, 5m, 1h, 2d (repeat or comma-separate).")] = None,
-    model: Annotated[Optional[str], typer.Option("--model", help="KV geometry for bytes: a catalog name (kvtrace size --list) or a config.json path.")] = None,
+    model: ModelOpt = None,
+    kv_dtype: KvDtypeOpt = None,
     tiers: Annotated[Optional[str], typer.Option("--tiers", help="Add a tier replay: a preset name or a tiers TOML file.")] = None,
     title: Annotated[str, typer.Option("--title", help="Report title.")] = "kvtrace report",
     ingest: Annotated[Optional[list[str]], typer.Option("--ingest", help="Ingest these files or folders first, in the same process (only what is new is read).")] = None,
@@ -38,7 +39,7 @@ def report(
         raise ConfigError(f"unknown --format '{format}'", hint="choose table, json, md or html")
     groups = [g.strip() for item in (group_by or []) for g in item.split(",") if g.strip()]
     opts = ReportOptions(since=since, until=until, group_by=groups, ttls=parse_durations(ttl),
-                         model=model, tiers=tiers, title=title)
+                         model=model_option(model, kv_dtype), tiers=tiers, title=title)
     if ingest:
         from kvtrace.ingest import ingest as run_ingest
 
