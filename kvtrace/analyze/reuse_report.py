@@ -8,6 +8,7 @@ from pathlib import Path
 
 from kvtrace.analyze.chains import ChainParams
 from kvtrace.analyze.reuse import ReuseParams
+from kvtrace.analyze.working_set import sizing_warnings
 from kvtrace.errors import ConfigError
 
 DEFAULT_TTLS: tuple[float | None, ...] = (60.0, 300.0, 3600.0, None)
@@ -68,10 +69,12 @@ def reuse_report(store, opts: ReuseOptions | None = None) -> dict:
            "params": {"ttls_s": list(opts.ttls), "idle_s": opts.reuse.idle_s, "bytes_per_token": bpt,
                       **({"chains": asdict(opts.chain)} if derived else {})}}
     if trace.n_requests == 0:
-        out.update(trace=None, reuse_time=None, effective_reuse_time=None, threads=None, ttl=[], spend=None)
+        out.update(trace=None, reuse_time=None, effective_reuse_time=None, threads=None, ttl=[], spend=None, warnings=[])
         return out
     out.update(reuse_profile(trace, opts.reuse))
     out["ttl"] = ttl_section(trace, opts.ttls, bytes_per_token=bpt, series=opts.series)
+    out["warnings"] = ([trace.meta["block_size_assumed"]] if trace.meta.get("block_size_assumed") else []) \
+        + sizing_warnings(trace, opts.ttls)
     out["spend"] = None
     if derived or opts.price_model:
         out["spend"] = spend_whatif(trace, load_pricing(opts.pricing), model=opts.price_model)

@@ -102,6 +102,8 @@ def render(data: dict, console) -> None:
     spend = spend_table(data.get("spend") or {})
     if spend is not None:
         print_tables([replace(spend, title="API spend what-if (hosted prompt caching)")], console)
+    for w in data.get("warnings") or []:
+        console.print(f"[yellow]Warning:[/] {w}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

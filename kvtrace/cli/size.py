@@ -71,6 +71,8 @@ def size(
               "rate_tokens_per_s": "rate (tokens/s)", "ttl_s": "TTL (s)", "drive_size_bytes": "drive size",
               "usable_bytes": "usable capacity", "dwpd_per_drive": "DWPD per drive"}
     for k, v in out.items():
+        if k == "warnings":
+            continue
         if k == "bytes_per_token":
             shown = f"{v:,} B ({v / 1024:,.4g} KiB)"
         elif isinstance(v, (int, float)) and not isinstance(v, bool) and "bytes" in k:
@@ -82,6 +84,8 @@ def size(
         else:
             shown = str(v)
         typer.echo(f"{labels.get(k, k.replace('_', ' ')):26} {shown}")
+    for w in out.get("warnings", []):
+        typer.echo(f"Warning: {w}")
 
 
 def register(app: typer.Typer) -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvtrace.analyze.blocktrace import BlockTrace
+from kvtrace.analyze.working_set import sizing_warnings
 from kvtrace.errors import ConfigError
 from kvtrace.replay.catalog import KVModel
 from kvtrace.replay.distances import NO_TTL, compute_distances
@@ -196,6 +197,7 @@ def replay(trace: BlockTrace, capacities: list[int | None] | None = None, ttls: 
                   "distinct_blocks": dist.peak_after[NO_TTL]}
     clock["total_s"] = time.perf_counter() - t0
     warnings = [trace.meta["block_size_assumed"]] if trace.meta.get("block_size_assumed") else []
+    warnings += sizing_warnings(trace, ttl_list + ([tier_ttl] if tiers is not None else []))
     return ReplayResult(trace=info_trace, grid=grid, working_set=working,
                         model=None if model is None else model.to_dict(bs), tiers=tier_out, ttft=ttft_out,
                         engine={"kernel": dist.kernel, "runs": len(dist), **{k: round(v, 4) for k, v in clock.items()}},

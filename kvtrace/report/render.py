@@ -47,6 +47,8 @@ def render_markdown(d: dict, out: IO[str]) -> None:
         w("\n")
         for note in t.notes:
             w(f"{note}\n\n")
+    for warning in d.get("warnings") or []:
+        w(f"**Warning:** {warning}\n\n")
 
 
 def print_tables(specs, console) -> None:
@@ -80,3 +82,5 @@ def render_terminal(d: dict, console=None) -> None:
     console.print(f"[bold]{d['title']}[/bold]  {window_text(d)}")
     console.print(headline(d))
     print_tables(report_tables(d), console)
+    for w in d.get("warnings") or []:
+        console.print(f"[yellow]Warning:[/] {w}", highlight=False)
