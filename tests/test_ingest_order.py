@@ -98,3 +98,55 @@ def test_every_request_of_the_sample_week_gets_its_user_and_project(order):
     # the 4 compaction requests are only in the events: no transcript names their project
     assert s.scalar("SELECT count(project) FROM requests") == REQUESTS - 4
     s.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.sampled_from(["none", "main", "side", "both"]), st.integers(1, 9),
+                          st.booleans(), st.booleans()), min_size=1, max_size=5),
+       st.data())
+def test_two_sources_merge_to_the_same_rows_in_any_order_and_batching(requests, data):
+    """Property over the merge itself: an event (user, organization, cost, a write of unknown
+    split, its own attributes; with or without its request id) and transcript copies (the
+    main-thread copy and a sidechain replay of it; project, thread, 5m split; with the request id
+    or, as behind a gateway that drops it, keyed by the message id) of each request, in batches
+    of one source as the pipeline makes them, in any order: the same rows, every column."""
+    from kvtrace.ingest.pipeline import IngestSummary, _merge
+    from tests.builders import parsed
+
+    copies = {"otlp-log": [], "claude-transcript": []}
+    for i, (event, tx, out, event_has_id, tx_has_id) in enumerate(requests):
+        common = dict(ts=100 * i, session_id="s", input_tokens=3, cache_read_tokens=1000 * i)
+        rid = f"req_{i}"
+        if event:
+            copies["otlp-log"].append(dict(
+                common, request_key=rid if event_has_id else f"otlp:{i}", request_id=rid if event_has_id else None,
+                source="otlp-log", user_id="u1", org_id="o1", cost_usd=0.5 + i, cache_write_unknown_tokens=40,
+                output_tokens=out, thread_id="main", attributes=f'{{"prompt.id": "p{i}", "query_source": "main"}}'))
+        transcript = dict(common, message_id=f"msg_{i}", source="claude-transcript", project="/src/app",
+                          cache_write_5m_tokens=40, attributes=f'{{"cwd": "/src/app", "version": "2.1.{i}"}}')
+        if tx in ("main", "both"):
+            copies["claude-transcript"].append(dict(
+                transcript, request_key=rid if tx_has_id else f"msg_{i}", request_id=rid if tx_has_id else None,
+                output_tokens=out, thread_id="main"))
+        if tx in ("side", "both"):
+            copies["claude-transcript"].append(dict(
+                transcript, request_key=rid if tx_has_id else f"msg_{i}", request_id=rid if tx_has_id else None,
+                output_tokens=out + 1, is_sidechain=True, thread_id="agent-a"))
+    batches = []
+    for source, rows in copies.items():
+        k = data.draw(st.integers(1, 2), label=f"{source} batches")
+        batches += [rows[j::k] for j in range(k) if rows[j::k]]
+
+    def run(order):
+        s = Store(memory=True)
+        for b in order:
+            with s.transaction():
+                _merge(s, parsed(*b), IngestSummary())
+        rows = s.query(ROWS_SQL)
+        s.close()
+        return rows
+
+    first = run(batches)
+    again = run([batches[k] for k in data.draw(st.permutations(range(len(batches))), label="order")])
+    assert again == first
+    assert run(batches + batches) == first          # repeats change nothing

@@ -6,15 +6,23 @@
 --   copy is the one of highest rank (ingest/merge_match: the agent's own files, then OTLP events,
 --   metric-derived requests, trace spans; within a source the main-thread copy over a sidechain
 --   replay, then the larger output, as transcripts write a response several times). The primary
---   gives the key, time, source, counts, thread kind and attributes; every other field is the
---   first non-null value in rank order (so a transcript's thread and project, an event's user,
---   organization, cost and model, a span's TTFT; the attributes of both), and a cache write whose 5m/1h split the primary
---   lacks takes the split of a copy that has it. Re-reading a stored copy changes nothing.
+--   gives the key, time, source, counts and thread kind; every other field is the first
+--   non-null value in rank order (so a transcript's thread and project, an event's user,
+--   organization, cost and model, a span's TTFT), the attributes of both copies are kept, and a
+--   cache write whose 5m/1h split the primary lacks takes the other copy's split of the same
+--   total. Re-reading a stored copy changes nothing. The stored row keeps no record of which copy
+--   gave which field, so this is exact for two sources of one request; with three (a transcript,
+--   its event and its span), a field that the transcript lacks and the other two both carry
+--   comes from the one stored first.
 --   Reads view staged: the staged rows with one row per key and per message id (staged_in as
 --   it is when already so, else ingest/merge_dedup's table), and temp table matched
 --   (ingest/merge_match). Run only when some staged row matches a stored one.
 
-CREATE OR REPLACE TEMP TABLE merged AS
+-- b: the staged copy is the primary; prim: the primary's value; fill: the primary's, else the other's
+CREATE OR REPLACE TEMP MACRO prim(b, s, r) AS CASE WHEN b THEN s ELSE r END;
+CREATE OR REPLACE TEMP MACRO fill(b, s, r) AS CASE WHEN b THEN coalesce(s, r) ELSE coalesce(r, s) END;
+
+CREATE OR REPLACE TEMP VIEW merged AS
 WITH
 -- several staged copies matching one stored row (by key, and by message id): the one of
 -- highest rank merges with it
@@ -24,54 +32,51 @@ pick AS (
     QUALIFY row_number() OVER (PARTITION BY m.r_key
                                ORDER BY m.s_rank, s.source, s.is_sidechain, s.output_tokens DESC, s.request_key) = 1
 ),
--- the two copies of each merged row; primary: the first in rank order
-copies AS (
-    SELECT * EXCLUDE (better), NOT better AS secondary FROM pick
-    UNION ALL BY NAME
-    SELECT r.*, p.r_key, p.better AS secondary FROM pick p JOIN requests r ON r.request_key = p.r_key
-),
-merged AS (
-    SELECT r_key,
-           min_by(request_key, secondary) AS request_key,
-           min_by(request_id, secondary) FILTER (WHERE request_id IS NOT NULL) AS request_id,
-           min_by(message_id, secondary) FILTER (WHERE message_id IS NOT NULL) AS message_id,
-           min_by(ts, secondary) AS ts, min_by(source, secondary) AS source, min_by(agent, secondary) AS agent,
-           min_by(session_id, secondary) FILTER (WHERE session_id IS NOT NULL) AS session_id,
-           min_by(thread_id, secondary) FILTER (WHERE thread_id IS NOT NULL) AS thread_id,
-           min_by(user_id, secondary) FILTER (WHERE user_id IS NOT NULL) AS user_id,
-           min_by(org_id, secondary) FILTER (WHERE org_id IS NOT NULL) AS org_id,
-           min_by(project, secondary) FILTER (WHERE project IS NOT NULL) AS project,
-           min_by(model, secondary) FILTER (WHERE model IS NOT NULL) AS model,
-           min_by(query_source, secondary) FILTER (WHERE query_source IS NOT NULL) AS query_source,
-           min_by(input_tokens, secondary) AS input_tokens, min_by(cache_read_tokens, secondary) AS cache_read_tokens,
-           min_by(struct_pack(m5 := cache_write_5m_tokens, h1 := cache_write_1h_tokens,
-                              unknown := cache_write_unknown_tokens), secondary) AS write_primary,
-           min_by(struct_pack(m5 := cache_write_5m_tokens, h1 := cache_write_1h_tokens,
-                              unknown := cache_write_unknown_tokens), secondary)
-               FILTER (WHERE cache_write_unknown_tokens = 0 AND cache_write_5m_tokens + cache_write_1h_tokens > 0)
-               AS write_split,
-           min_by(output_tokens, secondary) AS output_tokens,
-           min_by(cost_usd, secondary) FILTER (WHERE cost_usd IS NOT NULL) AS cost_usd,
-           min_by(duration_ms, secondary) FILTER (WHERE duration_ms IS NOT NULL) AS duration_ms,
-           min_by(ttft_ms, secondary) FILTER (WHERE ttft_ms IS NOT NULL) AS ttft_ms,
-           min_by(is_sidechain, secondary) AS is_sidechain,
+pair AS (
+    SELECT s.r_key,
+           prim(s.better, s.request_key, r.request_key) AS request_key,
+           fill(s.better, s.request_id, r.request_id) AS request_id,
+           fill(s.better, s.message_id, r.message_id) AS message_id,
+           prim(s.better, s.ts, r.ts) AS ts, prim(s.better, s.source, r.source) AS source,
+           prim(s.better, s.agent, r.agent) AS agent,
+           fill(s.better, s.session_id, r.session_id) AS session_id,
+           fill(s.better, s.thread_id, r.thread_id) AS thread_id,
+           fill(s.better, s.user_id, r.user_id) AS user_id, fill(s.better, s.org_id, r.org_id) AS org_id,
+           fill(s.better, s.project, r.project) AS project, fill(s.better, s.model, r.model) AS model,
+           fill(s.better, s.query_source, r.query_source) AS query_source,
+           prim(s.better, s.input_tokens, r.input_tokens) AS input_tokens,
+           prim(s.better, s.cache_read_tokens, r.cache_read_tokens) AS cache_read_tokens,
+           prim(s.better, s.output_tokens, r.output_tokens) AS output_tokens,
+           fill(s.better, s.cost_usd, r.cost_usd) AS cost_usd,
+           fill(s.better, s.duration_ms, r.duration_ms) AS duration_ms,
+           fill(s.better, s.ttft_ms, r.ttft_ms) AS ttft_ms,
+           prim(s.better, s.is_sidechain, r.is_sidechain) AS is_sidechain,
+           prim(s.better, s.ingested_from, r.ingested_from) AS ingested_from,
            -- both copies' attributes (the primary's value where they share a key), by key
-           CASE WHEN count(DISTINCT attributes::VARCHAR) = 2 THEN
+           CASE WHEN s.attributes::VARCHAR <> r.attributes::VARCHAR THEN
                to_json(map_from_entries(list_sort(map_entries(map_concat(
-                   CAST(max_by(attributes, secondary) AS MAP(VARCHAR, JSON)),
-                   CAST(min_by(attributes, secondary) AS MAP(VARCHAR, JSON)))))))
-           ELSE min_by(attributes, secondary) FILTER (WHERE attributes IS NOT NULL) END AS attributes,
-           min_by(ingested_from, secondary) AS ingested_from
-    FROM copies GROUP BY r_key
+                   CAST(prim(s.better, r.attributes, s.attributes) AS MAP(VARCHAR, JSON)),
+                   CAST(prim(s.better, s.attributes, r.attributes) AS MAP(VARCHAR, JSON)))))))
+           ELSE fill(s.better, s.attributes, r.attributes) END AS attributes,
+           struct_pack(m5 := prim(s.better, s.cache_write_5m_tokens, r.cache_write_5m_tokens),
+                       h1 := prim(s.better, s.cache_write_1h_tokens, r.cache_write_1h_tokens),
+                       unknown := prim(s.better, s.cache_write_unknown_tokens, r.cache_write_unknown_tokens))
+               AS write_primary,
+           struct_pack(m5 := prim(s.better, r.cache_write_5m_tokens, s.cache_write_5m_tokens),
+                       h1 := prim(s.better, r.cache_write_1h_tokens, s.cache_write_1h_tokens),
+                       unknown := prim(s.better, r.cache_write_unknown_tokens, s.cache_write_unknown_tokens))
+               AS write_other
+    FROM pick s JOIN requests r ON r.request_key = s.r_key
 )
-SELECT * EXCLUDE (write_primary, write_split),
-       CASE WHEN split THEN write_split ELSE write_primary END.m5 AS cache_write_5m_tokens,
-       CASE WHEN split THEN write_split ELSE write_primary END.h1 AS cache_write_1h_tokens,
-       CASE WHEN split THEN write_split ELSE write_primary END.unknown AS cache_write_unknown_tokens
+SELECT * EXCLUDE (write_primary, write_other),
+       CASE WHEN split THEN write_other ELSE write_primary END.m5 AS cache_write_5m_tokens,
+       CASE WHEN split THEN write_other ELSE write_primary END.h1 AS cache_write_1h_tokens,
+       CASE WHEN split THEN write_other ELSE write_primary END.unknown AS cache_write_unknown_tokens
 FROM (
-    SELECT *, coalesce(write_primary.unknown > 0 AND write_primary.m5 + write_primary.h1 = 0
-                       AND write_split.m5 + write_split.h1 = write_primary.unknown, false) AS split
-    FROM merged
+    -- a write whose 5m/1h split the primary lacks takes the other copy's split of the same total
+    SELECT *, write_primary.unknown > 0 AND write_primary.m5 + write_primary.h1 = 0
+              AND write_other.unknown = 0 AND write_other.m5 + write_other.h1 = write_primary.unknown AS split
+    FROM pair
 );
 
 -- Only rows that change are written: re-reading a file already stored (a rotated copy, --force)
