@@ -109,9 +109,10 @@ def test_export_round_trips_a_mooncake_trace(tmp_path):
     out = tmp_path / "out.jsonl"
     n = write_mooncake(read_block_trace(src), out)
     assert n == 12031
-    # Same records, compact JSON, in the same order (the source's times start at 0).
+    # Same records, compact JSON, in the same order (the source's times start at 0), each with
+    # the block size the trace was read with.
     assert [orjson.loads(x) for x in out.read_bytes().splitlines()] == \
-        [orjson.loads(x) for x in raw(src).splitlines()]
+        [{**orjson.loads(x), "block_size": 512} for x in raw(src).splitlines()]
     assert b" " not in out.read_bytes()[:200]
 
 
@@ -126,11 +127,13 @@ def test_export_of_a_derived_trace_is_a_valid_mooncake_trace(tmp_path):
     write_mooncake(tr, out)
     recs = [orjson.loads(x) for x in out.read_bytes().splitlines()]
     assert [r["timestamp"] for r in recs] == [0, 500, 60000]
-    assert [list(r) for r in recs] == [["timestamp", "input_length", "output_length", "hash_ids"]] * 3
+    assert [list(r) for r in recs] == [["timestamp", "input_length", "output_length", "hash_ids", "block_size"]] * 3
+    assert {r["block_size"] for r in recs} == {64}
     for r in recs:
         assert len(r["hash_ids"]) == -(-r["input_length"] // 64)
     assert recs[1]["hash_ids"][:15] == recs[0]["hash_ids"][:15]      # 1000 cached tokens = 15 whole blocks
-    back = read_block_trace(out, block_size=64)
+    back = read_block_trace(out)                  # the file says 64
+    assert back.block_size == 64
     assert hit_ratios(back, [None]) == hit_ratios(tr, [None])
 
 

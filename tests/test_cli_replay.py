@@ -74,3 +74,49 @@ def test_the_warehouse_replays_like_the_file(tmp_path):
     assert from_db.exit_code == 0, from_db.output
     a, b = json.loads(from_db.output)["grid"], json.loads(from_file.output)["grid"]
     assert [g["hit_tokens"] for g in a] == [g["hit_tokens"] for g in b]
+
+
+def test_export_then_replay_reads_the_block_size_back(tmp_path):
+    """kvtrace export writes 64-token blocks of derived chains and says so on every line; replay
+    of that file gives the warehouse's own figures (it used to read them as 512-token blocks)."""
+    from pathlib import Path
+
+    sample = Path(__file__).resolve().parents[1] / "sample_traces"
+    db, fleet = str(tmp_path / "w.duckdb"), tmp_path / "fleet.jsonl"
+    runner = CliRunner()
+    assert runner.invoke(app, ["ingest", "--db", db, str(sample / "otlp" / "logs.jsonl.gz")]).exit_code == 0
+    r = runner.invoke(app, ["export", "--db", db, "--out", str(fleet)])
+    assert r.exit_code == 0, r.output
+    assert "blocks of 64 tokens" in r.output
+    assert {json.loads(line)["block_size"] for line in fleet.read_text().splitlines()} == {64}
+    args = ["-c", "1M", "--ttl", "1h,none", "--model", "MiniMax-M2.7", "--kv-dtype", "fp8", "--format", "json"]
+    from_db = json.loads(_run("--db", db, *args).stdout)
+    from_file = json.loads(_run(str(fleet), *args).stdout)
+    assert from_file["trace"]["block_size"] == 64 and from_file["warnings"] == []
+    assert from_file["working_set"] == from_db["working_set"]
+    assert [g["hit_tokens"] for g in from_file["grid"]] == [g["hit_tokens"] for g in from_db["grid"]]
+    # ingested, the file keeps its block size too
+    db2 = str(tmp_path / "w2.duckdb")
+    assert runner.invoke(app, ["ingest", "--db", db2, str(fleet)]).exit_code == 0
+    assert json.loads(_run("--db", db2, *args).stdout)["working_set"] == from_db["working_set"]
+    # a --block-size that contradicts the file is an error naming the field
+    r = _run(str(fleet), "--block-size", "512")
+    assert r.exit_code == 1 and "block_size" in r.output and "64" in r.output
+
+
+def test_a_block_trace_without_its_block_size_says_what_was_assumed(tmp_path):
+    r = _run(SYNTH, "-c", "1M", "--ttl", "none", "--format", "json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["warnings"] == [
+        "synthetic_trace.jsonl.gz: no block size in the file; assumed 512 tokens per block (Mooncake's). "
+        "Pass --block-size if it differs: every token and byte figure scales with it."]
+    r = _run(SYNTH, "-c", "1M", "--ttl", "none")
+    assert "assumed 512 tokens per block" in r.output
+    r = _run(SYNTH, "-c", "1M", "--ttl", "none", "--block-size", "512", "--format", "json")
+    assert json.loads(r.stdout)["warnings"] == []
+    # lines that disagree name the line
+    bad = tmp_path / "mixed.jsonl"
+    bad.write_text('{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1], "block_size": 64}\n'
+                   '{"timestamp": 1, "input_length": 5, "output_length": 1, "hash_ids": [1], "block_size": 16}\n')
+    r = _run(str(bad))
+    assert r.exit_code == 1 and "mixed.jsonl:2" in r.output and "block_size" in r.output

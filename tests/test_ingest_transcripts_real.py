@@ -83,11 +83,11 @@ def test_transcripts_and_otlp_events_agree_and_merge(store, scenario):
     root = FIXTURES / scenario
     ingest(store, [root / "logs.jsonl"], format="otlp-json")
     otlp = _totals(store, "source <> 'claude-transcript'")
-    n_otlp = store.scalar("SELECT count(*) FROM requests")
+    n_otlp, n_users = store.query("SELECT count(*), count(user_id) FROM requests")[0]
     ingest(store, [root / "projects"], format="claude-transcript")
-    # The transcript copies merged into the OTLP rows (same request id): nothing counted twice.
-    assert store.scalar("SELECT count(*) FROM requests") == n_otlp
-    assert store.scalar("SELECT count(*) FROM requests WHERE source = 'claude-transcript'") == 0
+    # The transcript copies merged into the OTLP rows (same request id): nothing counted twice,
+    # and the merged rows keep the events' user.
+    assert store.query("SELECT count(*), count(user_id) FROM requests")[0] == (n_otlp, n_users)
 
     from kvtrace.store import Store
 

@@ -1,11 +1,13 @@
 """Write a block trace as Mooncake JSONL, the input of NVIDIA Dynamo's replay and AIPerf.
 
 One compact JSON object per request, in time order:
-``{"timestamp": <ms, integer>, "input_length": ..., "output_length": ..., "hash_ids": [...]}``.
-Timestamps count from the first request (replayers schedule from the first line), unless
-``absolute`` keeps milliseconds since the epoch. Replayers must be told the trace's block size
-(512 for Mooncake's own traces; derived traces default to 64): ``--block-size`` in AIPerf's
-``analyze-trace``, ``block_size`` in Dynamo's mooncake replay.
+``{"timestamp": <ms, integer>, "input_length": ..., "output_length": ..., "hash_ids": [...],
+"block_size": <tokens per block>}``. Timestamps count from the first request (replayers schedule
+from the first line), unless ``absolute`` keeps milliseconds since the epoch. ``block_size`` is
+kvtrace's own key: ``kvtrace replay`` and ``kvtrace ingest`` read it back, and other readers skip
+it (AIPerf's trace model and Dynamo's mooncake replay read the four Mooncake keys by name), but
+they must still be told the block size (512 for Mooncake's own traces; derived traces default to
+64): ``--block-size`` in AIPerf's ``analyze-trace``, ``block_size`` in Dynamo's mooncake replay.
 """
 
 from __future__ import annotations
@@ -14,13 +16,14 @@ import sys
 from pathlib import Path
 from typing import IO
 
+import numpy as np
 import pyarrow as pa
 
 from kvtrace.analyze.blocktrace import BlockTrace
 
 
 def mooncake_table(trace: BlockTrace, absolute: bool = False) -> pa.Table:
-    """The trace as an Arrow table with the four Mooncake columns."""
+    """The trace as an Arrow table with the four Mooncake columns and ``block_size``."""
     from kvtrace.analyze.access import ts_us
 
     if trace.meta.get("materialized") is False:
@@ -34,7 +37,8 @@ def mooncake_table(trace: BlockTrace, absolute: bool = False) -> pa.Table:
     return pa.table({"timestamp": pa.array(ms, pa.int64()),
                      "input_length": pa.array(trace.input_length, pa.int64()),
                      "output_length": pa.array(trace.output_length, pa.int64()),
-                     "hash_ids": hash_ids})
+                     "hash_ids": hash_ids,
+                     "block_size": pa.array(np.full(len(ms), trace.block_size, dtype=np.int64))})
 
 
 def write_mooncake(trace: BlockTrace, out: str | Path | IO[str] | None = None, absolute: bool = False) -> int:
@@ -49,7 +53,7 @@ def write_mooncake(trace: BlockTrace, out: str | Path | IO[str] | None = None, a
     try:
         con.register("mooncake_rows", table)
         rel = con.sql("SELECT to_json(struct_pack(timestamp := timestamp, input_length := input_length, "
-                      "output_length := output_length, hash_ids := hash_ids)) AS line FROM mooncake_rows")
+                      "output_length := output_length, hash_ids := hash_ids, block_size := block_size)) AS line FROM mooncake_rows")
         reader = rel.to_arrow_reader(1 << 16) if hasattr(rel, "to_arrow_reader") else rel.fetch_record_batch(1 << 16)
         if out is None or not isinstance(out, (str, Path)):
             return _write_lines(reader, out or sys.stdout)

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from kvtrace.analyze.blocktrace import BlockTrace
-from kvtrace.errors import ConfigError
+from kvtrace.errors import BadTraceInput, ConfigError
 
 
 def block_trace_from_table(t: pa.Table, name: str = "trace", block_size: int | None = None) -> BlockTrace:
@@ -87,6 +88,12 @@ def _bailian_sessions(t: pa.Table, traces) -> np.ndarray:
     return up[code].astype(np.int64)
 
 
+def assumed_block_size_note(path: Path, size: int, fmt: str) -> str:
+    """The warning of a block trace file read without a known block size."""
+    return (f"{path.name}: no block size in the file; assumed {size} tokens per block ({fmt}'s). "
+            f"Pass --block-size if it differs: every token and byte figure scales with it.")
+
+
 def read_block_trace(path: str | Path, format: str | None = None, block_size: int | None = None) -> BlockTrace:
     """Parse a Mooncake or Bailian file straight into a ``BlockTrace`` (no warehouse)."""
     from kvtrace.ingest import block_hash
@@ -98,11 +105,26 @@ def read_block_trace(path: str | Path, format: str | None = None, block_size: in
         format = sniff(path)
     if format not in ("mooncake", "bailian"):
         raise ConfigError(f"{path} is {format}, not a block-hash trace", hint="ingest it and run on the warehouse")
-    kw = {"block_size": block_size} if block_size else {}
-    parsed = (block_hash.parse_mooncake if format == "mooncake" else block_hash.parse_bailian)(path, **kw)
+    default = block_hash.MOONCAKE_BLOCK_SIZE if format == "mooncake" else block_hash.BAILIAN_BLOCK_SIZE
+    # 0 marks the lines that carry no block_size of their own
+    parsed = (block_hash.parse_mooncake if format == "mooncake" else block_hash.parse_bailian)(path, block_size=0)
     t = parsed.block_requests
+    sizes = set(pc.unique(t.column("block_size")).to_pylist())
+    declared = sizes - {0}
+    if len(declared) > 1 or (declared and 0 in sizes):
+        raise BadTraceInput(path, None, "lines disagree on the block size", field="block_size",
+                            hint="one block size per trace: every line carries the same")
+    if declared and block_size and declared != {block_size}:
+        raise BadTraceInput(path, None, f"the file says {min(declared)} tokens per block, --block-size says "
+                            f"{block_size}", field="block_size", hint="drop --block-size: the file's own size is used")
+    if not declared:
+        t = t.set_column(t.schema.get_field_index("block_size"), "block_size",
+                         pa.array(np.full(t.num_rows, block_size or default, dtype=np.int32)))
     order = np.argsort(t.column("ts").cast(pa.int64()).to_numpy(), kind="stable")
-    return block_trace_from_table(t.take(order), name=block_hash.trace_name(path))
+    trace = block_trace_from_table(t.take(order), name=block_hash.trace_name(path))
+    if not declared and not block_size:
+        trace.meta["block_size_assumed"] = assumed_block_size_note(path, default, format.capitalize())
+    return trace
 
 
 def load_block_trace(store, trace: str | None = None, since: datetime | str | None = None,

@@ -9,6 +9,7 @@ from pathlib import Path
 from kvtrace.analyze.chains import ChainParams
 from kvtrace.analyze.reuse import ReuseParams
 from kvtrace.analyze.token_mix import no_data_text
+from kvtrace.analyze.working_set import sizing_warnings
 from kvtrace.errors import ConfigError
 
 DEFAULT_TTLS: tuple[float | None, ...] = (60.0, 300.0, 3600.0, None)
@@ -71,10 +72,12 @@ def reuse_report(store, opts: ReuseOptions | None = None) -> dict:
     if trace.n_requests == 0:
         out["no_data"] = (f"No data: {opts.file} holds no requests." if opts.file is not None
                           else no_data_text(store, *window_bounds(store, opts.since, opts.until)))
-        out.update(trace=None, reuse_time=None, effective_reuse_time=None, threads=None, ttl=[], spend=None)
+        out.update(trace=None, reuse_time=None, effective_reuse_time=None, threads=None, ttl=[], spend=None, warnings=[])
         return out
     out.update(reuse_profile(trace, opts.reuse))
     out["ttl"] = ttl_section(trace, opts.ttls, bytes_per_token=bpt, series=opts.series)
+    out["warnings"] = ([trace.meta["block_size_assumed"]] if trace.meta.get("block_size_assumed") else []) \
+        + sizing_warnings(trace, opts.ttls)
     out["spend"] = None
     if derived or opts.price_model:
         out["spend"] = spend_whatif(trace, load_pricing(opts.pricing), model=opts.price_model)

@@ -19,8 +19,55 @@ import numpy as np
 
 from kvtrace.analyze.access import NEVER, seconds_to_us, times_for, ts_us
 from kvtrace.analyze.blocktrace import BlockTrace
+from kvtrace.units import fmt_duration
 
 SERIES_POINTS = 240
+# A capacity figure rests on too little data below these (a session's reuse is one sample of it).
+MIN_SESSIONS = 10
+MIN_REQUESTS = 100        # block traces without sessions
+
+
+def _ttl_names(ttls: list[float], verb: bool = True) -> str:
+    names = ", ".join(fmt_duration(t) for t in ttls)
+    if len(ttls) == 1:
+        return f"The {names} TTL is" if verb else f"the {names} TTL"
+    return f"The {names} TTLs are" if verb else f"the {names} TTLs"
+
+
+def sizing_warnings(trace: BlockTrace, ttls: list[float | None]) -> list[str]:
+    """What the capacity figures of ``trace`` at ``ttls`` rest on that may not hold, one sentence
+    each (empty when nothing): a TTL of 0, a TTL as long as the trace or longer, a trace shorter
+    than twice a TTL (the working set fills for one TTL and needs another to show a steady
+    state), too few sessions (or requests, when the trace has no sessions)."""
+    n = trace.n_requests
+    if n == 0:
+        return []
+    out = []
+    span = float(trace.ts[-1] - trace.ts[0])
+    if trace.session is not None:
+        sessions = len(np.unique(trace.session))
+        if sessions < MIN_SESSIONS:
+            out.append(f"Only {sessions} session{'s' if sessions != 1 else ''} ({n:,} requests over "
+                       f"{fmt_duration(span)}): every figure rests on too few sessions to size a fleet; "
+                       f"use a window with at least {MIN_SESSIONS}.")
+    elif n < MIN_REQUESTS:
+        out.append(f"Only {n} requests over {fmt_duration(span)}: every figure rests on too few requests to size "
+                   f"a fleet; use a trace with at least {MIN_REQUESTS}.")
+    finite = sorted({float(t) for t in ttls if t is not None and not np.isinf(t)})
+    if finite and finite[0] <= 0:
+        out.append("TTL 0 s keeps nothing between requests: its hit ratio and working set are those of no "
+                   "cache at all (did you mean a duration such as 5m?).")
+    longer = [t for t in finite if t > 0 and t >= span]
+    if longer:
+        out.append(f"{_ttl_names(longer)} as long as the trace ({fmt_duration(span)}) or longer: nothing "
+                   f"expires within it, so the working set is everything the trace touched, not a steady "
+                   f"state; size on a trace several times longer than the TTL.")
+    filling = [t for t in finite if 0 < t < span < 2 * t]
+    if filling:
+        out.append(f"The trace ({fmt_duration(span)}) covers less than twice {_ttl_names(filling, verb=False)}: "
+                   f"the working set fills during the first TTL and never reached a steady state; the "
+                   f"figures at {'these TTLs' if len(filling) > 1 else 'this TTL'} may understate a longer run.")
+    return out
 
 
 def _events(trace: BlockTrace, tau_us: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

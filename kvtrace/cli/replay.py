@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvtrace.cli._options import DbOpt, OutOpt, SinceOpt, UntilOpt, guarded, working
+from kvtrace.cli._options import DbOpt, KvDtypeOpt, ModelOpt, OutOpt, SinceOpt, UntilOpt, guarded, model_option, working
 from kvtrace.errors import ConfigError
 
 
@@ -24,9 +24,9 @@ def replay(
     tiers: Annotated[Optional[str], typer.Option("--tiers", help="Tier hierarchy: a preset (seed-testbed, seed-testbed-raid0, h100, h200, gh200) or a TOML file shaped like the presets in kvtrace/replay/data/tiers/.")] = None,
     tier_ttl: Annotated[Optional[str], typer.Option("--tier-ttl", help="Idle TTL of the hierarchy (default: the one --ttl if exactly one is given, else none).")] = None,
     tier_mode: Annotated[Optional[str], typer.Option("--tier-mode", help="Override the tier file's mode: exclusive or inclusive.")] = None,
-    model: Annotated[Optional[str], typer.Option("--model", help="KV geometry: a catalog name (kvtrace size --list) or a config.json path.")] = None,
-    kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="KV cache dtype: bf16 or fp8.")] = "bf16",
-    block_size: Annotated[Optional[int], typer.Option("--block-size", help="Tokens per block of a trace file (default: the format's).")] = None,
+    model: ModelOpt = None,
+    kv_dtype: KvDtypeOpt = None,
+    block_size: Annotated[Optional[int], typer.Option("--block-size", help="Tokens per block of a trace file without its own (kvtrace export writes it on every line; default: the format's, with a warning).")] = None,
     prefill_rate: Annotated[Optional[float], typer.Option("--prefill-rate", help="TTFT: prefill tokens/s instead of the FLOPs model.")] = None,
     no_overlap: Annotated[bool, typer.Option("--no-overlap", help="TTFT: reload and prefill add up instead of overlapping.")] = False,
     resume_gap: Annotated[str, typer.Option("--resume-gap", help="TTFT: a request after a longer gap is a resumed session.")] = "5m",
@@ -36,7 +36,7 @@ def replay(
 ) -> None:
     """Replay a block trace through LRU caches of every capacity x idle TTL, and through a tier hierarchy.
 
-    Example: kvtrace replay conversation_trace.jsonl -c 1M -c 10M -c 50M --ttl 5m,1h --tiers seed-testbed --model MiniMax-M2.7 --kv-dtype fp8
+    Example: kvtrace replay conversation_trace.jsonl -c 1M -c 10M -c 50M --ttl 5m,1h --tiers seed-testbed --model MiniMax-M2.7:fp8
     """
     from kvtrace.replay import load_tiers, replay as run, resolve_model
     from kvtrace.replay.ttft import TTFTConfig
@@ -44,7 +44,8 @@ def replay(
 
     if format not in ("table", "json"):
         raise ConfigError(f"unknown --format '{format}'", hint="choose table or json")
-    m = resolve_model(model, kv_dtype) if model else None
+    spec = model_option(model, kv_dtype)
+    m = resolve_model(spec) if spec else None
     raw_caps = split_items(capacity)
     for c in raw_caps:                    # fail on a typo before reading a large trace
         if is_bytes(c) and m is None:

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvtrace.cli._options import DbOpt, OutOpt, SinceOpt, UntilOpt, guarded
+from kvtrace.cli._options import DbOpt, KvDtypeOpt, ModelOpt, OutOpt, SinceOpt, UntilOpt, guarded, model_option
 from kvtrace.errors import ConfigError, NoData
 
 FORMATS = ("table", "json", "md", "html", "png", "svg")
@@ -26,7 +26,8 @@ def report(
     timezone: Annotated[str, typer.Option("--timezone", "--tz", help="IANA time zone of hour/day/week/month boundaries and of --since/--until without an offset: UTC, Europe/Berlin, America/New_York.")] = "UTC",
     pricing: Annotated[Optional[Path], typer.Option("--pricing", help="Pricing TOML for the cost columns and the spend what-if (default: built-in list prices).")] = None,
     ttl: Annotated[Optional[list[str]], typer.Option("--ttl", help="TTL what-if and required capacity for these idle TTLs: 30s, 5m, 1h, 2d (repeat or comma-separate).")] = None,
-    model: Annotated[Optional[str], typer.Option("--model", help="KV geometry for bytes: a catalog name (kvtrace size --list) or a config.json path.")] = None,
+    model: ModelOpt = None,
+    kv_dtype: KvDtypeOpt = None,
     tiers: Annotated[Optional[str], typer.Option("--tiers", help="Add a tier replay: a preset name or a tiers TOML file; with the capacity reaching 90/99/100% of each TTL's hit ratio and where each tier lands.")] = None,
     tier_ttl: Annotated[Optional[str], typer.Option("--tier-ttl", help="Idle TTL of the tier replay: 5m, 1h, none (default: the one --ttl if exactly one is given, else none).")] = None,
     title: Annotated[str, typer.Option("--title", help="Report title.")] = "kvtrace report",
@@ -58,7 +59,7 @@ def report(
                           hint=f"for example: --format {format} --out charts/")
     groups = [g.strip() for item in (group_by or []) for g in item.split(",") if g.strip()]
     opts = ReportOptions(since=since, until=until, group_by=groups, ttls=parse_durations(ttl),
-                         model=model, tiers=tiers, title=title, timezone=timezone,
+                         model=model_option(model, kv_dtype), tiers=tiers, title=title, timezone=timezone,
                          tier_ttl=None if tier_ttl is None else parse_duration(tier_ttl, what="--tier-ttl", unlimited=True),
                          pricing=None if pricing is None else str(pricing))
     if ingest:

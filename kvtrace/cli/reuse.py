@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvtrace.cli._options import DbOpt, OutOpt, SinceOpt, UntilOpt, guarded, working
+from kvtrace.cli._options import DbOpt, KvDtypeOpt, ModelOpt, OutOpt, SinceOpt, UntilOpt, guarded, model_option, working
 from kvtrace.errors import ConfigError
 
 
@@ -22,7 +22,8 @@ def reuse(
     head_tokens: Annotated[Optional[int], typer.Option("--head-tokens", help="Shared head (system prompt + tools) in tokens; default: detected; 0 disables.")] = None,
     chain: Annotated[Optional[list[str]], typer.Option("--chain", help="Any other prefix-chain assumption as NAME=VALUE (repeatable): link_window, cache_ttl_s, chain_per_model, auxiliary_own_chain, compaction_ends_chain, head_min_chains, head_per_thread_kind, max_blocks.")] = None,
     idle: Annotated[str, typer.Option("--idle", help="A gap within a thread longer than this is an idle period (resumption after it).")] = "5m",
-    model: Annotated[Optional[str], typer.Option("--model", help="KV geometry for bytes: a model of the catalog (kvtrace size --list).")] = None,
+    model: ModelOpt = None,
+    kv_dtype: KvDtypeOpt = None,
     bytes_per_token: Annotated[Optional[float], typer.Option("--bytes-per-token", help="KV bytes per token (2 x layers x kv_heads x head_dim x dtype bytes).")] = None,
     pricing: Annotated[Optional[Path], typer.Option("--pricing", help="Pricing TOML for the spend what-if (default: built-in list prices).")] = None,
     price_model: Annotated[Optional[str], typer.Option("--price-model", help="Price every request as this model (needed for block-hash traces).")] = None,
@@ -48,7 +49,7 @@ def reuse(
                         ttls=parse_ttls(ttl) or list(DEFAULT_TTLS),
                         chain=ChainParams.from_settings(chain, block_size=block_size, head_tokens=head_tokens),
                         reuse=ReuseParams(idle_s=parse_duration(idle, what="--idle")), bytes_per_token=bytes_per_token,
-                        model=model, pricing=pricing, price_model=price_model, series=series)
+                        model=model_option(model, kv_dtype), pricing=pricing, price_model=price_model, series=series)
     with working(f"measuring reuse in {file or 'the warehouse'}"):
         if file is not None:
             data = reuse_report(None, opts)
@@ -104,6 +105,8 @@ def render(data: dict, console) -> None:
     spend = spend_table(data.get("spend") or {})
     if spend is not None:
         print_tables([replace(spend, title="API spend what-if (hosted prompt caching)")], console)
+    for w in data.get("warnings") or []:
+        console.print(f"[yellow]Warning:[/] {w}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

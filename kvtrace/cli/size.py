@@ -6,13 +6,13 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvtrace.cli._options import guarded
+from kvtrace.cli._options import KvDtypeOpt, ModelOpt, guarded, model_option
 from kvtrace.errors import ConfigError
 
 
 def size(
-    model: Annotated[Optional[str], typer.Option("--model", help="A catalog name or a config.json path.")] = None,
-    kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="KV cache dtype: bf16 or fp8.")] = "bf16",
+    model: ModelOpt = None,
+    kv_dtype: KvDtypeOpt = None,
     block_size: Annotated[Optional[int], typer.Option("--block-size", help="Also give bytes per block of this many tokens.")] = None,
     rate: Annotated[Optional[str], typer.Option("--rate", help="KV tokens per second (4200, 4.2K).")] = None,
     ttl: Annotated[Optional[str], typer.Option("--ttl", help="Hold time: 5m, 1h, 2d. With --rate: the capacity needed.")] = None,
@@ -27,7 +27,7 @@ def size(
 ) -> None:
     """Size a KV cache: bytes per token, capacity for a rate x TTL, minutes a capacity holds, drive DWPD.
 
-    Example: kvtrace size --model MiniMax-M2.7 --kv-dtype fp8 --rate 4200 --ttl 1h --write-rate 1.9GB/s --drives 8x12.8TB --raid 10
+    Example: kvtrace size --model MiniMax-M2.7:fp8 --rate 4200 --ttl 1h --write-rate 1.9GB/s --drives 8x12.8TB --raid 10
     """
     from kvtrace.replay import catalog_names, preset_names, resolve_model, size_calc
     from kvtrace.replay.size import parse_drives
@@ -39,16 +39,17 @@ def size(
         rows = []
         for name in catalog_names():
             m = resolve_model(name, kv_dtype)
-            rows.append({"model": name, "bytes_per_token": m.bytes_per_token, "kv_dtype": kv_dtype})
+            rows.append({"model": name, "bytes_per_token": m.bytes_per_token, "kv_dtype": m.kv_dtype})
         if format == "json":
             import json
             typer.echo(json.dumps({"models": rows, "tier_presets": preset_names()}, indent=1))
         else:
             for r in rows:
-                typer.echo(f"{r['model']:22} {r['bytes_per_token']:>9,} B/token ({fmt_bytes_compact(r['bytes_per_token'])}, {kv_dtype})")
+                typer.echo(f"{r['model']:22} {r['bytes_per_token']:>9,} B/token ({fmt_bytes_compact(r['bytes_per_token'])}, {r['kv_dtype']})")
             typer.echo("tier presets: " + ", ".join(preset_names()))
         return
-    m = resolve_model(model, kv_dtype) if model else None
+    spec = model_option(model, kv_dtype)
+    m = resolve_model(spec) if spec else None
     cap_t = cap_b = None
     if capacity:
         if is_bytes(capacity):
@@ -70,6 +71,8 @@ def size(
               "rate_tokens_per_s": "rate (tokens/s)", "ttl_s": "TTL (s)", "drive_size_bytes": "drive size",
               "usable_bytes": "usable capacity", "dwpd_per_drive": "DWPD per drive"}
     for k, v in out.items():
+        if k == "warnings":
+            continue
         if k == "bytes_per_token":
             shown = f"{v:,} B ({fmt_bytes_compact(v)})"
         elif isinstance(v, (int, float)) and not isinstance(v, bool) and "bytes" in k:
@@ -81,6 +84,8 @@ def size(
         else:
             shown = str(v)
         typer.echo(f"{labels.get(k, k.replace('_', ' ')):26} {shown}")
+    for w in out.get("warnings", []):
+        typer.echo(f"Warning: {w}")
 
 
 def register(app: typer.Typer) -> None:

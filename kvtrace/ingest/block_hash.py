@@ -3,7 +3,8 @@
 Both formats carry one request per line with ``input_length``, ``output_length`` and
 ``hash_ids``, the prefix-chained ids of the prompt's fixed-size token blocks:
 
-- **Mooncake** (FAST'25): ``timestamp`` in milliseconds, relative; 512 tokens per block.
+- **Mooncake** (FAST'25): ``timestamp`` in milliseconds, relative; 512 tokens per block, unless
+  a line says otherwise in a ``block_size`` key (as ``kvtrace export`` writes it).
 - **Bailian** (ATC'25): ``chat_id``, ``parent_chat_id`` (-1 for a root), ``timestamp`` in
   seconds, relative; ``turn``; ``type``; 16 tokens per block.
 
@@ -30,7 +31,7 @@ MOONCAKE_BLOCK_SIZE = 512
 BAILIAN_BLOCK_SIZE = 16
 
 _MOONCAKE_COLS = {"timestamp": "DOUBLE", "input_length": "BIGINT", "output_length": "BIGINT",
-                  "hash_ids": "BIGINT[]"}
+                  "hash_ids": "BIGINT[]", "block_size": "BIGINT"}
 _BAILIAN_COLS = {**_MOONCAKE_COLS, "chat_id": "VARCHAR", "parent_chat_id": "VARCHAR", "turn": "BIGINT"}
 _REQUIRED = ("timestamp", "input_length", "output_length", "hash_ids")
 
@@ -58,7 +59,8 @@ def parse_mooncake(path: str | Path, *, trace: str | None = None,
     Args:
         path: the file (``.gz`` allowed).
         trace: trace name stored with every row (default: the file name without suffixes).
-        block_size: tokens per block (512 in the FAST'25 traces).
+        block_size: tokens per block of lines without a ``block_size`` key (512 in the FAST'25
+            traces); a line's own key wins.
     """
     return _parse(Path(path), "mooncake", trace, block_size, unit_us=1_000)
 
@@ -143,6 +145,8 @@ def _has_problems(t: pa.Table) -> bool:
     for name in ("input_length", "output_length"):
         if pc.any(pc.less(t.column(name), 0)).as_py():
             return True
+    if "block_size" in t.column_names and pc.any(pc.less_equal(t.column("block_size"), 0)).as_py():
+        return True
     if pc.list_flatten(t.column("hash_ids")).null_count:
         return True
     return False
@@ -171,7 +175,7 @@ def _read_slow(data: bytes, fmt: str) -> tuple[pa.Table, np.ndarray, list[Reject
             keep[k].append(v)
     types = {"timestamp": pa.float64(), "input_length": pa.int64(), "output_length": pa.int64(),
              "hash_ids": pa.list_(pa.int64()), "chat_id": pa.string(), "parent_chat_id": pa.string(),
-             "turn": pa.int64()}
+             "turn": pa.int64(), "block_size": pa.int64()}
     table = pa.table({k: pa.array(v, type=types[k]) for k, v in keep.items()})
     return table, np.asarray(lines, dtype=np.int64), rejects
 
@@ -214,6 +218,13 @@ def _check_row(obj, fmt: str) -> tuple[dict, tuple[str | None, str] | None]:
     if not all(isinstance(x, int) and not isinstance(x, bool) and -(2**63) <= x < 2**63 for x in ids):
         return {}, ("hash_ids", "holds something other than 64-bit integers")
     row["hash_ids"] = ids
+    if "block_size" in obj:
+        v = _number(obj["block_size"], True)
+        if v is None or v <= 0:
+            return {}, ("block_size", f"not a positive integer: {obj['block_size']!r}")
+        row["block_size"] = v
+    else:
+        row["block_size"] = None
     if fmt == "bailian":
         row["chat_id"] = None if obj.get("chat_id") is None else str(obj["chat_id"])
         row["parent_chat_id"] = None if obj.get("parent_chat_id") is None else str(obj["parent_chat_id"])
@@ -233,7 +244,8 @@ def _to_rows(t: pa.Table, lines: np.ndarray, trace: str, block_size: int, unit_u
         "ts": pa.array(ts_us, type=pa.timestamp("us")),
         "input_length": t.column("input_length").combine_chunks().cast(pa.int64()),
         "output_length": t.column("output_length").combine_chunks().cast(pa.int64()),
-        "block_size": pa.array(np.full(n, block_size, dtype=np.int32)),
+        "block_size": (pc.fill_null(t.column("block_size").combine_chunks(), block_size).cast(pa.int32())
+                       if "block_size" in names else pa.array(np.full(n, block_size, dtype=np.int32))),
         "hash_ids": t.column("hash_ids").combine_chunks().cast(pa.list_(pa.int64())),
         "chat_id": t.column("chat_id").combine_chunks() if "chat_id" in names else pa.nulls(n, pa.string()),
         "parent_chat_id": (t.column("parent_chat_id").combine_chunks() if "parent_chat_id" in names

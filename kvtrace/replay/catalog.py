@@ -149,16 +149,20 @@ def _catalog() -> dict[str, dict]:
     out = {}
     for entry in tomllib.loads(text)["model"]:
         entry = dict(entry)
-        for alias in [entry["name"], *entry.pop("aliases", [])]:
+        also = entry.pop("also", [])
+        for alias in [entry["name"], *also, *entry.pop("aliases", [])]:
             # A model is named as asked (MiniMax-M2.7 shares MiniMax-M2's geometry), HF ids aside.
             out[alias.lower()] = {**entry, "name": entry["name"] if "/" in alias else alias}
         out[entry["name"].lower()]["_canonical"] = True
+        for name in also:
+            out[name.lower()]["_also"] = True
     return out
 
 
 def catalog_names() -> list[str]:
-    """The catalog's model names (aliases left out)."""
-    return sorted((e["name"] for e in _catalog().values() if e.get("_canonical")), key=str.lower)
+    """Every model of the catalog by name: each entry's own and the released models that share
+    its geometry (``also``); other spellings (Hugging Face ids, shorthands) left out."""
+    return sorted({e["name"] for e in _catalog().values() if e.get("_canonical") or e.get("_also")}, key=str.lower)
 
 
 def load_model(spec: str, kv_dtype: str = "bf16") -> KVModel:
@@ -172,7 +176,7 @@ def load_model(spec: str, kv_dtype: str = "bf16") -> KVModel:
         raise ConfigError(f"unknown KV dtype {kv_dtype!r}", hint="use bf16 or fp8")
     entry = _catalog().get(spec.strip().lower())
     if entry is not None:
-        return KVModel(**{k: v for k, v in entry.items() if k != "_canonical"}, kv_dtype=dtype)
+        return KVModel(**{k: v for k, v in entry.items() if not k.startswith("_")}, kv_dtype=dtype)
     path = Path(spec)
     if path.is_dir():
         path = path / "config.json"
@@ -182,12 +186,37 @@ def load_model(spec: str, kv_dtype: str = "bf16") -> KVModel:
                       hint="use one of " + ", ".join(catalog_names()) + ", or a config.json path")
 
 
-def resolve_model(spec: str, kv_dtype: str | None = None) -> KVModel:
-    """Like :func:`load_model`, also taking the dtype as a suffix: ``"MiniMax-M2.7:fp8"``."""
+def _split_dtype(spec: str) -> tuple[str, str | None]:
+    """``"NAME:fp8"`` -> ``("NAME", "fp8")``; a spec without a dtype suffix (or a path that
+    exists as written) -> ``(spec, None)``."""
     name, sep, dtype = spec.rpartition(":")
     if sep and dtype.lower() in DTYPE_BYTES and not Path(spec).exists():
-        return load_model(name, kv_dtype or dtype)
-    return load_model(spec, kv_dtype or "bf16")
+        return name, dtype.lower()
+    return spec, None
+
+
+def model_spec(model: str, kv_dtype: str | None = None) -> str:
+    """One spelling of a model and its KV cache dtype, ``NAME`` or ``NAME:DTYPE`` (a config.json
+    path for NAME too), from a model that may carry its dtype as a suffix and a separate dtype.
+
+    Raises:
+        ConfigError: an unknown dtype, or two different dtypes.
+    """
+    name, suffix = _split_dtype(model)
+    if kv_dtype is not None and kv_dtype.lower() not in DTYPE_BYTES:
+        raise ConfigError(f"unknown KV dtype {kv_dtype!r}", hint="use " + " or ".join(DTYPE_BYTES))
+    if suffix and kv_dtype and kv_dtype.lower() != suffix:
+        raise ConfigError(f"--model {model} says {suffix}, --kv-dtype says {kv_dtype}",
+                          hint=f"give the dtype once: --model {name}:{kv_dtype.lower()}, or drop --kv-dtype")
+    dtype = suffix or (kv_dtype.lower() if kv_dtype else None)
+    return f"{name}:{dtype}" if dtype else name
+
+
+def resolve_model(spec: str, kv_dtype: str | None = None) -> KVModel:
+    """Like :func:`load_model`, the dtype also as a suffix: ``"MiniMax-M2.7:fp8"`` (bf16 when
+    neither gives one; see :func:`model_spec`)."""
+    name, dtype = _split_dtype(model_spec(spec, kv_dtype))
+    return load_model(name, dtype or "bf16")
 
 
 def model_from_hf_config(path: str | Path) -> KVModel:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvtrace.analyze.blocktrace import BlockTrace
+from kvtrace.analyze.working_set import sizing_warnings
 from kvtrace.errors import ConfigError
 from kvtrace.replay.catalog import KVModel
 from kvtrace.replay.distances import NO_TTL, compute_distances
@@ -68,6 +69,7 @@ class ReplayResult:
     engine: dict = field(default_factory=dict)
     assumptions: list[str] = field(default_factory=list)
     capacity: list[dict] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)   # what the figures rest on that may not hold
 
     def to_dict(self) -> dict:
         """The JSON of ``kvtrace replay --format json``: ``grid`` and ``tiers`` are lists; the
@@ -76,13 +78,13 @@ class ReplayResult:
         per_tier = tiers.pop("tiers", [])
         return {"trace": self.trace, "model": self.model, "grid": self.grid, "working_set": self.working_set,
                 "capacity": self.capacity, "hierarchy": tiers or None, "tiers": per_tier, "ttft": self.ttft,
-                "engine": self.engine, "assumptions": self.assumptions}
+                "engine": self.engine, "assumptions": self.assumptions, "warnings": self.warnings}
 
     def tiers_section(self) -> dict:
         """The report's ``tiers`` section: the tier replay with the grid, TTFT and assumptions."""
         return {**(self.tiers or {}), "grid": self.grid, "capacity": self.capacity, "ttft": self.ttft,
                 "working_set": self.working_set, "model": self.model, "engine": self.engine,
-                "assumptions": self.assumptions}
+                "assumptions": self.assumptions, "warnings": self.warnings}
 
     def hit_ratio(self, capacity_tokens: int | None, ttl_s: float | None, weight: str = "tokens") -> float:
         """The grid value at one point (``None`` = unlimited / no TTL)."""
@@ -242,7 +244,9 @@ def replay(trace: BlockTrace, capacities: list[int | None] | None = None, ttls: 
                   "input_tokens": int(trace.input_length.sum()), "span_s": span,
                   "distinct_blocks": dist.peak_after[NO_TTL]}
     clock["total_s"] = time.perf_counter() - t0
+    warnings = [trace.meta["block_size_assumed"]] if trace.meta.get("block_size_assumed") else []
+    warnings += sizing_warnings(trace, ttl_list + ([tier_ttl] if tiers is not None else []))
     return ReplayResult(trace=info_trace, grid=grid, working_set=working, capacity=capacity,
                         model=None if model is None else model.to_dict(bs), tiers=tier_out, ttft=ttft_out,
                         engine={"kernel": dist.kernel, "runs": len(dist), **{k: round(v, 4) for k, v in clock.items()}},
-                        assumptions=assumptions)
+                        assumptions=assumptions, warnings=warnings)

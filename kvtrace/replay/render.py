@@ -36,3 +36,5 @@ def render_table(res, console) -> None:
                                    f"{'overlapped' if f['overlap'] else 'serial'} reload, "
                                    f"resumed after {fmt_duration(f['resume_gap_s'])}")
     print_tables([tiers, ttft], console)
+    for w in res.warnings:
+        console.print(f"[yellow]Warning:[/] {w}", highlight=False)

@@ -38,7 +38,8 @@ def size_calc(model: KVModel | None = None, rate_tokens_s: float | None = None, 
     Returns:
         A dict with, as they apply: ``bytes_per_token`` (and ``bytes_per_block``), ``capacity_tokens``
         and ``capacity_bytes`` (rate x TTL, or the given capacity), ``minutes_held`` (capacity / rate),
-        ``write_bytes_per_s`` (rate x bytes/token unless given), ``dwpd_per_drive``.
+        ``write_bytes_per_s`` (rate x bytes/token unless given), ``dwpd_per_drive``; ``warnings``
+        when a figure means less than it seems (a TTL of 0).
     """
     out: dict = {}
     bpt = None
@@ -61,6 +62,9 @@ def size_calc(model: KVModel | None = None, rate_tokens_s: float | None = None, 
             raise ConfigError("a capacity for no TTL is unbounded", hint="give a TTL such as --ttl 1h")
         out.update(rate_tokens_per_s=rate_tokens_s, ttl_s=ttl_s)
         out["capacity_tokens"] = int(round(rate_tokens_s * ttl_s))
+        if ttl_s <= 0:
+            out["warnings"] = ["TTL 0 s keeps nothing between requests: a capacity of 0 is no cache at all "
+                               "(did you mean a duration such as 5m?)."]
         if bpt is not None:
             out["capacity_bytes"] = out["capacity_tokens"] * bpt
     elif capacity_tokens is not None:

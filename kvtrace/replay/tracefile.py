@@ -16,13 +16,20 @@ from pathlib import Path
 import numpy as np
 
 from kvtrace.analyze.blocktrace import BlockTrace
+from kvtrace.analyze.load import assumed_block_size_note, read_block_trace
 from kvtrace.errors import BadTraceInput
 
 MOONCAKE_BLOCK_SIZE = 512
 
 
 def read_trace(path: str | Path, block_size: int | None = None) -> BlockTrace:
-    """A block trace from a Mooncake JSONL, an ``.npz``, or any block-hash format kvtrace ingests."""
+    """A block trace from a Mooncake JSONL, an ``.npz``, or any block-hash format kvtrace ingests.
+
+    The block size: the file's own (an ``.npz``'s ``block_size``, the ``block_size`` key that
+    ``kvtrace export`` writes on every Mooncake line), else ``block_size``, else the format's
+    (512 tokens for Mooncake); a ``block_size`` that contradicts the file is an error. When the
+    size was assumed, ``meta["block_size_assumed"]`` says so (the replay reports it).
+    """
     path = Path(path)
     if not path.exists():
         raise BadTraceInput(path, None, "no such file", hint="give a Mooncake .jsonl trace, an .npz, or --db")
@@ -33,12 +40,39 @@ def read_trace(path: str | Path, block_size: int | None = None) -> BlockTrace:
         data = gzip.decompress(data)
     first = next((ln for ln in data.split(b"\n", 64)[:64] if ln.strip()), b"")
     if b'"hash_ids"' in first and b'"chat_id"' not in first:
-        return _mooncake(data, path, block_size or MOONCAKE_BLOCK_SIZE)
-    from kvtrace.analyze.load import read_block_trace
+        return _mooncake(data, path, block_size)
     return read_block_trace(path, block_size=block_size)
 
 
-def _mooncake(data: bytes, path: Path, block_size: int) -> BlockTrace:
+def _declared_block_size(data: bytes, path: Path, sizes: set, given: int | None) -> int | None:
+    """The block size every line of a Mooncake file declares (None: no line does), checked
+    against ``given``: lines that disagree, or a size that is not a positive integer, are errors."""
+    import orjson
+
+    if sizes == {None}:
+        return None
+    if len(sizes) > 1:
+        want = None
+        for no, line in enumerate(data.split(b"\n"), 1):
+            if line.strip():
+                v = orjson.loads(line).get("block_size")
+                if want is None:
+                    want = (v,)
+                elif v != want[0]:
+                    raise BadTraceInput(path, no, f"block size {'missing' if v is None else v} where the first "
+                                        f"line says {'none' if want[0] is None else want[0]}",
+                                        field="block_size", hint="one block size per trace: every line carries the same")
+    (size,) = sizes
+    if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+        raise BadTraceInput(path, None, f"not a positive integer: {size!r}", field="block_size",
+                            hint="block_size is the number of tokens per block, e.g. 64")
+    if given is not None and given != size:
+        raise BadTraceInput(path, None, f"the file says {size} tokens per block, --block-size says {given}",
+                            field="block_size", hint="drop --block-size: the file's own size is used")
+    return size
+
+
+def _mooncake(data: bytes, path: Path, given: int | None) -> BlockTrace:
     import itertools
 
     import orjson
@@ -54,15 +88,22 @@ def _mooncake(data: bytes, path: Path, block_size: int) -> BlockTrace:
         offsets = np.zeros(len(lists) + 1, dtype=np.int64)
         np.cumsum(lens, out=offsets[1:])
         ids = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int64, count=int(offsets[-1]))
+        sizes = {r.get("block_size") for r in rows}
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, OverflowError, AttributeError) as e:
         _first_problem(data, path)
         raise BadTraceInput(path, None, f"not a Mooncake trace ({e})",
                             hint="one JSON object per line with timestamp, input_length, hash_ids") from e
+    declared = _declared_block_size(data, path, sizes, given)
+    block_size = declared or given or MOONCAKE_BLOCK_SIZE
     if np.any(np.diff(t) < 0):                        # requests out of time order: sort them
         order = np.argsort(t, kind="stable")
-        return BlockTrace.from_lists(t[order], inp[order], out[order], [lists[k] for k in order], block_size,
-                                     name=_stem(path))
-    return BlockTrace(t, inp, out, offsets, ids, block_size, name=_stem(path))
+        trace = BlockTrace.from_lists(t[order], inp[order], out[order], [lists[k] for k in order], block_size,
+                                      name=_stem(path))
+    else:
+        trace = BlockTrace(t, inp, out, offsets, ids, block_size, name=_stem(path))
+    if declared is None and given is None:
+        trace.meta["block_size_assumed"] = assumed_block_size_note(path, block_size, "Mooncake")
+    return trace
 
 
 def _first_problem(data: bytes, path: Path) -> None:

@@ -61,6 +61,7 @@ SECTIONS: list[tuple[str, str, str]] = [
     ("reuse", "kvtrace.report.sections:reuse_section", "ttls"),
     ("spend", "kvtrace.report.sections:spend_section", "ttls"),
     ("tiers", "kvtrace.report.sections:tiers_section", "tiers"),
+    ("warnings", "kvtrace.report.sections:warnings_section", "ttls"),
 ]
 
 

@@ -52,6 +52,8 @@ def render_markdown(d: dict, out: IO[str]) -> None:
         w("\n")
         for note in t.notes:
             w(f"{note}\n\n")
+    for warning in d.get("warnings") or []:
+        w(f"**Warning:** {warning}\n\n")
 
 
 def print_tables(specs, console) -> None:
@@ -88,3 +90,5 @@ def render_terminal(d: dict, console=None) -> None:
         return
     console.print(headline(d))
     print_tables(report_tables(d), console)
+    for w in d.get("warnings") or []:
+        console.print(f"[yellow]Warning:[/] {w}", highlight=False)

@@ -36,6 +36,15 @@ def ttl_section(store, opts, win) -> list[dict] | None:
     return compute(trace, opts.ttls, bytes_per_token=_bytes_per_token(opts.model), series=True)
 
 
+def warnings_section(store, opts, win) -> list[str] | None:
+    """The ``warnings`` list: what the TTL and capacity figures rest on that may not hold (see
+    ``kvtrace.analyze.working_set.sizing_warnings``)."""
+    from kvtrace.analyze.working_set import sizing_warnings
+
+    trace = _trace(store, win)
+    return sizing_warnings(trace, opts.ttls) or None
+
+
 def tiers_section(store, opts, win) -> dict | None:
     """The ``tiers`` section: tier replay of the window's block trace."""
     from kvtrace.replay import tiers_report
