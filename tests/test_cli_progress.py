@@ -47,11 +47,12 @@ def in_terminal(args: list[str], cwd: Path, timeout: float = 120) -> str:
 
 @pytest.fixture(scope="module")
 def big_file(tmp_path_factory) -> Path:
-    """One plain OTLP file of ~40 MB (the sample's lines ten times over: the same requests)."""
+    """One plain OTLP file of ~150 MB (the sample's lines forty times over: the same requests), long
+    enough to read that the bar is sampled several times within it, on an idle machine too."""
     f = tmp_path_factory.mktemp("big") / "logs.jsonl"
     data = gzip.decompress(LOGS.read_bytes())
     with open(f, "wb") as fh:
-        for _ in range(10):
+        for _ in range(40):
             fh.write(data)
     return f
 

@@ -51,7 +51,7 @@ def test_replay_warns_of_a_ttl_as_long_as_the_trace():
     out = json.loads(_invoke("replay", CONV, "-c", "1M", "--ttl", "5m,1h", "--block-size", "512",
                              "--format", "json").stdout)
     assert out["warnings"] == [
-        "The 1h TTL is as long as the trace (58.95m) or longer: nothing expires within it, so the working set is "
+        "The 1h TTL is as long as the trace (58.9 min) or longer: nothing expires within it, so the working set is "
         "everything the trace touched, not a steady state; size on a trace several times longer than the TTL."]
     assert "Warning: The 1h TTL is as long as the trace" in _invoke("replay", CONV, "-c", "1M", "--ttl", "1h").output
     ok = json.loads(_invoke("replay", CONV, "-c", "1M", "--ttl", "5m", "--block-size", "512", "--format", "json").stdout)
@@ -81,8 +81,8 @@ def db(tmp_path_factory) -> str:
 def test_report_warns_of_a_window_of_two_sessions(db):
     args = ["report", "--db", db, "--ttl", "5m,1h", "--since", "2026-03-06T16:00"]
     out = json.loads(_invoke(*args, "--format", "json").stdout)
-    assert [w.split(":")[0] for w in out["warnings"]] == ["Only 2 sessions (91 requests over 28.38m)",
-                                                          "The 1h TTL is as long as the trace (28.38m) or longer"]
+    assert [w.split(":")[0] for w in out["warnings"]] == ["Only 2 sessions (91 requests over 28.4 min)",
+                                                          "The 1h TTL is as long as the trace (28.4 min) or longer"]
     text = _invoke(*args).output
     assert "Warning: Only 2 sessions" in text and "Warning: The 1h TTL" in text
     whole = json.loads(_invoke("report", "--db", db, "--ttl", "5m,1h", "--format", "json").stdout)
