@@ -547,3 +547,39 @@ def test_a_warehouse_invalidated_by_a_full_disk_is_reopened_once_space_returns(s
         log.close()
     text = (vol / "serve.log").read_text()
     assert "can no longer be used" in text and "reopened" in text, text
+
+
+def test_ctrl_c_on_a_forwarded_ingest_is_one_line_and_exit_130(tmp_path):
+    """Ctrl-C in the client of a served ingest: one ``Interrupted:`` line, exit 130; the server
+    rolls back the file in progress and stays up, so the same command again stores every
+    request once."""
+    src = tmp_path / "traces"
+    src.mkdir()
+    data = gzip.decompress((SAMPLES / "otlp" / "logs.jsonl.gz").read_bytes())
+    for i in range(40):                                   # the same requests, forty files
+        (src / f"logs-{i:02d}.jsonl").write_bytes(data)
+    db = tmp_path / "kv.duckdb"
+    srv = Served(db)
+    try:
+        p = subprocess.Popen(KV + ["ingest", "traces", "--db", str(db), "-q"], cwd=tmp_path, env=_env(),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(1.5)                                   # forwarded, and some files in
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+        if p.returncode == 0:                             # finished before the signal: nothing to check
+            pytest.skip("the ingest finished before Ctrl-C")
+        assert p.returncode == 130, err
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith("Interrupted: "), err
+        again = kv("ingest", "traces", "--db", str(db), "--json", cwd=tmp_path)
+        assert again.returncode == 0, again.stderr
+        r = kv("query", "usage_bounds", "--db", str(db), "--format", "json", cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        assert srv.proc.poll() is None                    # the server is still up
+    finally:
+        srv.stop()
+    from kvtrace.store import Store
+
+    with Store(db, read_only=True) as s:
+        assert s.scalar("SELECT count(*) FROM requests") == 1947
+        assert s.scalar("SELECT count(*) FROM ingested_files") == 40

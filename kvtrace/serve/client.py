@@ -178,9 +178,12 @@ def _relay(s, out, err) -> int | None:
                 return None          # the server stopped before the command's turn: run it here
             printed = printed or kind in (protocol.STDOUT, protocol.STDERR)
     except KeyboardInterrupt:
-        # Closing the connection makes the server interrupt the command (and roll it back).
-        err.write(b"\nAborted!\n")
-        return 1
+        # Closing the connection makes the server interrupt the command and roll back its open
+        # transaction; what it had committed (an ingest's finished files) stays. One line, exit
+        # 130, as a command run here ends on Ctrl-C.
+        err.write(b"\nInterrupted: kvtrace serve stopped the command; what it had committed is kept and the "
+                  b"rest rolled back; run the same command again to finish it\n")
+        return 130
     except BrokenPipeError:
         # Our stdout was closed (`| head`): end quietly, as the server stops writing too.
         try:
