@@ -41,7 +41,7 @@ from kvtrace.store import load_query
 # Why a parsed candidate line was not used: a problem (-> Reject) ...
 _REJECTS = {
     "malformed": ("malformed JSON", None),
-    "negative": ("negative token count", "message.usage"),
+    "bad_count": ("not a token count (want a whole number from 0)", None),   # field: the line's bad_field
     "bad_timestamp": ("missing or unreadable timestamp (want ISO 8601)", "timestamp"),
     "no_id": ("an assistant record with usage but neither message.id nor requestId", "message.id"),
 }
@@ -298,14 +298,16 @@ def _collect(con, parsed: Parsed, paths: list[Path]) -> None:
     rejects = []
     for kind, n, lines, at in con.execute(
             "SELECT kind, count(*), coalesce(sum(file_lines), 0), "
-            "CASE WHEN kind IN ('malformed', 'negative', 'bad_timestamp', 'no_id') "
-            "THEN list([file_idx, lineno]) END FROM tx_rec GROUP BY kind").fetchall():
+            "CASE WHEN kind IN ('malformed', 'bad_count', 'bad_timestamp', 'no_id') "
+            "THEN list((file_idx, lineno, bad_field, bad_value)) END FROM tx_rec GROUP BY kind").fetchall():
         parsed.lines += int(lines)
         if kind in _COUNTED:
             parsed.unknown[kind] += n
-        rejects.extend((file_idx, lineno, kind) for file_idx, lineno in at or ())
-    for file_idx, lineno, kind in sorted(rejects):
+        rejects.extend((*r, kind) for r in at or ())
+    for file_idx, lineno, bad_field, bad_value, kind in sorted(rejects, key=lambda r: r[:2]):
         reason, field = _REJECTS[kind]
+        if kind == "bad_count":
+            reason, field = f"{reason}, got {bad_value}", bad_field
         parsed.rejects.append(Reject(lineno, reason, field=field, path=str(paths[file_idx])))
     parsed.requests = arrow_as(con.sql(load_query("ingest/transcripts_requests").sql), REQUEST_SCHEMA)
 
