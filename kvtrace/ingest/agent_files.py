@@ -48,14 +48,20 @@ def connect():
     return con
 
 
+# A line whose kind is 'bad_count' names its field and value in columns bad_field, bad_value.
+BAD_COUNT = ("not a token count (want a whole number from 0)", None)
+
+
 def line_rejects(con, table: str, paths: list[Path], reasons: dict[str, tuple[str, str | None]]) -> list[Reject]:
     """A :class:`Reject` for every line of ``table`` whose ``kind`` is a key of ``reasons``
-    (``kind -> (reason, field)``), in file and line order, naming its file."""
+    (``kind -> (reason, field)``), in file and line order, naming its file; a ``bad_count``
+    line names the field and value of its ``bad_field`` and ``bad_value`` columns."""
     kinds = ", ".join(f"'{k}'" for k in reasons)
-    rows = con.execute(f"SELECT file_idx, lineno, kind FROM {table} WHERE kind IN ({kinds}) "
+    rows = con.execute(f"SELECT file_idx, lineno, kind, bad_field, bad_value FROM {table} WHERE kind IN ({kinds}) "
                        "ORDER BY file_idx, lineno").fetchall()
-    return [Reject(lineno, reasons[kind][0], field=reasons[kind][1], path=str(paths[file_idx]))
-            for file_idx, lineno, kind in rows]
+    return [Reject(lineno, reasons[kind][0] + (f", got {value}" if kind == "bad_count" else ""),
+                   field=field if kind == "bad_count" else reasons[kind][1], path=str(paths[file_idx]))
+            for file_idx, lineno, kind, field, value in rows]
 
 
 def requests_table(con, table: str) -> pa.Table:
