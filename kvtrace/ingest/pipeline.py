@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from kvtrace.errors import BadTraceInput, KvtraceError, UnknownFormat
-from kvtrace.ingest.base import Parsed, Reject
+from kvtrace.ingest.base import Parsed, Reject, reject_implausible_times
 from kvtrace.ingest import resident, resume
 from kvtrace.ingest.formats import FORMATS, get_format, sniff
 from kvtrace.store import Store, load_query
@@ -317,6 +317,7 @@ def _ingest_unit(store: Store, fmt, group, summary: IngestSummary, strict: bool,
         parsed = parser(paths[0], start=starts[group[0][1][0]])
     else:
         parsed = parser(paths[0])
+    reject_implausible_times(parsed)
     _record_rejects(parsed, str(paths[0]), summary, strict)
     now = _now()
     before = (summary.requests_added, summary.metric_points_added, summary.block_requests_added,
