@@ -45,6 +45,7 @@ class IngestSummary:
     rejects: list[str] = field(default_factory=list)   # first MAX_REPORTED_REJECTS, "file:line: reason"
     unknown_records: dict[str, int] = field(default_factory=dict)
     formats: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)   # e.g. a file that yielded nothing under --format
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -237,7 +238,9 @@ def _ingest_files(store: Store, paths: list, stdin_dir: Path | None, forced, str
     files = _expand(paths, stdin_dir, walked, kept)
     summary.files = len(files)
     # Files a walk found unrecognizable are in the ledger too (format 'unrecognized'), so a
-    # repeat does not sniff them again; forcing a format reads them after all.
+    # repeat does not sniff them again; forcing a format reads them after all. A file is
+    # skipped only if it was read under the format this ingest would read it as (a read under
+    # a wrong --format does not hide it from a plain ingest).
     ledger = {} if force else resident.ledger(store, kept)
     known = None if force else ledger    # every ledger row there is, when it was read
     todo: dict[str, list[tuple[Path, tuple]]] = {}
@@ -246,8 +249,10 @@ def _ingest_files(store: Store, paths: list, stdin_dir: Path | None, forced, str
     for p in files:
         st = _stat(p)
         was_walked = p in walked
-        was = ledger.get(st)
-        if was is not None and (was != "unrecognized" or (was_walked and forced is None)):
+        was = ledger.get(st, {})
+        detected = [f for f, by_flag in was.items() if not by_flag]
+        if forced is not None and forced.name in was or forced is None and detected and (
+                detected[0] != "unrecognized" or was_walked):
             summary.files_skipped += 1
             continue
         p = Path(p)
@@ -259,6 +264,9 @@ def _ingest_files(store: Store, paths: list, stdin_dir: Path | None, forced, str
             # e.g. ~/.codex/history.jsonl beside the sessions: not telemetry, not an error
             summary.unknown_records["file:unrecognized"] = summary.unknown_records.get("file:unrecognized", 0) + 1
             unrecognized.append((p, st))
+            continue
+        if name in was:              # read before under a --format that is the detected one
+            summary.files_skipped += 1
             continue
         todo.setdefault(name, []).append((p, st))
         if not force and FORMATS[name].resumable and not p.name.endswith(".gz"):
@@ -275,7 +283,7 @@ def _ingest_files(store: Store, paths: list, stdin_dir: Path | None, forced, str
         task = bar.add_task("ingest", total=total or 1)
         for i, (fmt_name, group) in enumerate(units):
             _ingest_unit(store, get_format(fmt_name), group, summary, strict,
-                         pending if i == len(units) - 1 else [], kept, known, starts)
+                         pending if i == len(units) - 1 else [], kept, known, starts, forced is not None)
             bar.advance(task, sum(st[1] for _, st in group))
     if pending and not units:
         with store.transaction():
@@ -307,8 +315,10 @@ def _units(todo: dict[str, list[tuple[Path, tuple]]]) -> list[tuple[str, list[tu
 
 
 def _ingest_unit(store: Store, fmt, group, summary: IngestSummary, strict: bool, also: list[tuple],
-                 kept: resident.State | None, known: dict | None, starts: dict[str, resume.Start]) -> None:
-    """Parse one unit and merge it in one transaction, with its ledger rows (and ``also``'s)."""
+                 kept: resident.State | None, known: dict | None, starts: dict[str, resume.Start],
+                 forced: bool = False) -> None:
+    """Parse one unit and merge it in one transaction, with its ledger rows (and ``also``'s).
+    ``forced``: read under ``--format``; a file that yields nothing then is a warning."""
     parser = fmt.load()
     paths = [p for p, _ in group]
     if fmt.batch:
@@ -328,25 +338,49 @@ def _ingest_unit(store: Store, fmt, group, summary: IngestSummary, strict: bool,
         added = (summary.requests_added - before[0]) + (summary.metric_points_added - before[1]) \
             + (summary.block_requests_added - before[2])
         dups = summary.duplicates_skipped - before[3]
-        rows = _ledger_rows(group, fmt.name, now, added, dups, len(parsed.rejects), parsed) + also
+        rows = _ledger_rows(group, fmt.name, now, added, dups, len(parsed.rejects), parsed, forced) + also
         _record_files(store, rows, known)
     resident.recorded(kept, rows)
     summary.formats[fmt.name] = summary.formats.get(fmt.name, 0) + len(group)
+    if forced:
+        _warn_silent(paths, parsed, fmt.name, summary)
+
+
+def _warn_silent(paths: list[Path], parsed: Parsed, fmt_name: str, summary: IngestSummary) -> None:
+    """A warning for each file that gave neither a row, a rejected line nor a counted record
+    under a forced format: most likely the wrong one."""
+    if parsed.unknown:
+        return                       # counted records cannot be told apart by file
+    if len(paths) == 1:
+        heard = set() if not (parsed.tables() or parsed.rejects) else {str(paths[0])}
+    else:
+        heard = {r.path for r in parsed.rejects}
+        for table in parsed.tables().values():
+            heard.update(w.rpartition(":")[0] for w in table.column("ingested_from").to_pylist())
+    for p in paths:
+        if str(p) in heard:
+            continue
+        try:
+            seen = f" (it looks like {sniff(p)})"
+        except UnknownFormat:
+            seen = ""
+        summary.warnings.append(f"{p}: nothing read as {fmt_name}{seen}; check --format, or ingest without it "
+                                "to detect the format")
 
 
 def _ledger_rows(group, fmt_name: str, now, added: int, dups: int, rejected: int,
-                 parsed: Parsed | None = None) -> list[tuple]:
+                 parsed: Parsed | None = None, forced: bool = False) -> list[tuple]:
     """``ingested_files`` rows of a unit's files; a batch's counts are booked on its first file.
     A parser that can resume a grown file says how far it read (``resume``)."""
     reach = (None, None, None)
     if parsed is not None and parsed.read_to is not None and len(group) == 1:
         reach = (parsed.read_to, parsed.lines_read, parsed.tail_sha256)
-    return [(st[0], st[1], st[2], fmt_name, now, added, dups, rejected) + reach if i == 0 else
-            (st[0], st[1], st[2], fmt_name, now, 0, 0, 0, None, None, None) for i, (_, st) in enumerate(group)]
+    return [(st[0], st[1], st[2], fmt_name, now, added, dups, rejected) + reach + (forced,) if i == 0 else
+            (st[0], st[1], st[2], fmt_name, now, 0, 0, 0, None, None, None, forced) for i, (_, st) in enumerate(group)]
 
 
 _LEDGER_COLUMNS = ("path", "size", "mtime_ns", "format", "ingested_at", "rows_added", "duplicates", "lines_rejected",
-                   "read_to", "lines_read", "tail_sha256")
+                   "read_to", "lines_read", "tail_sha256", "forced")
 # Up to this many ledger rows go in as statement parameters; more as one Arrow table (a batch
 # can hold thousands of small transcript files).
 _LEDGER_PARAM_ROWS = 64
@@ -359,7 +393,7 @@ def _record_files(store: Store, rows: list[tuple], known: dict | None) -> None:
     if not rows:
         return
     insert = f"INSERT INTO ingested_files ({', '.join(_LEDGER_COLUMNS)}) "
-    conflicts = known is None or any((row[0], row[1], row[2]) in known for row in rows)
+    conflicts = known is None or any(row[3] in known.get((row[0], row[1], row[2]), ()) for row in rows)
     on_conflict = " ON CONFLICT DO NOTHING" if conflicts else ""
     if len(rows) <= _LEDGER_PARAM_ROWS:
         values = ", ".join(["(" + ", ".join("?" * len(_LEDGER_COLUMNS)) + ")"] * len(rows))
