@@ -7,30 +7,32 @@ the bytes (``.gz`` too) and hands DuckDB one row per file, ``(file_idx, path, co
 
 from __future__ import annotations
 
-import gzip
-import zlib
 from pathlib import Path
 
 import pyarrow as pa
 
 from kvtrace.ingest.base import REQUEST_SCHEMA, Reject, arrow_as
+from kvtrace.ingest.formats import read_whole
 
 
 def read_files(paths: list[Path]) -> tuple[pa.Table, list[Reject]]:
     """The files of a batch as an Arrow table ``(file_idx, path, content)``.
 
-    A file that cannot be read (vanished, damaged gzip) is a ``Reject`` naming it, and the rest
-    of the batch is still read. Bytes that are not UTF-8 become U+FFFD, so such a line fails
+    A file that cannot be read (vanished) is a ``Reject`` naming it, and the rest of the batch is
+    still read; so is a damaged or truncated gzip file, whose whole lines before the damage are
+    read. Bytes that are not UTF-8 become U+FFFD, so such a line fails
     its JSON parse and is reported by line instead of failing the whole file.
     """
     idx, names, texts, rejects = [], [], [], []
     for i, p in enumerate(paths):
         try:
-            with gzip.open(p, "rb") if p.name.endswith(".gz") else open(p, "rb") as fh:
-                data = fh.read()
-        except (OSError, EOFError, zlib.error) as e:
+            data, damage = read_whole(p)
+        except OSError as e:
             rejects.append(Reject(None, f"cannot read: {e}", path=str(p)))
             continue
+        if damage:      # the whole lines before it are read
+            rejects.append(Reject(None, f"the gzip stream is damaged or ends early ({damage}); "
+                                  "the lines after this point are lost", path=str(p)))
         idx.append(i)
         names.append(str(p))
         texts.append(data.decode("utf-8", errors="replace"))

@@ -27,7 +27,6 @@ malformed one of those is not reported.
 
 from __future__ import annotations
 
-import gzip
 import os
 import threading
 from contextlib import contextmanager
@@ -36,6 +35,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from kvtrace.ingest.base import REQUEST_SCHEMA, Parsed, Reject, arrow_as
+from kvtrace.ingest.formats import read_whole
 from kvtrace.store import load_query
 
 # Why a parsed candidate line was not used: a problem (-> Reject) ...
@@ -270,11 +270,13 @@ def _parse_slow(db: _Db, paths: list[Path], parsed: Parsed) -> int:
     idx, texts = [], []
     for i, p in enumerate(paths):
         try:
-            with gzip.open(p, "rb") if p.name.endswith(".gz") else open(p, "rb") as fh:
-                data = fh.read()
-        except (OSError, EOFError) as e:
+            data, damage = read_whole(p)
+        except OSError as e:
             parsed.rejects.append(Reject(None, f"cannot read: {e}", path=str(p)))
             continue
+        if damage:      # the whole lines before it are read
+            parsed.rejects.append(Reject(None, f"the gzip stream is damaged or ends early ({damage}); "
+                                         "the lines after this point are lost", path=str(p)))
         idx.append(i)
         texts.append(data.decode("utf-8", errors="replace"))
     names = [str(paths[i]) for i in idx]

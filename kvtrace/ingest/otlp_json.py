@@ -21,8 +21,6 @@ The normalization is SQL (``queries/ingest/otlp_*.sql``) run by a private in-mem
 
 from __future__ import annotations
 
-import gzip
-import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -32,7 +30,7 @@ from typing import NamedTuple
 import pyarrow as pa
 
 from kvtrace.ingest.base import METRIC_POINT_SCHEMA, REQUEST_SCHEMA, Parsed, Reject, arrow_as
-from kvtrace.ingest.formats import open_text
+from kvtrace.ingest.formats import GzipDamaged, open_text
 from kvtrace.ingest.otlp_common import (CHUNK_BYTES, KEEP_BYTES, LINES_SCHEMA, READ_STEP, STREAM_PIECE, Lines, Pace,
                                          connection, iter_chunks, join_lines, lines_table, prefetch,
                                          retire_connection, searchable)
@@ -112,12 +110,9 @@ def _read(fh, compressed: bool, pace: Pace) -> Iterator[tuple[bytes | bytearray,
         # a plain file is read a whole piece per call (see iter_chunks' step)
         for chunk in iter_chunks(fh, step=READ_STEP if compressed else 1 << 62, pace=pace):
             yield chunk, None
-    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
-        if not compressed:
-            raise
-        # the failing read's output is lost with it: up to READ_STEP of text before the damage
-        yield b"", (f"the gzip stream is damaged or ends early ({e}); the lines after this point, and up to "
-                    f"{READ_STEP >> 20} MiB of text just before it, are lost")
+    except GzipDamaged as e:
+        # every whole line before the damage was yielded (see GzipSalvage)
+        yield b"", f"the gzip stream is damaged or ends early ({e}); the lines after this point are lost"
 
 
 class _Piece(NamedTuple):
