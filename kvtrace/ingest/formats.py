@@ -27,15 +27,19 @@ class Format:
     batch: bool            # parser takes list[Path] instead of one Path
     help: str
     resumable: bool = False  # parser(path, start=resume.Start) reads a grown file from there
+    # "module:function" reading many small files of a one-file format in one pass (list[Path]
+    # -> one Parsed whose rows and rejects name their files)
+    small: str | None = None
 
-    def load(self) -> Callable:
-        mod, fn = self.parser.split(":")
+    def load(self, small: bool = False) -> Callable:
+        mod, fn = (self.small if small else self.parser).split(":")
         return getattr(importlib.import_module(mod), fn)
 
 
 FORMATS: dict[str, Format] = {f.name: f for f in [
     Format("otlp-json", "kvtrace.ingest.otlp_json:parse", False,
-           "OTLP JSON lines: one Export{Logs,Metrics,Trace}ServiceRequest per line", resumable=True),
+           "OTLP JSON lines: one Export{Logs,Metrics,Trace}ServiceRequest per line", resumable=True,
+           small="kvtrace.ingest.otlp_json:parse_small"),
     Format("claude-transcript", "kvtrace.ingest.claude_transcripts:parse", True,
            "Claude Code transcripts (~/.claude/projects/**/*.jsonl)"),
     Format("codex-rollout", "kvtrace.ingest.codex_rollout:parse", True,

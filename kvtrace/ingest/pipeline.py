@@ -27,6 +27,12 @@ from kvtrace.store import Store, load_query
 from kvtrace.store.store import ROW_GROUP_ROWS
 
 BATCH_BYTES = 512 << 20  # batch parsers read at most this much per transaction (peak RSS ~0.6 GB)
+# Files of a one-file format up to SMALL_FILE_BYTES are read together (Format.small), up to
+# SMALL_BATCH_BYTES and SMALL_BATCH_FILES per transaction: a parse and a transaction cost more
+# than a small file's lines.
+SMALL_FILE_BYTES = 1 << 20
+SMALL_BATCH_BYTES = 64 << 20
+SMALL_BATCH_FILES = 2000
 MAX_REPORTED_REJECTS = 50
 
 
@@ -274,7 +280,7 @@ def _ingest_files(store: Store, paths: list, stdin_dir: Path | None, forced, str
             if at is not None:
                 starts[st[0]] = at
                 summary.files_resumed += 1
-    units = _units(todo)
+    units = _units(todo, starts)
     total = sum(st[1] for _, group in units for _, st in group)
     # Unrecognized files go into the ledger with the last unit (one transaction less).
     pending = _ledger_rows(unrecognized, "unrecognized", _now(), 0, 0, 0)
@@ -295,12 +301,25 @@ def _now():
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
-def _units(todo: dict[str, list[tuple[Path, tuple]]]) -> list[tuple[str, list[tuple[Path, tuple]]]]:
-    """Split work into transactions: one per file, or size-capped batches for batch parsers."""
+def _units(todo: dict[str, list[tuple[Path, tuple]]],
+           starts: dict[str, resume.Start]) -> list[tuple[str, list[tuple[Path, tuple]]]]:
+    """Split work into transactions: one per file, or size-capped batches for batch parsers and
+    for the small files of a format that reads them together (not those resumed: read alone)."""
     units = []
     for name, group in todo.items():
         if not FORMATS[name].batch:
-            units.extend((name, [item]) for item in group)
+            small = [] if FORMATS[name].small is None else \
+                [item for item in group if item[1][1] <= SMALL_FILE_BYTES and item[1][0] not in starts]
+            units.extend((name, [item]) for item in group if item not in small)
+            cur, size = [], 0
+            for item in small:
+                cur.append(item)
+                size += item[1][1]
+                if size >= SMALL_BATCH_BYTES or len(cur) >= SMALL_BATCH_FILES:
+                    units.append((name, cur))
+                    cur, size = [], 0
+            if cur:
+                units.append((name, cur))
             continue
         cur, size = [], 0
         for item in group:
@@ -323,6 +342,18 @@ def _ingest_unit(store: Store, fmt, group, summary: IngestSummary, strict: bool,
     paths = [p for p, _ in group]
     if fmt.batch:
         parsed: Parsed = parser(paths)
+    elif len(group) > 1:             # small files read together (see _units)
+        try:
+            parsed = fmt.load(small=True)(paths)
+        except Exception:
+            parsed = None
+        if parsed is None or strict and parsed.rejects:
+            # A problem: file by file, as without batching: the files before the bad one are
+            # stored, and its error is raised as it would be alone.
+            for k, item in enumerate(group):
+                _ingest_unit(store, fmt, [item], summary, strict, also if k == len(group) - 1 else [],
+                             kept, known, starts, forced)
+            return
     elif group[0][1][0] in starts:
         parsed = parser(paths[0], start=starts[group[0][1][0]])
     else:
