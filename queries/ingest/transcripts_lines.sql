@@ -31,22 +31,40 @@ WITH sp AS (
                "isApiErrorMessage": "BOOLEAN", "cwd": "VARCHAR", "version": "VARCHAR", "gitBranch": "VARCHAR",
                "entrypoint": "VARCHAR",
                "message": {"id": "VARCHAR", "model": "VARCHAR", "stop_reason": "VARCHAR",
-                   "usage": "JSON"}}')) END AS j
+                   "usage": {"input_tokens": "BIGINT", "output_tokens": "BIGINT",
+                             "cache_read_input_tokens": "BIGINT", "cache_creation_input_tokens": "BIGINT",
+                             "cache_creation": {"ephemeral_5m_input_tokens": "BIGINT",
+                                                "ephemeral_1h_input_tokens": "BIGINT"},
+                             "service_tier": "VARCHAR"}}}')) END AS j,
+           line
     FROM cand
 ), counted AS (
-    -- The usage members as JSON texts (NULL when absent, 'null' when written null): the six
-    -- counts, the service tier and the split object. A count that is present but not a whole
-    -- number from 0 to 2^63-1 (text, null, NaN, 1e400, 1e20, an array or object, negative)
-    -- rejects the line, naming the first such field.
-    SELECT *, json_extract(j.message.usage, ['$.input_tokens', '$.output_tokens',
-               '$.cache_read_input_tokens', '$.cache_creation_input_tokens',
-               '$.cache_creation.ephemeral_5m_input_tokens', '$.cache_creation.ephemeral_1h_input_tokens',
-               '$.service_tier', '$.cache_creation']) AS u
+    -- A count that is present but not a whole number from 0 to 2^63-1 (text, null, NaN, 1e400,
+    -- 1e20, an array or object, negative) rejects the line, naming the first such field. Any of
+    -- those reads as NULL above, so only a line missing a count (or a split member beside its
+    -- split object) is read again, for the counts as JSON texts (NULL when absent).
+    SELECT * EXCLUDE (line),
+           [j.message.usage.input_tokens, j.message.usage.output_tokens,
+            j.message.usage.cache_read_input_tokens, j.message.usage.cache_creation_input_tokens,
+            j.message.usage.cache_creation.ephemeral_5m_input_tokens,
+            j.message.usage.cache_creation.ephemeral_1h_input_tokens] AS n,
+           CASE WHEN j.message.usage IS NOT NULL AND (
+                    j.message.usage.input_tokens IS NULL OR j.message.usage.output_tokens IS NULL
+                    OR j.message.usage.cache_read_input_tokens IS NULL
+                    OR j.message.usage.cache_creation_input_tokens IS NULL
+                    OR (j.message.usage.cache_creation IS NOT NULL
+                        AND (j.message.usage.cache_creation.ephemeral_5m_input_tokens IS NULL
+                             OR j.message.usage.cache_creation.ephemeral_1h_input_tokens IS NULL)))
+                THEN json_extract(line, ['$.message.usage.input_tokens', '$.message.usage.output_tokens',
+                    '$.message.usage.cache_read_input_tokens', '$.message.usage.cache_creation_input_tokens',
+                    '$.message.usage.cache_creation.ephemeral_5m_input_tokens',
+                    '$.message.usage.cache_creation.ephemeral_1h_input_tokens']) END AS u
     FROM parsed
 ), checked AS (
-    SELECT *, list_transform(u[1:6], lambda x: TRY_CAST(x->>'$' AS BIGINT)) AS n,
-           list_position(list_transform(u[1:6], lambda x: x IS NOT NULL
-               AND coalesce(TRY_CAST(x->>'$' AS BIGINT) < 0, true)), true) AS bad
+    SELECT *, coalesce(
+               nullif(list_position(list_transform(u, lambda x: x IS NOT NULL
+                   AND coalesce(TRY_CAST(x->>'$' AS BIGINT) < 0, true)), true), 0),
+               nullif(list_position(list_transform(n, lambda v: coalesce(v < 0, false)), true), 0)) AS bad
     FROM counted
 ), flat AS (
     SELECT filename, lineno, candidate, last, file_lines, j IS NULL AS unparsed,
@@ -57,13 +75,13 @@ WITH sp AS (
            j.message.model AS model, j.message.usage IS NOT NULL AS has_usage,
            n[1] AS input_tokens, n[2] AS output_tokens, n[3] AS cache_read_tokens,
            n[4] AS cache_creation_tokens, n[5] AS cache_5m_tokens, n[6] AS cache_1h_tokens,
-           coalesce(u[8] <> 'null', false) AS has_split_object,
+           j.message.usage.cache_creation IS NOT NULL AS has_split_object,
            j.version AS version, j.gitBranch AS git_branch, j.entrypoint AS entrypoint,
-           u[7]->>'$' AS service_tier, j.message.stop_reason AS stop_reason,
+           j.message.usage.service_tier AS service_tier, j.message.stop_reason AS stop_reason,
            CASE WHEN bad > 0 THEN 'message.usage.' || ['input_tokens', 'output_tokens',
                'cache_read_input_tokens', 'cache_creation_input_tokens',
                'cache_creation.ephemeral_5m_input_tokens', 'cache_creation.ephemeral_1h_input_tokens'][bad] END AS bad_field,
-           CASE WHEN bad > 0 THEN left(u[bad]::VARCHAR, 40) END AS bad_value
+           CASE WHEN bad > 0 THEN left(coalesce(u[bad]::VARCHAR, n[bad]::VARCHAR), 40) END AS bad_value
     FROM checked
 )
 SELECT x.file_idx,
