@@ -308,9 +308,12 @@ def _units(todo: dict[str, list[tuple[Path, tuple]]],
     units = []
     for name, group in todo.items():
         if not FORMATS[name].batch:
-            small = [] if FORMATS[name].small is None else \
-                [item for item in group if item[1][1] <= SMALL_FILE_BYTES and item[1][0] not in starts]
-            units.extend((name, [item]) for item in group if item not in small)
+            small = []
+            for item in group:
+                if FORMATS[name].small is not None and item[1][1] <= SMALL_FILE_BYTES and item[1][0] not in starts:
+                    small.append(item)
+                else:
+                    units.append((name, [item]))
             cur, size = [], 0
             for item in small:
                 cur.append(item)
