@@ -144,7 +144,7 @@ def parse_small(paths: list[Path]) -> Parsed:
     out = Parsed(rejects=sorted(rejects, key=lambda r: (r.path or "", r.line or 0)),
                  lines=joined.lines + sum(a.lines for a in alone))
     for part in [joined, *alone]:
-        out.unknown.update(part.unknown)
+        out.unknown.update(dict(sorted(part.unknown.items())))     # the query's order varies
     for name, schema in (("requests", REQUEST_SCHEMA), ("metric_points", METRIC_POINT_SCHEMA)):
         tables = [t for t in [getattr(joined, name)] if t is not None and t.num_rows]
         if tables:
