@@ -104,6 +104,58 @@ def test_a_token_count_written_twice_counts_once_and_totals_are_ignored(tmp_path
     assert p.unknown["codex-rollout:duplicate_usage"] > 0
 
 
+def _is_token_count(x: dict) -> bool:
+    return x.get("type") == "event_msg" and x["payload"].get("type") == "token_count"
+
+
+def _same_counts_again(lines: list[dict]) -> list[dict]:
+    """The session's last response followed by another that reports exactly the same counts
+    (a later response, so the running total grows by them again)."""
+    last_tc = max(i for i, x in enumerate(lines) if _is_token_count(x))
+    last_rec = max(i for i, x in enumerate(lines) if x.get("type") == "token_usage_record")
+    rec, tc = json.loads(json.dumps(lines[last_rec])), json.loads(json.dumps(lines[last_tc]))
+    rec["payload"]["response_id"] = "resp_same_counts_again"
+    rec["timestamp"] = "2026-12-31T00:00:00.000Z"
+    info = tc["payload"]["info"]
+    for k, v in info["last_token_usage"].items():
+        info["total_token_usage"][k] += v
+    tc["timestamp"] = "2026-12-31T00:00:00.001Z"
+    return lines + [rec, tc]
+
+
+@pytest.mark.parametrize("layout", ["records", "token_count_only"])
+def test_two_rollout_responses_with_the_same_counts_are_two_rows(tmp_path, layout):
+    d = CODEX[0]
+
+    def edit(lines):
+        out = _same_counts_again(lines)
+        return out if layout == "records" else [x for x in out if x.get("type") != "token_usage_record"]
+
+    p = parse_rollouts(_rewrite(rollouts(d), tmp_path, edit))
+    got = sorted(buckets(r) for r in p.requests.to_pylist())
+    want = [want_buckets(w) for w in expected(d)["requests"].values()]
+    assert len(got) == len(want) + 1 and len({r["request_key"] for r in p.requests.to_pylist()}) == len(got)
+    assert sorted(set(got)) == sorted(set(want)) and not p.rejects, [r.describe() for r in p.rejects]
+    if layout == "records":
+        assert "resp_same_counts_again" in {r["request_id"] for r in p.requests.to_pylist()}
+
+
+def test_a_response_whose_record_has_a_non_numeric_count_counts_once(tmp_path):
+    d = CODEX[0]
+
+    def edit(lines):
+        out = json.loads(json.dumps(lines))
+        rec = next(x for x in out if x.get("type") == "token_usage_record")
+        rec["payload"]["usage"]["reasoning_output_tokens"] = "many"
+        return out
+
+    p = parse_rollouts(_rewrite(rollouts(d), tmp_path, edit))
+    assert sorted(buckets(r) for r in p.requests.to_pylist()) == \
+        sorted(want_buckets(w) for w in expected(d)["requests"].values())
+    assert [(r.field, r.reason) for r in p.rejects] == [
+        ("payload.usage.reasoning_output_tokens", 'not a token count (want a whole number from 0), got "many"')]
+
+
 def test_rollout_model_follows_turn_context_and_session_falls_back_to_the_file_name(tmp_path):
     d = CODEX[0]
     sid = expected(d)["requests"][expected(d)["order"][0]]["session_id"]
@@ -142,7 +194,7 @@ def test_rollout_problems_are_reported_not_fatal(tmp_path):
     reasons = {(r.line, r.field): r.reason for r in p.rejects}
     n = len(src)
     assert "uncached input stored as 0" in reasons[(n + 1, "input_tokens")]
-    assert reasons[(n + 2, "usage")] == "negative token count"
+    assert reasons[(n + 2, "payload.info.last_token_usage.output_tokens")].startswith("not a token count")
     assert reasons[(n + 3, None)] == "malformed JSON"
     assert p.unknown["codex-rollout:token_count_without_usage"] == 1
     assert p.unknown["codex-rollout:torn_last_line"] == 1
@@ -205,6 +257,23 @@ def test_older_single_document_chat_logs_give_the_same_rows(d, tmp_path):
     assert old == {r["request_key"]: buckets(r) for r in parse_chats(chats(d)).requests.to_pylist()}
 
 
+def test_two_chat_messages_with_the_same_counts_are_two_rows(tmp_path):
+    d = GEMINI[0]
+    src = chats(d)[0].read_bytes().splitlines()
+    msg = next(orjson.loads(x) for x in reversed(src) if b'"tokens"' in x)
+    again = {**msg, "id": "same-counts-again", "timestamp": "2026-12-31T00:00:00.000Z"}
+    f = tmp_path / "chats" / chats(d)[0].name
+    f.parent.mkdir()
+    f.write_bytes(b"\n".join(src + [orjson.dumps(again), orjson.dumps(again)]) + b"\n")   # the second: a copy
+    before = parse_chats(chats(d)).requests.to_pylist()
+    p = parse_chats([f])
+    rows = p.requests.to_pylist()
+    assert len(rows) == len(before) + 1 and not p.rejects
+    assert len({r["request_key"] for r in rows}) == len(rows)
+    assert {r["request_key"] for r in before} <= {r["request_key"] for r in rows}   # the first keeps its key
+    assert sum(r["message_id"] == "same-counts-again" for r in rows) == 1
+
+
 def test_chat_log_problems_and_the_prompt_log_are_reported(tmp_path):
     d = GEMINI[0]
     src = chats(d)[0].read_bytes().splitlines()
@@ -224,7 +293,7 @@ def test_chat_log_problems_and_the_prompt_log_are_reported(tmp_path):
     n = len(src)
     reasons = {(r.line, r.field): r.reason for r in p.rejects}
     assert "stored as the tool tokens only" in reasons[(n + 1, "tokens.input")]
-    assert reasons[(n + 2, "tokens")] == "negative token count"
+    assert reasons[(n + 2, "tokens.output")].startswith("not a token count")
     assert reasons[(n + 4, None)] == "malformed JSON"
     assert p.unknown["gemini-chat:gemini_without_tokens"] == 1
     assert p.unknown["gemini-chat:prompt_log"] == 3

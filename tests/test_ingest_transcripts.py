@@ -259,7 +259,46 @@ def test_bad_values_are_rejected_with_their_field(tmp_path):
     f = write(main_file(tmp_path), [neg, no_ts, assistant()])
     p = parse([f])
     assert set(rows(p)) == {"msg_1"}
-    assert sorted((r.line, r.field) for r in p.rejects) == [(1, "message.usage"), (2, "timestamp")]
+    assert sorted((r.line, r.field) for r in p.rejects) == [(1, "message.usage.input_tokens"), (2, "timestamp")]
+
+
+# Present but not a whole number from 0 to 2^63-1: each was once stored as 0.
+_NOT_COUNTS = ["1e20", '"lots"', "NaN", "1e400", "[1]", '{"n": 1}', "null", "-1", "Infinity"]
+
+
+@pytest.mark.parametrize("value", _NOT_COUNTS)
+@pytest.mark.parametrize("field", ["output_tokens", "cache_read_input_tokens",
+                                   "cache_creation.ephemeral_1h_input_tokens"])
+def test_a_count_that_is_not_a_count_is_rejected_naming_file_line_and_field(tmp_path, value, field):
+    bad = assistant(msg="m_bad", req="r_bad")
+    *parents, key = field.split(".")
+    holder = bad["message"]["usage"]
+    for name in parents:
+        holder = holder[name]
+    holder[key] = "@BAD@"                  # then written as the raw JSON text ``value``
+    written = json.dumps(bad, separators=(",", ":")).replace('"@BAD@"', value)
+    f = write(main_file(tmp_path), [user(), written, assistant()])
+    p = parse([f])
+    assert set(rows(p)) == {"msg_1"}
+    assert [(r.path, r.line, r.field) for r in p.rejects] == [(str(f), 2, f"message.usage.{field}")]
+    assert "not a token count" in p.rejects[0].reason
+
+
+def test_counts_written_as_numeric_text_or_whole_floats_are_read(tmp_path):
+    rec = json.dumps(assistant(msg="m", req="r", out=5, inp=3), separators=(",", ":"))
+    rec = rec.replace('"output_tokens":5', '"output_tokens":"7"').replace('"input_tokens":3', '"input_tokens":3.0')
+    p = parse([write(main_file(tmp_path), [rec])])
+    assert not p.rejects
+    assert (rows(p)["m"]["output_tokens"], rows(p)["m"]["input_tokens"]) == (7, 3)
+
+
+def test_a_bad_count_is_fatal_under_strict_with_file_line_field(store, tmp_path):
+    rec = json.dumps(assistant(), separators=(",", ":")).replace('"output_tokens":412', '"output_tokens":"lots"')
+    f = write(main_file(tmp_path), [user(), rec])
+    with pytest.raises(Exception) as e:
+        ingest(store, [f], strict=True)
+    assert f"{f}:2" in str(e.value) and "message.usage.output_tokens" in str(e.value)
+    assert store.scalar("SELECT count(*) FROM requests") == 0
 
 
 def _plain(tmp_path) -> Path:

@@ -13,8 +13,6 @@ allocates whole blocks, a partial last block included) and in bytes as tokens x 
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-
 import numpy as np
 
 from kvtrace.analyze.access import NEVER, seconds_to_us, times_for, ts_us
@@ -200,5 +198,5 @@ def _series(times: np.ndarray, level: np.ndarray, t0: int, t1: int, B: int, poin
 
 
 def _iso(us: int | float) -> str:
-    return datetime.fromtimestamp(int(us) / 1e6, tz=timezone.utc).replace(tzinfo=None).isoformat(
-        timespec="seconds") + "Z"
+    # numpy, not datetime: any stored time (a year beyond 9999 too) has an ISO form
+    return str(np.datetime64(int(us), "us").astype("datetime64[s]")) + "Z"

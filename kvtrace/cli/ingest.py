@@ -55,8 +55,10 @@ def ingest(
         typer.echo(json.dumps({k: d[k] for k in ("files", "files_skipped", "files_resumed", "requests_added",
                                                  "metric_points_added",
                                                  "block_requests_added", "duplicates_skipped", "lines_rejected",
-                                                 "unknown_records", "rejects", "skipped", "yielded_nothing")}, indent=2))
+                                                 "unknown_records", "rejects", "skipped", "yielded_nothing", "warnings")}, indent=2))
     else:
+        for line in summary.warnings:
+            typer.echo(f"warning: {line}", err=True)
         if not quiet:
             for line in summary.rejects:
                 typer.echo(f"skipped {line}", err=True)

@@ -110,6 +110,43 @@ def query_source_sql(expr: str) -> str:
             f"OR starts_with({expr}, 'task') THEN 'subagent' ELSE 'auxiliary' END")
 
 
+# Request and metric times outside these bounds are rejected at ingest: a clock or a file gone
+# wrong, and a year beyond 9999 is one Python cannot even hold. (Block traces keep relative times
+# from 1970 and are not checked.)
+PLAUSIBLE_TIMES = ("1970-01-01", "2100-01-01")
+_TIME_FIELD = {"claude-transcript": "timestamp", "codex-rollout": "timestamp", "gemini-chat": "timestamp"}
+
+
+def reject_implausible_times(parsed: Parsed) -> None:
+    """Move the ``requests`` and ``metric_points`` rows whose time is outside
+    :data:`PLAUSIBLE_TIMES` to ``parsed.rejects``, each naming its file and line."""
+    import numpy as np
+
+    lo, hi = (np.datetime64(t, "us") for t in PLAUSIBLE_TIMES)
+    for name in ("requests", "metric_points"):
+        table = getattr(parsed, name)
+        if table is None or not table.num_rows:
+            continue
+        bad = np.zeros(table.num_rows, dtype=bool)
+        for col in ("ts", "start_ts"):
+            if col in table.column_names:
+                t = table.column(col).to_numpy()     # NaT for a missing time: never out of range
+                bad |= (t < lo) | (t >= hi)
+        if not bad.any():
+            continue
+        ts = table.column("ts").to_numpy()
+        for i in np.flatnonzero(bad):
+            where = table.column("ingested_from")[int(i)].as_py() or ""
+            source = table.column("source")[int(i)].as_py()
+            path, _, line = where.rpartition(":")
+            parsed.rejects.append(Reject(
+                int(line) if line.isdigit() else None,
+                f"time {ts[i].astype('datetime64[s]')} is outside {PLAUSIBLE_TIMES[0]} .. {PLAUSIBLE_TIMES[1]}"
+                " (a clock or a file gone wrong?)",
+                field=_TIME_FIELD.get(source, "time"), path=path if line.isdigit() else (where or None)))
+        setattr(parsed, name, table.filter(pa.array(~bad)))
+
+
 def arrow_as(relation, schema: pa.Schema) -> pa.Table:
     """A DuckDB relation's columns of ``schema`` as an Arrow table of exactly that schema."""
     table = relation.project(", ".join(schema.names)).to_arrow_table()

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kvtrace.ingest.base import BLOCK_REQUEST_SCHEMA, Parsed, Reject
+from kvtrace.ingest.formats import read_whole
 
 MOONCAKE_BLOCK_SIZE = 512
 BAILIAN_BLOCK_SIZE = 16
@@ -82,23 +83,19 @@ def parse_bailian(path: str | Path, *, trace: str | None = None,
 def _parse(path: Path, fmt: str, trace: str | None, block_size: int, unit_us: int) -> Parsed:
     trace = trace or trace_name(path)
     cols = _BAILIAN_COLS if fmt == "bailian" else _MOONCAKE_COLS
-    data = _read_bytes(path)
+    data, damage = read_whole(path)
     lines = _nonblank_line_numbers(data)
-    table = _read_fast(path, cols)
+    table = None if damage else _read_fast(path, cols)
     if table is None or table.num_rows != len(lines) or _has_problems(table):
         table, lines, rejects = _read_slow(data, fmt)
     else:
         rejects = []
+    if damage:          # the whole lines before it are read
+        rejects.append(Reject(None, f"the gzip stream is damaged or ends early ({damage}); "
+                           "the lines after this point are lost", path=str(path)))
     n_lines = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
     return Parsed(block_requests=_to_rows(table, lines, trace, block_size, unit_us, str(path)),
                   rejects=rejects, lines=n_lines)
-
-
-def _read_bytes(path: Path) -> bytes:
-    from kvtrace.ingest.formats import open_text
-
-    with open_text(path) as fh:
-        return fh.read()
 
 
 def _nonblank_line_numbers(data: bytes) -> np.ndarray:

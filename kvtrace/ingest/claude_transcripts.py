@@ -27,7 +27,6 @@ malformed one of those is not reported.
 
 from __future__ import annotations
 
-import gzip
 import os
 import threading
 from contextlib import contextmanager
@@ -36,12 +35,13 @@ from pathlib import Path
 import pyarrow as pa
 
 from kvtrace.ingest.base import REQUEST_SCHEMA, Parsed, Reject, arrow_as
+from kvtrace.ingest.formats import read_whole
 from kvtrace.store import load_query
 
 # Why a parsed candidate line was not used: a problem (-> Reject) ...
 _REJECTS = {
     "malformed": ("malformed JSON", None),
-    "negative": ("negative token count", "message.usage"),
+    "bad_count": ("not a token count (want a whole number from 0)", None),   # field: the line's bad_field
     "bad_timestamp": ("missing or unreadable timestamp (want ISO 8601)", "timestamp"),
     "no_id": ("an assistant record with usage but neither message.id nor requestId", "message.id"),
 }
@@ -270,11 +270,13 @@ def _parse_slow(db: _Db, paths: list[Path], parsed: Parsed) -> int:
     idx, texts = [], []
     for i, p in enumerate(paths):
         try:
-            with gzip.open(p, "rb") if p.name.endswith(".gz") else open(p, "rb") as fh:
-                data = fh.read()
-        except (OSError, EOFError) as e:
+            data, damage = read_whole(p)
+        except OSError as e:
             parsed.rejects.append(Reject(None, f"cannot read: {e}", path=str(p)))
             continue
+        if damage:      # the whole lines before it are read
+            parsed.rejects.append(Reject(None, f"the gzip stream is damaged or ends early ({damage}); "
+                                         "the lines after this point are lost", path=str(p)))
         idx.append(i)
         texts.append(data.decode("utf-8", errors="replace"))
     names = [str(paths[i]) for i in idx]
@@ -298,14 +300,16 @@ def _collect(con, parsed: Parsed, paths: list[Path]) -> None:
     rejects = []
     for kind, n, lines, at in con.execute(
             "SELECT kind, count(*), coalesce(sum(file_lines), 0), "
-            "CASE WHEN kind IN ('malformed', 'negative', 'bad_timestamp', 'no_id') "
-            "THEN list([file_idx, lineno]) END FROM tx_rec GROUP BY kind").fetchall():
+            "CASE WHEN kind IN ('malformed', 'bad_count', 'bad_timestamp', 'no_id') "
+            "THEN list((file_idx, lineno, bad_field, bad_value)) END FROM tx_rec GROUP BY kind").fetchall():
         parsed.lines += int(lines)
         if kind in _COUNTED:
             parsed.unknown[kind] += n
-        rejects.extend((file_idx, lineno, kind) for file_idx, lineno in at or ())
-    for file_idx, lineno, kind in sorted(rejects):
+        rejects.extend((*r, kind) for r in at or ())
+    for file_idx, lineno, bad_field, bad_value, kind in sorted(rejects, key=lambda r: r[:2]):
         reason, field = _REJECTS[kind]
+        if kind == "bad_count":
+            reason, field = f"{reason}, got {bad_value}", bad_field
         parsed.rejects.append(Reject(lineno, reason, field=field, path=str(paths[file_idx])))
     parsed.requests = arrow_as(con.sql(load_query("ingest/transcripts_requests").sql), REQUEST_SCHEMA)
 

@@ -14,7 +14,9 @@ so a response ingested from its rollout and from telemetry is one row.
 
 Counted in ``Parsed.unknown``: ``token_count`` events without usage (rate limits only), usage
 records without usage, duplicate copies of a response, and a torn last line. Rejected (the line
-is named): malformed JSON on a candidate line, a negative count, an unreadable timestamp.
+is named): malformed JSON on a candidate line, a count that is not a whole number from 0 (the
+field is named), an unreadable timestamp. Which lines are copies of one response is told by
+their place in the file, not by their counts (``queries/ingest/codex_rollout.sql``).
 Lines of other record types are not parsed.
 """
 
@@ -22,13 +24,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvtrace.ingest.agent_files import connect, line_rejects, read_files, requests_table
+from kvtrace.ingest.agent_files import BAD_COUNT, connect, line_rejects, read_files, requests_table
 from kvtrace.ingest.base import Parsed, Reject
 from kvtrace.store import load_query
 
 _REJECTS = {
     "malformed": ("malformed JSON", None),
-    "negative": ("negative token count", "usage"),
+    "bad_count": BAD_COUNT,
     "bad_timestamp": ("missing or unreadable timestamp (want ISO 8601)", "timestamp"),
 }
 _NOT_COUNTED = ("usage", "other", "session_meta", "turn_context")

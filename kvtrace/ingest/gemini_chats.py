@@ -14,21 +14,22 @@ ingested from its chat log and from telemetry is one row. Chat logs hold only th
 conversation: the CLI's utility calls (its model router) appear only in telemetry.
 
 Counted in ``Parsed.unknown``: gemini messages that never got tokens, prompt-log entries
-(``logs.json``), a torn last line. Rejected: malformed JSON on a candidate line, a negative
-count, an unreadable timestamp.
+(``logs.json``), a torn last line. Rejected: malformed JSON on a candidate line, a count that
+is not a whole number from 0 (the field is named), an unreadable timestamp. Copies of one
+message share its id; two messages with the same counts stay two.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from kvtrace.ingest.agent_files import connect, line_rejects, read_files, requests_table
+from kvtrace.ingest.agent_files import BAD_COUNT, connect, line_rejects, read_files, requests_table
 from kvtrace.ingest.base import Parsed, Reject
 from kvtrace.store import load_query
 
 _REJECTS = {
     "malformed": ("malformed JSON", None),
-    "negative": ("negative token count", "tokens"),
+    "bad_count": BAD_COUNT,
     "bad_timestamp": ("missing or unreadable timestamp (want ISO 8601)", "timestamp"),
 }
 

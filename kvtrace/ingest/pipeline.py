@@ -22,13 +22,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from kvtrace.errors import BadTraceInput, KvtraceError, UnknownFormat
-from kvtrace.ingest.base import Parsed, Reject
+from kvtrace.ingest.base import Parsed, Reject, reject_implausible_times
 from kvtrace.ingest import resident, resume
 from kvtrace.ingest.formats import FORMATS, LFS_HINT, get_format, is_lfs_pointer, sniff
 from kvtrace.store import Store, load_query
 from kvtrace.store.store import ROW_GROUP_ROWS
 
 BATCH_BYTES = 512 << 20  # batch parsers read at most this much per transaction (peak RSS ~0.6 GB)
+# Files of a one-file format up to SMALL_FILE_BYTES are read together (Format.small), up to
+# SMALL_BATCH_BYTES and SMALL_BATCH_FILES per transaction: a parse and a transaction cost more
+# than a small file's lines.
+SMALL_FILE_BYTES = 1 << 20
+SMALL_BATCH_BYTES = 64 << 20
+SMALL_BATCH_FILES = 2000
 MAX_REPORTED_REJECTS = 50
 
 
@@ -55,6 +61,7 @@ class IngestSummary:
     # inputs that yielded nothing: a file whose every line was rejected, a folder or glob in
     # which no file was recognised (the CLI exits non-zero)
     yielded_nothing: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)   # e.g. a file that yielded nothing under --format
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -296,7 +303,9 @@ def _ingest_files(store: Store, paths: list, stdin_dir: Path | None, forced, str
     summary.skipped.extend(f"{folder}: cannot read the folder: {why}" for folder, why in unreadable)
     found: set[str] = set()      # files recognised (or unchanged): a folder or glob without any says so
     # Files a walk found unrecognizable are in the ledger too (format 'unrecognized'), so a
-    # repeat does not sniff them again; forcing a format reads them after all.
+    # repeat does not sniff them again; forcing a format reads them after all. A file is
+    # skipped only if it was read under the format this ingest would read it as (a read under
+    # a wrong --format does not hide it from a plain ingest).
     ledger = {} if force else resident.ledger(store, kept)
     known = None if force else ledger    # every ledger row there is, when it was read
     todo: dict[str, list[tuple[Path, tuple]]] = {}
@@ -313,13 +322,15 @@ def _ingest_files(store: Store, paths: list, stdin_dir: Path | None, forced, str
                 raise KvtraceError(f"{p}: {e}", hint=_NOT_READABLE_HINT if "regular" in str(e) else None) from None
             summary.skipped.append(f"{p}: {e}")
             continue
-        was = ledger.get(st)
-        if was is not None and (was != "unrecognized" or (was_walked and forced is None)):
+        was = ledger.get(st, {})
+        detected = [f for f, by_flag in was.items() if not by_flag]
+        if forced is not None and forced.name in was or forced is None and detected and (
+                detected[0] != "unrecognized" or was_walked):
             summary.files_skipped += 1
-            if was != "unrecognized":
-                found.add(st[0])
-            else:
+            if forced is None and detected[0] == "unrecognized":
                 summary.unknown_records["file:unrecognized"] = summary.unknown_records.get("file:unrecognized", 0) + 1
+            else:
+                found.add(st[0])
             continue
         p = Path(p)
         try:
@@ -339,6 +350,10 @@ def _ingest_files(store: Store, paths: list, stdin_dir: Path | None, forced, str
             summary.unknown_records["file:unrecognized"] = summary.unknown_records.get("file:unrecognized", 0) + 1
             unrecognized.append((p, st))
             continue
+        if name in was:              # read before under a --format that is the detected one
+            summary.files_skipped += 1
+            found.add(st[0])
+            continue
         found.add(st[0])
         todo.setdefault(name, []).append((p, st))
         if not force and FORMATS[name].resumable and not p.name.endswith(".gz"):
@@ -352,7 +367,7 @@ def _ingest_files(store: Store, paths: list, stdin_dir: Path | None, forced, str
                 f"{label}: no file was recognised among its {len(members)} files (see the skipped ones above; "
                 f"force a format with --format if they are telemetry)" if members else
                 f"{label}: no .jsonl, .json or .ndjson files (.gz too) in it")
-    units = _units(todo)
+    units = _units(todo, starts)
     total = sum(st[1] for _, group in units for _, st in group)
     # Unrecognized files go into the ledger with the last unit (one transaction less).
     pending = _ledger_rows(unrecognized, "unrecognized", _now(), 0, 0, 0)
@@ -363,7 +378,8 @@ def _ingest_files(store: Store, paths: list, stdin_dir: Path | None, forced, str
             summary.files_pending = [str(p) for p, _ in group]
             reading.unit(group, done)
             stored = _ingest_unit(store, get_format(fmt_name), group, summary, strict,
-                                  pending if i == len(units) - 1 else [], kept, known, starts)
+                                  pending if i == len(units) - 1 else [], kept, known, starts,
+                                  forced is not None)
             summary.files_pending = []
             summary.files_stored += stored
             done += sum(st[1] for _, st in group)
@@ -378,12 +394,28 @@ def _now():
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
-def _units(todo: dict[str, list[tuple[Path, tuple]]]) -> list[tuple[str, list[tuple[Path, tuple]]]]:
-    """Split work into transactions: one per file, or size-capped batches for batch parsers."""
+def _units(todo: dict[str, list[tuple[Path, tuple]]],
+           starts: dict[str, resume.Start]) -> list[tuple[str, list[tuple[Path, tuple]]]]:
+    """Split work into transactions: one per file, or size-capped batches for batch parsers and
+    for the small files of a format that reads them together (not those resumed: read alone)."""
     units = []
     for name, group in todo.items():
         if not FORMATS[name].batch:
-            units.extend((name, [item]) for item in group)
+            small = []
+            for item in group:
+                if FORMATS[name].small is not None and item[1][1] <= SMALL_FILE_BYTES and item[1][0] not in starts:
+                    small.append(item)
+                else:
+                    units.append((name, [item]))
+            cur, size = [], 0
+            for item in small:
+                cur.append(item)
+                size += item[1][1]
+                if size >= SMALL_BATCH_BYTES or len(cur) >= SMALL_BATCH_FILES:
+                    units.append((name, cur))
+                    cur, size = [], 0
+            if cur:
+                units.append((name, cur))
             continue
         cur, size = [], 0
         for item in group:
@@ -398,17 +430,30 @@ def _units(todo: dict[str, list[tuple[Path, tuple]]]) -> list[tuple[str, list[tu
 
 
 def _ingest_unit(store: Store, fmt, group, summary: IngestSummary, strict: bool, also: list[tuple],
-                 kept: resident.State | None, known: dict | None, starts: dict[str, resume.Start]) -> int:
+                 kept: resident.State | None, known: dict | None, starts: dict[str, resume.Start],
+                 forced: bool = False) -> int:
     """Parse one unit and merge it in one transaction, with its ledger rows (and ``also``'s).
+    ``forced``: read under ``--format``; a file that yields nothing then is a warning.
     Returns how many of its files are now in the ledger."""
     parser = fmt.load()
     paths = [p for p, _ in group]
     if fmt.batch:
         parsed: Parsed = parser(paths)
+    elif len(group) > 1:             # small files read together (see _units)
+        try:
+            parsed = fmt.load(small=True)(paths)
+        except Exception:
+            parsed = None
+        if parsed is None or strict and parsed.rejects:
+            # A problem: file by file, as without batching: the files before the bad one are
+            # stored, and its error is raised as it would be alone.
+            return sum(_ingest_unit(store, fmt, [item], summary, strict, also if k == len(group) - 1 else [],
+                                    kept, known, starts, forced) for k, item in enumerate(group))
     elif group[0][1][0] in starts:
         parsed = parser(paths[0], start=starts[group[0][1][0]])
     else:
         parsed = parser(paths[0])
+    reject_implausible_times(parsed)
     _record_rejects(parsed, str(paths[0]), summary, strict)
     barren = _all_rejected(parsed, paths)
     if barren:
@@ -425,7 +470,7 @@ def _ingest_unit(store: Store, fmt, group, summary: IngestSummary, strict: bool,
             added = (summary.requests_added - before[0]) + (summary.metric_points_added - before[1]) \
                 + (summary.block_requests_added - before[2])
             dups = summary.duplicates_skipped - before[3]
-            rows = _ledger_rows(group, fmt.name, now, added, dups, len(parsed.rejects), parsed) + also
+            rows = _ledger_rows(group, fmt.name, now, added, dups, len(parsed.rejects), parsed, forced) + also
             _record_files(store, rows, known)
     except BaseException:
         # rolled back: the summary counts only what is stored
@@ -434,6 +479,8 @@ def _ingest_unit(store: Store, fmt, group, summary: IngestSummary, strict: bool,
         raise
     resident.recorded(kept, rows)
     summary.formats[fmt.name] = summary.formats.get(fmt.name, 0) + len(group)
+    if forced:
+        _warn_silent(paths, parsed, fmt.name, summary)
     return len(group)
 
 
@@ -462,19 +509,41 @@ def _barren_message(path: str, parsed: Parsed) -> str:
     return f"{path}: nothing stored, all {n} lines with content were rejected (first: {first})"
 
 
+def _warn_silent(paths: list[Path], parsed: Parsed, fmt_name: str, summary: IngestSummary) -> None:
+    """A warning for each file that gave neither a row, a rejected line nor a counted record
+    under a forced format: most likely the wrong one."""
+    if parsed.unknown:
+        return                       # counted records cannot be told apart by file
+    if len(paths) == 1:
+        heard = set() if not (parsed.tables() or parsed.rejects) else {str(paths[0])}
+    else:
+        heard = {r.path for r in parsed.rejects}
+        for table in parsed.tables().values():
+            heard.update(w.rpartition(":")[0] for w in table.column("ingested_from").to_pylist())
+    for p in paths:
+        if str(p) in heard:
+            continue
+        try:
+            seen = f" (it looks like {sniff(p)})"
+        except UnknownFormat:
+            seen = ""
+        summary.warnings.append(f"{p}: nothing read as {fmt_name}{seen}; check --format, or ingest without it "
+                                "to detect the format")
+
+
 def _ledger_rows(group, fmt_name: str, now, added: int, dups: int, rejected: int,
-                 parsed: Parsed | None = None) -> list[tuple]:
+                 parsed: Parsed | None = None, forced: bool = False) -> list[tuple]:
     """``ingested_files`` rows of a unit's files; a batch's counts are booked on its first file.
     A parser that can resume a grown file says how far it read (``resume``)."""
     reach = (None, None, None)
     if parsed is not None and parsed.read_to is not None and len(group) == 1:
         reach = (parsed.read_to, parsed.lines_read, parsed.tail_sha256)
-    return [(st[0], st[1], st[2], fmt_name, now, added, dups, rejected) + reach if i == 0 else
-            (st[0], st[1], st[2], fmt_name, now, 0, 0, 0, None, None, None) for i, (_, st) in enumerate(group)]
+    return [(st[0], st[1], st[2], fmt_name, now, added, dups, rejected) + reach + (forced,) if i == 0 else
+            (st[0], st[1], st[2], fmt_name, now, 0, 0, 0, None, None, None, forced) for i, (_, st) in enumerate(group)]
 
 
 _LEDGER_COLUMNS = ("path", "size", "mtime_ns", "format", "ingested_at", "rows_added", "duplicates", "lines_rejected",
-                   "read_to", "lines_read", "tail_sha256")
+                   "read_to", "lines_read", "tail_sha256", "forced")
 # Up to this many ledger rows go in as statement parameters; more as one Arrow table (a batch
 # can hold thousands of small transcript files).
 _LEDGER_PARAM_ROWS = 64
@@ -487,7 +556,7 @@ def _record_files(store: Store, rows: list[tuple], known: dict | None) -> None:
     if not rows:
         return
     insert = f"INSERT INTO ingested_files ({', '.join(_LEDGER_COLUMNS)}) "
-    conflicts = known is None or any((row[0], row[1], row[2]) in known for row in rows)
+    conflicts = known is None or any(row[3] in known.get((row[0], row[1], row[2]), ()) for row in rows)
     on_conflict = " ON CONFLICT DO NOTHING" if conflicts else ""
     if len(rows) <= _LEDGER_PARAM_ROWS:
         values = ", ".join(["(" + ", ".join("?" * len(_LEDGER_COLUMNS)) + ")"] * len(rows))

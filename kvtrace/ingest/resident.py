@@ -33,7 +33,7 @@ RACY_NS = 5 * 10**9
 KEY_INDEX_MAX_ROWS = 250_000
 _KEY_COLUMNS = ("request_key", "message_id", "session_id")
 
-LEDGER_SQL = "SELECT path, size, mtime_ns, format FROM ingested_files"
+LEDGER_SQL = "SELECT path, size, mtime_ns, format, forced FROM ingested_files"
 # What tells a write this process did not make: the ledger's rows and latest time, the requests' rows.
 _TOKEN_SQL = ("SELECT l.n, l.latest, r.n FROM (SELECT count(*) AS n, max(ingested_at) AS latest FROM ingested_files) l, "
               "(SELECT count(*) AS n FROM requests) r")
@@ -54,7 +54,7 @@ class State:
     """One warehouse's kept state."""
 
     def __init__(self) -> None:
-        self.ledger: dict[tuple[str, int, int], str] | None = None
+        self.ledger: dict[tuple[str, int, int], dict[str, bool]] | None = None
         self.token: tuple | None = None                 # (rows, latest ingested_at) of that ledger
         self.folders: dict[str, dict[str, tuple]] = {}  # walked root -> folder -> (stat, entries)
         self.keys: set[int] | None = None               # hash() of stored request keys, message and session ids
@@ -100,8 +100,9 @@ def sync(store, st: State | None) -> None:
         st.keys = None
 
 
-def ledger(store, st: State | None) -> dict[tuple[str, int, int], str]:
-    """``(path, size, mtime_ns) -> format`` of every file in ``ingested_files``."""
+def ledger(store, st: State | None) -> dict[tuple[str, int, int], dict[str, bool]]:
+    """``(path, size, mtime_ns) -> {format: forced}`` of every file in ``ingested_files``: the
+    formats it was read as, each with whether ``--format`` forced it."""
     if st is None:
         return _read_ledger(store)
     if st.ledger is None:
@@ -109,20 +110,23 @@ def ledger(store, st: State | None) -> dict[tuple[str, int, int], str]:
     return st.ledger
 
 
-def _read_ledger(store) -> dict[tuple[str, int, int], str]:
-    return {(r[0], r[1], r[2]): r[3] for r in store.query(LEDGER_SQL)}
+def _read_ledger(store) -> dict[tuple[str, int, int], dict[str, bool]]:
+    out: dict[tuple[str, int, int], dict[str, bool]] = {}
+    for r in store.query(LEDGER_SQL):
+        out.setdefault((r[0], r[1], r[2]), {})[r[3]] = r[4]
+    return out
 
 
 def recorded(st: State | None, rows: list[tuple]) -> None:
-    """Note ledger rows (path, size, mtime_ns, format, ingested_at, ...) that a committed
+    """Note ledger rows (path, size, mtime_ns, format, ingested_at, ..., forced) that a committed
     ``INSERT ... ON CONFLICT DO NOTHING`` wrote: a key already there kept its row."""
     if st is None or st.ledger is None:
         return
     count, latest = st.token
     for row in rows:
-        key = (row[0], row[1], row[2])
-        if key not in st.ledger:
-            st.ledger[key] = row[3]
+        formats = st.ledger.setdefault((row[0], row[1], row[2]), {})
+        if row[3] not in formats:
+            formats[row[3]] = row[-1]
             count += 1
             latest = row[4] if latest is None or row[4] > latest else latest
     st.token = (count, latest)

@@ -16,6 +16,8 @@ def parse_instant(text: str | None, last: datetime | None, tz: str = "UTC") -> d
     if is_span(text):
         if last is None:
             return None
+        if isinstance(last, str):       # a stored time beyond year 9999 (DuckDB hands it over as text)
+            last = datetime.max
         return last - timedelta(seconds=parse_duration(text))
     try:
         dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
@@ -31,5 +33,9 @@ def parse_instant(text: str | None, last: datetime | None, tz: str = "UTC") -> d
     return dt
 
 
-def iso(dt: datetime | None) -> str | None:
+def iso(dt: datetime | str | None) -> str | None:
+    """A time as ISO 8601 UTC; a stored time Python cannot hold (beyond year 9999: DuckDB hands it
+    over as text) as DuckDB wrote it."""
+    if isinstance(dt, str):
+        return dt.replace(" ", "T") + ("" if dt.endswith("Z") else "Z")
     return None if dt is None else dt.replace(tzinfo=None).isoformat(timespec="seconds") + "Z"

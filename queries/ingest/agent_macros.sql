@@ -4,19 +4,22 @@
 --   is seen by several sources (OTLP events, trace spans, rollout files or chat logs) and none
 --   of them carries an id all the others carry, so its key is a hash of the session and its
 --   token counts as the API reported them: every source of one request computes the same key
---   and the warehouse merge keeps one row. Two requests of one session with identical counts
---   are taken to be one (in an append-only conversation the prompt grows, so they never are;
---   a client writing one request twice, as some Codex versions do, is exactly that case).
+--   and the warehouse merge keeps one row. A source that can tell two responses of one session
+--   with identical counts apart (rollout files and chat logs: by position and message id) passes
+--   ``nth``, how many earlier responses of the session had the same counts; the first keeps the
+--   plain key, so it still meets its copy from a source that cannot (OTLP events).
 
 -- Codex: the Responses API counts, input including cached and written tokens.
-CREATE OR REPLACE MACRO codex_request_key(session, input, cached, written, output, reasoning) AS
+CREATE OR REPLACE MACRO codex_request_key(session, input, cached, written, output, reasoning, nth := 0) AS
     'codex:' || md5(concat_ws('|', coalesce(session, ''), coalesce(input, 0), coalesce(cached, 0),
-                              coalesce(written, 0), coalesce(output, 0), coalesce(reasoning, 0)));
+                              coalesce(written, 0), coalesce(output, 0), coalesce(reasoning, 0),
+                              nullif(nth, 0)));
 
 -- Gemini: usageMetadata counts, prompt including cached.
-CREATE OR REPLACE MACRO gemini_request_key(session, prompt, cached, output, thoughts, tool) AS
+CREATE OR REPLACE MACRO gemini_request_key(session, prompt, cached, output, thoughts, tool, nth := 0) AS
     'gemini:' || md5(concat_ws('|', coalesce(session, ''), coalesce(prompt, 0), coalesce(cached, 0),
-                               coalesce(output, 0), coalesce(thoughts, 0), coalesce(tool, 0)));
+                               coalesce(output, 0), coalesce(thoughts, 0), coalesce(tool, 0),
+                               nullif(nth, 0)));
 
 -- Uncached input from a total that includes the cached (and written) tokens, clipped at 0. A
 -- negative difference means the source did not count them inside its total after all; the

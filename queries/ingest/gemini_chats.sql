@@ -40,11 +40,26 @@ WITH files AS (
     FROM docs
 ), messages AS (
     SELECT file_idx, lineno, unnest(CAST(msgs AS JSON[])) AS m FROM shaped WHERE msgs IS NOT NULL
-), typed AS (
+), fields AS (
     SELECT file_idx, lineno, json_transform(m, '{"id": "VARCHAR", "timestamp": "VARCHAR", "type": "VARCHAR",
-               "model": "VARCHAR", "tokens": {"input": "BIGINT", "output": "BIGINT", "cached": "BIGINT",
-               "thoughts": "BIGINT", "tool": "BIGINT", "total": "BIGINT"}}') AS msg
+               "model": "VARCHAR", "tokens": "JSON"}') AS t
     FROM messages
+), counted AS (
+    -- The counts as JSON texts: one present but not a whole number from 0 to 2^63-1 (text, null,
+    -- NaN, 1e400, an array or object, negative) rejects the message, naming the first such field.
+    SELECT *, list_transform(c, lambda x: TRY_CAST(x->>'$' AS BIGINT)) AS n,
+           list_position(list_transform(c, lambda x: x IS NOT NULL
+               AND coalesce(TRY_CAST(x->>'$' AS BIGINT) < 0, true)), true) AS bad
+    FROM (SELECT *, json_extract(t.tokens, ['$.input', '$.output', '$.cached', '$.thoughts', '$.tool', '$.total']) AS c
+          FROM fields)
+), typed AS (
+    SELECT file_idx, lineno,
+           {'id': t.id, 'timestamp': t.timestamp, 'type': t.type, 'model': t.model,
+            'tokens': CASE WHEN t.tokens IS NOT NULL THEN {'input': n[1], 'output': n[2], 'cached': n[3],
+                'thoughts': n[4], 'tool': n[5], 'total': n[6]} END} AS msg,
+           CASE WHEN bad > 0 THEN 'tokens.' || ['input', 'output', 'cached', 'thoughts', 'tool', 'total'][bad] END AS bad_field,
+           CASE WHEN bad > 0 THEN left(c[bad]::VARCHAR, 40) END AS bad_value
+    FROM counted
 )
 -- One row per file-level record (sessions, rejects, prompt logs) ...
 SELECT file_idx, lineno,
@@ -55,6 +70,7 @@ SELECT file_idx, lineno,
             ELSE 'other' END AS kind,
        CASE WHEN whole AND t = 'ARRAY' THEN json_array_length(doc) ELSE 1 END AS n,
        session_id, project_hash, chat_kind, CAST(NULL AS JSON) AS msg_json,
+       CAST(NULL AS VARCHAR) AS bad_field, CAST(NULL AS VARCHAR) AS bad_value,
        NULL::STRUCT(id VARCHAR, "timestamp" VARCHAR, "type" VARCHAR, model VARCHAR,
                     tokens STRUCT(input BIGINT, output BIGINT, cached BIGINT, thoughts BIGINT, tool BIGINT,
                                   total BIGINT)) AS msg
@@ -65,11 +81,10 @@ UNION ALL BY NAME
 SELECT file_idx, lineno,
        CASE WHEN msg.type IS DISTINCT FROM 'gemini' THEN 'other'
             WHEN msg.tokens IS NULL THEN 'gemini_without_tokens'
-            WHEN least(msg.tokens.input, msg.tokens.output, msg.tokens.cached, msg.tokens.thoughts,
-                       msg.tokens.tool) < 0 THEN 'negative'
+            WHEN bad_field IS NOT NULL THEN 'bad_count'
             WHEN try_cast(msg.timestamp AS TIMESTAMPTZ) IS NULL THEN 'bad_timestamp'
             ELSE 'usage' END AS kind,
-       1 AS n, msg
+       1 AS n, msg, bad_field, bad_value
 FROM typed;
 
 CREATE OR REPLACE TEMP TABLE gm_requests AS
@@ -91,8 +106,15 @@ WITH sess AS (
     QUALIFY row_number() OVER (PARTITION BY session_id, coalesce(msg.id, file_idx || ':' || lineno)
                                ORDER BY msg.tokens.total DESC NULLS LAST, file_idx DESC, lineno DESC) = 1
 ), keyed AS (
+    -- The content key every Gemini source computes; the n-th later message of the session with
+    -- the same counts (another message id) adds n to it.
     SELECT *, gemini_request_key(nullif(session_id, ''), msg.tokens.input, msg.tokens.cached,
-                                 msg.tokens.output, msg.tokens.thoughts, msg.tokens.tool) AS request_key
+                                 msg.tokens.output, msg.tokens.thoughts, msg.tokens.tool,
+                                 nth := row_number() OVER (
+                                     PARTITION BY session_id, msg.tokens.input, msg.tokens.cached,
+                                                  msg.tokens.output, msg.tokens.thoughts, msg.tokens.tool
+                                     ORDER BY try_cast(msg.timestamp AS TIMESTAMPTZ), file_idx, lineno) - 1
+                                 ) AS request_key
     FROM best
 )
 SELECT request_key, CAST(NULL AS VARCHAR) AS request_id, msg.id AS message_id,

@@ -35,8 +35,37 @@ WITH sp AS (
                              "cache_read_input_tokens": "BIGINT", "cache_creation_input_tokens": "BIGINT",
                              "cache_creation": {"ephemeral_5m_input_tokens": "BIGINT",
                                                 "ephemeral_1h_input_tokens": "BIGINT"},
-                             "service_tier": "VARCHAR"}}}')) END AS j
+                             "service_tier": "VARCHAR"}}}')) END AS j,
+           line
     FROM cand
+), counted AS (
+    -- A count that is present but not a whole number from 0 to 2^63-1 (text, null, NaN, 1e400,
+    -- 1e20, an array or object, negative) rejects the line, naming the first such field. Any of
+    -- those reads as NULL above, so only a line missing a count (or a split member beside its
+    -- split object) is read again, for the counts as JSON texts (NULL when absent).
+    SELECT * EXCLUDE (line),
+           [j.message.usage.input_tokens, j.message.usage.output_tokens,
+            j.message.usage.cache_read_input_tokens, j.message.usage.cache_creation_input_tokens,
+            j.message.usage.cache_creation.ephemeral_5m_input_tokens,
+            j.message.usage.cache_creation.ephemeral_1h_input_tokens] AS n,
+           CASE WHEN j.message.usage IS NOT NULL AND (
+                    j.message.usage.input_tokens IS NULL OR j.message.usage.output_tokens IS NULL
+                    OR j.message.usage.cache_read_input_tokens IS NULL
+                    OR j.message.usage.cache_creation_input_tokens IS NULL
+                    OR (j.message.usage.cache_creation IS NOT NULL
+                        AND (j.message.usage.cache_creation.ephemeral_5m_input_tokens IS NULL
+                             OR j.message.usage.cache_creation.ephemeral_1h_input_tokens IS NULL)))
+                THEN json_extract(line, ['$.message.usage.input_tokens', '$.message.usage.output_tokens',
+                    '$.message.usage.cache_read_input_tokens', '$.message.usage.cache_creation_input_tokens',
+                    '$.message.usage.cache_creation.ephemeral_5m_input_tokens',
+                    '$.message.usage.cache_creation.ephemeral_1h_input_tokens']) END AS u
+    FROM parsed
+), checked AS (
+    SELECT *, coalesce(
+               nullif(list_position(list_transform(u, lambda x: x IS NOT NULL
+                   AND coalesce(TRY_CAST(x->>'$' AS BIGINT) < 0, true)), true), 0),
+               nullif(list_position(list_transform(n, lambda v: coalesce(v < 0, false)), true), 0)) AS bad
+    FROM counted
 ), flat AS (
     SELECT filename, lineno, candidate, last, file_lines, j IS NULL AS unparsed,
            j.type AS type, j.subtype AS subtype, j.isApiErrorMessage AS api_error,
@@ -44,16 +73,16 @@ WITH sp AS (
            try_cast(j.timestamp AS TIMESTAMPTZ)::TIMESTAMP AS ts,
            j.isSidechain AS is_sidechain, j.sessionId AS session_id, j.agentId AS agent_id, j.cwd AS cwd,
            j.message.model AS model, j.message.usage IS NOT NULL AS has_usage,
-           j.message.usage.input_tokens AS input_tokens,
-           j.message.usage.output_tokens AS output_tokens,
-           j.message.usage.cache_read_input_tokens AS cache_read_tokens,
-           j.message.usage.cache_creation_input_tokens AS cache_creation_tokens,
-           j.message.usage.cache_creation.ephemeral_5m_input_tokens AS cache_5m_tokens,
-           j.message.usage.cache_creation.ephemeral_1h_input_tokens AS cache_1h_tokens,
+           n[1] AS input_tokens, n[2] AS output_tokens, n[3] AS cache_read_tokens,
+           n[4] AS cache_creation_tokens, n[5] AS cache_5m_tokens, n[6] AS cache_1h_tokens,
            j.message.usage.cache_creation IS NOT NULL AS has_split_object,
            j.version AS version, j.gitBranch AS git_branch, j.entrypoint AS entrypoint,
-           j.message.usage.service_tier AS service_tier, j.message.stop_reason AS stop_reason
-    FROM parsed
+           j.message.usage.service_tier AS service_tier, j.message.stop_reason AS stop_reason,
+           CASE WHEN bad > 0 THEN 'message.usage.' || ['input_tokens', 'output_tokens',
+               'cache_read_input_tokens', 'cache_creation_input_tokens',
+               'cache_creation.ephemeral_5m_input_tokens', 'cache_creation.ephemeral_1h_input_tokens'][bad] END AS bad_field,
+           CASE WHEN bad > 0 THEN left(coalesce(u[bad]::VARCHAR, n[bad]::VARCHAR), 40) END AS bad_value
+    FROM checked
 )
 SELECT x.file_idx,
        f.* EXCLUDE (filename, candidate, last, unparsed, type, subtype, api_error, has_usage, has_split_object),
@@ -65,11 +94,10 @@ SELECT x.file_idx,
            WHEN type IS DISTINCT FROM 'assistant' THEN 'other'
            WHEN api_error THEN 'api_error'
            WHEN model = '<synthetic>' THEN 'synthetic'
-           WHEN NOT has_usage
-                OR (input_tokens IS NULL AND output_tokens IS NULL AND cache_read_tokens IS NULL
-                    AND cache_creation_tokens IS NULL AND NOT has_split_object) THEN 'assistant_without_usage'
-           WHEN least(input_tokens, output_tokens, cache_read_tokens, cache_creation_tokens,
-                      cache_5m_tokens, cache_1h_tokens) < 0 THEN 'negative'
+           WHEN NOT has_usage THEN 'assistant_without_usage'
+           WHEN bad_field IS NOT NULL THEN 'bad_count'
+           WHEN input_tokens IS NULL AND output_tokens IS NULL AND cache_read_tokens IS NULL
+                AND cache_creation_tokens IS NULL AND NOT has_split_object THEN 'assistant_without_usage'
            WHEN ts IS NULL THEN 'bad_timestamp'
            WHEN coalesce(request_id, message_id) IS NULL THEN 'no_id'
            ELSE 'usage'
