@@ -70,7 +70,7 @@ def test_a_walked_folder_skips_fifos_devices_and_broken_links_with_the_reason(tm
         str(tree / "dangling.jsonl"): "a broken link (its target does not exist)",
         str(tree / "loop.jsonl"): "cannot read: Too many levels of symbolic links",
         str(tree / "empty.jsonl"): "empty",
-        str(tree / "bad.jsonl.gz"): "cannot read: Not a gzipped file (b'ju')",
+        str(tree / "bad.jsonl.gz"): "cannot read: Error -3 while decompressing data: incorrect header check",
     }
     assert "6 skipped" in r.stdout and "not telemetry" not in r.stdout
     assert rows(db) == (REQUESTS, 1)          # the skipped ones are not in the ledger: tried again next time

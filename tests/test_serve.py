@@ -583,3 +583,29 @@ def test_ctrl_c_on_a_forwarded_ingest_is_one_line_and_exit_130(tmp_path):
     with Store(db, read_only=True) as s:
         assert s.scalar("SELECT count(*) FROM requests") == 1947
         assert s.scalar("SELECT count(*) FROM ingested_files") == 40
+
+
+def test_a_forwarded_ingest_on_a_full_disk_is_one_line_error(small_tmpfs):
+    """A full disk under a served warehouse: the forwarded ingest ends with one ``Error:`` line
+    naming the warehouse and a non-zero exit, not a traceback; once space returns the same command
+    stores everything, through the same server."""
+    from tests.conftest import fill
+
+    vol = small_tmpfs("24m")
+    shutil.copytree(SAMPLES / "otlp", vol / "traces")
+    db = vol / "kv.duckdb"
+    srv = Served(db)
+    try:
+        filler = fill(vol)
+        r = kv("ingest", "traces", "--db", "kv.duckdb", cwd=vol)
+        err = r.stderr.decode()
+        assert r.returncode != 0 and status(db)["commands"] == 1, err
+        assert "Traceback" not in err, err
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        assert lines[-1].startswith(("Error: ", "Interrupted: ")) and "kv.duckdb" in lines[-1], err
+        os.unlink(filler)
+        r = kv("ingest", "traces", "--db", "kv.duckdb", "--json", cwd=vol)
+        assert r.returncode == 0, r.stderr
+        assert status(db)["commands"] == 2
+    finally:
+        srv.stop()

@@ -257,6 +257,9 @@ def sniff(path: Path, max_lines: int = 50) -> str:
             for i in range(max_lines):
                 raw = fh.readline(budget)
                 budget -= len(raw)
+                if not raw and i == 0 and getattr(fh, "problem", None):
+                    # a .gz of which not one byte decompresses: unreadable, not "not telemetry"
+                    raise BadTraceInput(path, None, f"cannot read: {fh.problem}")
                 if not raw or budget <= 0:
                     break
                 raw = raw.strip()

@@ -58,6 +58,16 @@ def _utc_iso(key: str) -> str:
     return (key + "T00:00:00Z") if len(key) == 10 else (key + ":00Z" if len(key) == 16 else key)
 
 
+def _on_a_time_axis(key) -> bool:
+    """A key a time axis can place: a stored time past year 9999 (accepted by DuckDB, not by
+    Python or a browser) is left out of the chart; the tables still list it."""
+    try:
+        datetime.fromisoformat(_utc_iso(str(key)).replace("Z", "+00:00"))
+        return True
+    except ValueError:
+        return False
+
+
 def _ttl_label(ttl_s) -> str:
     return "no TTL" if ttl_s is None else fmt_ttl(float(ttl_s))
 
@@ -197,7 +207,7 @@ def token_mix_over_time(d: dict) -> ChartSpec | None:
             if d.get("groups", {}).get(b):
                 entries, bucket = d["groups"][b], b
                 break
-    entries = [e for e in entries or [] if e.get("key")]
+    entries = [e for e in entries or [] if e.get("key") and _on_a_time_axis(e["key"])]
     if not entries:
         return None
     rows = [{"t": _utc_iso(str(e["key"])), "class": CLASS_LABELS[k], "order": i, "tokens": e["token_mix"][k]}
