@@ -77,3 +77,14 @@ def png_size(data: bytes) -> tuple[int, int]:
     width, height = struct.unpack(">II", body[:8])
     assert data.rstrip(b"\x00").endswith(b"IEND\xaeB`\x82"), "PNG is truncated"
     return width, height
+
+
+def walk_spec(node):
+    """Every dict inside a chart spec (a Vega-Lite JSON tree), depth first."""
+    if isinstance(node, dict):
+        yield node
+        for v in node.values():
+            yield from walk_spec(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from walk_spec(v)

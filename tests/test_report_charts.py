@@ -26,7 +26,7 @@ from kvtrace.units import fmt_tokens
 from tests.conftest import require_tool
 from tests.headless import dump_dom
 from tests.paths import ROOT
-from tests.report_samples import load_rows, png_size, week_rows, with_tiers
+from tests.report_samples import load_rows, png_size, walk_spec as _walk, week_rows, with_tiers
 
 MODEL = "MiniMax-M2.7:fp8"
 OPTS = dict(ttls=[300.0, 3600.0], tiers="seed-testbed", model=MODEL, group_by=["day", "model"],
@@ -52,16 +52,6 @@ def week(week_db):
 @pytest.fixture(scope="module")
 def charts(week):
     return {c.id: c for c in build_charts(week)}
-
-
-def _walk(node):
-    if isinstance(node, dict):
-        yield node
-        for v in node.values():
-            yield from _walk(v)
-    elif isinstance(node, list):
-        for v in node:
-            yield from _walk(v)
 
 
 def _rows(spec) -> list[dict]:

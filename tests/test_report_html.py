@@ -17,7 +17,7 @@ from kvtrace.report.html import PNG_SCALE, export_images, js_bundle, render_html
 from kvtrace.store import Store
 from tests.conftest import require_tool
 from tests.headless import Dom, dump_dom
-from tests.report_samples import load_rows, png_size, week_rows, with_tiers
+from tests.report_samples import load_rows, png_size, walk_spec as _walk, week_rows, with_tiers
 
 ALL_CHARTS = ["token-mix-over-time", "reuse-time-cdf", "miss-ratio-curves", "working-set", "ttft",
               "writes-dwpd", "spend"]
@@ -86,16 +86,6 @@ def test_time_chart_falls_back_to_groups(base_data):
             if isinstance(r, dict)]
     days = {e["key"] for e in base_data["groups"]["day"]}
     assert {r["t"][:10] for r in rows} == days
-
-
-def _walk(node):
-    if isinstance(node, dict):
-        yield node
-        for v in node.values():
-            yield from _walk(v)
-    elif isinstance(node, list):
-        for v in node:
-            yield from _walk(v)
 
 
 def test_axes_have_titles_and_colours_are_colour_blind_safe(full_data):
