@@ -87,3 +87,20 @@ def test_replay_and_reuse_say_what_they_are_doing(tmp_path):
     r = subprocess.run([sys.executable, "-m", "kvtrace", "replay", str(TRACE), "--ttl", "5m", "-c", "1M"],
                        cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "replaying" not in r.stderr, r.stderr
+
+
+SIMULATE = ["simulate", "--config", "gpu=seed-testbed:HBM", "--config", "dram=seed-testbed:HBM,DRAM",
+            "--duration", "10m", "--gpu-kv", "400K", "--format", "json", "-o", "sim.json"]
+
+
+def test_simulate_shows_which_configuration_runs_on_a_terminal(tmp_path):
+    text = in_terminal(SIMULATE, tmp_path)
+    assert re.search(r"simulating gpu\s.*0/2", text), text[-2000:]
+    assert re.search(r"simulating dram\s.*1/2", text), text[-2000:]
+
+
+def test_simulate_is_quiet_when_stderr_is_not_a_terminal(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "kvtrace", *SIMULATE], cwd=tmp_path, env=env(), capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == "" and (tmp_path / "sim.json").exists()

@@ -108,8 +108,8 @@ def simulate(
         if ttft_p90 is not None:
             raise ConfigError("--ttft-p90 sizes a fleet", hint="use it with --nodes auto")
         target = None
-    progress = (lambda name: typer.echo(f"simulating {name} ...", err=True)) if format == "table" and out is None else None
-    res = run(sc, progress=progress, nodes=n_nodes, ttft_p90_s=target, jobs=jobs)
+    with _Progress(len(sc.configs)) as progress:
+        res = run(sc, progress=progress, nodes=n_nodes, ttft_p90_s=target, jobs=jobs)
 
     def table(console):
         from kvtrace.simulate.render import render_table
@@ -146,3 +146,38 @@ def _emit(res: dict, format: str, out, table) -> None:
 
 def register(app: typer.Typer) -> None:
     app.command("simulate")(guarded(simulate))
+
+
+class _Progress:
+    """On a terminal (stderr), a bar over the configurations with the one running, elapsed time and
+    an ETA once one has finished; nothing elsewhere. Called with a configuration's name as it starts."""
+
+    def __init__(self, total: int) -> None:
+        from rich.console import Console
+
+        self.total, self.bar, self.task = total, None, None
+        console = Console(stderr=True)
+        if console.is_terminal:
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                                       TimeRemainingColumn)
+
+            self.bar = Progress(TextColumn("simulating [bold]{task.fields[config]}"), BarColumn(), MofNCompleteColumn(),
+                                TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=True)
+
+    def __enter__(self):
+        if self.bar is None:
+            return None
+        self.bar.__enter__()
+        self.task = self.bar.add_task("simulate", total=self.total, config="")
+        return self
+
+    def __call__(self, name: str) -> None:
+        task = self.bar.tasks[0]
+        if task.fields.get("config"):
+            self.bar.advance(self.task)
+        self.bar.update(self.task, config=name)
+
+    def __exit__(self, *exc) -> bool:
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
+        return False
