@@ -231,6 +231,34 @@ def test_grpc_codes(tmp_path):
         assert details, "a RetryInfo tells the client when to retry"
 
 
+def test_grpc_closes_connections_that_never_handshake(tmp_path):
+    """Idle sockets on the gRPC port are closed after the header deadline, and an exporter is
+    served meanwhile."""
+    import socket
+
+    with running_collector(tmp_path, header_timeout=1.0) as c:
+        idle = [socket.create_connection(("127.0.0.1", c.grpc_port), timeout=10) for _ in range(50)]
+        try:
+            pb = logs_request_pb([("g1", (1, 2, 3, 4))]).SerializeToString()
+            assert _grpc_export(c.grpc_port, pb).partial_success.rejected_log_records == 0
+            deadline = time.monotonic() + 8
+            closed = 0
+            for s in idle:
+                s.settimeout(max(0.1, deadline - time.monotonic()))
+                try:
+                    while s.recv(4096):      # the server's preface and settings, then end of stream
+                        pass
+                    closed += 1
+                except socket.timeout:
+                    pass                     # still open: counted as not closed
+                except ConnectionResetError:
+                    closed += 1
+            assert closed == len(idle)
+        finally:
+            for s in idle:
+                s.close()
+
+
 def test_ports_in_use_are_config_errors(tmp_path):
     with running_collector(tmp_path / "a") as c:
         with pytest.raises(ConfigError, match="cannot listen"):

@@ -71,6 +71,9 @@ def _handler(collector, signal: otlp.Signal):
                                                response_serializer=lambda m: m.SerializeToString())
 
 
+GRPC_IDLE_MS = 60_000
+
+
 def start_grpc(collector, host: str, port: int):
     """Start the gRPC server; returns ``(server, bound_port)``.
 
@@ -82,8 +85,13 @@ def start_grpc(collector, host: str, port: int):
     cfg = collector.config
     server = grpc.server(
         ThreadPoolExecutor(max_workers=cfg.grpc_workers, thread_name_prefix="kvtrace-grpc"),
+        # A connection that never completes its handshake is closed after the HTTP front end's
+        # header deadline, and one idle between exports after a minute, so idle sockets cannot
+        # hold the collector's file descriptors (exporters reconnect on their own).
         options=[("grpc.max_receive_message_length", cfg.max_body),
-                 ("grpc.so_reuseport", 0)])
+                 ("grpc.so_reuseport", 0),
+                 ("grpc.server_handshake_timeout_ms", int(cfg.header_timeout * 1000)),
+                 ("grpc.max_connection_idle_ms", GRPC_IDLE_MS)])
     for signal in otlp.SIGNALS.values():
         server.add_generic_rpc_handlers(
             (grpc.method_handlers_generic_handler(signal.grpc_service, {"Export": _handler(collector, signal)}),))
