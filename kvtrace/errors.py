@@ -43,6 +43,10 @@ class SchemaError(KvtraceError):
     """The warehouse schema is missing, newer than this kvtrace, or inconsistent."""
 
 
+class WarehouseBusy(SchemaError):
+    """Another process holds the warehouse for writing (a lock, not a problem of the file)."""
+
+
 class ConfigError(KvtraceError):
     """A bad option value, profile, tier list or model name."""
 

@@ -161,18 +161,9 @@ def fmt_usd(v: float | None) -> str:
 
 
 def fmt_seconds(v: float | None) -> str:
-    """A length of time (see the rule above): 6707 -> ``"1.86 h"``, 12.34 -> ``"12.3 s"``."""
+    """A length of time (see the rule above), or a dash: 6707 -> ``"1.86 h"``, 5400 -> ``"90m"``."""
     return fmt_duration(v) if v is not None else DASH
 
-
-def fmt_span(s: float) -> str:
-    """A length of time (see the rule above): 200000 -> ``"2.31 d"``."""
-    return fmt_duration(s)
-
-
-def fmt_age(v: float | None) -> str:
-    """A length of time (see the rule above): 5400 -> ``"90m"``, 80 -> ``"80s"``, 6707 -> ``"1.86 h"``."""
-    return fmt_duration(v) if v is not None else DASH
 
 
 def _fmt_measured(v: float) -> str:
@@ -247,3 +238,8 @@ def fmt_bytes_compact(n: float | None) -> str:
         return "-"
     sc = _scaled(n, (("PB", 1e15), ("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)))
     return f"{n:.0f} B" if sc is None else f"{sc[0]:.3g} {sc[1]}"
+
+
+# One rule for lengths of time; the names the callers know it by.
+fmt_age = fmt_seconds
+fmt_span = fmt_duration

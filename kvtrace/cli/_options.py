@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+import sys
 from typing import Annotated, Optional
 
 import typer
+
+from kvtrace.report.files import write_atomic
 
 DbOpt = Annotated[Optional[Path], typer.Option(
     "--db", envvar="KVTRACE_DB", help="Warehouse file (default ./kvtrace.duckdb; env KVTRACE_DB).",
@@ -90,3 +93,11 @@ def guarded(fn):
             raise typer.Exit(fail(Interrupted("stopped before the command finished"))) from e
 
     return wrapper
+
+
+def emit_text(text: str, out: Path | None) -> None:
+    """A rendered output to ``out`` (written atomically: a reader never sees half of it) or stdout."""
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        write_atomic(out, text.encode())

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from kvtrace.cli._options import DbOpt, KvDtypeOpt, ModelOpt, OutOpt, SinceOpt, UntilOpt, guarded, model_option, working
+from kvtrace.cli._options import DbOpt, KvDtypeOpt, ModelOpt, OutOpt, SinceOpt, UntilOpt, emit_text, guarded, model_option, working
 from kvtrace.errors import ConfigError
 
 
@@ -97,11 +96,7 @@ def replay(
     if format == "json":
         import json
 
-        text = json.dumps(res.to_dict(), indent=1)
-        if out:
-            out.write_text(text + "\n")
-        else:
-            sys.stdout.write(text + "\n")
+        emit_text(json.dumps(res.to_dict(), indent=1) + "\n", out)
         return
     from rich.console import Console
 
@@ -116,15 +111,11 @@ def _say_no_data(line: str, format: str, out: Path | None) -> None:
     if format == "json":
         import json
 
-        text = json.dumps({"no_data": line}, indent=1) + "\n"
-        if out:
-            out.write_text(text)
-        else:
-            sys.stdout.write(text)
+        emit_text(json.dumps({"no_data": line}, indent=1) + "\n", out)
         typer.echo(line, err=True)
         return
     if out:
-        out.write_text(line + "\n")
+        emit_text(line + "\n", out)
         typer.echo(line, err=True)
     else:
         typer.echo(line)

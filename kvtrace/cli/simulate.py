@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
 from typing import Annotated, Optional
 
 import typer
 
-from kvtrace.cli._options import DbOpt, OutOpt, SinceOpt, UntilOpt, guarded
+from kvtrace.cli._options import DbOpt, OutOpt, SinceOpt, UntilOpt, emit_text, guarded
 from kvtrace.errors import ConfigError
 
 
@@ -123,25 +122,20 @@ def _emit(res: dict, format: str, out, table) -> None:
     if format == "html" and "configs" in res:
         from kvtrace.report.simulate_page import render_simulate_html
 
-        text = render_simulate_html(res)
-        if out:
-            out.write_text(text)
-        else:
-            sys.stdout.write(text)
+        emit_text(render_simulate_html(res), out)
         return
     if format in ("json", "html"):
         import json
 
-        text = json.dumps(res, indent=1) + "\n"
-        if out:
-            out.write_text(text)
-        else:
-            sys.stdout.write(text)
+        emit_text(json.dumps(res, indent=1) + "\n", out)
         return
     from rich.console import Console
 
-    console = Console(file=open(out, "w") if out else None, width=150)
-    table(console)
+    if out is None:
+        table(Console(width=150))
+        return
+    with open(out, "w") as fh:
+        table(Console(file=fh, width=150))
 
 
 def register(app: typer.Typer) -> None:

@@ -22,7 +22,7 @@ import math
 import re
 import threading
 
-from kvtrace.store.queries import load_query
+from kvtrace.ingest.otlp_common import new_connection
 
 TOKEN_ATTRIBUTES = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_creation_tokens",
                     "cache_creation_5m_tokens", "cache_creation_1h_tokens")
@@ -46,11 +46,7 @@ class IngestRules:
     def holds(self, rule: str, text: str) -> bool:
         with self._lock:
             if self._con is None:
-                import duckdb
-
-                con = duckdb.connect(":memory:")
-                con.execute(load_query("ingest/otlp_macros").sql)
-                self._con = con
+                self._con = new_connection()
             return bool(self._con.execute(self._SQL[rule], [text]).fetchone()[0])
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from kvtrace.ingest.base import REQUEST_SCHEMA, Reject, arrow_as
-from kvtrace.ingest.formats import read_whole
+from kvtrace.ingest.formats import damage_reason, read_whole
 
 
 def read_files(paths: list[Path]) -> tuple[pa.Table, list[Reject]]:
@@ -31,8 +31,7 @@ def read_files(paths: list[Path]) -> tuple[pa.Table, list[Reject]]:
             rejects.append(Reject(None, f"cannot read: {e}", path=str(p)))
             continue
         if damage:      # the whole lines before it are read
-            rejects.append(Reject(None, f"the gzip stream is damaged or ends early ({damage}); "
-                                  "the lines after this point are lost", path=str(p)))
+            rejects.append(Reject(None, damage_reason(damage), path=str(p)))
         idx.append(i)
         names.append(str(p))
         texts.append(data.decode("utf-8", errors="replace"))

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kvtrace.ingest.base import BLOCK_REQUEST_SCHEMA, Parsed, Reject
-from kvtrace.ingest.formats import read_whole
+from kvtrace.ingest.formats import damage_reason, read_whole
 
 MOONCAKE_BLOCK_SIZE = 512
 BAILIAN_BLOCK_SIZE = 16
@@ -91,8 +91,7 @@ def _parse(path: Path, fmt: str, trace: str | None, block_size: int, unit_us: in
     else:
         rejects = []
     if damage:          # the whole lines before it are read
-        rejects.append(Reject(None, f"the gzip stream is damaged or ends early ({damage}); "
-                           "the lines after this point are lost", path=str(path)))
+        rejects.append(Reject(None, damage_reason(damage), path=str(path)))
     n_lines = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
     return Parsed(block_requests=_to_rows(table, lines, trace, block_size, unit_us, str(path)),
                   rejects=rejects, lines=n_lines)

@@ -35,13 +35,14 @@ from pathlib import Path
 import pyarrow as pa
 
 from kvtrace.ingest.base import REQUEST_SCHEMA, Parsed, Reject, arrow_as
-from kvtrace.ingest.formats import read_whole
+from kvtrace.ingest.agent_files import BAD_COUNT
+from kvtrace.ingest.formats import damage_reason, read_whole
 from kvtrace.store import load_query
 
 # Why a parsed candidate line was not used: a problem (-> Reject) ...
 _REJECTS = {
     "malformed": ("malformed JSON", None),
-    "bad_count": ("not a token count (want a whole number from 0)", None),   # field: the line's bad_field
+    "bad_count": BAD_COUNT,   # field: the line's bad_field
     "bad_timestamp": ("missing or unreadable timestamp (want ISO 8601)", "timestamp"),
     "no_id": ("an assistant record with usage but neither message.id nor requestId", "message.id"),
 }
@@ -275,8 +276,7 @@ def _parse_slow(db: _Db, paths: list[Path], parsed: Parsed) -> int:
             parsed.rejects.append(Reject(None, f"cannot read: {e}", path=str(p)))
             continue
         if damage:      # the whole lines before it are read
-            parsed.rejects.append(Reject(None, f"the gzip stream is damaged or ends early ({damage}); "
-                                         "the lines after this point are lost", path=str(p)))
+            parsed.rejects.append(Reject(None, damage_reason(damage), path=str(p)))
         idx.append(i)
         texts.append(data.decode("utf-8", errors="replace"))
     names = [str(paths[i]) for i in idx]

@@ -7,7 +7,6 @@ list of files and reads them in one pass (many small transcript files); the othe
 
 from __future__ import annotations
 
-import gzip
 import importlib
 import io
 import zlib
@@ -60,6 +59,11 @@ def open_text(path: Path):
     """Open a possibly gzip-compressed input for reading bytes (a ``.gz`` one as
     :class:`GzipSalvage`: every byte before damage comes out first)."""
     return GzipSalvage(path) if path.name.endswith(".gz") else open(path, "rb")
+
+
+def damage_reason(damage) -> str:
+    """The reject reason of a damaged or truncated .gz input (every whole line before it is read)."""
+    return f"the gzip stream is damaged or ends early ({damage}); the lines after this point are lost"
 
 
 def read_whole(path: Path) -> tuple[bytes, str | None]:

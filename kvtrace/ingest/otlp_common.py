@@ -240,7 +240,7 @@ def connection() -> Iterator:
     """
     con = getattr(_local, "con", None)
     if con is None:
-        con = _local.con = _connect()
+        con = _local.con = new_connection()
     try:
         yield con
     except BaseException:
@@ -264,8 +264,9 @@ def retire_connection() -> None:
         threading.Thread(target=con.close, name="kvtrace-close").start()
 
 
-def _connect():
-    """A private in-memory DuckDB with the OTLP macros; the parsers never touch the warehouse."""
+def new_connection():
+    """A private in-memory DuckDB with the OTLP macros and ingest's settings; the parsers never touch
+    the warehouse (the collector judges values with the same macros on one of these)."""
     import duckdb
 
     from kvtrace.store import load_query

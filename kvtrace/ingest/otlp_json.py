@@ -31,7 +31,7 @@ from typing import NamedTuple
 import pyarrow as pa
 
 from kvtrace.ingest.base import METRIC_POINT_SCHEMA, REQUEST_SCHEMA, Parsed, Reject, arrow_as
-from kvtrace.ingest.formats import GzipDamaged, open_text, read_whole
+from kvtrace.ingest.formats import GzipDamaged, damage_reason, open_text, read_whole
 from kvtrace.ingest.otlp_common import (CHUNK_BYTES, KEEP_BYTES, LINES_SCHEMA, READ_STEP, STREAM_PIECE, Lines, Pace,
                                          connection, iter_chunks, join_lines, lines_table, prefetch,
                                          retire_connection, searchable)
@@ -116,8 +116,7 @@ def parse_small(paths: list[Path]) -> Parsed:
             rejects.append(Reject(None, f"cannot read: {e}", path=str(p)))
             continue
         if damage:
-            rejects.append(Reject(data.count(b"\n") + 1, f"the gzip stream is damaged or ends early ({damage}); "
-                                  "the lines after this point are lost", path=str(p)))
+            rejects.append(Reject(data.count(b"\n") + 1, damage_reason(damage), path=str(p)))
         if data and not data.endswith(b"\n"):
             one = parse(p)
             for r in one.rejects:
@@ -174,7 +173,7 @@ def _read(fh, compressed: bool, pace: Pace) -> Iterator[tuple[bytes | bytearray,
             yield chunk, None
     except GzipDamaged as e:
         # every whole line before the damage was yielded (see GzipSalvage)
-        yield b"", f"the gzip stream is damaged or ends early ({e}); the lines after this point are lost"
+        yield b"", damage_reason(e)
 
 
 class _Piece(NamedTuple):

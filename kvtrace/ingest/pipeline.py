@@ -400,33 +400,31 @@ def _units(todo: dict[str, list[tuple[Path, tuple]]],
     for the small files of a format that reads them together (not those resumed: read alone)."""
     units = []
     for name, group in todo.items():
-        if not FORMATS[name].batch:
-            small = []
-            for item in group:
-                if FORMATS[name].small is not None and item[1][1] <= SMALL_FILE_BYTES and item[1][0] not in starts:
-                    small.append(item)
-                else:
-                    units.append((name, [item]))
-            cur, size = [], 0
-            for item in small:
-                cur.append(item)
-                size += item[1][1]
-                if size >= SMALL_BATCH_BYTES or len(cur) >= SMALL_BATCH_FILES:
-                    units.append((name, cur))
-                    cur, size = [], 0
-            if cur:
-                units.append((name, cur))
+        if FORMATS[name].batch:
+            units += [(name, c) for c in _batches(group, BATCH_BYTES)]
             continue
-        cur, size = [], 0
+        small = []
         for item in group:
-            cur.append(item)
-            size += item[1][1]
-            if size >= BATCH_BYTES:
-                units.append((name, cur))
-                cur, size = [], 0
-        if cur:
-            units.append((name, cur))
+            if FORMATS[name].small is not None and item[1][1] <= SMALL_FILE_BYTES and item[1][0] not in starts:
+                small.append(item)
+            else:
+                units.append((name, [item]))
+        units += [(name, c) for c in _batches(small, SMALL_BATCH_BYTES, SMALL_BATCH_FILES)]
     return units
+
+
+def _batches(items: list, max_bytes: int, max_files: int | None = None) -> list[list]:
+    """Consecutive items in batches closed once they reach ``max_bytes`` (or ``max_files``)."""
+    out, cur, size = [], [], 0
+    for item in items:
+        cur.append(item)
+        size += item[1][1]
+        if size >= max_bytes or (max_files is not None and len(cur) >= max_files):
+            out.append(cur)
+            cur, size = [], 0
+    if cur:
+        out.append(cur)
+    return out
 
 
 def _ingest_unit(store: Store, fmt, group, summary: IngestSummary, strict: bool, also: list[tuple],
@@ -435,10 +433,9 @@ def _ingest_unit(store: Store, fmt, group, summary: IngestSummary, strict: bool,
     """Parse one unit and merge it in one transaction, with its ledger rows (and ``also``'s).
     ``forced``: read under ``--format``; a file that yields nothing then is a warning.
     Returns how many of its files are now in the ledger."""
-    parser = fmt.load()
     paths = [p for p, _ in group]
     if fmt.batch:
-        parsed: Parsed = parser(paths)
+        parsed: Parsed = fmt.load()(paths)
     elif len(group) > 1:             # small files read together (see _units)
         try:
             parsed = fmt.load(small=True)(paths)
@@ -450,9 +447,9 @@ def _ingest_unit(store: Store, fmt, group, summary: IngestSummary, strict: bool,
             return sum(_ingest_unit(store, fmt, [item], summary, strict, also if k == len(group) - 1 else [],
                                     kept, known, starts, forced) for k, item in enumerate(group))
     elif group[0][1][0] in starts:
-        parsed = parser(paths[0], start=starts[group[0][1][0]])
+        parsed = fmt.load()(paths[0], start=starts[group[0][1][0]])
     else:
-        parsed = parser(paths[0])
+        parsed = fmt.load()(paths[0])
     reject_implausible_times(parsed)
     _record_rejects(parsed, str(paths[0]), summary, strict)
     barren = _all_rejected(parsed, paths)
@@ -489,16 +486,19 @@ def _all_rejected(parsed: Parsed, paths: list[Path]) -> set[str]:
     if not parsed.rejects:
         return set()
     rejected = {r.path or str(paths[0]) for r in parsed.rejects}
-    tables = parsed.tables()
     if len(paths) == 1:
-        return set() if tables else rejected
+        return set() if parsed.tables() else rejected
+    return rejected - _files_with_rows(parsed)
+
+
+def _files_with_rows(parsed: Parsed) -> set[str]:
+    """The files of a batch that gave at least one row (a row names its file:line in ``ingested_from``)."""
     import pyarrow.compute as pc
 
-    def gave_rows(path: str) -> bool:
-        return any(pc.any(pc.starts_with(t.column("ingested_from"), path + ":")).as_py()
-                   for t in tables.values())
-
-    return {path for path in rejected if not gave_rows(path)}
+    out: set[str] = set()
+    for t in parsed.tables().values():
+        out.update(w.rpartition(":")[0] for w in pc.unique(t.column("ingested_from")).to_pylist())
+    return out
 
 
 def _barren_message(path: str, parsed: Parsed) -> str:
@@ -515,11 +515,9 @@ def _warn_silent(paths: list[Path], parsed: Parsed, fmt_name: str, summary: Inge
     if parsed.unknown:
         return                       # counted records cannot be told apart by file
     if len(paths) == 1:
-        heard = set() if not (parsed.tables() or parsed.rejects) else {str(paths[0])}
+        heard = {str(paths[0])} if (parsed.tables() or parsed.rejects) else set()
     else:
-        heard = {r.path for r in parsed.rejects}
-        for table in parsed.tables().values():
-            heard.update(w.rpartition(":")[0] for w in table.column("ingested_from").to_pylist())
+        heard = _files_with_rows(parsed) | {r.path for r in parsed.rejects}
     for p in paths:
         if str(p) in heard:
             continue

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Callable
 
@@ -183,7 +184,7 @@ class Node:
         self.now = 0.0
         self._events: list = []
         self._n = 0
-        self.waiting: list[_Seq] = []          # FCFS (index 0 first)
+        self.waiting: deque[_Seq] = deque()    # FCFS (index 0 first)
         self.running: list[_Seq] = []          # admission order
         self.prefilling: list[_Seq] = []
         self.loading: list[_Seq] = []
@@ -475,7 +476,7 @@ class Node:
             v.computed = 0
             v.loaded = False
             v.ready_t = 0.0
-            self.waiting.insert(0, v)
+            self.waiting.appendleft(v)
             self.metrics.preemptions += 1
             return True
         return False
@@ -576,7 +577,7 @@ class Node:
             admitted, c = self._admit(s, budget, len(self.decoding), step_bytes)
             if not admitted:
                 break
-            self.waiting.pop(0)
+            self.waiting.popleft()
             admitted_now.append(s)
             if s.loaded:
                 if c:

@@ -12,7 +12,7 @@ from typing import Any
 
 import duckdb
 
-from kvtrace.errors import SchemaError, WriteFailed
+from kvtrace.errors import SchemaError, WarehouseBusy, WriteFailed
 from kvtrace.store.queries import load_query, queries_dir
 
 DEFAULT_DB = "kvtrace.duckdb"
@@ -65,18 +65,14 @@ class Store:
             raise SchemaError(f"no warehouse at {self.path}",
                               hint="run `kvtrace ingest FILE --db PATH` first, or pass --db")
         created = not memory and not read_only and not self.path.exists()
+        self.con = None
         try:
             self.con = self._connect(target, read_only and not memory, lock_wait_s)
-        except Exception as e:
-            if created and "lock" not in str(e).lower():
-                self._remove_unborn()
-            raise
-        try:
             self._prepare(read_only, memory, target, lock_wait_s)
         except BaseException as e:
-            if created and "lock" not in str(e).lower():
+            if created and not isinstance(e, WarehouseBusy):
                 self._remove_unborn()   # closes the connection and removes the half-made file
-            else:
+            elif self.con is not None:
                 self.con.close()      # a refused file must not stay open (this process could not reopen it)
             raise
 
@@ -126,7 +122,7 @@ class Store:
 
                     held = holder_message(target)
                     if held is not None:
-                        raise SchemaError(held[0], hint=held[1]) from e
+                        raise WarehouseBusy(held[0], hint=held[1]) from e
                 if "not a valid duckdb database" in str(e).lower():
                     raise SchemaError(f"{target} is not a kvtrace warehouse (not a DuckDB database file)",
                                       hint="pass --db a warehouse, or a new file name to create one") from None
@@ -134,7 +130,7 @@ class Store:
                     raise SchemaError(f"cannot open warehouse {target}: {str(e).splitlines()[0]}",
                                       hint="check the path and its permissions") from None
                 if time.monotonic() + delay > deadline:
-                    raise SchemaError(f"cannot open warehouse {target}: {e}",
+                    raise WarehouseBusy(f"cannot open warehouse {target}: {e}",
                                       hint="another kvtrace process holds it for writing; retry when it is done") from e
                 time.sleep(delay)
                 delay = min(delay * 2, 0.5)
@@ -233,23 +229,27 @@ class Store:
         self.con.execute("BEGIN TRANSACTION")
         try:
             yield
-        except BaseException as e:
+        except BaseException:
             try:
                 self.con.execute("ROLLBACK")
             except duckdb.Error:
                 pass      # DuckDB ended it already (an invalidated database): the first error says why
+            with self._writing():
+                raise
+        else:
+            with self._writing():
+                self.con.execute("COMMIT")
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Raise a DuckDB error that says the file could not be written as :class:`WriteFailed`."""
+        try:
+            yield
+        except duckdb.Error as e:
             failed = self._write_failure(e)
             if failed is not None:
                 raise failed from None
             raise
-        else:
-            try:
-                self.con.execute("COMMIT")
-            except duckdb.Error as e:
-                failed = self._write_failure(e)
-                if failed is not None:
-                    raise failed from None
-                raise
 
     def _write_failure(self, e: BaseException) -> WriteFailed | None:
         """A DuckDB error that says the warehouse file could not be written (a full disk, a file
@@ -287,13 +287,9 @@ class Store:
         touches the table (the next small insert's), which rewrites only those row groups.
         """
         try:
-            self.con.execute("SET max_vacuum_tasks = 0")
-            self.con.execute("CHECKPOINT")
-        except duckdb.Error as e:
-            failed = self._write_failure(e)
-            if failed is not None:
-                raise failed from None
-            raise
+            with self._writing():
+                self.con.execute("SET max_vacuum_tasks = 0")
+                self.con.execute("CHECKPOINT")
         finally:
             try:
                 self.con.execute("RESET max_vacuum_tasks")   # even when interrupted between the two
@@ -301,13 +297,8 @@ class Store:
                 pass      # an invalidated database refuses it too: the error above says why
 
     def close(self) -> None:
-        try:
+        with self._writing():              # the checkpoint on close may fail to write
             self.con.close()
-        except duckdb.Error as e:          # the checkpoint on close could not write
-            failed = self._write_failure(e)
-            if failed is not None:
-                raise failed from None
-            raise
 
     def __enter__(self) -> "Store":
         return self
