@@ -402,6 +402,28 @@ def test_a_segment_whose_ingest_fails_on_a_full_volume_is_retried_until_it_is_st
         assert store.scalar("SELECT count(*) FROM requests") == store.scalar("SELECT count(DISTINCT request_id) FROM requests") == 200
 
 
+def test_many_small_segments_are_stored_in_one_transaction_each_once(tmp_path):
+    pytest.importorskip("kvtrace.ingest.otlp_json")
+    from kvtrace.collect import worker
+    from kvtrace.store import Store
+
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    for i in range(60):                                   # a quiet collector: a request a segment
+        line = orjson.dumps(logs_request_json([api_request_json(f"req_s{i}", (i + 1, 1, 1, 1))]))
+        (spool / f"seg-{i:04d}.jsonl").write_bytes(line + b"\n")
+    db = tmp_path / "kv.duckdb"
+    r = worker.ingest_segments(str(spool), str(db), 3600)
+    assert (r["segments"], r["requests_added"], r["failed"], r["retrying"]) == (60, 60, 0, 0)
+    assert list(spool.glob("seg-*.jsonl")) == []
+    assert len(list((spool / segments.INGESTED_DIR).glob("seg-*" + segments.DONE))) == 60
+    with Store(db, read_only=True) as store:
+        # one ledger row per segment, all written by one transaction
+        assert store.query("SELECT count(*), count(DISTINCT path), count(DISTINCT ingested_at) "
+                           "FROM ingested_files")[0] == (60, 60, 1)
+        assert store.scalar("SELECT count(DISTINCT request_id) FROM requests") == 60
+
+
 def test_only_a_segment_ingest_cannot_read_is_set_aside_readable_by_kvtrace_ingest(tmp_path):
     pytest.importorskip("kvtrace.ingest.otlp_json")
     from kvtrace.collect import worker

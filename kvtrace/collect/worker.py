@@ -6,7 +6,7 @@ worker process (a fresh interpreter, so no threads are forked). Each operation t
 so even a worker orphaned by a ``kill -9`` of its collector cannot race the next collector; on
 Linux the worker also dies with its parent (``PR_SET_PDEATHSIG``).
 
-Exactly once: a ready segment is ingested in one transaction (the pipeline records it in the
+Exactly once: a ready segment is stored in one transaction (the pipeline records it in the
 ``ingested_files`` ledger in the same transaction) and only then moved to ``ingested/``. A crash
 between the two leaves a segment that the ledger skips (and the keyed merge would add nothing
 anyway).
@@ -139,14 +139,37 @@ def finish_segments(spool: str, now: bool = False) -> dict:
     return out
 
 
-def _served_ingest(db: str, segment: Path) -> dict | None:
-    """Ingest one segment through ``kvtrace serve`` when a server holds ``db`` (it keeps the
+# Ready segments are ingested together, so that many small ones cost one parse and one
+# transaction (ingest reads small files as one batch) rather than one each; a chunk holds the
+# warehouse for one ingest, so reports still get their turn between chunks.
+CHUNK_BYTES = 64 << 20
+CHUNK_SEGMENTS = 1000
+
+
+def _chunks(paths: list[Path]) -> list[list[Path]]:
+    out, cur, size = [], [], 0
+    for p in paths:
+        try:
+            size += p.stat().st_size
+        except FileNotFoundError:
+            continue
+        cur.append(p)
+        if size >= CHUNK_BYTES or len(cur) >= CHUNK_SEGMENTS:
+            out.append(cur)
+            cur, size = [], 0
+    if cur:
+        out.append(cur)
+    return out
+
+
+def _served_ingest(db: str, paths: list[Path]) -> dict | None:
+    """Ingest segments through ``kvtrace serve`` when a server holds ``db`` (it keeps the
     warehouse open, so this process could not): the ingest's ``--json`` summary, ``{"error": ...}``
-    if it failed, or None when no server runs. The server ingests in one transaction, as here."""
+    if it failed, or None when no server runs. The server's ingest is the same as here."""
     from kvtrace.serve.client import run_captured
 
-    res = run_captured(db, ["ingest", str(Path(segment).resolve()), "--format", "otlp-json", "--json",
-                            "--quiet", "--db", str(db)])
+    res = run_captured(db, ["ingest", *(str(Path(p).resolve()) for p in paths), "--format", "otlp-json",
+                            "--json", "--quiet", "--db", str(db)])
     if res is None:
         return None
     code, out, err = res
@@ -155,18 +178,38 @@ def _served_ingest(db: str, segment: Path) -> dict | None:
     return json.loads(out)
 
 
-def ingest_segments(spool: str, db: str, keep_seconds: float, now: bool = False) -> dict:
-    """Ingest every ready segment into ``db`` (one transaction each) and archive it (with ``now``,
-    those in a backoff too).
-
-    Returns:
-        Totals: ``segments``, ``requests_added``, ``metric_points_added``, ``duplicates_skipped``,
-        ``lines_rejected``, ``rejects`` (first few).
-    """
+def _ingest(db: str, paths: list[Path]) -> dict:
+    """One ingest of ``paths``: its summary, or ``{"error": error}`` (an exception or a served
+    ingest's message). SchemaError (a busy or unusable warehouse) is raised: the cycle ends."""
     from kvtrace.errors import SchemaError
     from kvtrace.ingest import ingest
     from kvtrace.store import open_store
 
+    served = _served_ingest(db, paths)
+    if served is not None:
+        return served
+    # Another process (a report, a manual ingest) may hold the file: Store waits for it.
+    try:
+        with open_store(db, lock_wait_s=STORE_RETRY_SECONDS) as store:
+            return ingest(store, paths, format="otlp-json").to_dict()
+    except SchemaError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a full disk is retried; one unreadable segment must not block the rest
+        return {"error": e}
+
+
+def ingest_segments(spool: str, db: str, keep_seconds: float, now: bool = False) -> dict:
+    """Ingest every ready segment into ``db`` and archive it (with ``now``, those in a backoff too).
+
+    Segments go in chunks (``CHUNK_BYTES``, ``CHUNK_SEGMENTS``), one ingest each. When a chunk's
+    ingest fails, its segments are ingested one by one, so that only the one at fault waits for a
+    retry (or is set aside); those the chunk stored before the failure are in the ledger and
+    add nothing twice.
+
+    Returns:
+        Totals: ``segments``, ``requests_added``, ``metric_points_added``, ``duplicates_skipped``,
+        ``lines_rejected``, ``rejects`` (first few), ``failed`` (set aside), ``retrying``.
+    """
     root = Path(spool)
     done_dir = root / seg.INGESTED_DIR
     done_dir.mkdir(mode=0o700, exist_ok=True)
@@ -174,39 +217,34 @@ def ingest_segments(spool: str, db: str, keep_seconds: float, now: bool = False)
     totals = {"segments": 0, "requests_added": 0, "metric_points_added": 0, "duplicates_skipped": 0,
               "lines_rejected": 0, "rejects": [], "failed": 0, "retrying": 0}
     with ops_lock(root):
-        for ready in seg.listing(root, seg.READY):
-            if not _due(ready, now):
+        due = [r for r in seg.listing(root, seg.READY) if _due(r, now)]
+        for chunk in _chunks(due):
+            s = _ingest(db, chunk)
+            if "error" not in s:
+                _done(root, chunk, done_dir, s, totals)
                 continue
-            served = _served_ingest(db, ready)
-            if served is not None:
-                if served.get("error"):
-                    totals["failed"] += record_failure(root, ready, served["error"]) == "set_aside"
-                    continue
-                _done(root, ready, done_dir, served, totals)
+            if len(chunk) == 1:
+                totals["failed"] += record_failure(root, chunk[0], s["error"]) == "set_aside"
                 continue
-            # The warehouse is held for one segment's transaction at a time, so reports can run;
-            # another process (a report, a manual ingest) may hold the file: Store waits for it.
-            # SchemaError (busy or unusable warehouse): the cycle ends here.
-            try:
-                with open_store(db, lock_wait_s=STORE_RETRY_SECONDS) as store:
-                    s = ingest(store, [ready], format="otlp-json")
-            except SchemaError:
-                raise
-            except Exception as e:  # noqa: BLE001 - a full disk is retried; one unreadable segment must not block the rest
-                totals["failed"] += record_failure(root, ready, e) == "set_aside"
-                continue
-            _done(root, ready, done_dir, s.to_dict(), totals)
+            for ready in chunk:
+                s = _ingest(db, [ready])
+                if "error" in s:
+                    totals["failed"] += record_failure(root, ready, s["error"]) == "set_aside"
+                else:
+                    _done(root, [ready], done_dir, s, totals)
         prune(done_dir, keep_seconds)
         totals["retrying"] = _retrying(root)
     return totals
 
 
-def _done(root: Path, ready: Path, done_dir: Path, s: dict, totals: dict) -> None:
-    """A segment is stored: move it to ingested/ (durably) and add its counts to the cycle's."""
-    _succeeded(ready)
-    os.replace(ready, done_dir / (seg.segment_id(ready) + seg.DONE))
+def _done(root: Path, stored: list[Path], done_dir: Path, s: dict, totals: dict) -> None:
+    """Segments are stored: move them to ingested/ (durably) and add their counts to the cycle's."""
+    for ready in stored:
+        _succeeded(ready)
+        os.replace(ready, done_dir / (seg.segment_id(ready) + seg.DONE))
+    seg.fsync_dir(done_dir)
     seg.fsync_dir(root)
-    totals["segments"] += 1
+    totals["segments"] += len(stored)
     for k in ("requests_added", "metric_points_added", "duplicates_skipped", "lines_rejected"):
         totals[k] += s.get(k, 0)
     totals["rejects"].extend((s.get("rejects") or [])[: max(0, 10 - len(totals["rejects"]))])
