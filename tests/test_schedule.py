@@ -55,6 +55,45 @@ def test_periods_are_complete_and_follow_each_other(at, window):
     assert period_for(window, p.end) == p               # every run time up to the next end gives p
 
 
+@pytest.mark.parametrize("window, at, label, start, end", [
+    # 00:15 UTC is 01:15 in Berlin (CET): yesterday there ended at 23:00 UTC
+    ("calendar day", AT, "2026-11-02", datetime(2026, 11, 1, 23), datetime(2026, 11, 2, 23)),
+    # New York's day of the clock change (1 Nov 2026): 25 hours
+    ("last 1d", datetime(2026, 11, 2, 12), "2026-11-01", datetime(2026, 11, 1, 4), datetime(2026, 11, 2, 5)),
+    ("calendar week", AT, "2026-W44", datetime(2026, 10, 25, 23), datetime(2026, 11, 1, 23)),
+    ("calendar month", AT, "2026-10", datetime(2026, 9, 30, 22), datetime(2026, 10, 31, 23)),
+    ("last 1h", AT, "2026-11-03T00", datetime(2026, 11, 2, 23), datetime(2026, 11, 3)),
+    ("last 6h", AT, "2026-11-02T19--2026-11-03T00", datetime(2026, 11, 2, 18), datetime(2026, 11, 3)),
+])
+def test_periods_start_at_local_midnight_in_the_profile_zone(window, at, label, start, end):
+    tz = "America/New_York" if at != AT else "Europe/Berlin"
+    p = period_for(window, at, tz)
+    assert (p.label, p.start, p.end) == (label, start, end)
+
+
+@settings(max_examples=150, deadline=None)
+@given(at=st.datetimes(min_value=datetime(2001, 1, 1), max_value=datetime(2099, 1, 1)),
+       window=st.sampled_from(["last 1d", "last 7d", "last 1h", "last 6h", "calendar week", "calendar month"]),
+       tz=st.sampled_from(["Europe/Berlin", "America/New_York", "Asia/Kolkata", "Australia/Lord_Howe"]))
+def test_local_periods_are_complete_and_follow_each_other(at, window, tz):
+    p = period_for(window, at, tz)
+    assert p.start < p.end <= at
+    # a run one period later (local days last 23 to 25 hours, months 28 to 31 days)
+    later = {"last 1d": timedelta(hours=26), "last 7d": timedelta(days=7, hours=2), "last 1h": timedelta(hours=1),
+             "last 6h": timedelta(hours=6), "calendar week": timedelta(days=7, hours=2),
+             "calendar month": timedelta(days=31, hours=2)}[window]
+    nxt = period_for(window, p.end + later, tz)
+    assert nxt.start == p.end and nxt.label != p.label
+    assert period_for(window, p.end, tz) == p
+
+
+def test_cron_is_read_in_the_profile_zone():
+    # 00:15 every day in Berlin is 23:15 UTC the day before in winter, 22:15 in summer
+    assert latest_slot("15 0 * * *", AT, "Europe/Berlin") == datetime(2026, 11, 2, 23, 15)
+    assert latest_slot("15 0 * * *", datetime(2026, 7, 1, 12), "Europe/Berlin") == datetime(2026, 6, 30, 22, 15)
+    assert latest_slot("15 0 * * *", AT, "UTC") == AT
+
+
 # -- profiles -------------------------------------------------------------------------------------
 
 def test_example_profiles_load():
@@ -76,6 +115,9 @@ def test_profile_errors_name_the_file_and_key(tmp_path):
         load_profile(f)
     f.write_text('[output]\nformats = ["html", "pdf"]\n')
     with pytest.raises(ConfigError, match="unknown pdf"):
+        load_profile(f)
+    f.write_text('[window]\ntimezone = "Mars/Olympus"\n')
+    with pytest.raises(ConfigError, match=r"p\.toml: \[window\] timezone: unknown zone 'Mars/Olympus'"):
         load_profile(f)
     f.write_text("title = 'x\n")
     with pytest.raises(ConfigError, match="not valid TOML"):

@@ -2,7 +2,9 @@
 
 A run at time *T* reports the last *complete* period before *T*, so a run at 00:15 reports
 yesterday, and a late or repeated run of the same schedule slot reports the same period (and
-finds its folder already there). Periods are UTC.
+finds its folder already there). Periods are UTC unless the profile names a time zone
+(``[window] timezone``): then days, weeks and months start at local midnight there, and the
+period's bounds are those local instants in UTC (a day may last 23 or 25 hours).
 
 =================  =====================================  ======================
 window             period for a run at 2026-11-03 00:15   folder
@@ -22,6 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
 
 from kvtrace.errors import ConfigError
 
@@ -31,7 +34,7 @@ WINDOW_HELP = "use 'last 1d', 'last 7d', 'last 6h', 'calendar day', 'calendar we
 
 @dataclass(frozen=True)
 class Period:
-    """A half-open UTC interval [start, end) and its folder name."""
+    """A half-open interval [start, end) in naive UTC, and its folder name (local dates)."""
 
     label: str
     start: datetime
@@ -39,10 +42,6 @@ class Period:
 
     def iso(self) -> tuple[str, str]:
         return self.start.isoformat(timespec="seconds") + "Z", self.end.isoformat(timespec="seconds") + "Z"
-
-
-def _naive_utc(at: datetime) -> datetime:
-    return at.astimezone(timezone.utc).replace(tzinfo=None) if at.tzinfo else at
 
 
 def check_window(window: str) -> str:
@@ -55,32 +54,45 @@ def check_window(window: str) -> str:
     raise ConfigError(f"unknown report window '{window}'", hint=WINDOW_HELP)
 
 
-def period_for(window: str, at: datetime) -> Period:
-    """The last complete period of ``window`` before ``at`` (UTC; naive means UTC)."""
+def period_for(window: str, at: datetime, tz: str = "UTC") -> Period:
+    """The last complete period of ``window`` before ``at`` (naive means UTC), with day, week and
+    month boundaries at midnight in the IANA zone ``tz``."""
+    zone = ZoneInfo(tz)
     w = check_window(window)
-    at = _naive_utc(at)
+    aware = (at.replace(tzinfo=timezone.utc) if at.tzinfo is None else at).astimezone(zone)
+    m = _LAST.match(w)
+    if m and m.group(2) == "h":      # hours are counted as elapsed time, so a clock change cannot repeat one
+        n = int(m.group(1))
+        end = aware.replace(minute=0, second=0, microsecond=0).astimezone(timezone.utc)
+        start = end - timedelta(hours=n)
+        first, last = (t.astimezone(zone) for t in (start, end - timedelta(hours=1)))
+        label = f"{first:%Y-%m-%dT%H}" if n == 1 else f"{first:%Y-%m-%dT%H}--{last:%Y-%m-%dT%H}"
+        return Period(label, start.replace(tzinfo=None), end.replace(tzinfo=None))
+    label, start, end = _local_period(w, aware.replace(tzinfo=None))
+    return Period(label, _utc(start, zone), _utc(end, zone))
+
+
+def _utc(local: datetime, zone) -> datetime:
+    """A local wall time in ``zone`` as naive UTC (the earlier instant when the clock repeats)."""
+    return local.replace(tzinfo=zone, fold=0).astimezone(timezone.utc).replace(tzinfo=None)
+
+
+def _local_period(w: str, at: datetime) -> tuple[str, datetime, datetime]:
     day = at.replace(hour=0, minute=0, second=0, microsecond=0)
     if w == "calendar day":
         w = "last 1d"
     m = _LAST.match(w)
-    if m:
-        n, unit = int(m.group(1)), m.group(2)
-        if unit == "d":
-            end = day
-            start = end - timedelta(days=n)
-            last = end - timedelta(days=1)
-            label = start.strftime("%Y-%m-%d") if n == 1 else f"{start:%Y-%m-%d}--{last:%Y-%m-%d}"
-        else:
-            end = at.replace(minute=0, second=0, microsecond=0)
-            start = end - timedelta(hours=n)
-            last = end - timedelta(hours=1)
-            label = start.strftime("%Y-%m-%dT%H") if n == 1 else f"{start:%Y-%m-%dT%H}--{last:%Y-%m-%dT%H}"
-        return Period(label, start, end)
+    if m:                                                  # last N days
+        n = int(m.group(1))
+        end = day
+        start = end - timedelta(days=n)
+        last = end - timedelta(days=1)
+        return (start.strftime("%Y-%m-%d") if n == 1 else f"{start:%Y-%m-%d}--{last:%Y-%m-%d}"), start, end
     if w == "calendar week":
         end = day - timedelta(days=day.weekday())          # this week's Monday
         start = end - timedelta(days=7)
         year, week, _ = start.isocalendar()
-        return Period(f"{year}-W{week:02d}", start, end)
+        return f"{year}-W{week:02d}", start, end
     end = day.replace(day=1)                              # calendar month
     start = (end - timedelta(days=1)).replace(day=1)
-    return Period(start.strftime("%Y-%m"), start, end)
+    return start.strftime("%Y-%m"), start, end

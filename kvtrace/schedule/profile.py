@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from kvtrace.analyze.token_mix import check_timezone
 from kvtrace.errors import ConfigError
 from kvtrace.schedule.periods import check_window
 
@@ -21,7 +22,7 @@ DEFAULT_FORMATS = ["html", "json", "md", "png"]
 _SECTIONS = {
     "": {"name", "title", "inputs", "window", "analysis", "output", "schedule"},
     "inputs": {"warehouse", "spool", "files"},
-    "window": {"period"},
+    "window": {"period", "timezone"},
     "analysis": {"ttls", "model", "tiers", "tier_ttl", "group_by", "capacities"},
     "output": {"root", "formats", "write_empty"},
     "schedule": {"cron"},
@@ -39,6 +40,7 @@ class Profile:
     spool: Path | None = None                         # [inputs] closed spool segments of `kvtrace collect`
     files: list[Path] = field(default_factory=list)   # [inputs] files, folders or globs to ingest
     window: str = "last 1d"                           # [window] period
+    timezone: str = "UTC"                             # [window] IANA zone of the period's days and of cron
     ttls: list[str] = field(default_factory=list)     # [analysis]
     model: str | None = None                          # [analysis]
     tiers: str | None = None                          # [analysis]
@@ -48,7 +50,7 @@ class Profile:
     output_root: Path = Path("reports/out")           # [output] root
     formats: list[str] = field(default_factory=lambda: list(DEFAULT_FORMATS))  # [output]
     write_empty: bool = False                         # [output] write a report for a period without requests
-    cron: str | None = None                           # [schedule] cron expression (UTC)
+    cron: str | None = None                           # [schedule] cron expression, in [window] timezone
 
 
 def profiles_dir() -> Path:
@@ -115,6 +117,11 @@ def profile_from_dict(doc: dict, name: str, source: Path | None = None) -> Profi
         prof.window = check_window(win.get("period", "last 1d"))
     except ConfigError as e:
         raise ConfigError(f"{where}: [window] period: {e}", hint=e.hint) from None
+    prof.timezone = str(win.get("timezone", "UTC"))
+    try:
+        check_timezone(prof.timezone)
+    except ConfigError as e:
+        raise ConfigError(f"{where}: [window] timezone: unknown zone '{prof.timezone}'", hint=e.hint) from None
     prof.ttls = [str(t) for t in _list(ana.get("ttls", []), f"{where}: [analysis] ttls")]
     prof.model, prof.tiers = ana.get("model"), ana.get("tiers")
     prof.tier_ttl = None if ana.get("tier_ttl") is None else str(ana["tier_ttl"])

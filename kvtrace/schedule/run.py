@@ -76,7 +76,7 @@ def _report(store, profile: Profile, period: Period):
                                                                     unlimited=True)
     opts = ReportOptions(since=since, until=until, group_by=list(profile.group_by),
                          ttls=parse_durations(profile.ttls), model=profile.model, tiers=profile.tiers, tier_ttl=tier_ttl,
-                         capacities=list(profile.capacities), title=f"{profile.title} · {period.label}")
+                         capacities=list(profile.capacities), timezone=profile.timezone, title=f"{profile.title} · {period.label}")
     return build_report(store, opts).data
 
 
@@ -175,7 +175,7 @@ def run_profile(profile: Profile, *, at: datetime | None = None, force: bool = F
     from kvtrace.schedule.index import summarize, write_index
     from kvtrace.store import open_store
 
-    period = period_for(profile.window, at or _now())
+    period = period_for(profile.window, at or _now(), profile.timezone)
     final = period_folder(profile, period, output_root)
     if final.exists() and not force:
         raise ReportExists(f"{final} already exists: the {period.label} report of '{profile.name}' was written before",

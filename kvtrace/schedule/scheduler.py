@@ -1,6 +1,7 @@
 """``kvtrace schedule``: run profiles on their cron expressions until stopped.
 
-Each profile's latest due slot (the last cron time at or before now, UTC) is run once. At start-up
+Each profile's latest due slot (the last cron time at or before now, read in the profile's
+``[window] timezone``, UTC by default) is run once. At start-up
 that is the catch-up: if the period of the most recent slot has no folder yet (the machine was off,
 the service was down), it runs now, once; older missed periods are left alone (run them with
 ``kvtrace run PROFILE --at``). After a long sleep (a suspended laptop) several slots may have
@@ -17,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
 
 from kvtrace.errors import ConfigError
 from kvtrace.schedule.profile import Profile
@@ -26,18 +28,27 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
-def latest_slot(cron: str, now: datetime) -> datetime:
-    """The last cron time at or before ``now``."""
+def _in_zone(now: datetime, tz: str) -> datetime:
+    return now.replace(tzinfo=timezone.utc).astimezone(ZoneInfo(tz))
+
+
+def _naive_utc(t: datetime) -> datetime:
+    return t.astimezone(timezone.utc).replace(tzinfo=None)
+
+
+def latest_slot(cron: str, now: datetime, tz: str = "UTC") -> datetime:
+    """The last cron time at or before ``now`` (naive UTC), the cron read as wall-clock time in
+    the IANA zone ``tz``; returned as naive UTC."""
     from croniter import croniter
 
     # croniter's get_prev is strictly before its base; nudge the base so a slot equal to now counts.
-    return croniter(cron, now + timedelta(seconds=1)).get_prev(datetime)
+    return _naive_utc(croniter(cron, _in_zone(now + timedelta(seconds=1), tz)).get_prev(datetime))
 
 
-def next_slot(cron: str, now: datetime) -> datetime:
+def next_slot(cron: str, now: datetime, tz: str = "UTC") -> datetime:
     from croniter import croniter
 
-    return croniter(cron, now).get_next(datetime)
+    return _naive_utc(croniter(cron, _in_zone(now, tz)).get_next(datetime))
 
 
 def schedule(profiles: list[Profile], *, run: Callable | None = None, now: Callable[[], datetime] = utcnow,
@@ -71,11 +82,11 @@ def schedule(profiles: list[Profile], *, run: Callable | None = None, now: Calla
     while True:
         t = now()
         for p in profiles:
-            slot = latest_slot(p.cron, t)
+            slot = latest_slot(p.cron, t, p.timezone)
             if done[p.name] is not None and slot <= done[p.name]:
                 continue
             if done[p.name] is None:
-                folder = period_folder(p, period_for(p.window, slot), run_kwargs.get("output_root"))
+                folder = period_folder(p, period_for(p.window, slot, p.timezone), run_kwargs.get("output_root"))
                 if folder.exists():          # start-up: this slot's period was already reported
                     done[p.name] = slot
                     emit("skipped", p, slot, folder)
@@ -90,5 +101,5 @@ def schedule(profiles: list[Profile], *, run: Callable | None = None, now: Calla
                 return started
         if once:
             return started
-        wake = min(next_slot(p.cron, t) for p in profiles)
+        wake = min(next_slot(p.cron, t, p.timezone) for p in profiles)
         sleep(max(0.0, (wake - now()).total_seconds()))
