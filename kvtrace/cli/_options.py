@@ -57,6 +57,39 @@ def working(description: str):
     return bar
 
 
+class progress_bar:
+    """``with progress_bar("replaying") as report:`` a bar with the step, elapsed time and an ETA
+    on stderr, ``report(fraction, step)`` moving it; ``report`` is None when stderr is not a
+    terminal (nothing is shown, and the work need not measure its progress)."""
+
+    def __init__(self, description: str) -> None:
+        from rich.console import Console
+
+        self.description, self.bar, self.task = description, None, None
+        console = Console(stderr=True)
+        if console.is_terminal:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+            self.bar = Progress(TextColumn(description), TextColumn("[dim]{task.fields[step]}"), BarColumn(),
+                                TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(), TimeRemainingColumn(),
+                                console=console, transient=True)
+
+    def __enter__(self):
+        if self.bar is None:
+            return None
+        self.bar.__enter__()
+        self.task = self.bar.add_task(self.description, total=1.0, step="")
+        return self.report
+
+    def report(self, fraction: float, step: str = "") -> None:
+        self.bar.update(self.task, completed=fraction, step=step)
+
+    def __exit__(self, *exc) -> bool:
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
+        return False
+
+
 def fail(e: Exception) -> int:
     """Print a library error as one line (``Error: ...``, or ``Interrupted: ...`` for Ctrl-C) and
     return its exit code."""

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvtrace.cli._options import DbOpt, KvDtypeOpt, ModelOpt, OutOpt, SinceOpt, UntilOpt, emit_text, guarded, model_option, working
+from kvtrace.cli._options import DbOpt, KvDtypeOpt, ModelOpt, OutOpt, SinceOpt, UntilOpt, emit_text, guarded, model_option, progress_bar, working
 from kvtrace.errors import ConfigError
 
 
@@ -90,9 +90,9 @@ def replay(
             caps.append(parse_tokens(c, what="--capacity"))
     cfg = TTFTConfig(overlap=not no_overlap, resume_gap_s=parse_duration(resume_gap, what="--resume-gap", unlimited=True),
                      prefill_tokens_per_s=prefill_rate)
-    with working(f"replaying {len(bt.ts):,} requests"):
+    with progress_bar(f"replaying {len(bt.ts):,} requests") as report:
         res = run(bt, capacities=caps or None, ttls=ttls or None, model=m, tiers=ts, tier_ttl=tt, ttft=cfg,
-                  engine=engine, release_ids=True)
+                  engine=engine, release_ids=True, progress=report)
     if format == "json":
         import json
 

@@ -89,7 +89,7 @@ def dense_ids(ids: np.ndarray) -> tuple[np.ndarray, int]:
 
 
 def compute_distances(trace: BlockTrace, ttls_us: list[int], engine: str = "auto",
-                      keep: set[int] | None = None) -> Distances:
+                      keep: set[int] | None = None, on_progress=None) -> Distances:
     """Stack distances, ages and live counts of ``trace`` (one pass).
 
     Args:
@@ -98,6 +98,8 @@ def compute_distances(trace: BlockTrace, ttls_us: list[int], engine: str = "auto
         engine: ``auto`` (numpy up to ``NUMPY_MAX_BLOCKS`` block accesses, else numba),
             ``numpy``, ``numba`` or ``blocks`` (the block-by-block kernel, for checks).
         keep: the TTLs whose live counts before each request are kept (default: all).
+        on_progress: called with the fraction of requests done, a few times a second, while a
+            compiled engine runs (the vectorized one is over in a second or two).
     """
     if np.any(np.diff(trace.ts) < 0):
         from kvtrace.errors import BadTraceInput
@@ -116,14 +118,43 @@ def compute_distances(trace: BlockTrace, ttls_us: list[int], engine: str = "auto
         engine = "blocks"
     from kvtrace.replay import kernel
     ids, n_ids = dense_ids(trace.hash_ids)
+    done = np.zeros(1, dtype=np.int64)
     if engine == "numba":
-        res = kernel.run_fast(t, trace.offsets, ids, n_ids, ttls, keep)
+        res = _watched(lambda: kernel.run_fast(t, trace.offsets, ids, n_ids, ttls, keep, done), done,
+                       trace.n_requests, on_progress)
         if res is not None:
             res.t_us = t
             return res
-    res = kernel.run_blocks(t, trace.offsets, ids, n_ids, ttls, keep)
+    res = _watched(lambda: kernel.run_blocks(t, trace.offsets, ids, n_ids, ttls, keep, done), done,
+                   trace.n_requests, on_progress)
     res.t_us = t
     return res
+
+
+def _watched(run, done: np.ndarray, n: int, on_progress):
+    """``run()``, a compiled kernel that keeps ``done[0]`` at the requests it has done; with
+    ``on_progress``, run in a thread (the kernels release the GIL) while this one reports the
+    fraction done a few times a second."""
+    if on_progress is None:
+        return run()
+    import threading
+
+    out: dict = {}
+
+    def target():
+        try:
+            out["result"] = run()
+        except BaseException as e:  # noqa: BLE001 - raised again in the calling thread
+            out["error"] = e
+
+    worker = threading.Thread(target=target, name="kvtrace-replay-kernel", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        on_progress(min(1.0, int(done[0]) / max(n, 1)))
+        worker.join(0.2)
+    if "error" in out:
+        raise out["error"]
+    return out["result"]
 
 
 # -- the vectorized engine ---------------------------------------------------------------------

@@ -147,10 +147,35 @@ def _ttl_us(ttl: float | None) -> int:
     return NO_TTL if ttl is None or math.isinf(ttl) else int(round(ttl * 1e6))
 
 
+class _Steps:
+    """A replay's progress as a fraction of its expected work: each step has a share of it (its
+    usual share of the time on a large trace), and the distances step reports within itself."""
+
+    SHARES = {"distances": 0.57, "grid": 0.04, "tiers": 0.24, "ttft": 0.15, "capacity": 0.02}
+
+    def __init__(self, progress, tiers: bool, ttft: bool) -> None:
+        self.progress = progress
+        names = [n for n in self.SHARES if (n != "tiers" or tiers) and (n != "ttft" or ttft)]
+        total = sum(self.SHARES[n] for n in names)
+        self.start, acc = {}, 0.0
+        for n in names:
+            self.start[n] = acc / total
+            acc += self.SHARES[n]
+        self.start["done"] = 1.0
+        self.width = {n: self.SHARES[n] / total for n in names}
+
+    def at(self, step: str, fraction: float = 0.0) -> None:
+        if self.progress is not None:
+            self.progress(self.start[step] + self.width.get(step, 0.0) * fraction, step)
+
+    def within(self, step: str):
+        return lambda fraction: self.at(step, fraction)
+
+
 def replay(trace: BlockTrace, capacities: list[int | None] | None = None, ttls: list[float | None] | None = None,
            model: KVModel | None = None, tiers: TierSet | None = None, tier_ttl: float | None = None,
            ttft: TTFTConfig | None = None, engine: str = "auto", points: int = 480,
-           release_ids: bool = False) -> ReplayResult:
+           release_ids: bool = False, progress=None) -> ReplayResult:
     """Replay a block trace through LRU caches of every capacity x TTL, and through a tier hierarchy.
 
     Args:
@@ -165,7 +190,10 @@ def replay(trace: BlockTrace, capacities: list[int | None] | None = None, ttls: 
         points: at most this many time buckets in the tier time series.
         release_ids: drop ``trace.hash_ids`` once the distances are known (for a caller that
             loaded the trace only to replay it: frees the largest array early).
+        progress: called as ``progress(fraction, step)`` as the replay advances (see ``_Steps``).
     """
+    steps = _Steps(progress, tiers is not None, tiers is not None and model is not None)
+    steps.at("distances")
     clock = {}
     t0 = time.perf_counter()
     caps_tok = list(capacities) if capacities else default_capacities(trace)
@@ -177,12 +205,14 @@ def replay(trace: BlockTrace, capacities: list[int | None] | None = None, ttls: 
     bs = trace.block_size
     need = {_ttl_us(t) for t in ttl_list} | {_ttl_us(tier_ttl)}
     keep = {_ttl_us(tier_ttl)} if tiers is not None else set()
-    dist = compute_distances(trace, sorted(need), engine=engine, keep=keep)
+    dist = compute_distances(trace, sorted(need), engine=engine, keep=keep,
+                             on_progress=steps.within("distances") if progress else None)
     if release_ids:
         trace.hash_ids = np.zeros(0, dtype=np.int64)         # the caller's copy, no longer needed
     clock["distances_s"] = time.perf_counter() - t0
 
     t1 = time.perf_counter()
+    steps.at("grid")
     finite = sorted({int(c) // bs for c in caps_tok if c is not None})
     ttl_sorted = sorted({_ttl_us(t) for t in ttl_list})
     hb, ht = hit_grid(dist, trace.input_length, bs, np.array(finite, dtype=np.int64),
@@ -215,6 +245,7 @@ def replay(trace: BlockTrace, capacities: list[int | None] | None = None, ttls: 
                            "block-by-block engine ran; hits are exact, tier traffic uses running maxima of depth.")
     if tiers is not None:
         t2 = time.perf_counter()
+        steps.at("tiers")
         resolved = resolve(tiers, model, bs)
         t_us = dist.t_us
         tau = _ttl_us(tier_ttl)
@@ -230,12 +261,14 @@ def replay(trace: BlockTrace, capacities: list[int | None] | None = None, ttls: 
         clock["tiers_s"] = time.perf_counter() - t2
         if model is not None:
             t3 = time.perf_counter()
+            steps.at("ttft")
             ttft_out = ttft_report(t_us, trace.input_length, trace.session, dist, hit_b, hit_t, resolved, model,
                                    tiers.compute, ttft or TTFTConfig(), bs)
             assumptions.append("TTFT = reload of hit bytes at each tier's read bandwidth (+ latency) and "
                                "re-prefill of missed tokens, overlapped or summed; no queueing.")
             clock["ttft_s"] = time.perf_counter() - t3
     t4 = time.perf_counter()
+    steps.at("capacity")
     capacity = capacity_by_ttl(dist, trace, ttl_list, ttl_sorted, ht[len(finite)], bpb,
                                (tier_out or {}).get("tiers") or [])
     clock["capacity_s"] = time.perf_counter() - t4
@@ -244,6 +277,7 @@ def replay(trace: BlockTrace, capacities: list[int | None] | None = None, ttls: 
                   "input_tokens": int(trace.input_length.sum()), "span_s": span,
                   "distinct_blocks": dist.peak_after[NO_TTL]}
     clock["total_s"] = time.perf_counter() - t0
+    steps.at("done")
     warnings = [trace.meta["block_size_assumed"]] if trace.meta.get("block_size_assumed") else []
     warnings += sizing_warnings(trace, ttl_list + ([tier_ttl] if tiers is not None else []))
     return ReplayResult(trace=info_trace, grid=grid, working_set=working, capacity=capacity,

@@ -55,7 +55,7 @@ def _grow(a, size):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def _runs_kernel(t, offsets, ids, n_ids, ttls, keep, live, peak):  # pragma: no cover - compiled
+def _runs_kernel(t, offsets, ids, n_ids, ttls, keep, live, peak, done):  # pragma: no cover - compiled
     n = len(offsets) - 1
     last = np.full(n_ids, -1, dtype=np.int32)
     cut = np.zeros(n, dtype=np.int32)
@@ -71,6 +71,7 @@ def _runs_kernel(t, offsets, ids, n_ids, ttls, keep, live, peak):  # pragma: no 
     r_d = np.empty(cap, dtype=np.int32)
     R = 0
     for i in range(n):
+        done[0] = i                        # requests done so far, read by a watching thread
         a = offsets[i]
         m = offsets[i + 1] - a
         if R + m + 1 > cap:                # arrays grow only between requests, which keeps the
@@ -143,7 +144,7 @@ def _runs_kernel(t, offsets, ids, n_ids, ttls, keep, live, peak):  # pragma: no 
 
 @numba.njit(cache=True, nogil=True)
 def _blocks_kernel(t, offsets, ids, n_ids, ttls, keep, live, peak, unique,
-                   o_req, o_first, o_d, o_age):  # pragma: no cover - compiled
+                   o_req, o_first, o_d, o_age, done):  # pragma: no cover - compiled
     n = len(offsets) - 1
     N = len(ids)
     last_pos = np.full(n_ids, -1, dtype=np.int64)
@@ -159,6 +160,7 @@ def _blocks_kernel(t, offsets, ids, n_ids, ttls, keep, live, peak, unique,
     P = 0
     R = 0
     for i in range(n):
+        done[0] = i
         a = offsets[i]
         m = offsets[i + 1] - a
         base[i] = P
@@ -236,14 +238,15 @@ def _keep_rows(ttls, keep):
     return rows, kept
 
 
-def run_fast(t, offsets, ids, n_ids, ttls, keep) -> Distances | None:
-    """The run kernel; None if the trace turns out not to be prefix-closed."""
+def run_fast(t, offsets, ids, n_ids, ttls, keep, done) -> Distances | None:
+    """The run kernel; None if the trace turns out not to be prefix-closed. ``done``: a one-item
+    int64 array the kernel keeps at the number of requests it has done."""
     n = len(offsets) - 1
     rows, kept = _keep_rows(ttls, keep)
     live = np.zeros((len(kept), n), dtype=np.int32)
     peak = np.zeros(len(ttls), dtype=np.int64)
     ok, R, r_req, r_first, r_len, r_src, r_d = _runs_kernel(
-        t, offsets, ids, n_ids, np.asarray(ttls, dtype=np.int64), rows, live, peak)
+        t, offsets, ids, n_ids, np.asarray(ttls, dtype=np.int64), rows, live, peak, done)
     if not ok:
         return None
     req = r_req[:R]
@@ -252,8 +255,9 @@ def run_fast(t, offsets, ids, n_ids, ttls, keep) -> Distances | None:
                      peak_after={tau: int(peak[k]) for k, tau in enumerate(ttls)}, kernel="numba")
 
 
-def run_blocks(t, offsets, ids, n_ids, ttls, keep) -> Distances:
-    """The block-by-block kernel: exact on any trace (single-block runs with ``d*`` and ``a*``)."""
+def run_blocks(t, offsets, ids, n_ids, ttls, keep, done) -> Distances:
+    """The block-by-block kernel: exact on any trace (single-block runs with ``d*`` and ``a*``);
+    ``done`` as for :func:`run_fast`."""
     n, N = len(offsets) - 1, len(ids)
     rows, kept = _keep_rows(ttls, keep)
     live = np.zeros((len(kept), n), dtype=np.int64)
@@ -264,7 +268,7 @@ def run_blocks(t, offsets, ids, n_ids, ttls, keep) -> Distances:
     o_d = np.empty(N, dtype=np.int64)
     o_age = np.empty(N, dtype=np.int64)
     R = _blocks_kernel(t, offsets, ids, n_ids, np.asarray(ttls, dtype=np.int64), rows, live, peak, unique,
-                       o_req, o_first, o_d, o_age)
+                       o_req, o_first, o_d, o_age, done)
     return Distances(req=o_req[:R], first=o_first[:R], blocks=np.ones(R, dtype=np.int64), d=o_d[:R],
                      age=o_age[:R], unique=unique, live={tau: live[k] for k, tau in enumerate(kept)},
                      peak_after={tau: int(peak[k]) for k, tau in enumerate(ttls)}, kernel="numba-blocks")
