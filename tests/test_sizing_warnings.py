@@ -41,6 +41,45 @@ def test_each_condition_and_none_for_a_sound_trace():
     assert sizing_warnings(_trace(0, 0, None), [0.0]) == []
 
 
+def _sessions(lifetime_min: int | None, hours: float = 6.0) -> BlockTrace:
+    """A session starts every 5 minutes and sends a request a minute, its prompt one block longer
+    each time; it ends after ``lifetime_min`` minutes (None: it never ends, so the number of live
+    sessions, and the working set with them, grows to the end of the trace)."""
+    rows = []
+    for start in range(0, int(hours * 60), 5):
+        end = int(hours * 60) if lifetime_min is None else min(int(hours * 60), start + lifetime_min)
+        for m in range(start, end):
+            rows.append((m * 60.0 + start / 100, start, [start * 10_000 + k for k in range(m - start + 1)]))
+    rows.sort(key=lambda r: r[0])
+    ids = [r[2] for r in rows]
+    return BlockTrace.from_lists(np.array([r[0] for r in rows]), np.array([64 * len(h) for h in ids]),
+                                 np.zeros(len(rows), dtype=np.int64), ids, 64,
+                                 session=np.array([r[1] for r in rows]))
+
+
+def test_a_working_set_still_rising_at_the_end_is_said_and_a_settled_one_is_not():
+    rising = sizing_warnings(_sessions(None), [300, 3600])
+    assert len(rising) == 1 and rising[0].startswith("The working set was still rising when the trace ended, at 5m (+")
+    assert "1h (+" in rising[0]
+    assert sizing_warnings(_sessions(30), [300, 3600]) == []
+
+
+@pytest.mark.parametrize("engine", ["numpy", "numba", "blocks"])
+def test_replay_peaks_over_time_equal_the_working_set_s(engine):
+    from kvtrace.analyze.working_set import peak_by_time
+    from kvtrace.replay.engine import replay
+
+    for trace in (_sessions(None), _sessions(30)):
+        r = replay(trace, capacities=[640], ttls=[300.0, 3600.0], engine=engine)
+        assert r.warnings == sizing_warnings(trace, [300.0, 3600.0])
+    from kvtrace.replay.distances import compute_distances
+
+    trace = _sessions(None)
+    dist = compute_distances(trace, [300_000_000, 3_600_000_000], engine=engine)
+    for tau in (300_000_000, 3_600_000_000):
+        assert dist.peak_by_time[tau].tolist() == peak_by_time(trace, tau / 1e6).tolist()
+
+
 def _invoke(*args):
     r = CliRunner().invoke(app, list(args))
     assert r.exit_code == 0, r.output

@@ -23,6 +23,37 @@ SERIES_POINTS = 240
 # A capacity figure rests on too little data below these (a session's reuse is one sample of it).
 MIN_SESSIONS = 10
 MIN_REQUESTS = 100        # block traces without sessions
+# Whether the working set settled: its peak per equal span of the trace's time, and the rise of
+# the later half's peak over the earlier half's (after the first TTL, while it fills) that says
+# it was still growing when the trace ended.
+TIME_BUCKETS = 64
+STILL_RISING = 1.25
+
+
+def time_buckets(t: np.ndarray) -> np.ndarray:
+    """The bucket of each request time (µs, non-decreasing) among ``TIME_BUCKETS`` equal spans."""
+    if len(t) == 0:
+        return np.zeros(0, dtype=np.int64)
+    return (t - t[0]) * TIME_BUCKETS // (t[-1] - t[0] + 1)
+
+
+def peak_by_time(trace: BlockTrace, ttl_s: float | None) -> np.ndarray:
+    """The working set's peak within each of ``TIME_BUCKETS`` equal spans of the trace's time."""
+    out = np.zeros(TIME_BUCKETS, dtype=np.int64)
+    if trace.n_requests:
+        np.maximum.at(out, time_buckets(ts_us(trace)), held_after_requests(trace, ttl_s))
+    return out
+
+
+def still_rising(peaks: np.ndarray, span_us: int, ttl_us: int) -> float | None:
+    """The later half's peak over the earlier half's, after the first ``ttl_us`` (the fill), when
+    it is more than ``STILL_RISING``; None when the working set settled or the spans are too few."""
+    width = (span_us + 1) / len(peaks)
+    rest = peaks[int(np.ceil(ttl_us / width)):]
+    if len(rest) < 4:
+        return None
+    early, late = int(rest[: len(rest) // 2].max()), int(rest[len(rest) // 2:].max())
+    return late / early if early > 0 and late > STILL_RISING * early else None
 
 
 def _ttl_names(ttls: list[float], verb: bool = True) -> str:
@@ -32,11 +63,14 @@ def _ttl_names(ttls: list[float], verb: bool = True) -> str:
     return f"The {names} TTLs are" if verb else f"the {names} TTLs"
 
 
-def sizing_warnings(trace: BlockTrace, ttls: list[float | None]) -> list[str]:
+def sizing_warnings(trace: BlockTrace, ttls: list[float | None],
+                    peaks: dict[int, np.ndarray] | None = None) -> list[str]:
     """What the capacity figures of ``trace`` at ``ttls`` rest on that may not hold, one sentence
     each (empty when nothing): a TTL of 0, a TTL as long as the trace or longer, a trace shorter
     than twice a TTL (the working set fills for one TTL and needs another to show a steady
-    state), too few sessions (or requests, when the trace has no sessions)."""
+    state), a working set still rising at the end of the trace, too few sessions (or requests,
+    when the trace has no sessions). ``peaks``: the working set's peak over time per TTL in µs
+    (:func:`peak_by_time`), when the caller has it (else computed from the trace)."""
     n = trace.n_requests
     if n == 0:
         return []
@@ -65,6 +99,17 @@ def sizing_warnings(trace: BlockTrace, ttls: list[float | None]) -> list[str]:
         out.append(f"The trace ({fmt_duration(span)}) covers less than twice {_ttl_names(filling, verb=False)}: "
                    f"the working set fills during the first TTL and never reached a steady state; the "
                    f"figures at {'these TTLs' if len(filling) > 1 else 'this TTL'} may understate a longer run.")
+    rising = []
+    for ttl in (t for t in finite if 0 < t and 2 * t <= span):
+        tau = seconds_to_us(ttl)
+        series = peaks[tau] if peaks is not None and tau in peaks else peak_by_time(trace, ttl)
+        ratio = still_rising(series, int(round(span * 1e6)), tau)
+        if ratio is not None:
+            rising.append(f"{fmt_duration(ttl)} (+{ratio - 1:.0%})")
+    if rising:
+        out.append(f"The working set was still rising when the trace ended, at {', '.join(rising)}: the peak "
+                   f"in the later half of the trace, after the first TTL, exceeds the earlier half's; the "
+                   f"capacity for a longer run may be larger.")
     return out
 
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvtrace.analyze.blocktrace import BlockTrace
+from kvtrace.analyze.working_set import TIME_BUCKETS, time_buckets
 
 NO_TTL = 1 << 62                 # a TTL in µs that never expires anything
 NUMPY_MAX_BLOCKS = 3_000_000     # above this, the compiled engine pays for its start-up
@@ -52,6 +53,8 @@ class Distances:
             (``NO_TTL`` = every block seen so far).
         peak_after: per TTL in µs, the most blocks not older than it right after a request (the
             peak working set in blocks).
+        peak_by_time: per TTL in µs, the same peak within each of ``TIME_BUCKETS`` equal spans
+            of the trace's time (0 where a span has no request): whether the working set settled.
         kernel: which engine produced them: ``numpy``, ``numba`` or ``numba-blocks`` (the
             block-by-block fallback for traces that are not prefix-closed; its runs are single
             blocks carrying the running maxima ``d*`` and ``a*``).
@@ -65,6 +68,7 @@ class Distances:
     unique: np.ndarray
     live: dict[int, np.ndarray] = field(default_factory=dict)
     peak_after: dict[int, int] = field(default_factory=dict)
+    peak_by_time: dict[int, np.ndarray] = field(default_factory=dict)
     kernel: str = "numpy"
     t_us: np.ndarray | None = None
 
@@ -211,13 +215,17 @@ def _numpy_engine(trace: BlockTrace, t: np.ndarray, ttls: list[int], keep: set[i
                   out=gone)
         live[tau] = (U[:n] - U[r0]) - (killed[:n] - gone[:n])
     age = t[r_req] - t[r_src]
-    peak = {}
+    peak, by_time = {}, {}
+    bucket = time_buckets(t)
     for tau in ttls:
         ok = age <= tau
         hit = np.bincount(r_req[ok], weights=r_len[ok], minlength=n).astype(np.int64)
-        peak[tau] = int((live[tau] + counts - hit).max()) if n else 0
+        by_time[tau] = np.zeros(TIME_BUCKETS, dtype=np.int64)
+        np.maximum.at(by_time[tau], bucket, live[tau] + counts - hit)
+        peak[tau] = int(by_time[tau].max())
     return Distances(req=r_req, first=r_first, blocks=r_len, d=d, age=age, unique=counts.astype(np.int64),
-                     live={k: v for k, v in live.items() if k in keep}, peak_after=peak, kernel="numpy")
+                     live={k: v for k, v in live.items() if k in keep}, peak_after=peak, peak_by_time=by_time,
+                     kernel="numpy")
 
 
 def _dominance_sum(ev_r: np.ndarray, ev_w: np.ndarray, q_p: np.ndarray, q_r: np.ndarray) -> np.ndarray:

@@ -279,7 +279,7 @@ def replay(trace: BlockTrace, capacities: list[int | None] | None = None, ttls: 
     clock["total_s"] = time.perf_counter() - t0
     steps.at("done")
     warnings = [trace.meta["block_size_assumed"]] if trace.meta.get("block_size_assumed") else []
-    warnings += sizing_warnings(trace, ttl_list + ([tier_ttl] if tiers is not None else []))
+    warnings += sizing_warnings(trace, ttl_list + ([tier_ttl] if tiers is not None else []), peaks=dist.peak_by_time)
     return ReplayResult(trace=info_trace, grid=grid, working_set=working, capacity=capacity,
                         model=None if model is None else model.to_dict(bs), tiers=tier_out, ttft=ttft_out,
                         engine={"kernel": dist.kernel, "runs": len(dist), **{k: round(v, 4) for k, v in clock.items()}},

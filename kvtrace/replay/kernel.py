@@ -24,6 +24,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from kvtrace.analyze.working_set import TIME_BUCKETS
 from kvtrace.replay.distances import Distances
 
 
@@ -70,8 +71,11 @@ def _runs_kernel(t, offsets, ids, n_ids, ttls, keep, live, peak, done):  # pragm
     r_src = np.empty(cap, dtype=np.int32)
     r_d = np.empty(cap, dtype=np.int32)
     R = 0
+    NB = peak.shape[1]
+    span = t[n - 1] - t[0] + 1 if n else 1
     for i in range(n):
         done[0] = i                        # requests done so far, read by a watching thread
+        b = (t[i] - t[0]) * NB // span     # the time bucket of the peaks
         a = offsets[i]
         m = offsets[i + 1] - a
         if R + m + 1 > cap:                # arrays grow only between requests, which keeps the
@@ -131,8 +135,8 @@ def _runs_kernel(t, offsets, ids, n_ids, ttls, keep, live, peak, done):  # pragm
                 if t[i] - t[r_src[q]] <= ttls[k]:
                     hit += r_len[q]
             after = before + m - hit
-            if after > peak[k]:
-                peak[k] = after
+            if after > peak[k, b]:
+                peak[k, b] = after
         for q in range(first_run, R):
             _fen_add(fen, r_src[q], -r_len[q])
             cut[r_src[q]] += r_len[q]
@@ -159,8 +163,11 @@ def _blocks_kernel(t, offsets, ids, n_ids, ttls, keep, live, peak, unique,
     total = 0
     P = 0
     R = 0
+    NB = peak.shape[1]
+    span = t[n - 1] - t[0] + 1 if n else 1
     for i in range(n):
         done[0] = i
+        b = (t[i] - t[0]) * NB // span
         a = offsets[i]
         m = offsets[i + 1] - a
         base[i] = P
@@ -213,8 +220,8 @@ def _blocks_kernel(t, offsets, ids, n_ids, ttls, keep, live, peak, unique,
             for v in range(u):
                 if tmp_pos[v] >= 0 and tmp_age[v] <= ttls[k]:
                     hit += 1
-            if before + u - hit > peak[k]:
-                peak[k] = before + u - hit
+            if before + u - hit > peak[k, b]:
+                peak[k, b] = before + u - hit
         for k in range(u):
             if tmp_pos[k] >= 0:
                 _fen_add(fen, tmp_pos[k], -1)
@@ -244,7 +251,7 @@ def run_fast(t, offsets, ids, n_ids, ttls, keep, done) -> Distances | None:
     n = len(offsets) - 1
     rows, kept = _keep_rows(ttls, keep)
     live = np.zeros((len(kept), n), dtype=np.int32)
-    peak = np.zeros(len(ttls), dtype=np.int64)
+    peak = np.zeros((len(ttls), TIME_BUCKETS), dtype=np.int64)
     ok, R, r_req, r_first, r_len, r_src, r_d = _runs_kernel(
         t, offsets, ids, n_ids, np.asarray(ttls, dtype=np.int64), rows, live, peak, done)
     if not ok:
@@ -252,7 +259,8 @@ def run_fast(t, offsets, ids, n_ids, ttls, keep, done) -> Distances | None:
     req = r_req[:R]
     return Distances(req=req, first=r_first[:R], blocks=r_len[:R], d=r_d[:R], age=t[req] - t[r_src[:R]],
                      unique=np.diff(offsets), live={tau: live[k] for k, tau in enumerate(kept)},
-                     peak_after={tau: int(peak[k]) for k, tau in enumerate(ttls)}, kernel="numba")
+                     peak_after={tau: int(peak[k].max()) for k, tau in enumerate(ttls)},
+                     peak_by_time={tau: peak[k] for k, tau in enumerate(ttls)}, kernel="numba")
 
 
 def run_blocks(t, offsets, ids, n_ids, ttls, keep, done) -> Distances:
@@ -261,7 +269,7 @@ def run_blocks(t, offsets, ids, n_ids, ttls, keep, done) -> Distances:
     n, N = len(offsets) - 1, len(ids)
     rows, kept = _keep_rows(ttls, keep)
     live = np.zeros((len(kept), n), dtype=np.int64)
-    peak = np.zeros(len(ttls), dtype=np.int64)
+    peak = np.zeros((len(ttls), TIME_BUCKETS), dtype=np.int64)
     unique = np.zeros(n, dtype=np.int64)
     o_req = np.empty(N, dtype=np.int64)
     o_first = np.empty(N, dtype=np.int64)
@@ -271,7 +279,8 @@ def run_blocks(t, offsets, ids, n_ids, ttls, keep, done) -> Distances:
                        o_req, o_first, o_d, o_age, done)
     return Distances(req=o_req[:R], first=o_first[:R], blocks=np.ones(R, dtype=np.int64), d=o_d[:R],
                      age=o_age[:R], unique=unique, live={tau: live[k] for k, tau in enumerate(kept)},
-                     peak_after={tau: int(peak[k]) for k, tau in enumerate(ttls)}, kernel="numba-blocks")
+                     peak_after={tau: int(peak[k].max()) for k, tau in enumerate(ttls)},
+                     peak_by_time={tau: peak[k] for k, tau in enumerate(ttls)}, kernel="numba-blocks")
 
 
 # -- the grid and the tier bands over runs (the compiled twins of grid.py and traffic.py) ----------
