@@ -1,5 +1,6 @@
 """Progress on long work: on a terminal the ingest bar moves by bytes within a file and shows an
-ETA; replay and reuse say what they are doing; nothing of it when stderr is not a terminal."""
+ETA, as does the replay's through its steps; reuse says what it is doing; nothing of it when
+stderr is not a terminal."""
 
 import fcntl
 import gzip
@@ -81,7 +82,9 @@ TRACE = ROOT / "tests" / "fixtures" / "traces" / "mooncake-fast25-conversation" 
 
 def test_replay_and_reuse_say_what_they_are_doing(tmp_path):
     text = in_terminal(["replay", str(TRACE), "--ttl", "5m", "-c", "1M"], tmp_path)
-    assert re.search(r"replaying [0-9,]+ requests\s+\d+:\d\d:\d\d", text), text[-2000:]
+    # the replay's bar: its step, the share done, elapsed time and an ETA
+    assert re.search(r"replaying [0-9,]+ requests\s+[a-z]*\s*\S+\s+\d+%\s+\d+:\d\d:\d\d\s+(\d+:\d\d:\d\d|-:--:--)",
+                     text), text[-2000:]
     text = in_terminal(["reuse", str(TRACE)], tmp_path)
     assert re.search(r"measuring reuse in \S+\s+\d+:\d\d:\d\d", text), text[-2000:]
     r = subprocess.run([sys.executable, "-m", "kvtrace", "replay", str(TRACE), "--ttl", "5m", "-c", "1M"],
