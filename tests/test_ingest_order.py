@@ -102,19 +102,20 @@ def test_every_request_of_the_sample_week_gets_its_user_and_project(order):
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.booleans(), st.sampled_from(["none", "main", "side", "both"]), st.integers(1, 9),
-                          st.booleans(), st.booleans()), min_size=1, max_size=5),
+                          st.booleans(), st.booleans(), st.booleans()), min_size=1, max_size=5),
        st.data())
 def test_two_sources_merge_to_the_same_rows_in_any_order_and_batching(requests, data):
     """Property over the merge itself: an event (user, organization, cost, a write of unknown
     split, its own attributes; with or without its request id) and transcript copies (the
     main-thread copy and a sidechain replay of it; project, thread, 5m split; with the request id
-    or, as behind a gateway that drops it, keyed by the message id) of each request, in batches
-    of one source as the pipeline makes them, in any order: the same rows, every column."""
+    or, as behind a gateway that drops it, keyed by the message id; a sidechain replay may carry
+    a request id of its own) of each request, in batches of one source as the pipeline makes
+    them, in any order: the same rows, every column."""
     from kvtrace.ingest.pipeline import IngestSummary, _merge
     from tests.builders import parsed
 
     copies = {"otlp-log": [], "claude-transcript": []}
-    for i, (event, tx, out, event_has_id, tx_has_id) in enumerate(requests):
+    for i, (event, tx, out, event_has_id, tx_has_id, side_own_id) in enumerate(requests):
         common = dict(ts=100 * i, session_id="s", input_tokens=3, cache_read_tokens=1000 * i)
         rid = f"req_{i}"
         if event:
@@ -129,8 +130,9 @@ def test_two_sources_merge_to_the_same_rows_in_any_order_and_batching(requests, 
                 transcript, request_key=rid if tx_has_id else f"msg_{i}", request_id=rid if tx_has_id else None,
                 output_tokens=out, thread_id="main"))
         if tx in ("side", "both"):
+            side_id = f"req_{i}_side" if side_own_id else rid
             copies["claude-transcript"].append(dict(
-                transcript, request_key=rid if tx_has_id else f"msg_{i}", request_id=rid if tx_has_id else None,
+                transcript, request_key=side_id if tx_has_id else f"msg_{i}", request_id=side_id if tx_has_id else None,
                 output_tokens=out + 1, is_sidechain=True, thread_id="agent-a"))
     batches = []
     for source, rows in copies.items():
@@ -150,3 +152,33 @@ def test_two_sources_merge_to_the_same_rows_in_any_order_and_batching(requests, 
     again = run([batches[k] for k in data.draw(st.permutations(range(len(batches))), label="order")])
     assert again == first
     assert run(batches + batches) == first          # repeats change nothing
+
+
+def test_a_sidechain_copy_under_its_own_request_id_folds_into_its_request_in_every_order():
+    """The event (request id), the main-thread transcript copy (the same request id and the
+    message id) and a sidechain replay under a request id of its own (the same message id): when
+    the replay and the event are stored first, nothing links them until the main copy arrives,
+    which then shows the two stored rows to be one request. Every order gives one row, the same."""
+    import itertools
+
+    from kvtrace.ingest.pipeline import IngestSummary, _merge
+    from tests.builders import parsed
+
+    common = dict(ts=0, session_id="s", input_tokens=3, cache_read_tokens=0)
+    event = dict(common, request_key="req_0", request_id="req_0", source="otlp-log", user_id="u1", cost_usd=0.25,
+                 cache_write_unknown_tokens=40, output_tokens=5, thread_id="main")
+    copy = dict(common, message_id="msg_0", source="claude-transcript", project="/src/app", cache_write_5m_tokens=40)
+    main = dict(copy, request_key="req_0", request_id="req_0", output_tokens=5, thread_id="main")
+    side = dict(copy, request_key="req_0_side", request_id="req_0_side", output_tokens=6, is_sidechain=True,
+                thread_id="agent-a")
+    results = set()
+    for order in itertools.permutations([event, main, side]):
+        s = Store(memory=True)
+        for row in order:
+            with s.transaction():
+                _merge(s, parsed(row), IngestSummary())
+        results.add(tuple(s.query(ROWS_SQL)))
+        s.close()
+    assert len(results) == 1
+    (rows,) = results
+    assert len(rows) == 1

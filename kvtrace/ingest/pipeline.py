@@ -210,11 +210,24 @@ def _merge_requests(store: Store, table, kept: resident.State | None) -> int:
             "CREATE OR REPLACE TEMP VIEW staged AS SELECT * FROM " + staged + ";\n" + load_query("ingest/merge_match").sql):
         before = store.scalar("SELECT count(*) FROM requests")
         store.run(load_query("ingest/merge_requests").sql)
+        _fold_copies(store)
         added = store.scalar("SELECT count(*) FROM requests") - before
     else:
         added = store.scalar(f"INSERT INTO requests BY NAME SELECT * FROM {staged}")
     resident.merged(kept, hashes, added)
     return added
+
+
+def _fold_copies(store: Store) -> None:
+    """Stored rows that the merge showed to be copies of one request (ingest/merge_fold) become
+    one: the second-ranked row of each group is taken out and merged again as a staged copy,
+    until none is left (each round removes a row, so this ends)."""
+    if not store.scalar(load_query("ingest/merge_fold").sql):
+        return
+    copies = store.con.sql("SELECT * FROM requests WHERE request_key IN (SELECT request_key FROM fold_out)").to_arrow_table()
+    store.run("DELETE FROM requests WHERE request_key IN (SELECT request_key FROM fold_out)")
+    store.con.register("staged_in", copies)
+    _merge_requests(store, copies, None)
 
 
 # Up to this many staged rows, uniqueness is checked in Python: a statement costs more.

@@ -5,7 +5,8 @@
 --   prompt-side counts and time. better: the staged copy outranks the stored row, so it becomes
 --   the merged row's primary copy (see ingest/merge_requests): a source of higher rank, or of the
 --   same source the main-thread copy over a sidechain replay, then the larger output. s_rank: the
---   staged copy's source rank. The statement's row count is the number of staged rows that match:
+--   staged copy's source rank. Temp table match_pairs keeps every stored row a staged row
+--   matches (ingest/merge_fold reads it). The statement's row count is the number of staged rows that match:
 --   when it is 0 the pipeline inserts the staged rows as they are and skips ingest/merge_requests.
 
 -- Source rank, lower first: the agent's own files (the thread, the 5m/1h split, the project),
@@ -15,7 +16,7 @@ CREATE OR REPLACE TEMP MACRO source_rank(src) AS
     CASE src WHEN 'claude-transcript' THEN 0 WHEN 'codex-rollout' THEN 0 WHEN 'gemini-chat' THEN 0
              WHEN 'otlp-log' THEN 1 WHEN 'otlp-metric' THEN 2 WHEN 'otlp-span' THEN 3 ELSE 4 END;
 
-CREATE OR REPLACE TEMP TABLE matched AS
+CREATE OR REPLACE TEMP TABLE match_pairs AS
 WITH pairs AS (
     SELECT s.request_key AS s_key, r.request_key AS r_key, 0 AS how, s.source AS s_source, r.source AS r_source,
            s.is_sidechain AS s_side, r.is_sidechain AS r_side, s.output_tokens AS s_out, r.output_tokens AS r_out
@@ -47,10 +48,13 @@ WITH pairs AS (
       AND (r.request_id IS NULL OR s.request_id IS NULL)
       AND abs(epoch(r.ts) - epoch(s.ts)) <= 600
 )
+SELECT * FROM pairs;
+
+CREATE OR REPLACE TEMP TABLE matched AS
 SELECT s_key, r_key,
        source_rank(s_source) < source_rank(r_source)
          OR (source_rank(s_source) = source_rank(r_source) AND s_source < r_source)
          OR (s_source = r_source AND ((r_side AND NOT s_side) OR (r_side = s_side AND s_out > r_out))) AS better,
        source_rank(s_source) AS s_rank
-FROM pairs
+FROM match_pairs
 QUALIFY row_number() OVER (PARTITION BY s_key ORDER BY how) = 1;

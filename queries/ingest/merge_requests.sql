@@ -13,7 +13,9 @@
 --   total. Re-reading a stored copy changes nothing. The stored row keeps no record of which copy
 --   gave which field, so this is exact for two sources of one request; with three (a transcript,
 --   its event and its span), a field that the transcript lacks and the other two both carry
---   comes from the one stored first.
+--   comes from the one stored first. Two stored rows that a staged copy shows to be one request
+--   (a sidechain replay under a request id of its own, stored before the copy that links it to
+--   the event) are folded into one afterwards (ingest/merge_fold).
 --   Reads view staged: the staged rows with one row per key and per message id (staged_in as
 --   it is when already so, else ingest/merge_dedup's table), and temp table matched
 --   (ingest/merge_match). Run only when some staged row matches a stored one.
