@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import sys
+
 
 class KvtraceError(Exception):
     """Base class of every error kvtrace raises on purpose."""
@@ -68,3 +70,14 @@ class Interrupted(KvtraceError):
 
 class WriteFailed(KvtraceError):
     """The warehouse file could not be written (a full disk, a file size limit)."""
+
+
+def exit_code(code) -> int:
+    """A ``SystemExit`` code as the process exit code, as the interpreter maps it: None is 0, an
+    int stays, anything else is printed to stderr and is 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1

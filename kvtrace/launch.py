@@ -13,11 +13,8 @@ import os
 import signal
 import sys
 
-# Commands that read or write the warehouse and may run inside the server.
-FORWARDED = frozenset({"ingest", "report", "query", "export", "lake", "replay", "reuse", "size", "run"})
-# Never forwarded: serve itself, the long-running collect and schedule, synth (no warehouse),
-# help and version, anything reading stdin ("-").
-LOCAL_ARGS = frozenset({"--help", "-h", "--version", "-"})
+from kvtrace.wire import protocol
+
 
 
 def db_arg(argv: list[str]) -> tuple[bool, str | None]:
@@ -36,14 +33,14 @@ def db_arg(argv: list[str]) -> tuple[bool, str | None]:
 def forward_target(argv: list[str], environ=None) -> tuple[str, str] | None:
     """``(socket path, warehouse real path)`` when ``argv`` should go to a server, else None."""
     environ = os.environ if environ is None else environ
-    if not argv or argv[0] not in FORWARDED or environ.get("KVTRACE_NO_SERVE"):
+    if not argv or argv[0] not in protocol.FORWARDED or environ.get("KVTRACE_NO_SERVE"):
         return None
-    if any(a in LOCAL_ARGS for a in argv):
+    if any(a in protocol.LOCAL_ARGS for a in argv):
         return None
     given, db = db_arg(argv)
     if argv[0] == "run" and not given:
         return None          # the profile names its warehouse; only an explicit --db is known here
-    from kvtrace.serve.paths import served
+    from kvtrace.wire.paths import served
 
     return served(db, environ)
 
@@ -104,7 +101,7 @@ def main() -> None:
     argv = sys.argv[1:]
     target = forward_target(argv)
     if target is not None:
-        from kvtrace.serve.client import forward
+        from kvtrace.wire.client import forward
 
         code = forward(target[0], argv, target[1], prog_name())
         if code is not None:
@@ -115,17 +112,6 @@ def main() -> None:
         tell_interrupted("Interrupted: stopped while starting; nothing was written")
         exit_flushed(130)
     run_here()
-
-
-def exit_code(code) -> int:
-    """A ``SystemExit`` code as the process exit code, as the interpreter maps it: None is 0, an
-    int stays, anything else is printed to stderr and is 1."""
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code
-    print(code, file=sys.stderr)
-    return 1
 
 
 def exit_flushed(code: int) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from kvtrace.launch import db_arg, forward_target
-from kvtrace.serve import paths
+from kvtrace.wire import paths
 from kvtrace.serve.server import status
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -269,7 +269,7 @@ def _in_terminal(args, cwd: Path, cols: int) -> tuple[bytes, int]:
 def test_a_peer_of_another_uid_is_refused():
     import tempfile
 
-    from kvtrace.serve import client, protocol
+    from kvtrace.wire import client, protocol
 
     folder = Path(tempfile.mkdtemp(prefix="kvtrace-serve-uid-"))   # reachable by another user
     os.chmod(folder, 0o755)
@@ -340,7 +340,7 @@ class Impostor:
     server that ran the command (accepted, exit 0) and reports the bytes it received."""
 
     def __init__(self, sock: str, uid: int | None = None, chown_to: int | None = None):
-        from kvtrace.serve import protocol
+        from kvtrace.wire import protocol
 
         ready_r, ready_w = os.pipe()
         self.got_r, got_w = os.pipe()
@@ -495,9 +495,10 @@ def test_a_socket_with_a_wrong_mode_or_in_a_folder_others_can_write_is_refused(t
 # automatic or bulk-ingest checkpoint does, and on a full disk DuckDB invalidates the database.
 _CHECKPOINTING_SERVER = """
 import signal, sys
+from kvtrace.cli import app
 from kvtrace.serve.server import Server
 
-srv = Server(sys.argv[1])
+srv = Server(sys.argv[1], app=app)
 srv.start()
 
 def checkpoint(*_):

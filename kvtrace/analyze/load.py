@@ -179,7 +179,7 @@ def _instant(store, v, blocks: bool):
     """A bound as a datetime; a span such as ``7d`` counts back from the last request."""
     if v is None or isinstance(v, datetime):
         return v
-    from kvtrace.report.window import parse_instant
+    from kvtrace.window import parse_instant
 
     table = "block_requests" if blocks else "request_usage"
     return parse_instant(str(v), store.scalar(f"SELECT max(ts) FROM {table}"))

@@ -26,25 +26,10 @@ class ReuseOptions:
     ttls: list[float | None] = field(default_factory=lambda: list(DEFAULT_TTLS))
     chain: ChainParams = field(default_factory=ChainParams)
     reuse: ReuseParams = field(default_factory=ReuseParams)
-    bytes_per_token: float | None = None
-    model: str | None = None            # KV geometry from the replay catalog, for bytes
+    bytes_per_token: float | None = None   # KV bytes per token of the serving model, for bytes
     pricing: Path | None = None
     price_model: str | None = None      # price every request as this model (block-hash traces)
     series: bool = False                # working-set time series per TTL (charts)
-
-
-def kv_bytes_per_token(model: str | None, bytes_per_token: float | None) -> float | None:
-    """Bytes per token from an explicit number or a model of the replay catalog."""
-    if bytes_per_token is not None:
-        return float(bytes_per_token)
-    if not model:
-        return None
-    try:
-        from kvtrace.replay.catalog import resolve_model
-    except ImportError:
-        raise ConfigError("the model catalog is not available in this build",
-                          hint="pass --bytes-per-token (2 x layers x kv_heads x head_dim x dtype bytes)") from None
-    return float(resolve_model(model).bytes_per_token)
 
 
 def reuse_report(store, opts: ReuseOptions | None = None) -> dict:
@@ -55,7 +40,7 @@ def reuse_report(store, opts: ReuseOptions | None = None) -> dict:
     from kvtrace.analyze.ttl import ttl_section
 
     opts = opts or ReuseOptions()
-    bpt = kv_bytes_per_token(opts.model, opts.bytes_per_token)
+    bpt = opts.bytes_per_token
     if opts.file is not None:
         trace = read_block_trace(opts.file)
         source = str(opts.file)

@@ -103,7 +103,8 @@ def _exit(code) -> None:
 
     if threading.active_count() > 1:
         sys.exit(code)
-    from kvtrace.launch import exit_code, exit_flushed
+    from kvtrace.errors import exit_code
+    from kvtrace.launch import exit_flushed
 
     code = exit_code(code)
     atexit._run_exitfuncs()

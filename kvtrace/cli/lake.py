@@ -21,7 +21,7 @@ def lake(
 
     Example: kvtrace lake lake/ --since 2026-11-01 --until 2026-11-08 && spark.read.parquet("lake/requests")
     """
-    from kvtrace.report.window import parse_instant
+    from kvtrace.window import parse_instant
     from kvtrace.store import open_store
     from kvtrace.store.lake import export_lake
 

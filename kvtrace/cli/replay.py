@@ -100,7 +100,7 @@ def replay(
         return
     from rich.console import Console
 
-    from kvtrace.replay.render import render_table
+    from kvtrace.report.replay_tables import render_table
 
     console = Console(file=open(out, "w") if out else None, width=160)
     render_table(res, console)

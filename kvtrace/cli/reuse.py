@@ -41,15 +41,19 @@ def reuse(
     from kvtrace.analyze.chains import ChainParams
     from kvtrace.analyze.reuse import ReuseParams
     from kvtrace.analyze.reuse_report import DEFAULT_TTLS, ReuseOptions, reuse_report
+    from kvtrace.replay.catalog import resolve_model
     from kvtrace.units import parse_duration, parse_ttls
 
     if format not in ("table", "json"):
         raise ConfigError(f"unknown --format '{format}'", hint="choose table or json")
+    spec = model_option(model, kv_dtype)
+    if bytes_per_token is None and spec is not None:
+        bytes_per_token = float(resolve_model(spec).bytes_per_token)
     opts = ReuseOptions(file=file, trace=trace, since=since, until=until,
                         ttls=parse_ttls(ttl) or list(DEFAULT_TTLS),
                         chain=ChainParams.from_settings(chain, block_size=block_size, head_tokens=head_tokens),
                         reuse=ReuseParams(idle_s=parse_duration(idle, what="--idle")), bytes_per_token=bytes_per_token,
-                        model=model_option(model, kv_dtype), pricing=pricing, price_model=price_model, series=series)
+                        pricing=pricing, price_model=price_model, series=series)
     with working(f"measuring reuse in {file or 'the warehouse'}"):
         if file is not None:
             data = reuse_report(None, opts)

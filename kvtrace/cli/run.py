@@ -39,7 +39,7 @@ def run(
 
     Example: kvtrace run reports/profiles/weekly.toml --at 2026-11-09
     """
-    from kvtrace.report.window import parse_instant
+    from kvtrace.window import parse_instant
     from kvtrace.schedule import load_profile, run_profile
     from kvtrace.schedule.scheduler import utcnow
 

@@ -46,13 +46,15 @@ def serve(
         return
     idle = parse_duration(idle_exit, what="--idle-exit") if idle_exit else None
     if detach:
-        from kvtrace.serve.paths import resolve_db
+        from kvtrace.wire.paths import resolve_db
 
         log_path = log or Path(resolve_db(db) + ".serve.log")
         info = server.detach(db, idle_exit, log_path)
         typer.echo(f"kvtrace serve: pid {info['pid']} serving {info['db']} (log {log_path})")
         return
-    srv = server.Server(db, idle_exit=idle)
+    from kvtrace.cli import app
+
+    srv = server.Server(db, app=app, idle_exit=idle)
     srv.start()
     srv.serve_forever()
 

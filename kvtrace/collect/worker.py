@@ -166,7 +166,7 @@ def _served_ingest(db: str, paths: list[Path]) -> dict | None:
     """Ingest segments through ``kvtrace serve`` when a server holds ``db`` (it keeps the
     warehouse open, so this process could not): the ingest's ``--json`` summary, ``{"error": ...}``
     if it failed, or None when no server runs. The server's ingest is the same as here."""
-    from kvtrace.serve.client import run_captured
+    from kvtrace.wire.client import run_captured
 
     res = run_captured(db, ["ingest", *(str(Path(p).resolve()) for p in paths), "--format", "otlp-json",
                             "--json", "--quiet", "--db", str(db)])

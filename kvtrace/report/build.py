@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from kvtrace import __version__
 from kvtrace.errors import ConfigError
 from kvtrace.analyze.token_mix import no_data_text
-from kvtrace.report.window import iso, parse_instant
+from kvtrace.window import iso, parse_instant
 from kvtrace.store import Store
 
 SCHEMA_VERSION = "1.0"

@@ -1,5 +1,5 @@
 """``kvtrace serve``: a resident process that keeps one warehouse open and runs forwarded commands.
 
-``paths``, ``protocol`` and ``client`` use the standard library only (the launcher imports them
-on every command); ``server`` and ``runner`` are the daemon.
+``server`` and ``runner`` are the daemon; the socket's place, the frames and the client are in
+``kvtrace.wire`` (standard library only: the launcher imports them on every command).
 """

@@ -1,7 +1,7 @@
 """Run one forwarded command inside the server as the client's own process would have run it.
 
 For the duration of a command the process takes on the client's view of the world: its working
-folder, its kvtrace-relevant environment (see ``kvtrace.serve.client.ENV_NAMES``), umask,
+folder, its kvtrace-relevant environment (see ``kvtrace.wire.client.ENV_NAMES``), umask,
 ``sys.argv``, and stdout/stderr streams that are terminals or not as the client's are, with the
 client's encodings and terminal sizes (``os.get_terminal_size`` answers for the client's fds), so
 rich, click and polars print the same bytes. Everything is put back afterwards. Commands run
@@ -19,8 +19,8 @@ import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from kvtrace.serve import protocol
-from kvtrace.serve.client import is_relevant, relevant_env
+from kvtrace.wire import protocol
+from kvtrace.wire.client import is_relevant, relevant_env
 
 
 class Sink(io.RawIOBase):
@@ -132,7 +132,7 @@ def invoke(command, argv: list[str], prog: str) -> int:
     import typer
 
     from kvtrace.errors import KvtraceError
-    from kvtrace.launch import exit_code
+    from kvtrace.errors import exit_code
 
     try:
         command.main(args=list(argv), prog_name=prog, standalone_mode=True)

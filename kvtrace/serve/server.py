@@ -1,7 +1,7 @@
 """``kvtrace serve``: keep one warehouse open and run forwarded commands, one at a time.
 
 The server opens the warehouse for writing (one ``Store``), imports what commands use, then
-listens on the warehouse's Unix socket (``kvtrace.serve.paths``; mode 0600, and a peer of
+listens on the warehouse's Unix socket (``kvtrace.wire.paths``; mode 0600, and a peer of
 another uid is refused). Each connection gets a thread: it answers at once (so a client can tell
 a live server from a stale socket) and then waits for its turn at the command lock. A command
 runs through the same click command as ``kvtrace`` itself, with the client's cwd, environment and
@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from kvtrace.errors import ConfigError
-from kvtrace.serve import client, paths, protocol
+from kvtrace.wire import client, paths, protocol
 from kvtrace.serve.runner import client_view, invoke
 
 # Imported before the first command so that none pays for them (the repeat report's path).
@@ -47,11 +47,13 @@ class Server:
 
     Args:
         db: the warehouse file (created if missing).
+        app: the command-line application whose commands it runs (``kvtrace.cli.app``).
         idle_exit: stop after this many seconds without a command (None: never).
         log: where the server writes its own lines (never a client's).
     """
 
-    def __init__(self, db: str | os.PathLike, *, idle_exit: float | None = None, log=None):
+    def __init__(self, db: str | os.PathLike, *, app, idle_exit: float | None = None, log=None):
+        self.app = app
         self.db_real = paths.resolve_db(db)
         self.sock_path = paths.socket_path(self.db_real)
         self.idle_exit = idle_exit
@@ -99,10 +101,9 @@ class Server:
                 importlib.import_module(name)
             except ImportError as e:      # a module renamed since: only its first command pays
                 self._say(f"kvtrace serve: not preloaded: {name}: {e}")
-        from kvtrace.cli import app
         from kvtrace.ingest import resident
 
-        self._click = typer.main.get_command(app)   # typer builds it anew on every app() call
+        self._click = typer.main.get_command(self.app)   # typer builds it anew on every app() call
         # The only writer of the warehouse while it runs: ingests may keep the ledger, folder
         # listings and stored keys from one command to the next.
         resident.enable()
@@ -307,14 +308,12 @@ class Server:
                 "warehouse_problem": self._broken}
 
     def _refusal(self, req: dict) -> str | None:
-        from kvtrace.launch import FORWARDED, LOCAL_ARGS
-
         argv = req.get("argv") or []
         if req.get("v") != protocol.VERSION:
             return "another protocol version"
         if req.get("db") != self.db_real:
             return f"this server serves {self.db_real}"
-        if not argv or argv[0] not in FORWARDED or any(a in LOCAL_ARGS for a in argv):
+        if not argv or argv[0] not in protocol.FORWARDED or any(a in protocol.LOCAL_ARGS for a in argv):
             return "not a command the server runs"
         if self._stopping.is_set():
             return "stopping"

@@ -118,7 +118,7 @@ class Store:
             except duckdb.IOException as e:
                 if "lock" in str(e).lower() and target != ":memory:":
                     # `kvtrace serve` holds it for good: say so at once rather than wait.
-                    from kvtrace.serve.paths import holder_message
+                    from kvtrace.wire.paths import holder_message
 
                     held = holder_message(target)
                     if held is not None:

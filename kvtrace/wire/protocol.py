@@ -7,7 +7,7 @@ big-endian length, then the payload. Only builtins are used (no ``socket``, ``st
 Client -> server: ``R`` a request (a ``marshal``-ed dict of str/int/bool/list: argv, cwd, env,
 terminal facts; marshal is a builtin, where ``json`` would cost the client 5 ms of imports, and
 the server only reads it from peers of its own uid; see
-``kvtrace.serve.client.request``), ``P`` a ping, ``S`` stop the server.
+``kvtrace.wire.client.request``), ``P`` a ping, ``S`` stop the server.
 Server -> client: ``A`` accepted (sent at once, before the command waits for its turn), ``N``
 refused (the client runs the command itself; payload: why), ``O``/``E`` bytes for stdout/stderr,
 ``X`` the exit code (ASCII digits), ``I`` status (JSON, the answer to a ping).
@@ -16,6 +16,12 @@ refused (the client runs the command itself; payload: why), ``O``/``E`` bytes fo
 from __future__ import annotations
 
 VERSION = 1
+
+# Commands that read or write the warehouse and may run inside the server.
+FORWARDED = frozenset({"ingest", "report", "query", "export", "lake", "replay", "reuse", "size", "run"})
+# Never forwarded: serve itself, the long-running collect and schedule, synth (no warehouse),
+# help and version, anything reading stdin ("-").
+LOCAL_ARGS = frozenset({"--help", "-h", "--version", "-"})
 HEADER_SIZE = 5
 
 REQUEST, PING, STOP = b"R", b"P", b"S"

@@ -6,7 +6,7 @@ that does not answer within ``HELLO_TIMEOUT_S``, a refusal) returns None, and th
 the command itself, so a dead server never makes a command hang or fail.
 
 Nothing is sent before the socket is known to be ours: the socket file and its folder pass
-:func:`kvtrace.serve.paths.socket_problem`, and the process behind it runs as our uid
+:func:`kvtrace.wire.paths.socket_problem`, and the process behind it runs as our uid
 (``SO_PEERCRED``). A socket that fails either check is refused with one line on stderr naming it
 and why, and the command runs here: it never reaches the other user's process, and a local run
 opens the warehouse under the usual lock, so the warehouse itself is as safe as without a server.
@@ -19,7 +19,7 @@ import marshal
 import os
 import sys
 
-from kvtrace.serve import paths, protocol
+from kvtrace.wire import paths, protocol
 
 # True inside the server: a command it runs must never forward to itself.
 SERVING = False
@@ -147,7 +147,7 @@ def run_captured(db: str, argv: list[str]) -> tuple[int, bytes, bytes] | None:
     output: ``(exit code, stdout, stderr)``; None when no server took it (or we are the server)."""
     import io
 
-    from kvtrace.serve.paths import served
+    from kvtrace.wire.paths import served
 
     target = None if SERVING else served(db)
     if target is None:

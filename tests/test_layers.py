@@ -1,0 +1,106 @@
+"""The import contract: kvtrace's packages form a stack and imports only go down it.
+
+The order, top first (a package may import its own layer's modules and any layer below it; two
+packages of one layer may not import each other):
+
+    cli (with the launcher)
+    schedule, serve
+    report
+    simulate
+    replay
+    analyze
+    collect                       (it stores what it receives with ingest's pipeline)
+    ingest, synth                 (sources of requests)
+    store
+    core: errors, units, window, wire (the socket client), the package's __init__
+
+Every import of a kvtrace module counts, at the top of a file or inside a function. Imports
+inside functions are kept for heavy third-party libraries; the count of those that name
+kvtrace modules may only go down (``FUNCTION_LEVEL_MAX``).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "kvtrace"
+LAYERS = [
+    {"cli"},
+    {"schedule", "serve"},
+    {"report"},
+    {"simulate"},
+    {"replay"},
+    {"analyze"},
+    {"collect"},
+    {"ingest", "synth"},
+    {"store"},
+    {"core"},
+]
+CORE_MODULES = {"errors", "units", "window", "wire", "__init__"}
+FUNCTION_LEVEL_MAX = 169
+
+
+def _unit(module: str) -> str:
+    """The package (``report``) or ``core``/``cli`` a dotted kvtrace module belongs to."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "core"
+    name = parts[1]
+    if name in ("launch", "__main__"):
+        return "cli"
+    if name in CORE_MODULES:
+        return "core"
+    return name
+
+
+def _is_module(name: str) -> bool:
+    return (PACKAGE / name).is_dir() or (PACKAGE / f"{name}.py").exists()
+
+
+def _imports() -> list[tuple[str, str, str, bool]]:
+    """(importing unit, imported unit, where, inside a function) of every kvtrace import."""
+    out = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE.parent).with_suffix("")
+        me = _unit(".".join(rel.parts))
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                # ``from kvtrace import x``: the module x, or (``__version__``) the package itself
+                names = ([f"kvtrace.{a.name}" if _is_module(a.name) else "kvtrace" for a in node.names]
+                         if node.module == "kvtrace" else [node.module])
+            else:
+                continue
+            for name in names:
+                if name == "kvtrace" or name.startswith("kvtrace."):
+                    out.append((me, _unit(name), f"{rel}.py:{node.lineno}", node.col_offset > 0))
+    return out
+
+
+def _layer(unit: str) -> int:
+    for i, layer in enumerate(LAYERS):
+        if unit in layer:
+            return i
+    raise AssertionError(f"kvtrace/{unit} is in no layer: add it to LAYERS in {Path(__file__).name}")
+
+
+def test_every_package_has_a_layer():
+    for path in PACKAGE.iterdir():
+        if path.is_dir() and (path / "__init__.py").exists():
+            _layer(_unit(f"kvtrace.{path.name}"))
+
+
+def test_imports_only_go_down_the_stack():
+    wrong = [f"{where}: {me} imports {other}" for me, other, where, _ in _imports()
+             if other != me and _layer(other) <= _layer(me)]
+    assert not wrong, "imports against the layer order:\n" + "\n".join(wrong)
+
+
+def test_imports_of_kvtrace_modules_inside_functions_do_not_grow():
+    inside = [where for _, _, where, nested in _imports() if nested]
+    assert len(inside) <= FUNCTION_LEVEL_MAX, (
+        f"{len(inside)} imports of kvtrace modules inside functions (at most {FUNCTION_LEVEL_MAX}): "
+        "import kvtrace modules at the top of the file")
