@@ -35,9 +35,10 @@ def simulate(
     load: Annotated[Optional[str], typer.Option("--load", help="Offload loads: block (the step waits) or overlap (only the request waits).")] = None,
     store: Annotated[Optional[str], typer.Option("--store", help="What a prompt writes to each offload tier: missing (chunks it lacks) or all (every chunk again).")] = None,
     no_write_back: Annotated[bool, typer.Option("--no-write-back", help="Do not copy chunks loaded from a lower tier into the tiers above.")] = False,
-    nodes: Annotated[str, typer.Option("--nodes", help="Identical nodes behind a session-affinity router (a number), or auto: the fewest that meet --ttft-p90 per configuration.")] = "1",
+    nodes: Annotated[str, typer.Option("--nodes", help="Identical nodes behind the --router (a number), or auto: the fewest that meet --ttft-p90 per configuration.")] = "1",
+    router: Annotated[Optional[str], typer.Option("--router", help="How a fleet's requests find a node: affinity (a session stays on one node; nodes run independently), round-robin or least-loaded (per request, fewest outstanding requests; a session's turns may land on other nodes, whose caches miss them).")] = None,
     ttft_p90: Annotated[Optional[float], typer.Option("--ttft-p90", help="With --nodes auto: the p90 TTFT target in seconds, over every request.")] = None,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Worker processes for the nodes of a fleet (results do not depend on it).")] = 1,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Worker processes for the nodes of a fleet under --router affinity (results do not depend on it).")] = 1,
     calibrate: Annotated[Optional[float], typer.Option("--calibrate", help="Fit the efficiency factors so the first configuration's steady processed tokens/s equals this measured value (the prefill factor; the decode factor follows from the scenario's measured decode step); print them and exit.")] = None,
     fit: Annotated[str, typer.Option("--fit", help="With --calibrate: prefill (fit the prefill factor) or both (scale both by one multiplier).")] = "prefill",
     format: Annotated[str, typer.Option("--format", "-f", help="table, json or html (a self-contained page with charts).")] = "table",
@@ -50,6 +51,8 @@ def simulate(
     serves them. Processed tokens/s count every prompt token (cached included) plus output.
 
     Example: kvtrace simulate --scenario seed-study --format json -o seed.json
+
+    Example: kvtrace simulate --scenario seed-study --nodes 2 --router least-loaded
     """
     from kvtrace.simulate.run import Scenario, calibrate as fit_factors, load_scenario, parse_config, simulate as run
     from kvtrace.units import parse_duration, parse_tokens
@@ -62,7 +65,7 @@ def simulate(
                        ("rate_per_min", rate), ("seed", seed), ("model", model),
                        ("gpu", gpu), ("gpus", gpus), ("prefill_efficiency", prefill_efficiency),
                        ("decode_efficiency", decode_efficiency), ("max_num_seqs", max_num_seqs),
-                       ("gpu_usd_per_hour", gpu_usd_hour),
+                       ("gpu_usd_per_hour", gpu_usd_hour), ("router", router),
                        ("max_num_batched_tokens", max_batched_tokens)):
         if value is not None:
             changes[key] = value

@@ -81,12 +81,13 @@ class LowerTier:
 
 
 class Head:
-    """A prompt head shared by many chains (system prompt + tool definitions)."""
+    """A prompt head shared by many chains (system prompt + tool definitions). What a node holds of
+    it while sequences run on it is that node's state (``Node.head_ref``, ``Node.head_hold``)."""
 
-    __slots__ = ("key", "tokens", "ref", "gpu_hold")
+    __slots__ = ("key", "tokens")
 
     def __init__(self, key, tokens: int):
-        self.key, self.tokens, self.ref, self.gpu_hold = key, tokens, 0, 0
+        self.key, self.tokens = key, tokens
 
 
 class Chain:
@@ -103,7 +104,7 @@ class Turn:
     ``output`` tokens to generate; ``on_done(t)`` is called when it completes."""
 
     __slots__ = ("chain", "prompt", "output", "keep", "cohort", "on_done", "issue_t", "admit_t", "ready_t",
-                 "first_t", "done_t", "hits", "label", "seq")
+                 "first_t", "done_t", "hits", "label", "seq", "node")
 
     def __init__(self, chain: Chain, prompt: int, output: int, keep: int | None = None, cohort: str = "continuing",
                  on_done: Callable[[float], None] | None = None, label=None):
@@ -113,6 +114,7 @@ class Turn:
         self.issue_t = self.admit_t = self.ready_t = self.first_t = self.done_t = None
         self.hits: list[int] | None = None     # tokens per tier (GPU first) at the first admission
         self.seq = 0                           # issue order
+        self.node = 0                          # the node of the fleet that served it
 
 
 class _Seq:
@@ -175,6 +177,8 @@ class Node:
         if gpu_kv_tokens < p.block_tokens:
             raise ConfigError(f"GPU KV capacity of {gpu_kv_tokens} tokens holds no block",
                               hint="give the GPU KV capacity in tokens, e.g. --gpu-kv 400K")
+        self.head_ref: dict = {}               # Head -> running sequences on it
+        self.head_hold: dict = {}              # Head -> its GPU tokens pinned while they run
         self.gpu = Residency("GPU", gpu_kv_tokens // p.block_tokens * p.block_tokens, p.block_tokens)
         self.lower = lower
         self.res = [Residency(t.name, t.capacity_tokens // p.chunk_tokens * p.chunk_tokens, p.chunk_tokens)
@@ -182,8 +186,8 @@ class Node:
         self.bpt = cost.model.bytes_per_token
         self.keep_turns = keep_turns
         self.now = 0.0
-        self._events: list = []
-        self._n = 0
+        self._duration = 0.0
+        self._next_sample = 0.0
         self.waiting: deque[_Seq] = deque()    # FCFS (index 0 first)
         self.running: list[_Seq] = []          # admission order
         self.prefilling: list[_Seq] = []
@@ -197,19 +201,14 @@ class Node:
         self.link_t = [0.0] * len(lower)                   # when each link's transfers were last advanced
         self.metrics: Metrics | None = None
 
-    # -- clients ----------------------------------------------------------------------------
-    def at(self, t: float, fn: Callable, *args) -> None:
-        """Call ``fn(t, *args)`` at simulated time ``t``."""
-        self._n += 1
-        heapq.heappush(self._events, (t, self._n, fn, args))
-
-    def issue(self, turn: Turn) -> None:
-        """A client sends ``turn`` now."""
-        turn.issue_t = self.now
-        ch = turn.chain
-        if turn.keep < ch.valid:
-            self._cut(ch, turn.keep)
-        ch.valid = turn.prompt
+    # -- clients (through the fleet, which owns the event clock) ----------------------------------
+    def enqueue(self, turn: Turn, t: float, prev_t: float) -> None:
+        """``turn`` arrives at time ``t`` (the fleet has cut stale residencies); ``prev_t`` is when
+        the fleet's previous client event happened. An idle node wakes up at ``t``."""
+        if not self.running and not self.waiting and t > self.now:
+            self._sample_to(max(self.now, prev_t))
+            self._set_now(t)
+        turn.issue_t = t
         self._uid += 1
         turn.seq = self._uid
         self.waiting.append(_Seq(turn, self._uid))
@@ -225,39 +224,36 @@ class Node:
         return ch.head.tokens // unit * unit if ch.head is not None else 0
 
     # -- the loop ---------------------------------------------------------------------------
-    def run(self, start: Callable[["Node"], None], duration_s: float) -> Metrics:
-        """Run clients (``start(node)`` schedules their first turns) for ``duration_s`` seconds."""
-        self.metrics = m = Metrics(duration_s, [t.name for t in self.lower])
-        start(self)
-        next_sample = 0.0
-        while True:
-            while self._events and self._events[0][0] <= self.now:
-                # a client acts at its own time (a step may have run past it): it sends, sleeps
-                # and is stamped from then; the scheduler sees it at the next step boundary
-                t, _, fn, args = heapq.heappop(self._events)
-                actual, self.now = self.now, t
-                fn(t, *args)
-                self.now = actual
-            if self.now >= duration_s:
-                break
-            while self.now >= next_sample and next_sample < duration_s:
-                self._sample(m.bin(next_sample))
-                next_sample += m.bin_s
-            if self.loading:
-                self._finish_loads()
-            if not self.running and not self.waiting:
-                nxt = self._events[0][0] if self._events else math.inf
-                if self.loading:
-                    nxt = min(nxt, min(s.ready_t for s in self.loading))
-                if nxt == math.inf:
-                    break
-                self._set_now(max(self.now, min(nxt, max(duration_s, self.now))))
-                continue
-            if not self._fast_forward(duration_s):
-                self._step()
+    def run(self, start: Callable[["Fleet"], None], duration_s: float) -> Metrics:
+        """Run clients (``start(fleet)`` schedules their first turns) on this node alone for
+        ``duration_s`` seconds."""
+        return Fleet([self]).run(start, duration_s)[0]
+
+    def _begin(self, duration_s: float) -> None:
+        self.metrics = Metrics(duration_s, [t.name for t in self.lower])
+        self._duration = duration_s
+        self._next_sample = 0.0
+
+    def _sample_to(self, t: float) -> None:
+        m = self.metrics
+        while t >= self._next_sample and self._next_sample < self._duration:
+            self._sample(m.bin(self._next_sample))
+            self._next_sample += m.bin_s
+
+    def _act(self, horizon: float) -> None:
+        """One turn of the loop for a busy node: sample, finish loads, then a step or a stretch of
+        decode-only steps that stops at ``horizon`` (when a client may act next)."""
+        self._sample_to(self.now)
+        if self.loading:
+            self._finish_loads()
+        if not self._fast_forward(horizon):
+            self._step(horizon)
+
+    def _end(self, prev_t: float) -> None:
+        if not self.running and not self.waiting:     # idle since its last step: sampled to then
+            self._sample_to(max(self.now, prev_t))
         for r in [self.gpu, *self.res]:
             r.now = self.now
-        return m
 
     def _sample(self, b: int) -> None:
         m = self.metrics
@@ -291,7 +287,7 @@ class Node:
             g = self.gpu.get(ch)
         else:
             split = self._split(ch, bs)
-            held = h.gpu_hold if h.ref > 0 else self.gpu.get(h)
+            held = self.head_hold[h] if h in self.head_ref else self.gpu.get(h)
             g = held if held < split else split + self.gpu.get(ch)
         return min(g, (s.target - 1) // bs * bs)
 
@@ -325,12 +321,13 @@ class Node:
         ch = s.turn.chain
         h = ch.head
         if h is not None:
-            if h.ref == 0:
-                h.gpu_hold = self.gpu.pin(h)
-            h.ref += 1
+            ref = self.head_ref.get(h, 0)
+            if ref == 0:
+                self.head_hold[h] = self.gpu.pin(h)
+            self.head_ref[h] = ref + 1
         g = self._gpu_hit(s)
         split = self._split(ch, self.policy.block_tokens)
-        if h is not None and h.gpu_hold < split:
+        if h is not None and self.head_hold[h] < split:
             self.gpu.cut(ch, 0)          # unreachable behind the missing head blocks: recomputed
             s.own = 0
         else:
@@ -348,10 +345,13 @@ class Node:
         split = self._split(ch, self.policy.block_tokens)
         if h is not None:
             self.gpu.unpin(ch, s.own, max(keep_tokens - split, 0))
-            h.ref -= 1
-            if h.ref == 0:
-                self.gpu.unpin(h, h.gpu_hold, h.gpu_hold)
-                h.gpu_hold = 0
+            ref = self.head_ref[h] - 1
+            if ref == 0:
+                hold = self.head_hold.pop(h)
+                del self.head_ref[h]
+                self.gpu.unpin(h, hold, hold)
+            else:
+                self.head_ref[h] = ref
         else:
             self.gpu.unpin(ch, s.own, keep_tokens)
         s.own = 0
@@ -361,9 +361,10 @@ class Node:
         ch = s.turn.chain
         h = ch.head
         split = self._split(ch, self.policy.block_tokens) if h is not None else 0
-        if h is not None and upto > h.gpu_hold and h.gpu_hold < split:
-            add = min(upto, split) - h.gpu_hold
-            h.gpu_hold += add
+        hold = self.head_hold[h] if h is not None else 0
+        if h is not None and upto > hold and hold < split:
+            add = min(upto, split) - hold
+            self.head_hold[h] = hold + add
             self.gpu.pinned += add
         own = max(upto - split, 0)
         if own > s.own:
@@ -482,7 +483,7 @@ class Node:
         return False
 
     # -- steps --------------------------------------------------------------------------------------
-    def _fast_forward(self, duration_s: float) -> bool:
+    def _fast_forward(self, horizon: float) -> bool:
         """Advance a stretch of decode-only steps at once; False if the next step is not one."""
         B = len(self.decoding)
         if not B or self.prefilling or self.loading or (self.waiting and len(self.running) < self.policy.max_num_seqs):
@@ -492,9 +493,14 @@ class Node:
         k = min(k, room)
         if k < 4:
             return False
+        horizon = min(horizon, self._duration) - self.now
+        first = self.cost.step(B, self.dec_ctx, [])     # steps only grow longer as contexts do
+        if first > 0:
+            if 3 * first >= horizon:                    # the horizon comes within 3 steps
+                return False
+            k = min(k, int(horizon / first) + 1)        # no more steps than fit before it, and one
         times = self.cost.decode_steps(B, self.dec_ctx, k)
         cum = np.cumsum(times)
-        horizon = min(self._events[0][0] if self._events else math.inf, duration_s) - self.now
         if horizon < cum[-1]:
             k = int(np.searchsorted(cum, horizon, side="left")) + 1
             if k < 4:
@@ -543,7 +549,7 @@ class Node:
         if t.on_done is not None:
             t.on_done(self.now)
 
-    def _step(self) -> None:
+    def _step(self, horizon: float) -> None:
         p = self.policy
         m = self.metrics
         budget = p.max_num_batched_tokens
@@ -600,7 +606,7 @@ class Node:
             if self.waiting and not self.running:
                 raise ConfigError(f"a prompt of {self.waiting[0].target} tokens does not fit the GPU KV cache of "
                                   f"{self.gpu.capacity} tokens", hint="raise the GPU KV capacity (--gpu-kv)")
-            self._set_now(max(self.now, self._events[0][0]) if self._events else math.inf)
+            self._set_now(max(self.now, horizon))
             return
         self.gpu.pinned += B
         dt = self.cost.step(B, self.dec_ctx, [(a, c) for _, a, c in chunks]) + load_s
@@ -704,3 +710,89 @@ class Node:
             if k == 0 and nbytes:
                 blocking = nbytes / (self.lower[0].write_gbps * 1e9)
         return blocking
+
+
+ROUTERS = ("affinity", "round-robin", "least-loaded")
+
+
+class Fleet:
+    """Identical nodes on one event clock behind a per-request router; what clients talk to.
+
+    Clients schedule their actions with ``at`` and send turns with ``issue``; the router picks the
+    node of each turn: ``round-robin`` (turn after turn, whatever its session) or ``least-loaded``
+    (the node with the fewest outstanding requests, running or waiting; the first on a tie). A
+    session's next turn may land on another node, whose caches miss it. The loop lets the busy
+    node furthest behind act next, after every client action due by then; a node's stretch of
+    decode steps stops where another node may make a client act. One node alone is the same run
+    whatever the router (``Node.run``); session affinity keeps nodes independent, so it runs each
+    node on its own share of the sessions instead (:func:`kvtrace.simulate.run.run_config`).
+    """
+
+    def __init__(self, nodes: list[Node], router: str = "round-robin"):
+        if router not in ROUTERS[1:] and len(nodes) > 1:
+            raise ConfigError(f"router {router!r} on one event clock", hint="use round-robin or least-loaded")
+        self.nodes, self.router = nodes, router
+        self.now = 0.0
+        self._events: list = []
+        self._n = 0
+        self._next = 0                    # round robin: the next node
+        self._prev_t = 0.0                # the previous client event's time
+
+    def at(self, t: float, fn: Callable, *args) -> None:
+        """Call ``fn(t, *args)`` at simulated time ``t``."""
+        self._n += 1
+        heapq.heappush(self._events, (t, self._n, fn, args))
+
+    def loads(self) -> list[int]:
+        """Outstanding requests (running or waiting) per node."""
+        return [len(n.running) + len(n.waiting) for n in self.nodes]
+
+    def issue(self, turn: Turn) -> None:
+        """A client sends ``turn`` now: what every node holds of its chain past ``turn.keep`` is stale."""
+        ch = turn.chain
+        if turn.keep < ch.valid:
+            for n in self.nodes:
+                n._cut(ch, turn.keep)
+        ch.valid = turn.prompt
+        if len(self.nodes) == 1:
+            i = 0
+        elif self.router == "round-robin":
+            i, self._next = self._next, (self._next + 1) % len(self.nodes)
+        else:
+            loads = self.loads()
+            i = loads.index(min(loads))
+        turn.node = i
+        self.nodes[i].enqueue(turn, self.now, self._prev_t)
+
+    def run(self, start: Callable[["Fleet"], None], duration_s: float) -> list[Metrics]:
+        """Run clients (``start(fleet)`` schedules their first turns) for ``duration_s`` seconds;
+        each node's metrics."""
+        nodes, ev = self.nodes, self._events
+        for n in nodes:
+            n._begin(duration_s)
+        start(self)
+        while True:
+            node, t_node = None, math.inf
+            for n in nodes:
+                if (n.running or n.waiting) and n.now < t_node:
+                    node, t_node = n, n.now
+            if ev and ev[0][0] <= t_node:
+                if node is None and ev[0][0] > duration_s:
+                    break
+                # a client acts at its own time (a step may have run past it): it sends, sleeps
+                # and is stamped from then; the scheduler sees it at the node's next step boundary
+                t, _, fn, args = heapq.heappop(ev)
+                self.now = t
+                fn(t, *args)
+                self._prev_t = t
+                continue
+            if node is None or t_node >= duration_s:
+                break
+            horizon = ev[0][0] if ev else math.inf
+            for n in nodes:               # another busy node may make a client act from its time on
+                if n is not node and (n.running or n.waiting) and n.now < horizon:
+                    horizon = n.now
+            node._act(horizon)
+        for n in nodes:
+            n._end(self._prev_t)
+        return [n.metrics for n in nodes]
