@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvtrace.cli._options import DbOpt, OutOpt, SinceOpt, UntilOpt, emit_text, guarded
+from kvtrace.cli._options import DbOpt, KvDtypeOpt, ModelOpt, OutOpt, SinceOpt, UntilOpt, emit_text, guarded, model_option
 from kvtrace.errors import ConfigError
 
 
@@ -22,7 +22,8 @@ def simulate(
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override a synth workload parameter: name=value (JSON value), repeatable; see kvtrace synth --params.")] = None,
     duration: Annotated[Optional[str], typer.Option("--duration", help="Simulated time: 30m, 2h (sessions arrive throughout).")] = None,
     seed: Annotated[Optional[int], typer.Option("--seed", help="Random seed of the workload.")] = None,
-    model: Annotated[Optional[str], typer.Option("--model", help="Served model: a catalog name with the KV dtype, e.g. MiniMax-M2.7:fp8.")] = None,
+    model: ModelOpt = None,
+    kv_dtype: KvDtypeOpt = None,
     gpu: Annotated[Optional[str], typer.Option("--gpu", help="GPU of the hardware catalog: RTX-PRO-6000, H100, H200, B200, GH200.")] = None,
     gpus: Annotated[Optional[int], typer.Option("--gpus", help="GPUs per node (tensor parallel).")] = None,
     gpu_kv: Annotated[Optional[str], typer.Option("--gpu-kv", help="GPU KV cache capacity in tokens (vLLM logs it as 'GPU KV cache size'), e.g. 400K; default: the tier file's HBM less the weights.")] = None,
@@ -53,6 +54,8 @@ def simulate(
     Example: kvtrace simulate --scenario seed-study --format json -o seed.json
 
     Example: kvtrace simulate --scenario seed-study --nodes 2 --router least-loaded
+
+    Example: kvtrace simulate --config dram=seed-testbed:HBM,DRAM --model MiniMax-M2.7 --kv-dtype bf16
     """
     from kvtrace.simulate.run import Scenario, calibrate as fit_factors, load_scenario, parse_config, simulate as run
     from kvtrace.units import parse_duration, parse_tokens
@@ -62,7 +65,7 @@ def simulate(
     sc = load_scenario(scenario) if scenario else Scenario()
     changes: dict = {}
     for key, value in (("sessions", sessions), ("db", str(db) if db else None), ("since", since), ("until", until),
-                       ("rate_per_min", rate), ("seed", seed), ("model", model),
+                       ("rate_per_min", rate), ("seed", seed), ("model", _model(sc.model, model, kv_dtype)),
                        ("gpu", gpu), ("gpus", gpus), ("prefill_efficiency", prefill_efficiency),
                        ("decode_efficiency", decode_efficiency), ("max_num_seqs", max_num_seqs),
                        ("gpu_usd_per_hour", gpu_usd_hour), ("router", router),
@@ -119,6 +122,17 @@ def simulate(
         render_table(res, console)
 
     _emit(res, format, out, table)
+
+
+def _model(current: str, model: str | None, kv_dtype: str | None) -> str | None:
+    """The served model from ``--model``/``--kv-dtype``; ``--kv-dtype`` alone changes the dtype of
+    the scenario's model."""
+    if model is None and kv_dtype is not None:
+        from kvtrace.replay.catalog import DTYPE_BYTES
+
+        name, sep, dtype = current.rpartition(":")
+        model = name if sep and dtype.lower() in DTYPE_BYTES else current
+    return model_option(model, kv_dtype)
 
 
 def _emit(res: dict, format: str, out, table) -> None:
