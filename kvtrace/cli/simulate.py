@@ -35,6 +35,7 @@ def simulate(
     chunk: Annotated[Optional[int], typer.Option("--chunk", help="Offload chunk size in tokens (LMCache: 256).")] = None,
     load: Annotated[Optional[str], typer.Option("--load", help="Offload loads: block (the step waits) or overlap (only the request waits).")] = None,
     store: Annotated[Optional[str], typer.Option("--store", help="What a prompt writes to each offload tier: missing (chunks it lacks) or all (every chunk again).")] = None,
+    tier_mode: Annotated[Optional[str], typer.Option("--tier-mode", help="Offload tiers: inclusive (write-through: every prompt's chunks to every tier, as LMCache) or exclusive (a chunk lives in one tier: written to the next tier when evicted from the one above, moved up to the GPU on a hit).")] = None,
     no_write_back: Annotated[bool, typer.Option("--no-write-back", help="Do not copy chunks loaded from a lower tier into the tiers above.")] = False,
     nodes: Annotated[str, typer.Option("--nodes", help="Identical nodes behind the --router (a number), or auto: the fewest that meet --ttft-p90 per configuration.")] = "1",
     router: Annotated[Optional[str], typer.Option("--router", help="How a fleet's requests find a node: affinity (a session stays on one node; nodes run independently), round-robin or least-loaded (per request, fewest outstanding requests; a session's turns may land on other nodes, whose caches miss them).")] = None,
@@ -56,6 +57,8 @@ def simulate(
     Example: kvtrace simulate --scenario seed-study --nodes 2 --router least-loaded
 
     Example: kvtrace simulate --config dram=seed-testbed:HBM,DRAM --model MiniMax-M2.7 --kv-dtype bf16
+
+    Example: kvtrace simulate --scenario seed-study --tier-mode exclusive
     """
     from kvtrace.simulate.run import Scenario, calibrate as fit_factors, load_scenario, parse_config, simulate as run
     from kvtrace.units import parse_duration, parse_tokens
@@ -86,7 +89,7 @@ def simulate(
             set_field(workload, assignment)
         changes["workload"] = workload
     policy = dict(sc.policy)
-    for key, value in (("chunk_tokens", chunk), ("load", load), ("store", store)):
+    for key, value in (("chunk_tokens", chunk), ("load", load), ("store", store), ("tier_mode", tier_mode)):
         if value is not None:
             policy[key] = value
     if no_write_back:

@@ -36,7 +36,7 @@ from kvtrace.errors import ConfigError
 from kvtrace.simulate.cost import StepCost
 from kvtrace.simulate.tiers import Residency
 
-CAUSES = ("new", "write_through", "write_back", "restore")
+CAUSES = ("new", "write_through", "write_back", "restore", "spill")
 
 
 @dataclass
@@ -48,6 +48,7 @@ class Policy:
     block_tokens: int = 16
     chunk_tokens: int = 256
     load: str = "block"              # block | overlap
+    tier_mode: str = "inclusive"     # inclusive: write-through to every tier; exclusive: spill on eviction
     store: str = "missing"           # missing: write the chunks a tier lacks; all: rewrite every chunk
     write_back: bool = True          # a chunk loaded from a lower tier is written to the tiers above it
     store_blocks: bool = True        # the copy into the first offload tier adds to the step
@@ -59,6 +60,11 @@ class Policy:
             raise ConfigError(f"load policy {self.load!r}", hint="use block or overlap")
         if self.store not in ("missing", "all"):
             raise ConfigError(f"store policy {self.store!r}", hint="use missing or all")
+        if self.tier_mode not in ("inclusive", "exclusive"):
+            raise ConfigError(f"tier mode {self.tier_mode!r}", hint="use inclusive (write-through) or exclusive (spill on eviction)")
+        if self.tier_mode == "exclusive" and (self.store != "missing" or not self.write_back):
+            raise ConfigError("exclusive tiers write only what they spill and always move a hit up",
+                              hint="drop --store and --no-write-back, or use --tier-mode inclusive")
         if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1 or self.block_tokens < 1 or self.chunk_tokens < 1:
             raise ConfigError("max_num_seqs, max_num_batched_tokens, block and chunk sizes must be >= 1",
                               hint="e.g. --max-num-seqs 256 --max-batched-tokens 8192")
@@ -184,6 +190,12 @@ class Node:
         self.res = [Residency(t.name, t.capacity_tokens // p.chunk_tokens * p.chunk_tokens, p.chunk_tokens)
                     for t in lower]
         self.bpt = cost.model.bytes_per_token
+        self.excl = p.tier_mode == "exclusive" and bool(lower)
+        self.seg_start: list[dict] = [{} for _ in lower]   # exclusive: where each object's segment starts
+        if self.excl:
+            self.gpu.on_evict = self._gpu_evicted
+            for k, r in enumerate(self.res):
+                r.on_evict = lambda obj, before, after, k=k: self._lower_evicted(k, obj, before, after)
         self.keep_turns = keep_turns
         self.now = 0.0
         self._duration = 0.0
@@ -216,8 +228,14 @@ class Node:
     def _cut(self, ch: Chain, keep: int) -> None:
         split = self._split(ch, self.policy.block_tokens)
         self.gpu.cut(ch, max(keep - split, 0))
-        for r in self.res:
-            r.cut(ch, max(keep - self._split(ch, r.unit), 0))
+        for k, r in enumerate(self.res):
+            local = max(keep - self._split(ch, r.unit), 0)
+            if self.excl and ch in r.lru:
+                r.cut(ch, max(local - self.seg_start[k][ch], 0))
+                if ch not in r.lru:
+                    del self.seg_start[k][ch]
+            else:
+                r.cut(ch, local)
 
     @staticmethod
     def _split(ch: Chain, unit: int) -> int:
@@ -295,6 +313,8 @@ class Node:
         """Extend a GPU hit of ``g`` tokens with the lower tiers: (end of the hit, loaded segments)."""
         if not self.res:
             return g, []
+        if self.excl:
+            return self._exclusive_hits(s, g)
         ch = s.turn.chain
         c = self.policy.chunk_tokens
         split = self._split(ch, c)
@@ -377,6 +397,9 @@ class Node:
         g = self._pin(s)
         end, segs = self._lower_hits(s, g)
         need = end - g + min(s.target - end, budget)
+        if self.excl:                    # being read, the segments are the tiers' most recent
+            for k, a, e in segs:
+                self.res[k].touch(self._seg_obj(s.turn.chain, e))
         if not self.gpu.make_room(need + reserve):
             self._release(s, s.own + self._split(s.turn.chain, self.policy.block_tokens))
             return False, 0
@@ -393,6 +416,9 @@ class Node:
         s.computed = end
         s.hit_end = end
         s.segs = segs
+        if self.excl:
+            for k, a, e in segs:
+                self._move_up(k, s.turn.chain, e)
         self._grow(s, end)
         b = m.bin(self.now)
         per_tier = [0] * len(self.res)
@@ -445,6 +471,104 @@ class Node:
             done, n = left, n - 1
             s.link_done[k] = t + self.lower[k].latency_s
             s.ready_t = max(s.link_done.values())
+
+    # -- exclusive tiers: a chunk lives in one tier; evictions spill down, hits move up ------------
+    # An offload tier holds a segment [start, start + tokens) of an object (a head, or a chain past
+    # its head's whole chunks): the residency counts its tokens, ``seg_start`` keeps its start.
+    def _seg_obj(self, ch: Chain, end: int):
+        """The object a hit segment ending at ``end`` was read from: the head or the chain."""
+        h = ch.head
+        return h if h is not None and end <= self._split(ch, self.policy.chunk_tokens) else ch
+
+    def _exclusive_hits(self, s: _Seq, g: int) -> tuple[int, list]:
+        ch = s.turn.chain
+        split = self._split(ch, self.policy.chunk_tokens)
+        h = ch.head
+        pos, segs, limit = g, [], s.target - 1
+        if h is not None and pos < split:
+            pos = self._walk(h, 0, pos, min(split, limit), segs)
+            if pos < split:
+                return pos, segs
+        return self._walk(ch, split, pos, limit, segs), segs
+
+    def _walk(self, obj, off: int, pos: int, limit: int, segs: list) -> int:
+        """Extend a hit at ``pos`` with the tier segments that contain it, in any order."""
+        moved = True
+        while moved and pos < limit:
+            moved = False
+            for k, r in enumerate(self.res):
+                n = r.lru.get(obj, 0)
+                if n:
+                    a = off + self.seg_start[k][obj]
+                    e = min(a + n, limit)
+                    if a <= pos < e:
+                        segs.append((k, pos, e))
+                        pos, moved = e, True
+        return pos
+
+    def _move_up(self, k: int, ch: Chain, end: int) -> None:
+        """A hit read tier ``k``'s segment up to ``end``: those chunks now live on the GPU."""
+        obj = self._seg_obj(ch, end)
+        r, st = self.res[k], self.seg_start[k]
+        n = r.lru.get(obj, 0)
+        if not n:
+            return
+        off = 0 if obj is not ch else self._split(ch, self.policy.chunk_tokens)
+        start, stop = st[obj], st[obj] + n
+        new = max(start, (end - off) // r.unit * r.unit)    # a chunk the GPU holds only part of stays
+        del r.lru[obj]
+        r.cached -= n
+        if new < stop:
+            r.lru[obj] = stop - new
+            r.cached += stop - new
+            st[obj] = new
+        else:
+            del st[obj]
+
+    def _gpu_evicted(self, obj, before: int, after: int) -> None:
+        """The GPU evicted ``obj``'s tokens [after, before): their whole chunks spill to the first
+        offload tier (a chunk still partly on the GPU goes whole; a chain's last partial one is lost)."""
+        c = self.policy.chunk_tokens
+        if isinstance(obj, Head):
+            a, b = after // c * c, before // c * c
+        else:
+            d = self._split(obj, self.policy.block_tokens) - self._split(obj, c)
+            a, b = (d + after) // c * c, (d + before) // c * c
+        if b > a:
+            self._spill_into(0, obj, a, b)
+
+    def _lower_evicted(self, k: int, obj, before: int, after: int) -> None:
+        st = self.seg_start[k]
+        start = st[obj]
+        if not after:
+            del st[obj]
+        if k + 1 < len(self.res):
+            self._spill_into(k + 1, obj, start + after, start + before)
+
+    def _spill_into(self, k: int, obj, a: int, b: int) -> None:
+        """Write ``obj``'s chunks [a, b) to tier ``k`` (joining the segment it holds when they touch,
+        else replacing it), making room by spilling its least recently used tails further down."""
+        r, st = self.res[k], self.seg_start[k]
+        have = r.lru.pop(obj, 0)
+        r.cached -= have
+        old = (st[obj], st[obj] + have) if have else (a, a)
+        if have and a <= old[1] and old[0] <= b:
+            a, b = min(a, old[0]), max(b, old[1])
+        if not r.make_room(b - a):       # what does not fit, the segment's tail, goes further down
+            fit = a + max(r.free, 0) // r.unit * r.unit
+            if k + 1 < len(self.res) and b > fit:
+                self._spill_into(k + 1, obj, fit, b)
+            b = fit
+        written = (b - a) - max(0, min(b, old[1]) - max(a, old[0]))
+        if b > a:
+            r.lru[obj] = b - a
+            r.cached += b - a
+            st[obj] = a
+        else:
+            st.pop(obj, None)
+        if written > 0:
+            m = self.metrics
+            m.write["spill"][k, m.bin(self.now)] += written * self.bpt
 
     # -- preemption ---------------------------------------------------------------------------------
     def _preempt(self, protect: set) -> bool:
@@ -651,7 +775,7 @@ class Node:
 
     def _store(self, s: _Seq) -> float:
         """Write the prompt's full chunks to the offload tiers; seconds of the blocking copy."""
-        if not self.res or s.epoch:
+        if not self.res or s.epoch or self.excl:
             return 0.0
         p = self.policy
         ch = s.turn.chain
