@@ -168,3 +168,10 @@ def test_kv_dtype_halves_bytes_per_token_so_tiers_hold_twice_the_tokens():
     assert dram8["capacity_bytes"] == pytest.approx(dram16["capacity_bytes"], rel=1e-4)
     r = _run("--config", "seed-testbed", "--model", "MiniMax-M2.7:fp8", "--kv-dtype", "bf16")
     assert r.exit_code == 1 and "--kv-dtype says bf16" in r.output
+
+
+def test_html_axes_show_tokens_and_bytes_with_units():
+    r = _run("--config", "dram=seed-testbed:HBM,DRAM", "--duration", "3m", "--gpu-kv", "400K", "--format", "html")
+    assert r.exit_code == 0, r.output
+    assert '"format": "~s"' not in r.stdout and '"format":"~s"' not in r.stdout
+    assert "' GB'" in r.stdout and "' K'" in r.stdout           # the report's byte and token axis labels

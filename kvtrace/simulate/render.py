@@ -16,7 +16,8 @@ def _min(v) -> str:
     return "never" if v is None else f"{v / 60:.1f} min"
 
 
-def _causes(tier: dict) -> str:
+def causes_text(tier: dict) -> str:
+    """A tier's mean write rates by cause, the non-zero ones: ``spill 1.5 GB/s``."""
     by = tier.get("write_bytes_per_s_by_cause") or {}
     return ", ".join(f"{c.replace('_', '-')} {fmt_bytes(v)}/s" for c, v in by.items() if v) or "-"
 
@@ -45,7 +46,7 @@ def render_table(res: dict, console: Console) -> None:
             t.add_row(c["name"], tr["name"], fmt_bytes(tr["capacity_bytes"]), _min(tr["first_full_s"]),
                       f"{tr['hit_ratio']:.1%}", fmt_bytes(tr["read_bytes_per_s"]) + "/s",
                       fmt_bytes(tr["write_bytes_per_s"]) + "/s",
-                      fmt_bytes(tr.get("write_bytes_per_s_peak", 0.0)) + "/s", _causes(tr),
+                      fmt_bytes(tr.get("write_bytes_per_s_peak", 0.0)) + "/s", causes_text(tr),
                       "-" if dwpd is None else f"{dwpd:.2f}")
     console.print(t)
     t = Table(title="TTFT by cohort, seconds (p50 / p90 / p99 / max; p50 of queue, load, prefill)")
