@@ -15,7 +15,12 @@ step that admits the request (``load="block"``: the loads of one step share each
 the step waits for each tier's bytes at its read bandwidth) or hold only that request
 (``load="overlap"``: the transfers in flight on one tier's link share its bandwidth equally). Storing into the first
 offload tier is a synchronous copy that adds to the step (``store_blocks``); lower tiers write in
-the background.
+the background. With ``tier_mode="exclusive"`` a chunk lives in one tier instead: nothing is
+written at prefill, evictions spill whole chunks to the next tier down (in the background), and a
+hit read from a lower tier moves up to the GPU.
+
+Clients talk to a :class:`Fleet`: one or more nodes on one event clock behind a per-request
+router (round robin, least loaded); ``Node.run`` is a fleet of one.
 
 A step's time comes from :class:`kvtrace.simulate.cost.StepCost`. Decode-only stretches with
 nothing to admit are advanced many steps at once (their step times are computed together), which
