@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from kvtrace.cli import app
 from kvtrace.replay.catalog import resolve_model
+from kvtrace.errors import ConfigError
 from kvtrace.simulate.engine import Chain, Fleet, Node, Policy, Turn
 from kvtrace.simulate.run import Scenario, parse_config, run_config
 
@@ -143,3 +144,19 @@ def test_nodes_auto_sizes_a_fleet_under_each_router(router):
 def test_an_unknown_router_is_a_one_line_error():
     r = runner.invoke(app, ["simulate", "--config", "seed-testbed", "--router", "random"])
     assert r.exit_code == 1 and "unknown router 'random'" in r.output
+
+
+def test_a_prompt_admitted_chunk_by_chunk_that_outgrows_the_gpu_is_a_clear_error_on_any_node():
+    """Chunked prefill admits a prompt larger than the cache a budget at a time; once it cannot
+    grow, nothing can run: an error, not a node stuck forever (two of them at the same instant
+    must not hold the fleet's clock either)."""
+    for n in (1, 2):
+        fleet = Fleet([Node(FixedCost(0.1), 5_000, [], Policy(max_num_batched_tokens=2_048)) for _ in range(n)],
+                      "round-robin")
+
+        def start(f):
+            for _ in range(n):
+                f.at(0.0, lambda now: f.issue(Turn(Chain(), 10_000, 1)))
+
+        with pytest.raises(ConfigError, match="a prompt of 10000 tokens does not fit the GPU KV cache of 4992"):
+            fleet.run(start, 60)

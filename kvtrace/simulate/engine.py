@@ -263,14 +263,15 @@ class Node:
             self._sample(m.bin(self._next_sample))
             self._next_sample += m.bin_s
 
-    def _act(self, horizon: float) -> None:
+    def _act(self, horizon: float, next_event: float) -> None:
         """One turn of the loop for a busy node: sample, finish loads, then a step or a stretch of
-        decode-only steps that stops at ``horizon`` (when a client may act next)."""
+        decode-only steps that stops at ``horizon`` (when a client may act next); ``next_event``:
+        the next scheduled client action (after now)."""
         self._sample_to(self.now)
         if self.loading:
             self._finish_loads()
         if not self._fast_forward(horizon):
-            self._step(horizon)
+            self._step(next_event)
 
     def _end(self, prev_t: float) -> None:
         if not self.running and not self.waiting:     # idle since its last step: sampled to then
@@ -678,7 +679,7 @@ class Node:
         if t.on_done is not None:
             t.on_done(self.now)
 
-    def _step(self, horizon: float) -> None:
+    def _step(self, next_event: float) -> None:
         p = self.policy
         m = self.metrics
         budget = p.max_num_batched_tokens
@@ -732,10 +733,14 @@ class Node:
             if self.loading:          # only loads in flight: wait for the first
                 self._set_now(max(self.now, min(s.ready_t for s in self.loading)))
                 return
-            if self.waiting and not self.running:
-                raise ConfigError(f"a prompt of {self.waiting[0].target} tokens does not fit the GPU KV cache of "
+            # nothing can run: a prompt that cannot be admitted, or one admitted a chunk at a time
+            # that has outgrown the whole cache
+            big = next((x for x in self.prefilling if x.target > self.gpu.capacity), None)
+            if big is not None or (self.waiting and not self.running):
+                target = big.target if big is not None else self.waiting[0].target
+                raise ConfigError(f"a prompt of {target} tokens does not fit the GPU KV cache of "
                                   f"{self.gpu.capacity} tokens", hint="raise the GPU KV capacity (--gpu-kv)")
-            self._set_now(max(self.now, horizon))
+            self._set_now(max(self.now, next_event))
             return
         self.gpu.pinned += B
         dt = self.cost.step(B, self.dec_ctx, [(a, c) for _, a, c in chunks]) + load_s
@@ -917,11 +922,11 @@ class Fleet:
                 continue
             if node is None or t_node >= duration_s:
                 break
-            horizon = ev[0][0] if ev else math.inf
+            horizon = nxt = ev[0][0] if ev else math.inf
             for n in nodes:               # another busy node may make a client act from its time on
                 if n is not node and (n.running or n.waiting) and n.now < horizon:
                     horizon = n.now
-            node._act(horizon)
+            node._act(horizon, nxt)
         for n in nodes:
             n._end(self._prev_t)
         return [n.metrics for n in nodes]
