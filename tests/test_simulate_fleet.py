@@ -160,3 +160,10 @@ def test_a_prompt_admitted_chunk_by_chunk_that_outgrows_the_gpu_is_a_clear_error
 
         with pytest.raises(ConfigError, match="a prompt of 10000 tokens does not fit the GPU KV cache of 4992"):
             fleet.run(start, 60)
+
+
+def test_the_table_names_the_router_of_a_fleet():
+    r = runner.invoke(app, ["simulate", "--config", "gpu=seed-testbed:HBM", "--gpu-kv", "200K", "--duration", "2m",
+                            "--nodes", "2", "--router", "least-loaded"])
+    assert r.exit_code == 0, r.output
+    assert "Fleets behind a least-loaded router" in r.stdout

@@ -27,6 +27,8 @@ def render_table(res: dict, console: Console) -> None:
     console.print(f"[bold]{res['scenario']}[/bold]: {res['duration_s'] / 3600:.3g} h of {res['sessions']} sessions; "
                   f"{node['gpus']} x {node['gpu']}, {node['model']} ({node['kv_dtype']} KV), "
                   f"efficiencies prefill {node['prefill_efficiency']:g} / decode {node['decode_efficiency']:g}")
+    if any(c.get("nodes", 1) > 1 for c in res["configs"]):
+        console.print(f"Fleets behind a {res['router']} router")
     t = Table(title="Throughput (processed = all prompt tokens + output, per second)")
     for col in ("config", "nodes", "peak tok/s", "steady tok/s", "peak ratio", "steady ratio", "computed steady tok/s",
                 "GPU busy", "preemptions"):
