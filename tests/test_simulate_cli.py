@@ -147,3 +147,31 @@ def test_html_page_embeds_the_three_charts_offline(tmp_path):
     for cid in ("sim-throughput", "sim-occupancy", "sim-ttft"):
         assert f'id="spec-{cid}"' in text
     assert "Serving model" in text and "http://" not in text.split("<script")[0]
+
+
+def test_kv_dtype_halves_bytes_per_token_so_tiers_hold_twice_the_tokens():
+    def tiers(*args):
+        r = _run("--config", "dram=seed-testbed:HBM,DRAM", "--duration", "2m", "--format", "json", *args)
+        assert r.exit_code == 0, r.output
+        doc = json.loads(r.stdout)
+        return doc["node"]["kv_dtype"], doc["configs"][0]["tiers"]
+
+    dtype16, bf16 = tiers("--kv-dtype", "bf16")                  # the scenario's model, in bf16
+    dtype8, fp8 = tiers("--model", "MiniMax-M2.7:fp8")
+    assert (dtype16, dtype8) == ("bf16", "fp8")
+    assert tiers("--model", "MiniMax-M2.7", "--kv-dtype", "fp8")[1] == fp8
+    gpu16, dram16 = bf16
+    gpu8, dram8 = fp8
+    # the same bytes (HBM less the weights; 512 GB of DRAM) hold twice the tokens
+    assert gpu8["capacity_tokens"] == 2 * gpu16["capacity_tokens"]
+    assert abs(dram8["capacity_tokens"] - 2 * dram16["capacity_tokens"]) <= 256    # whole chunks of each
+    assert dram8["capacity_bytes"] == pytest.approx(dram16["capacity_bytes"], rel=1e-4)
+    r = _run("--config", "seed-testbed", "--model", "MiniMax-M2.7:fp8", "--kv-dtype", "bf16")
+    assert r.exit_code == 1 and "--kv-dtype says bf16" in r.output
+
+
+def test_html_axes_show_tokens_and_bytes_with_units():
+    r = _run("--config", "dram=seed-testbed:HBM,DRAM", "--duration", "3m", "--gpu-kv", "400K", "--format", "html")
+    assert r.exit_code == 0, r.output
+    assert '"format": "~s"' not in r.stdout and '"format":"~s"' not in r.stdout
+    assert "' GB'" in r.stdout and "' K'" in r.stdout           # the report's byte and token axis labels

@@ -302,10 +302,10 @@ def test_the_hardware_catalog_and_the_step_cost():
 
     assert {"RTX-PRO-6000", "H100", "H200", "B200", "GH200"} <= set(gpu_names())
     cost = StepCost(MODEL, load_gpu("rtx pro 6000"), 4, 0.5, 0.5)
-    # a stretch of decode steps costs what the same steps cost one by one
-    many = cost.decode_steps(19, 19 * 38_000, 5)
-    one = [cost.step(19, 19 * 38_000 + 19 * j, []) for j in range(5)]
-    assert many == pytest.approx(one, rel=1e-12)
+    # a stretch of decode steps costs what the same steps cost one by one (one formula: to the bit)
+    for b, ctx in ((19, 19 * 38_000), (2, 100), (5, 1_000_000), (200, 5_000_000)):
+        many = cost.decode_steps(b, ctx, 5)
+        assert many.tolist() == [cost.step(b, ctx + b * j, []) for j in range(5)]
     # a measured decode step gives back the decode efficiency that produces it
     e = cost.fit_decode_efficiency(19, 38_000, 0.052)
     assert StepCost(MODEL, cost.gpu, 4, 0.5, e).step(19, 19 * 38_000, []) == pytest.approx(0.052)

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvtrace.cli._options import DbOpt, OutOpt, SinceOpt, UntilOpt, emit_text, guarded
+from kvtrace.cli._options import DbOpt, KvDtypeOpt, ModelOpt, OutOpt, SinceOpt, UntilOpt, emit_text, guarded, model_option
 from kvtrace.errors import ConfigError
 
 
@@ -22,7 +22,8 @@ def simulate(
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override a synth workload parameter: name=value (JSON value), repeatable; see kvtrace synth --params.")] = None,
     duration: Annotated[Optional[str], typer.Option("--duration", help="Simulated time: 30m, 2h (sessions arrive throughout).")] = None,
     seed: Annotated[Optional[int], typer.Option("--seed", help="Random seed of the workload.")] = None,
-    model: Annotated[Optional[str], typer.Option("--model", help="Served model: a catalog name with the KV dtype, e.g. MiniMax-M2.7:fp8.")] = None,
+    model: ModelOpt = None,
+    kv_dtype: KvDtypeOpt = None,
     gpu: Annotated[Optional[str], typer.Option("--gpu", help="GPU of the hardware catalog: RTX-PRO-6000, H100, H200, B200, GH200.")] = None,
     gpus: Annotated[Optional[int], typer.Option("--gpus", help="GPUs per node (tensor parallel).")] = None,
     gpu_kv: Annotated[Optional[str], typer.Option("--gpu-kv", help="GPU KV cache capacity in tokens (vLLM logs it as 'GPU KV cache size'), e.g. 400K; default: the tier file's HBM less the weights.")] = None,
@@ -34,10 +35,12 @@ def simulate(
     chunk: Annotated[Optional[int], typer.Option("--chunk", help="Offload chunk size in tokens (LMCache: 256).")] = None,
     load: Annotated[Optional[str], typer.Option("--load", help="Offload loads: block (the step waits) or overlap (only the request waits).")] = None,
     store: Annotated[Optional[str], typer.Option("--store", help="What a prompt writes to each offload tier: missing (chunks it lacks) or all (every chunk again).")] = None,
+    tier_mode: Annotated[Optional[str], typer.Option("--tier-mode", help="Offload tiers: inclusive (write-through: every prompt's chunks to every tier, as LMCache) or exclusive (a chunk lives in one tier: written to the next tier when evicted from the one above, moved up to the GPU on a hit).")] = None,
     no_write_back: Annotated[bool, typer.Option("--no-write-back", help="Do not copy chunks loaded from a lower tier into the tiers above.")] = False,
-    nodes: Annotated[str, typer.Option("--nodes", help="Identical nodes behind a session-affinity router (a number), or auto: the fewest that meet --ttft-p90 per configuration.")] = "1",
+    nodes: Annotated[str, typer.Option("--nodes", help="Identical nodes behind the --router (a number), or auto: the fewest that meet --ttft-p90 per configuration.")] = "1",
+    router: Annotated[Optional[str], typer.Option("--router", help="How a fleet's requests find a node: affinity (a session stays on one node; nodes run independently), round-robin or least-loaded (per request, fewest outstanding requests; a session's turns may land on other nodes, whose caches miss them).")] = None,
     ttft_p90: Annotated[Optional[float], typer.Option("--ttft-p90", help="With --nodes auto: the p90 TTFT target in seconds, over every request.")] = None,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Worker processes for the nodes of a fleet (results do not depend on it).")] = 1,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Worker processes for the nodes of a fleet under --router affinity (results do not depend on it).")] = 1,
     calibrate: Annotated[Optional[float], typer.Option("--calibrate", help="Fit the efficiency factors so the first configuration's steady processed tokens/s equals this measured value (the prefill factor; the decode factor follows from the scenario's measured decode step); print them and exit.")] = None,
     fit: Annotated[str, typer.Option("--fit", help="With --calibrate: prefill (fit the prefill factor) or both (scale both by one multiplier).")] = "prefill",
     format: Annotated[str, typer.Option("--format", "-f", help="table, json or html (a self-contained page with charts).")] = "table",
@@ -50,6 +53,12 @@ def simulate(
     serves them. Processed tokens/s count every prompt token (cached included) plus output.
 
     Example: kvtrace simulate --scenario seed-study --format json -o seed.json
+
+    Example: kvtrace simulate --scenario seed-study --nodes 2 --router least-loaded
+
+    Example: kvtrace simulate --config dram=seed-testbed:HBM,DRAM --model MiniMax-M2.7 --kv-dtype bf16
+
+    Example: kvtrace simulate --scenario seed-study --tier-mode exclusive
     """
     from kvtrace.simulate.run import Scenario, calibrate as fit_factors, load_scenario, parse_config, simulate as run
     from kvtrace.units import parse_duration, parse_tokens
@@ -59,10 +68,10 @@ def simulate(
     sc = load_scenario(scenario) if scenario else Scenario()
     changes: dict = {}
     for key, value in (("sessions", sessions), ("db", str(db) if db else None), ("since", since), ("until", until),
-                       ("rate_per_min", rate), ("seed", seed), ("model", model),
+                       ("rate_per_min", rate), ("seed", seed), ("model", _model(sc.model, model, kv_dtype)),
                        ("gpu", gpu), ("gpus", gpus), ("prefill_efficiency", prefill_efficiency),
                        ("decode_efficiency", decode_efficiency), ("max_num_seqs", max_num_seqs),
-                       ("gpu_usd_per_hour", gpu_usd_hour),
+                       ("gpu_usd_per_hour", gpu_usd_hour), ("router", router),
                        ("max_num_batched_tokens", max_batched_tokens)):
         if value is not None:
             changes[key] = value
@@ -80,7 +89,7 @@ def simulate(
             set_field(workload, assignment)
         changes["workload"] = workload
     policy = dict(sc.policy)
-    for key, value in (("chunk_tokens", chunk), ("load", load), ("store", store)):
+    for key, value in (("chunk_tokens", chunk), ("load", load), ("store", store), ("tier_mode", tier_mode)):
         if value is not None:
             policy[key] = value
     if no_write_back:
@@ -116,6 +125,17 @@ def simulate(
         render_table(res, console)
 
     _emit(res, format, out, table)
+
+
+def _model(current: str, model: str | None, kv_dtype: str | None) -> str | None:
+    """The served model from ``--model``/``--kv-dtype``; ``--kv-dtype`` alone changes the dtype of
+    the scenario's model."""
+    if model is None and kv_dtype is not None:
+        from kvtrace.replay.catalog import DTYPE_BYTES
+
+        name, sep, dtype = current.rpartition(":")
+        model = name if sep and dtype.lower() in DTYPE_BYTES else current
+    return model_option(model, kv_dtype)
 
 
 def _emit(res: dict, format: str, out, table) -> None:

@@ -6,8 +6,9 @@ template, the inlined Vega bundle and the chart style are the report's.
 
 from __future__ import annotations
 
-from kvtrace.report.charts import HEIGHT, WIDTH, ChartSpec, _spec
+from kvtrace.report.charts import BYTES_LABEL, HEIGHT, TOKENS_LABEL, WIDTH, ChartSpec, _spec
 from kvtrace.report.html import _e, _figure, _lib_versions, _template, js_bundle
+from kvtrace.simulate.render import causes_text
 from kvtrace.units import fmt_bytes
 
 COHORTS = (("new", "New session"), ("continuing", "Continuing"), ("resumed", "Resumed after idle"))
@@ -21,7 +22,7 @@ def throughput_chart(res: dict) -> ChartSpec:
             for c in res["configs"] for s in c["series"]]
     chart = alt.Chart(alt.Data(values=rows)).mark_line(strokeWidth=2).encode(
         x=alt.X("min:Q", title="Time (minutes)"),
-        y=alt.Y("tok:Q", title="Processed tokens/s (prompt incl. cached + output)", axis=alt.Axis(format="~s")),
+        y=alt.Y("tok:Q", title="Processed tokens/s (prompt incl. cached + output)", axis=alt.Axis(labelExpr=TOKENS_LABEL)),
         color=alt.Color("config:N", title="Configuration", sort=[c["name"] for c in res["configs"]]),
         tooltip=["config:N", alt.Tooltip("min:Q", title="minute"), alt.Tooltip("tok:Q", format=",.0f")],
     ).properties(width=WIDTH, height=HEIGHT)
@@ -44,7 +45,7 @@ def occupancy_chart(res: dict) -> ChartSpec | None:
     if not rows:
         return None
     lines = alt.Chart(alt.Data(values=rows)).mark_line(strokeWidth=2, interpolate="step-after").encode(
-        x=alt.X("min:Q", title="Time (minutes)"), y=alt.Y("bytes:Q", title="KV held (bytes)", axis=alt.Axis(format="~s")),
+        x=alt.X("min:Q", title="Time (minutes)"), y=alt.Y("bytes:Q", title="KV held", axis=alt.Axis(labelExpr=BYTES_LABEL)),
         color=alt.Color("series:N", title="Configuration: tier"),
         tooltip=["series:N", alt.Tooltip("min:Q", title="minute"), alt.Tooltip("bytes:Q", format=",.3s")])
     peak = max(r["bytes"] for r in rows) or 1.0
@@ -102,7 +103,8 @@ def _tables(res: dict) -> str:
                          f"{c['steady_tokens_per_s']:,.0f}", f"{c['ratio_peak']:.2f}x", f"{c['ratio_steady']:.2f}x",
                          f"{c['gpu_busy']:.0%}", "-" if usd is None else f"{usd:.3f}")))
     out.append("</tbody></table><table><thead><tr>" + "".join(f"<th>{h}</th>" for h in (
-        "Configuration", "Tier", "Capacity", "First full", "Hit ratio", "Reads/s", "Writes/s", "DWPD")) +
+        "Configuration", "Tier", "Capacity", "First full", "Hit ratio", "Reads/s", "Writes/s", "Writes by cause",
+        "DWPD")) +
         "</tr></thead><tbody>")
     for c in res["configs"]:
         for t in c["tiers"]:
@@ -111,7 +113,7 @@ def _tables(res: dict) -> str:
             out.append(_row((c["name"], t["name"], fmt_bytes(t["capacity_bytes"]),
                              "never" if ff is None else f"{ff / 60:.1f} min", f"{t['hit_ratio']:.1%}",
                              fmt_bytes(t["read_bytes_per_s"]) + "/s", fmt_bytes(t["write_bytes_per_s"]) + "/s",
-                             "-" if dw is None else f"{dw:.2f}")))
+                             causes_text(t), "-" if dw is None else f"{dw:.2f}")))
     out.append("</tbody></table><table><thead><tr>" + "".join(f"<th>{h}</th>" for h in (
         "Configuration", "Cohort", "Requests", "p50 s", "p90 s", "p99 s", "max s", "queue p50", "load p50",
         "prefill p50")) + "</tr></thead><tbody>")

@@ -176,10 +176,11 @@ class StepCost:
         if self.zero:
             return np.zeros(k)
         ctx = decode_ctx + decode_seqs * np.arange(k, dtype=np.float64)
-        B = float(decode_seqs)
-        compute = B * self._linear_s_per_token + ctx * self._attn_s_per_pair
-        memory = (float(self.weight_bytes(B)) + ctx * self.model.bytes_per_token) * self._mem_s_per_byte
-        return compute + memory + float(self.allreduce_s(B)) + self.overhead_s
+        kk = self._k                       # the terms of ``step`` with no prefill chunk
+        weights = kk[3] if kk[4] == 0 else kk[3] + kk[4] * (1.0 - kk[5] ** decode_seqs)
+        compute = decode_seqs * kk[0] + ctx * kk[1]
+        memory = (weights + ctx * kk[6]) * kk[2]
+        return compute + memory + decode_seqs * kk[7] + kk[8] + self.overhead_s
 
     def fit_decode_efficiency(self, batch: int, context: float, step_s: float) -> float:
         """The decode efficiency at which a decode step of ``batch`` sequences at ``context`` tokens

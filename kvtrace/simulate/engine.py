@@ -15,7 +15,12 @@ step that admits the request (``load="block"``: the loads of one step share each
 the step waits for each tier's bytes at its read bandwidth) or hold only that request
 (``load="overlap"``: the transfers in flight on one tier's link share its bandwidth equally). Storing into the first
 offload tier is a synchronous copy that adds to the step (``store_blocks``); lower tiers write in
-the background.
+the background. With ``tier_mode="exclusive"`` a chunk lives in one tier instead: nothing is
+written at prefill, evictions spill whole chunks to the next tier down (in the background), and a
+hit read from a lower tier moves up to the GPU.
+
+Clients talk to a :class:`Fleet`: one or more nodes on one event clock behind a per-request
+router (round robin, least loaded); ``Node.run`` is a fleet of one.
 
 A step's time comes from :class:`kvtrace.simulate.cost.StepCost`. Decode-only stretches with
 nothing to admit are advanced many steps at once (their step times are computed together), which
@@ -36,7 +41,7 @@ from kvtrace.errors import ConfigError
 from kvtrace.simulate.cost import StepCost
 from kvtrace.simulate.tiers import Residency
 
-CAUSES = ("new", "write_through", "write_back", "restore")
+CAUSES = ("new", "write_through", "write_back", "restore", "spill")
 
 
 @dataclass
@@ -48,6 +53,7 @@ class Policy:
     block_tokens: int = 16
     chunk_tokens: int = 256
     load: str = "block"              # block | overlap
+    tier_mode: str = "inclusive"     # inclusive: write-through to every tier; exclusive: spill on eviction
     store: str = "missing"           # missing: write the chunks a tier lacks; all: rewrite every chunk
     write_back: bool = True          # a chunk loaded from a lower tier is written to the tiers above it
     store_blocks: bool = True        # the copy into the first offload tier adds to the step
@@ -59,6 +65,11 @@ class Policy:
             raise ConfigError(f"load policy {self.load!r}", hint="use block or overlap")
         if self.store not in ("missing", "all"):
             raise ConfigError(f"store policy {self.store!r}", hint="use missing or all")
+        if self.tier_mode not in ("inclusive", "exclusive"):
+            raise ConfigError(f"tier mode {self.tier_mode!r}", hint="use inclusive (write-through) or exclusive (spill on eviction)")
+        if self.tier_mode == "exclusive" and (self.store != "missing" or not self.write_back):
+            raise ConfigError("exclusive tiers write only what they spill and always move a hit up",
+                              hint="drop --store and --no-write-back, or use --tier-mode inclusive")
         if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1 or self.block_tokens < 1 or self.chunk_tokens < 1:
             raise ConfigError("max_num_seqs, max_num_batched_tokens, block and chunk sizes must be >= 1",
                               hint="e.g. --max-num-seqs 256 --max-batched-tokens 8192")
@@ -81,12 +92,13 @@ class LowerTier:
 
 
 class Head:
-    """A prompt head shared by many chains (system prompt + tool definitions)."""
+    """A prompt head shared by many chains (system prompt + tool definitions). What a node holds of
+    it while sequences run on it is that node's state (``Node.head_ref``, ``Node.head_hold``)."""
 
-    __slots__ = ("key", "tokens", "ref", "gpu_hold")
+    __slots__ = ("key", "tokens")
 
     def __init__(self, key, tokens: int):
-        self.key, self.tokens, self.ref, self.gpu_hold = key, tokens, 0, 0
+        self.key, self.tokens = key, tokens
 
 
 class Chain:
@@ -103,7 +115,7 @@ class Turn:
     ``output`` tokens to generate; ``on_done(t)`` is called when it completes."""
 
     __slots__ = ("chain", "prompt", "output", "keep", "cohort", "on_done", "issue_t", "admit_t", "ready_t",
-                 "first_t", "done_t", "hits", "label", "seq")
+                 "first_t", "done_t", "hits", "label", "seq", "node")
 
     def __init__(self, chain: Chain, prompt: int, output: int, keep: int | None = None, cohort: str = "continuing",
                  on_done: Callable[[float], None] | None = None, label=None):
@@ -113,6 +125,7 @@ class Turn:
         self.issue_t = self.admit_t = self.ready_t = self.first_t = self.done_t = None
         self.hits: list[int] | None = None     # tokens per tier (GPU first) at the first admission
         self.seq = 0                           # issue order
+        self.node = 0                          # the node of the fleet that served it
 
 
 class _Seq:
@@ -175,15 +188,23 @@ class Node:
         if gpu_kv_tokens < p.block_tokens:
             raise ConfigError(f"GPU KV capacity of {gpu_kv_tokens} tokens holds no block",
                               hint="give the GPU KV capacity in tokens, e.g. --gpu-kv 400K")
+        self.head_ref: dict = {}               # Head -> running sequences on it
+        self.head_hold: dict = {}              # Head -> its GPU tokens pinned while they run
         self.gpu = Residency("GPU", gpu_kv_tokens // p.block_tokens * p.block_tokens, p.block_tokens)
         self.lower = lower
         self.res = [Residency(t.name, t.capacity_tokens // p.chunk_tokens * p.chunk_tokens, p.chunk_tokens)
                     for t in lower]
         self.bpt = cost.model.bytes_per_token
+        self.excl = p.tier_mode == "exclusive" and bool(lower)
+        self.seg_start: list[dict] = [{} for _ in lower]   # exclusive: where each object's segment starts
+        if self.excl:
+            self.gpu.on_evict = self._gpu_evicted
+            for k, r in enumerate(self.res):
+                r.on_evict = lambda obj, before, after, k=k: self._lower_evicted(k, obj, before, after)
         self.keep_turns = keep_turns
         self.now = 0.0
-        self._events: list = []
-        self._n = 0
+        self._duration = 0.0
+        self._next_sample = 0.0
         self.waiting: deque[_Seq] = deque()    # FCFS (index 0 first)
         self.running: list[_Seq] = []          # admission order
         self.prefilling: list[_Seq] = []
@@ -197,19 +218,14 @@ class Node:
         self.link_t = [0.0] * len(lower)                   # when each link's transfers were last advanced
         self.metrics: Metrics | None = None
 
-    # -- clients ----------------------------------------------------------------------------
-    def at(self, t: float, fn: Callable, *args) -> None:
-        """Call ``fn(t, *args)`` at simulated time ``t``."""
-        self._n += 1
-        heapq.heappush(self._events, (t, self._n, fn, args))
-
-    def issue(self, turn: Turn) -> None:
-        """A client sends ``turn`` now."""
-        turn.issue_t = self.now
-        ch = turn.chain
-        if turn.keep < ch.valid:
-            self._cut(ch, turn.keep)
-        ch.valid = turn.prompt
+    # -- clients (through the fleet, which owns the event clock) ----------------------------------
+    def enqueue(self, turn: Turn, t: float, prev_t: float) -> None:
+        """``turn`` arrives at time ``t`` (the fleet has cut stale residencies); ``prev_t`` is when
+        the fleet's previous client event happened. An idle node wakes up at ``t``."""
+        if not self.running and not self.waiting and t > self.now:
+            self._sample_to(max(self.now, prev_t))
+            self._set_now(t)
+        turn.issue_t = t
         self._uid += 1
         turn.seq = self._uid
         self.waiting.append(_Seq(turn, self._uid))
@@ -217,47 +233,51 @@ class Node:
     def _cut(self, ch: Chain, keep: int) -> None:
         split = self._split(ch, self.policy.block_tokens)
         self.gpu.cut(ch, max(keep - split, 0))
-        for r in self.res:
-            r.cut(ch, max(keep - self._split(ch, r.unit), 0))
+        for k, r in enumerate(self.res):
+            local = max(keep - self._split(ch, r.unit), 0)
+            if self.excl and ch in r.lru:
+                r.cut(ch, max(local - self.seg_start[k][ch], 0))
+                if ch not in r.lru:
+                    del self.seg_start[k][ch]
+            else:
+                r.cut(ch, local)
 
     @staticmethod
     def _split(ch: Chain, unit: int) -> int:
         return ch.head.tokens // unit * unit if ch.head is not None else 0
 
     # -- the loop ---------------------------------------------------------------------------
-    def run(self, start: Callable[["Node"], None], duration_s: float) -> Metrics:
-        """Run clients (``start(node)`` schedules their first turns) for ``duration_s`` seconds."""
-        self.metrics = m = Metrics(duration_s, [t.name for t in self.lower])
-        start(self)
-        next_sample = 0.0
-        while True:
-            while self._events and self._events[0][0] <= self.now:
-                # a client acts at its own time (a step may have run past it): it sends, sleeps
-                # and is stamped from then; the scheduler sees it at the next step boundary
-                t, _, fn, args = heapq.heappop(self._events)
-                actual, self.now = self.now, t
-                fn(t, *args)
-                self.now = actual
-            if self.now >= duration_s:
-                break
-            while self.now >= next_sample and next_sample < duration_s:
-                self._sample(m.bin(next_sample))
-                next_sample += m.bin_s
-            if self.loading:
-                self._finish_loads()
-            if not self.running and not self.waiting:
-                nxt = self._events[0][0] if self._events else math.inf
-                if self.loading:
-                    nxt = min(nxt, min(s.ready_t for s in self.loading))
-                if nxt == math.inf:
-                    break
-                self._set_now(max(self.now, min(nxt, max(duration_s, self.now))))
-                continue
-            if not self._fast_forward(duration_s):
-                self._step()
+    def run(self, start: Callable[["Fleet"], None], duration_s: float) -> Metrics:
+        """Run clients (``start(fleet)`` schedules their first turns) on this node alone for
+        ``duration_s`` seconds."""
+        return Fleet([self]).run(start, duration_s)[0]
+
+    def _begin(self, duration_s: float) -> None:
+        self.metrics = Metrics(duration_s, [t.name for t in self.lower])
+        self._duration = duration_s
+        self._next_sample = 0.0
+
+    def _sample_to(self, t: float) -> None:
+        m = self.metrics
+        while t >= self._next_sample and self._next_sample < self._duration:
+            self._sample(m.bin(self._next_sample))
+            self._next_sample += m.bin_s
+
+    def _act(self, horizon: float, next_event: float) -> None:
+        """One turn of the loop for a busy node: sample, finish loads, then a step or a stretch of
+        decode-only steps that stops at ``horizon`` (when a client may act next); ``next_event``:
+        the next scheduled client action (after now)."""
+        self._sample_to(self.now)
+        if self.loading:
+            self._finish_loads()
+        if not self._fast_forward(horizon):
+            self._step(next_event)
+
+    def _end(self, prev_t: float) -> None:
+        if not self.running and not self.waiting:     # idle since its last step: sampled to then
+            self._sample_to(max(self.now, prev_t))
         for r in [self.gpu, *self.res]:
             r.now = self.now
-        return m
 
     def _sample(self, b: int) -> None:
         m = self.metrics
@@ -291,7 +311,7 @@ class Node:
             g = self.gpu.get(ch)
         else:
             split = self._split(ch, bs)
-            held = h.gpu_hold if h.ref > 0 else self.gpu.get(h)
+            held = self.head_hold[h] if h in self.head_ref else self.gpu.get(h)
             g = held if held < split else split + self.gpu.get(ch)
         return min(g, (s.target - 1) // bs * bs)
 
@@ -299,6 +319,8 @@ class Node:
         """Extend a GPU hit of ``g`` tokens with the lower tiers: (end of the hit, loaded segments)."""
         if not self.res:
             return g, []
+        if self.excl:
+            return self._exclusive_hits(s, g)
         ch = s.turn.chain
         c = self.policy.chunk_tokens
         split = self._split(ch, c)
@@ -325,12 +347,13 @@ class Node:
         ch = s.turn.chain
         h = ch.head
         if h is not None:
-            if h.ref == 0:
-                h.gpu_hold = self.gpu.pin(h)
-            h.ref += 1
+            ref = self.head_ref.get(h, 0)
+            if ref == 0:
+                self.head_hold[h] = self.gpu.pin(h)
+            self.head_ref[h] = ref + 1
         g = self._gpu_hit(s)
         split = self._split(ch, self.policy.block_tokens)
-        if h is not None and h.gpu_hold < split:
+        if h is not None and self.head_hold[h] < split:
             self.gpu.cut(ch, 0)          # unreachable behind the missing head blocks: recomputed
             s.own = 0
         else:
@@ -348,10 +371,13 @@ class Node:
         split = self._split(ch, self.policy.block_tokens)
         if h is not None:
             self.gpu.unpin(ch, s.own, max(keep_tokens - split, 0))
-            h.ref -= 1
-            if h.ref == 0:
-                self.gpu.unpin(h, h.gpu_hold, h.gpu_hold)
-                h.gpu_hold = 0
+            ref = self.head_ref[h] - 1
+            if ref == 0:
+                hold = self.head_hold.pop(h)
+                del self.head_ref[h]
+                self.gpu.unpin(h, hold, hold)
+            else:
+                self.head_ref[h] = ref
         else:
             self.gpu.unpin(ch, s.own, keep_tokens)
         s.own = 0
@@ -361,9 +387,10 @@ class Node:
         ch = s.turn.chain
         h = ch.head
         split = self._split(ch, self.policy.block_tokens) if h is not None else 0
-        if h is not None and upto > h.gpu_hold and h.gpu_hold < split:
-            add = min(upto, split) - h.gpu_hold
-            h.gpu_hold += add
+        hold = self.head_hold[h] if h is not None else 0
+        if h is not None and upto > hold and hold < split:
+            add = min(upto, split) - hold
+            self.head_hold[h] = hold + add
             self.gpu.pinned += add
         own = max(upto - split, 0)
         if own > s.own:
@@ -376,6 +403,9 @@ class Node:
         g = self._pin(s)
         end, segs = self._lower_hits(s, g)
         need = end - g + min(s.target - end, budget)
+        if self.excl:                    # being read, the segments are the tiers' most recent
+            for k, a, e in segs:
+                self.res[k].touch(self._seg_obj(s.turn.chain, e))
         if not self.gpu.make_room(need + reserve):
             self._release(s, s.own + self._split(s.turn.chain, self.policy.block_tokens))
             return False, 0
@@ -392,6 +422,9 @@ class Node:
         s.computed = end
         s.hit_end = end
         s.segs = segs
+        if self.excl:
+            for k, a, e in segs:
+                self._move_up(k, s.turn.chain, e)
         self._grow(s, end)
         b = m.bin(self.now)
         per_tier = [0] * len(self.res)
@@ -445,6 +478,104 @@ class Node:
             s.link_done[k] = t + self.lower[k].latency_s
             s.ready_t = max(s.link_done.values())
 
+    # -- exclusive tiers: a chunk lives in one tier; evictions spill down, hits move up ------------
+    # An offload tier holds a segment [start, start + tokens) of an object (a head, or a chain past
+    # its head's whole chunks): the residency counts its tokens, ``seg_start`` keeps its start.
+    def _seg_obj(self, ch: Chain, end: int):
+        """The object a hit segment ending at ``end`` was read from: the head or the chain."""
+        h = ch.head
+        return h if h is not None and end <= self._split(ch, self.policy.chunk_tokens) else ch
+
+    def _exclusive_hits(self, s: _Seq, g: int) -> tuple[int, list]:
+        ch = s.turn.chain
+        split = self._split(ch, self.policy.chunk_tokens)
+        h = ch.head
+        pos, segs, limit = g, [], s.target - 1
+        if h is not None and pos < split:
+            pos = self._walk(h, 0, pos, min(split, limit), segs)
+            if pos < split:
+                return pos, segs
+        return self._walk(ch, split, pos, limit, segs), segs
+
+    def _walk(self, obj, off: int, pos: int, limit: int, segs: list) -> int:
+        """Extend a hit at ``pos`` with the tier segments that contain it, in any order."""
+        moved = True
+        while moved and pos < limit:
+            moved = False
+            for k, r in enumerate(self.res):
+                n = r.lru.get(obj, 0)
+                if n:
+                    a = off + self.seg_start[k][obj]
+                    e = min(a + n, limit)
+                    if a <= pos < e:
+                        segs.append((k, pos, e))
+                        pos, moved = e, True
+        return pos
+
+    def _move_up(self, k: int, ch: Chain, end: int) -> None:
+        """A hit read tier ``k``'s segment up to ``end``: those chunks now live on the GPU."""
+        obj = self._seg_obj(ch, end)
+        r, st = self.res[k], self.seg_start[k]
+        n = r.lru.get(obj, 0)
+        if not n:
+            return
+        off = 0 if obj is not ch else self._split(ch, self.policy.chunk_tokens)
+        start, stop = st[obj], st[obj] + n
+        new = max(start, (end - off) // r.unit * r.unit)    # a chunk the GPU holds only part of stays
+        del r.lru[obj]
+        r.cached -= n
+        if new < stop:
+            r.lru[obj] = stop - new
+            r.cached += stop - new
+            st[obj] = new
+        else:
+            del st[obj]
+
+    def _gpu_evicted(self, obj, before: int, after: int) -> None:
+        """The GPU evicted ``obj``'s tokens [after, before): their whole chunks spill to the first
+        offload tier (a chunk still partly on the GPU goes whole; a chain's last partial one is lost)."""
+        c = self.policy.chunk_tokens
+        if isinstance(obj, Head):
+            a, b = after // c * c, before // c * c
+        else:
+            d = self._split(obj, self.policy.block_tokens) - self._split(obj, c)
+            a, b = (d + after) // c * c, (d + before) // c * c
+        if b > a:
+            self._spill_into(0, obj, a, b)
+
+    def _lower_evicted(self, k: int, obj, before: int, after: int) -> None:
+        st = self.seg_start[k]
+        start = st[obj]
+        if not after:
+            del st[obj]
+        if k + 1 < len(self.res):
+            self._spill_into(k + 1, obj, start + after, start + before)
+
+    def _spill_into(self, k: int, obj, a: int, b: int) -> None:
+        """Write ``obj``'s chunks [a, b) to tier ``k`` (joining the segment it holds when they touch,
+        else replacing it), making room by spilling its least recently used tails further down."""
+        r, st = self.res[k], self.seg_start[k]
+        have = r.lru.pop(obj, 0)
+        r.cached -= have
+        old = (st[obj], st[obj] + have) if have else (a, a)
+        if have and a <= old[1] and old[0] <= b:
+            a, b = min(a, old[0]), max(b, old[1])
+        if not r.make_room(b - a):       # what does not fit, the segment's tail, goes further down
+            fit = a + max(r.free, 0) // r.unit * r.unit
+            if k + 1 < len(self.res) and b > fit:
+                self._spill_into(k + 1, obj, fit, b)
+            b = fit
+        written = (b - a) - max(0, min(b, old[1]) - max(a, old[0]))
+        if b > a:
+            r.lru[obj] = b - a
+            r.cached += b - a
+            st[obj] = a
+        else:
+            st.pop(obj, None)
+        if written > 0:
+            m = self.metrics
+            m.write["spill"][k, m.bin(self.now)] += written * self.bpt
+
     # -- preemption ---------------------------------------------------------------------------------
     def _preempt(self, protect: set) -> bool:
         """Preempt the most recently admitted running sequence not in ``protect`` (recompute later)."""
@@ -482,7 +613,7 @@ class Node:
         return False
 
     # -- steps --------------------------------------------------------------------------------------
-    def _fast_forward(self, duration_s: float) -> bool:
+    def _fast_forward(self, horizon: float) -> bool:
         """Advance a stretch of decode-only steps at once; False if the next step is not one."""
         B = len(self.decoding)
         if not B or self.prefilling or self.loading or (self.waiting and len(self.running) < self.policy.max_num_seqs):
@@ -492,9 +623,14 @@ class Node:
         k = min(k, room)
         if k < 4:
             return False
+        horizon = min(horizon, self._duration) - self.now
+        first = self.cost.step(B, self.dec_ctx, [])     # steps only grow longer as contexts do
+        if first > 0:
+            if 3 * first >= horizon:                    # the horizon comes within 3 steps
+                return False
+            k = min(k, int(horizon / first) + 1)        # no more steps than fit before it, and one
         times = self.cost.decode_steps(B, self.dec_ctx, k)
         cum = np.cumsum(times)
-        horizon = min(self._events[0][0] if self._events else math.inf, duration_s) - self.now
         if horizon < cum[-1]:
             k = int(np.searchsorted(cum, horizon, side="left")) + 1
             if k < 4:
@@ -543,7 +679,7 @@ class Node:
         if t.on_done is not None:
             t.on_done(self.now)
 
-    def _step(self) -> None:
+    def _step(self, next_event: float) -> None:
         p = self.policy
         m = self.metrics
         budget = p.max_num_batched_tokens
@@ -597,10 +733,14 @@ class Node:
             if self.loading:          # only loads in flight: wait for the first
                 self._set_now(max(self.now, min(s.ready_t for s in self.loading)))
                 return
-            if self.waiting and not self.running:
-                raise ConfigError(f"a prompt of {self.waiting[0].target} tokens does not fit the GPU KV cache of "
+            # nothing can run: a prompt that cannot be admitted, or one admitted a chunk at a time
+            # that has outgrown the whole cache
+            big = next((x for x in self.prefilling if x.target > self.gpu.capacity), None)
+            if big is not None or (self.waiting and not self.running):
+                target = big.target if big is not None else self.waiting[0].target
+                raise ConfigError(f"a prompt of {target} tokens does not fit the GPU KV cache of "
                                   f"{self.gpu.capacity} tokens", hint="raise the GPU KV capacity (--gpu-kv)")
-            self._set_now(max(self.now, self._events[0][0]) if self._events else math.inf)
+            self._set_now(max(self.now, next_event))
             return
         self.gpu.pinned += B
         dt = self.cost.step(B, self.dec_ctx, [(a, c) for _, a, c in chunks]) + load_s
@@ -645,7 +785,7 @@ class Node:
 
     def _store(self, s: _Seq) -> float:
         """Write the prompt's full chunks to the offload tiers; seconds of the blocking copy."""
-        if not self.res or s.epoch:
+        if not self.res or s.epoch or self.excl:
             return 0.0
         p = self.policy
         ch = s.turn.chain
@@ -704,3 +844,89 @@ class Node:
             if k == 0 and nbytes:
                 blocking = nbytes / (self.lower[0].write_gbps * 1e9)
         return blocking
+
+
+ROUTERS = ("affinity", "round-robin", "least-loaded")
+
+
+class Fleet:
+    """Identical nodes on one event clock behind a per-request router; what clients talk to.
+
+    Clients schedule their actions with ``at`` and send turns with ``issue``; the router picks the
+    node of each turn: ``round-robin`` (turn after turn, whatever its session) or ``least-loaded``
+    (the node with the fewest outstanding requests, running or waiting; the first on a tie). A
+    session's next turn may land on another node, whose caches miss it. The loop lets the busy
+    node furthest behind act next, after every client action due by then; a node's stretch of
+    decode steps stops where another node may make a client act. One node alone is the same run
+    whatever the router (``Node.run``); session affinity keeps nodes independent, so it runs each
+    node on its own share of the sessions instead (:func:`kvtrace.simulate.run.run_config`).
+    """
+
+    def __init__(self, nodes: list[Node], router: str = "round-robin"):
+        if router not in ROUTERS[1:] and len(nodes) > 1:
+            raise ConfigError(f"router {router!r} on one event clock", hint="use round-robin or least-loaded")
+        self.nodes, self.router = nodes, router
+        self.now = 0.0
+        self._events: list = []
+        self._n = 0
+        self._next = 0                    # round robin: the next node
+        self._prev_t = 0.0                # the previous client event's time
+
+    def at(self, t: float, fn: Callable, *args) -> None:
+        """Call ``fn(t, *args)`` at simulated time ``t``."""
+        self._n += 1
+        heapq.heappush(self._events, (t, self._n, fn, args))
+
+    def loads(self) -> list[int]:
+        """Outstanding requests (running or waiting) per node."""
+        return [len(n.running) + len(n.waiting) for n in self.nodes]
+
+    def issue(self, turn: Turn) -> None:
+        """A client sends ``turn`` now: what every node holds of its chain past ``turn.keep`` is stale."""
+        ch = turn.chain
+        if turn.keep < ch.valid:
+            for n in self.nodes:
+                n._cut(ch, turn.keep)
+        ch.valid = turn.prompt
+        if len(self.nodes) == 1:
+            i = 0
+        elif self.router == "round-robin":
+            i, self._next = self._next, (self._next + 1) % len(self.nodes)
+        else:
+            loads = self.loads()
+            i = loads.index(min(loads))
+        turn.node = i
+        self.nodes[i].enqueue(turn, self.now, self._prev_t)
+
+    def run(self, start: Callable[["Fleet"], None], duration_s: float) -> list[Metrics]:
+        """Run clients (``start(fleet)`` schedules their first turns) for ``duration_s`` seconds;
+        each node's metrics."""
+        nodes, ev = self.nodes, self._events
+        for n in nodes:
+            n._begin(duration_s)
+        start(self)
+        while True:
+            node, t_node = None, math.inf
+            for n in nodes:
+                if (n.running or n.waiting) and n.now < t_node:
+                    node, t_node = n, n.now
+            if ev and ev[0][0] <= t_node:
+                if node is None and ev[0][0] > duration_s:
+                    break
+                # a client acts at its own time (a step may have run past it): it sends, sleeps
+                # and is stamped from then; the scheduler sees it at the node's next step boundary
+                t, _, fn, args = heapq.heappop(ev)
+                self.now = t
+                fn(t, *args)
+                self._prev_t = t
+                continue
+            if node is None or t_node >= duration_s:
+                break
+            horizon = nxt = ev[0][0] if ev else math.inf
+            for n in nodes:               # another busy node may make a client act from its time on
+                if n is not node and (n.running or n.waiting) and n.now < horizon:
+                    horizon = n.now
+            node._act(horizon, nxt)
+        for n in nodes:
+            n._end(self._prev_t)
+        return [n.metrics for n in nodes]

@@ -16,11 +16,19 @@ def _min(v) -> str:
     return "never" if v is None else f"{v / 60:.1f} min"
 
 
+def causes_text(tier: dict) -> str:
+    """A tier's mean write rates by cause, the non-zero ones: ``spill 1.5 GB/s``."""
+    by = tier.get("write_bytes_per_s_by_cause") or {}
+    return ", ".join(f"{c.replace('_', '-')} {fmt_bytes(v)}/s" for c, v in by.items() if v) or "-"
+
+
 def render_table(res: dict, console: Console) -> None:
     node = res["node"]
     console.print(f"[bold]{res['scenario']}[/bold]: {res['duration_s'] / 3600:.3g} h of {res['sessions']} sessions; "
                   f"{node['gpus']} x {node['gpu']}, {node['model']} ({node['kv_dtype']} KV), "
                   f"efficiencies prefill {node['prefill_efficiency']:g} / decode {node['decode_efficiency']:g}")
+    if any(c.get("nodes", 1) > 1 for c in res["configs"]):
+        console.print(f"Fleets behind a {res['router']} router")
     t = Table(title="Throughput (processed = all prompt tokens + output, per second)")
     for col in ("config", "nodes", "peak tok/s", "steady tok/s", "peak ratio", "steady ratio", "computed steady tok/s",
                 "GPU busy", "preemptions"):
@@ -32,15 +40,16 @@ def render_table(res: dict, console: Console) -> None:
     console.print(t)
     t = Table(title="Tiers")
     for col in ("config", "tier", "capacity", "first full", "hit ratio", "reads/s", "writes/s", "writes/s peak",
-                "DWPD"):
-        t.add_column(col, justify="right" if col not in ("config", "tier") else "left")
+                "writes by cause", "DWPD"):
+        t.add_column(col, justify="right" if col not in ("config", "tier", "writes by cause") else "left")
     for c in res["configs"]:
         for tr in c["tiers"]:
             dwpd = tr.get("dwpd_per_drive")
             t.add_row(c["name"], tr["name"], fmt_bytes(tr["capacity_bytes"]), _min(tr["first_full_s"]),
                       f"{tr['hit_ratio']:.1%}", fmt_bytes(tr["read_bytes_per_s"]) + "/s",
                       fmt_bytes(tr["write_bytes_per_s"]) + "/s",
-                      fmt_bytes(tr.get("write_bytes_per_s_peak", 0.0)) + "/s", "-" if dwpd is None else f"{dwpd:.2f}")
+                      fmt_bytes(tr.get("write_bytes_per_s_peak", 0.0)) + "/s", causes_text(tr),
+                      "-" if dwpd is None else f"{dwpd:.2f}")
     console.print(t)
     t = Table(title="TTFT by cohort, seconds (p50 / p90 / p99 / max; p50 of queue, load, prefill)")
     for col in ("config", "cohort", "requests", "p50", "p90", "p99", "max", "queue", "load", "prefill"):

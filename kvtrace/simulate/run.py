@@ -21,7 +21,7 @@ from kvtrace.errors import ConfigError
 from kvtrace.replay.catalog import KVModel, resolve_model
 from kvtrace.replay.tiers import TierSet, load_tiers
 from kvtrace.simulate.cost import StepCost, load_gpu
-from kvtrace.simulate.engine import CAUSES, LowerTier, Metrics, Node, Policy
+from kvtrace.simulate.engine import CAUSES, ROUTERS, Fleet, LowerTier, Metrics, Node, Policy
 from kvtrace.simulate.sources import SynthSource, TesterSource, WarehouseSource
 from kvtrace.synth.config import PRESETS, preset
 from kvtrace.store import open_store
@@ -93,11 +93,16 @@ class Scenario:
     overhead_s: float = 0.002
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
+    router: str = "affinity"              # affinity | round-robin | least-loaded (fleets)
     policy: dict = field(default_factory=dict)
     configs: list[TierConfig] = field(default_factory=list)
     gpu_usd_per_hour: float | None = None     # per GPU; default: the hardware catalog's
     amortize_years: float = 3.0               # offload tiers' purchase price spread over this
     decode_step: list | None = None       # a measured decode step [batch, context tokens, seconds]
+
+    def check_router(self) -> None:
+        if self.router not in ROUTERS:
+            raise ConfigError(f"unknown router {self.router!r}", hint="use " + ", ".join(ROUTERS))
 
     def policy_obj(self) -> Policy:
         p = Policy(max_num_seqs=self.max_num_seqs, max_num_batched_tokens=self.max_num_batched_tokens, **self.policy)
@@ -206,10 +211,23 @@ def run_node(sc: Scenario, cfg: TierConfig, shard: tuple[int, int] = (0, 1), cos
     ``shard[1]``-th session, starting with session ``shard[0]``."""
     node = build_node(sc, cfg, cost)
     src = _source(sc, shard)
-    m = node.run(src, sc.duration_s)
-    return NodeRun(m, node.gpu.capacity, node.gpu.first_full_at, [r.capacity for r in node.res],
+    node.run(src, sc.duration_s)
+    return _node_run(node, src.sessions)
+
+
+def _node_run(node: Node, sessions: int) -> NodeRun:
+    return NodeRun(node.metrics, node.gpu.capacity, node.gpu.first_full_at, [r.capacity for r in node.res],
                    [r.first_full_at for r in node.res], [r.used for r in node.res],
-                   len(node.waiting) + sum(1 for s in node.running if s.turn.first_t is None), src.sessions)
+                   len(node.waiting) + sum(1 for s in node.running if s.turn.first_t is None), sessions)
+
+
+def run_fleet(sc: Scenario, cfg: TierConfig, nodes: int, cost: StepCost | None = None) -> NodeRun:
+    """Simulate ``nodes`` nodes on one event clock behind the scenario's per-request router
+    (round-robin or least-loaded): every session, any node."""
+    fleet = Fleet([build_node(sc, cfg, cost) for _ in range(nodes)], sc.router)
+    src = _source(sc)
+    fleet.run(src, sc.duration_s)
+    return replace(_merge([_node_run(n, 0) for n in fleet.nodes]), sessions=src.sessions)
 
 
 def _merge(runs: list[NodeRun]) -> NodeRun:
@@ -242,19 +260,25 @@ def _merge(runs: list[NodeRun]) -> NodeRun:
 
 
 def run_config(sc: Scenario, cfg: TierConfig, cost: StepCost | None = None, nodes: int = 1, jobs: int = 1) -> dict:
-    """Simulate one configuration on ``nodes`` nodes (session affinity); its ``configs[]`` entry.
-    With ``jobs`` > 1 the nodes run in that many worker processes (same results)."""
+    """Simulate one configuration on ``nodes`` nodes behind the scenario's router; its ``configs[]``
+    entry. Under session affinity the nodes are independent: with ``jobs`` > 1 they run in that
+    many worker processes (same results). Other routers share one event clock in this process."""
     if nodes < 1:
         raise ConfigError("--nodes must be >= 1", hint="e.g. --nodes 4, or --nodes auto with --ttft-p90")
+    sc.check_router()
     shards = [(i, nodes) for i in range(nodes)]
-    if jobs > 1 and nodes > 1:
+    if sc.router != "affinity" and nodes > 1:
+        runs = [run_fleet(sc, cfg, nodes, cost)]
+    elif jobs > 1 and nodes > 1:
         from concurrent.futures import ProcessPoolExecutor
 
         with ProcessPoolExecutor(max_workers=min(jobs, nodes)) as ex:
             runs = list(ex.map(run_node, [sc] * nodes, [cfg] * nodes, shards, [cost] * nodes))
     else:
         runs = [run_node(sc, cfg, sh, cost) for sh in shards]
-    out = summarize(_merge(runs), sc, cfg, cost or sc.cost())
+    merged = _merge(runs)
+    merged.nodes = nodes
+    out = summarize(merged, sc, cfg, cost or sc.cost())
     out["nodes"] = nodes
     return out
 
@@ -380,7 +404,7 @@ def _capex(t, kv_bytes: float) -> float | None:
 def simulate(sc: Scenario, progress=None, nodes: int = 1, ttft_p90_s: float | None = None, jobs: int = 1) -> dict:
     """Run every configuration of ``sc`` on the same sessions; ratios are to the first.
 
-    ``nodes``: identical nodes behind a session-affinity router; ``ttft_p90_s``: instead, find for
+    ``nodes``: identical nodes behind the scenario's router; ``ttft_p90_s``: instead, find for
     each configuration the fewest nodes meeting that p90 TTFT; ``jobs``: worker processes."""
     if not sc.configs:
         raise ConfigError("no configuration to simulate", hint="pass --config TIERS (or --scenario seed-study)")
@@ -388,6 +412,7 @@ def simulate(sc: Scenario, progress=None, nodes: int = 1, ttft_p90_s: float | No
     if len(set(names)) != len(names):
         raise ConfigError("two configurations share a name", hint="name them: --config gpu=seed-testbed:HBM")
     cost = sc.cost()
+    sc.check_router()
     for c in sc.configs:                  # every configuration is checked before any runs
         build_node(sc, c, cost)
     _source(sc)
@@ -405,7 +430,7 @@ def simulate(sc: Scenario, progress=None, nodes: int = 1, ttft_p90_s: float | No
         o["ratio_steady"] = (o["steady_tokens_per_s"] / base["steady_tokens_per_s"]
                              if base["steady_tokens_per_s"] else None)
     return {"schema": SCHEMA, "scenario": sc.name, "nodes": "auto" if ttft_p90_s is not None else nodes,
-            "router": "session-affinity", "description": sc.description, "duration_s": sc.duration_s,
+            "router": "session-affinity" if sc.router == "affinity" else sc.router, "description": sc.description, "duration_s": sc.duration_s,
             "sessions": sc.sessions, "rate_per_min": sc.rate_per_min, "seed": sc.seed,
             "node": {**cost.describe(), "gpu_kv_tokens": sc.gpu_kv_tokens, "max_num_seqs": sc.max_num_seqs,
                      "max_num_batched_tokens": sc.max_num_batched_tokens},

@@ -28,7 +28,7 @@ from pathlib import Path
 from kvtrace.errors import BadTraceInput, ConfigError
 from kvtrace.simulate.engine import Chain, Head, Node, Turn
 from kvtrace.synth.config import SynthConfig
-from kvtrace.synth.engine import Note, Request, Spawn
+from kvtrace.synth.engine import Driver, Note, Request
 from kvtrace.synth.workload import World
 
 
@@ -41,10 +41,13 @@ class SynthSource:
         self.heads: dict = {}
         self.chains: dict = {}            # synth Thread -> Chain
         self.last_done: dict = {}         # synth Thread -> completion time of its previous request
-        self.waits: dict = {}             # child process -> [parent, pending, results]
         self.sessions = 0
+        self.driver: Driver | None = None
 
     def __call__(self, node: Node) -> None:
+        self.driver = Driver(sleep=lambda proc, ms: node.at(node.now + ms / 1000.0, self._resume, node, proc, None),
+                             request=lambda proc, r: node.issue(self._turn(node, proc, r)), note=self._note,
+                             resume=lambda proc, val: node.at(node.now, self._resume, node, proc, val))
         t0 = self.cfg.start_ms
         for i, t in enumerate(self.world.arrivals()):
             at = (t - t0) / 1000.0
@@ -56,43 +59,15 @@ class SynthSource:
     def _arrive(self, now: float, node: Node, idx: int) -> None:
         self.sessions += 1
         proc = self.world.session(idx, int(now * 1000) + self.cfg.start_ms)
-        self._drive(node, proc, None)
+        self.driver.step(proc, None)
 
     def _resume(self, now: float, node: Node, proc, val) -> None:
-        self._drive(node, proc, val)
+        self.driver.step(proc, val)
 
-    def _drive(self, node: Node, proc, val) -> None:
-        while True:
-            try:
-                act = proc.send(val)
-            except StopIteration as stop:
-                w = self.waits.pop(id(proc), None)
-                if w is not None:
-                    w[2].append(stop.value)
-                    w[1] -= 1
-                    if w[1] == 0:
-                        node.at(node.now, self._resume, node, w[0], w[2])
-                return
-            kind = type(act)
-            if kind is int:
-                node.at(node.now + act / 1000.0, self._resume, node, proc, None)
-                return
-            if kind is Request:
-                node.issue(self._turn(node, proc, act))
-                return
-            if kind is Note:
-                if act.kind == "thread_end":
-                    self.chains.pop(act.thread, None)
-                    self.last_done.pop(act.thread, None)
-                val = None
-                continue
-            if kind is Spawn:
-                w = [proc, len(act.children), []]
-                for child in act.children:
-                    self.waits[id(child)] = w
-                    node.at(node.now, self._resume, node, child, None)
-                return
-            raise TypeError(f"a synth process yielded {act!r}")
+    def _note(self, note: Note) -> None:
+        if note.kind == "thread_end":
+            self.chains.pop(note.thread, None)
+            self.last_done.pop(note.thread, None)
 
     def _turn(self, node: Node, proc, r: Request) -> Turn:
         th = r.thread

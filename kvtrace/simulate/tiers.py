@@ -15,7 +15,7 @@ from collections import OrderedDict
 class Residency:
     """One tier's contents: ``lru`` maps an object to its resident, unpinned prefix tokens."""
 
-    __slots__ = ("name", "capacity", "unit", "lru", "cached", "pinned", "evicted", "first_full_at", "now")
+    __slots__ = ("name", "capacity", "unit", "lru", "cached", "pinned", "evicted", "first_full_at", "now", "on_evict")
 
     def __init__(self, name: str, capacity: int, unit: int):
         self.name, self.capacity, self.unit = name, int(capacity), int(unit)
@@ -25,6 +25,7 @@ class Residency:
         self.evicted = 0         # tokens evicted so far
         self.first_full_at: float | None = None
         self.now = 0.0
+        self.on_evict = None     # called as on_evict(obj, tokens before, tokens after) for each eviction
 
     @property
     def used(self) -> int:
@@ -48,7 +49,7 @@ class Residency:
         while need > 0 and lru:
             obj, tok = next(iter(lru.items()))
             cut = min(tok, -(-need // unit) * unit)
-            tok -= cut
+            before, tok = tok, tok - cut
             self.cached -= cut
             self.evicted += cut
             need -= cut
@@ -56,6 +57,8 @@ class Residency:
                 lru[obj] = tok
             else:
                 del lru[obj]
+            if self.on_evict is not None:
+                self.on_evict(obj, before, tok)
         return need <= 0
 
     def put(self, obj, tokens: int) -> int:

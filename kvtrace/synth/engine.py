@@ -143,6 +143,53 @@ class _Wait:
         self.proc, self.pending, self.results = proc, pending, []
 
 
+class Driver:
+    """Steps session processes through the actions above, on any clock: the caller says what
+    sleeping, serving a request, recording a note and resuming a process mean.
+
+    ``sleep(proc, ms)`` resumes ``proc`` after ``ms``; ``request(proc, r)`` serves ``r`` and resumes
+    ``proc`` with it when it completes; ``note(n)`` records ``n`` (the process goes on at once);
+    ``resume(proc, val)`` resumes ``proc`` with ``val`` now (a spawned child, or a parent whose
+    children have all finished, with their return values).
+    """
+
+    def __init__(self, sleep: Callable, request: Callable, note: Callable, resume: Callable):
+        self.sleep, self.request, self.note, self.resume = sleep, request, note, resume
+        self._waits: dict[int, _Wait] = {}
+
+    def step(self, proc: Generator, val: Any) -> None:
+        """Send ``val`` to ``proc`` and run it up to its next wait."""
+        while True:
+            try:
+                act = proc.send(val)
+            except StopIteration as stop:
+                w = self._waits.pop(id(proc), None)
+                if w is not None:
+                    w.results.append(stop.value)
+                    w.pending -= 1
+                    if w.pending == 0:
+                        self.resume(w.proc, w.results)
+                return
+            kind = type(act)
+            if kind is int:
+                self.sleep(proc, act)
+                return
+            if kind is Request:
+                self.request(proc, act)
+                return
+            if kind is Note:
+                self.note(act)
+                val = None
+                continue
+            if kind is Spawn:
+                w = _Wait(proc, len(act.children))
+                for child in act.children:
+                    self._waits[id(child)] = w
+                    self.resume(child, None)
+                return
+            raise TypeError(f"a synth process yielded {act!r}")
+
+
 def lognormal_ms(rng: random.Random, spec: tuple[float, float, float], scale: float = 1000.0) -> int:
     """A log-normal draw (median, sigma, max), in ms; ``scale`` converts spec units to ms."""
     median, sigma, cap = spec
@@ -161,8 +208,10 @@ class Engine:
         self.head_touch: dict[tuple, int] = {}
         self._heap: list = []
         self._n = 0
-        self._waits: dict[int, _Wait] = {}
         self.seq = 0
+        self._driver = Driver(sleep=lambda proc, ms: self._push(self.now + ms, proc, None), request=self._request,
+                              note=self._note, resume=lambda proc, val: self._push(self.now, proc, val))
+        self._step = self._driver.step
 
     def _push(self, t: int, proc: Generator | None, val: Any) -> None:
         self._n += 1
@@ -187,39 +236,14 @@ class Engine:
         for s in self.sinks:
             s.close()
 
-    def _step(self, proc: Generator, val: Any) -> None:
-        while True:
-            try:
-                act = proc.send(val)
-            except StopIteration as stop:
-                w = self._waits.pop(id(proc), None)
-                if w is not None:
-                    w.results.append(stop.value)
-                    w.pending -= 1
-                    if w.pending == 0:
-                        self._push(self.now, w.proc, w.results)
-                return
-            kind = type(act)
-            if kind is int:
-                self._push(self.now + act, proc, None)
-                return
-            if kind is Request:
-                self._serve(act)
-                self._push(act.end_ms, proc, act)
-                return
-            if kind is Note:
-                act.t_ms = act.data.pop("at", self.now)
-                for s in self.sinks:
-                    s.note(act)
-                val = None
-                continue
-            if kind is Spawn:
-                w = _Wait(proc, len(act.children))
-                for child in act.children:
-                    self._waits[id(child)] = w
-                    self._push(self.now, child, None)
-                return
-            raise TypeError(f"a synth process yielded {act!r}")
+    def _request(self, proc: Generator, r: Request) -> None:
+        self._serve(r)
+        self._push(r.end_ms, proc, r)
+
+    def _note(self, n: Note) -> None:
+        n.t_ms = n.data.pop("at", self.now)
+        for s in self.sinks:
+            s.note(n)
 
     def _serve(self, r: Request) -> None:
         th, now = r.thread, self.now
