@@ -100,6 +100,11 @@ def test_simulate_shows_which_configuration_runs_on_a_terminal(tmp_path):
     text = in_terminal(SIMULATE, tmp_path)
     assert re.search(r"simulating gpu\s.*0/2", text), text[-2000:]
     assert re.search(r"simulating dram\s.*1/2", text), text[-2000:]
+    # the bar moves within a configuration, with its simulated time (a run long enough to be seen)
+    text = in_terminal(["simulate", "--config", "gpu=seed-testbed:HBM", "--duration", "2h", "--gpu-kv", "400K",
+                        "--format", "json", "-o", "long.json"], tmp_path)
+    within = [int(p) for p in re.findall(r"simulating gpu\s.*?0/1\s+(\d+)%", text)]
+    assert any(0 < p < 100 for p in within), within
 
 
 def test_simulate_is_quiet_when_stderr_is_not_a_terminal(tmp_path):

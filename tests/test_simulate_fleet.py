@@ -167,3 +167,16 @@ def test_the_table_names_the_router_of_a_fleet():
                             "--nodes", "2", "--router", "least-loaded"])
     assert r.exit_code == 0, r.output
     assert "Fleets behind a least-loaded router" in r.stdout
+
+
+@pytest.mark.parametrize("router, nodes", [("affinity", 1), ("affinity", 2), ("round-robin", 2)])
+def test_progress_follows_simulated_time_and_changes_nothing(router, nodes):
+    """A configuration reports the share of its simulated time done (over its nodes), rising to
+    the end; the result is the same without the reports."""
+    sc = Scenario(duration_s=600, rate_per_min=5, gpu_kv_tokens=200_000, router=router)
+    cfg = parse_config("gpu=seed-testbed:HBM")
+    shares = []
+    watched = run_config(sc, cfg, nodes=nodes, on_progress=shares.append)
+    assert watched == run_config(sc, cfg, nodes=nodes)
+    assert shares == sorted(shares) and len(shares) > 20
+    assert 0 < shares[0] < 0.1 and shares[-1] > 0.9

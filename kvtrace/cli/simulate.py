@@ -162,20 +162,21 @@ def register(app: typer.Typer) -> None:
 
 
 class _Progress:
-    """On a terminal (stderr), a bar over the configurations with the one running, elapsed time and
-    an ETA once one has finished; nothing elsewhere. Called with a configuration's name as it starts."""
+    """On a terminal (stderr), a bar over the configurations with the one running, moving with its
+    simulated time, elapsed time and an ETA; nothing elsewhere. Called as ``(name, share)``."""
 
     def __init__(self, total: int) -> None:
         from rich.console import Console
 
-        self.total, self.bar, self.task = total, None, None
+        self.total, self.bar, self.task, self.names = total, None, None, []
         console = Console(stderr=True)
         if console.is_terminal:
             from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                                        TimeRemainingColumn)
 
             self.bar = Progress(TextColumn("simulating [bold]{task.fields[config]}"), BarColumn(), MofNCompleteColumn(),
-                                TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=True)
+                                TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(), TimeRemainingColumn(),
+                                console=console, transient=True)
 
     def __enter__(self):
         if self.bar is None:
@@ -184,11 +185,10 @@ class _Progress:
         self.task = self.bar.add_task("simulate", total=self.total, config="")
         return self
 
-    def __call__(self, name: str) -> None:
-        task = self.bar.tasks[0]
-        if task.fields.get("config"):
-            self.bar.advance(self.task)
-        self.bar.update(self.task, config=name)
+    def __call__(self, name: str, share: float) -> None:
+        if name not in self.names:
+            self.names.append(name)
+        self.bar.update(self.task, config=name, completed=len(self.names) - 1 + share)
 
     def __exit__(self, *exc) -> bool:
         if self.bar is not None:

@@ -247,10 +247,11 @@ class Node:
         return ch.head.tokens // unit * unit if ch.head is not None else 0
 
     # -- the loop ---------------------------------------------------------------------------
-    def run(self, start: Callable[["Fleet"], None], duration_s: float) -> Metrics:
+    def run(self, start: Callable[["Fleet"], None], duration_s: float,
+            on_progress: Callable[[float], None] | None = None) -> Metrics:
         """Run clients (``start(fleet)`` schedules their first turns) on this node alone for
-        ``duration_s`` seconds."""
-        return Fleet([self]).run(start, duration_s)[0]
+        ``duration_s`` seconds (``on_progress`` as for :meth:`Fleet.run`)."""
+        return Fleet([self]).run(start, duration_s, on_progress)[0]
 
     def _begin(self, duration_s: float) -> None:
         self.metrics = Metrics(duration_s, [t.name for t in self.lower])
@@ -898,13 +899,16 @@ class Fleet:
         turn.node = i
         self.nodes[i].enqueue(turn, self.now, self._prev_t)
 
-    def run(self, start: Callable[["Fleet"], None], duration_s: float) -> list[Metrics]:
+    def run(self, start: Callable[["Fleet"], None], duration_s: float,
+            on_progress: Callable[[float], None] | None = None) -> list[Metrics]:
         """Run clients (``start(fleet)`` schedules their first turns) for ``duration_s`` seconds;
-        each node's metrics."""
+        each node's metrics. ``on_progress``: called with the share of ``duration_s`` simulated,
+        every 1/500 of it."""
         nodes, ev = self.nodes, self._events
         for n in nodes:
             n._begin(duration_s)
         start(self)
+        report_at = 0.0
         while True:
             node, t_node = None, math.inf
             for n in nodes:
@@ -919,6 +923,9 @@ class Fleet:
                 self.now = t
                 fn(t, *args)
                 self._prev_t = t
+                if on_progress is not None and t >= report_at:
+                    on_progress(min(1.0, t / duration_s))
+                    report_at = t + duration_s / 500
                 continue
             if node is None or t_node >= duration_s:
                 break

@@ -206,12 +206,13 @@ class NodeRun:
     nodes: int = 1
 
 
-def run_node(sc: Scenario, cfg: TierConfig, shard: tuple[int, int] = (0, 1), cost: StepCost | None = None) -> NodeRun:
+def run_node(sc: Scenario, cfg: TierConfig, shard: tuple[int, int] = (0, 1), cost: StepCost | None = None,
+             on_progress=None) -> NodeRun:
     """Simulate one node of a fleet of ``shard[1]`` under session affinity: it serves every
     ``shard[1]``-th session, starting with session ``shard[0]``."""
     node = build_node(sc, cfg, cost)
     src = _source(sc, shard)
-    node.run(src, sc.duration_s)
+    node.run(src, sc.duration_s, on_progress)
     return _node_run(node, src.sessions)
 
 
@@ -221,12 +222,12 @@ def _node_run(node: Node, sessions: int) -> NodeRun:
                    len(node.waiting) + sum(1 for s in node.running if s.turn.first_t is None), sessions)
 
 
-def run_fleet(sc: Scenario, cfg: TierConfig, nodes: int, cost: StepCost | None = None) -> NodeRun:
+def run_fleet(sc: Scenario, cfg: TierConfig, nodes: int, cost: StepCost | None = None, on_progress=None) -> NodeRun:
     """Simulate ``nodes`` nodes on one event clock behind the scenario's per-request router
     (round-robin or least-loaded): every session, any node."""
     fleet = Fleet([build_node(sc, cfg, cost) for _ in range(nodes)], sc.router)
     src = _source(sc)
-    fleet.run(src, sc.duration_s)
+    fleet.run(src, sc.duration_s, on_progress)
     return replace(_merge([_node_run(n, 0) for n in fleet.nodes]), sessions=src.sessions)
 
 
@@ -259,23 +260,33 @@ def _merge(runs: list[NodeRun]) -> NodeRun:
                    sum(r.unserved for r in runs), sum(r.sessions for r in runs), len(runs))
 
 
-def run_config(sc: Scenario, cfg: TierConfig, cost: StepCost | None = None, nodes: int = 1, jobs: int = 1) -> dict:
+def run_config(sc: Scenario, cfg: TierConfig, cost: StepCost | None = None, nodes: int = 1, jobs: int = 1,
+               on_progress=None) -> dict:
     """Simulate one configuration on ``nodes`` nodes behind the scenario's router; its ``configs[]``
     entry. Under session affinity the nodes are independent: with ``jobs`` > 1 they run in that
-    many worker processes (same results). Other routers share one event clock in this process."""
+    many worker processes (same results). Other routers share one event clock in this process.
+    ``on_progress``: called with the share of the work done (simulated time over the nodes)."""
     if nodes < 1:
         raise ConfigError("--nodes must be >= 1", hint="e.g. --nodes 4, or --nodes auto with --ttft-p90")
     sc.check_router()
     shards = [(i, nodes) for i in range(nodes)]
+
+    def node_share(i: int):               # node i of the nodes run one after the other
+        return None if on_progress is None else (lambda f: on_progress((i + f) / nodes))
+
     if sc.router != "affinity" and nodes > 1:
-        runs = [run_fleet(sc, cfg, nodes, cost)]
+        runs = [run_fleet(sc, cfg, nodes, cost, on_progress)]
     elif jobs > 1 and nodes > 1:
         from concurrent.futures import ProcessPoolExecutor
 
         with ProcessPoolExecutor(max_workers=min(jobs, nodes)) as ex:
-            runs = list(ex.map(run_node, [sc] * nodes, [cfg] * nodes, shards, [cost] * nodes))
+            runs = []
+            for run in ex.map(run_node, [sc] * nodes, [cfg] * nodes, shards, [cost] * nodes):
+                runs.append(run)
+                if on_progress is not None:
+                    on_progress(len(runs) / nodes)
     else:
-        runs = [run_node(sc, cfg, sh, cost) for sh in shards]
+        runs = [run_node(sc, cfg, sh, cost, node_share(i)) for i, sh in enumerate(shards)]
     merged = _merge(runs)
     merged.nodes = nodes
     out = summarize(merged, sc, cfg, cost or sc.cost())
@@ -404,6 +415,9 @@ def _capex(t, kv_bytes: float) -> float | None:
 def simulate(sc: Scenario, progress=None, nodes: int = 1, ttft_p90_s: float | None = None, jobs: int = 1) -> dict:
     """Run every configuration of ``sc`` on the same sessions; ratios are to the first.
 
+    ``progress``: called as ``progress(name, share)`` when a configuration starts (share 0) and as
+    its simulated time advances (the share of it done; not within a ``ttft_p90_s`` search).
+
     ``nodes``: identical nodes behind the scenario's router; ``ttft_p90_s``: instead, find for
     each configuration the fewest nodes meeting that p90 TTFT; ``jobs``: worker processes."""
     if not sc.configs:
@@ -419,11 +433,12 @@ def simulate(sc: Scenario, progress=None, nodes: int = 1, ttft_p90_s: float | No
     out = []
     for c in sc.configs:
         if progress:
-            progress(c.name)
+            progress(c.name, 0.0)
         if ttft_p90_s is not None:
             out.append(size_fleet(sc, c, ttft_p90_s, cost, jobs=jobs))
         else:
-            out.append(run_config(sc, c, cost, nodes=nodes, jobs=jobs))
+            within = (lambda f, name=c.name: progress(name, f)) if progress else None
+            out.append(run_config(sc, c, cost, nodes=nodes, jobs=jobs, on_progress=within))
     base = out[0]
     for o in out:
         o["ratio_peak"] = o["peak_tokens_per_s"] / base["peak_tokens_per_s"] if base["peak_tokens_per_s"] else None
