@@ -205,6 +205,13 @@ _CODEX_TYPES = {"session_meta", "turn_context", "event_msg", "response_item", "c
                 "token_usage_record", "world_state"}
 
 
+def block_hash_format(obj: object) -> str | None:
+    """The block-hash format of one parsed JSON line: ``"mooncake"``, ``"bailian"`` or None."""
+    if not isinstance(obj, dict) or "hash_ids" not in obj:
+        return None
+    return "bailian" if "chat_id" in obj else "mooncake"
+
+
 def _classify(obj: object) -> str | None:
     if isinstance(obj, list):
         # Gemini CLI's prompt log (logs.json): an array of {sessionId, messageId, type, message}
@@ -226,7 +233,7 @@ def _classify(obj: object) -> str | None:
                                "resource_logs", "resource_metrics", "resource_spans")):
         return "otlp-json"
     if "hash_ids" in obj:
-        return "bailian" if "chat_id" in obj else "mooncake"
+        return block_hash_format(obj)
     if "type" in obj and any(k in obj for k in ("sessionId", "uuid", "message", "leafUuid", "messageId")):
         return "claude-transcript"
     return None

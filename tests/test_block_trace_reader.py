@@ -1,0 +1,67 @@
+"""One block-trace reader (``kvtrace.ingest.block_hash``) for ingest, replay and reuse; the input
+format forced with ``--input-format``; ``kvtrace ingest --block-size``."""
+
+from __future__ import annotations
+
+import json
+
+import orjson
+from typer.testing import CliRunner
+
+from kvtrace.analyze.load import read_block_trace
+from kvtrace.cli import app
+from kvtrace.ingest.block_hash import parse_bailian, parse_mooncake
+from kvtrace.replay.tracefile import read_trace
+from tests.paths import CONVERSATION, raw
+
+LINE = {"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}
+
+
+def _jsonl(path, rows) -> str:
+    path.write_text("".join((r if isinstance(r, str) else orjson.dumps(r).decode()) + "\n" for r in rows))
+    return str(path)
+
+
+def test_the_fast_path_and_the_line_by_line_path_read_alike(tmp_path):
+    """A clean file is read whole by Arrow; one bad line sends it line by line: the good lines
+    come out the same either way."""
+    data = raw(CONVERSATION)
+    clean = tmp_path / "conv.jsonl"
+    clean.write_bytes(data)
+    faulty = tmp_path / "conv_bad.jsonl"
+    faulty.write_bytes(data + b'{"timestamp": 1, "input_length": "many", "output_length": 1, "hash_ids": [1]}\n')
+    fast, slow = parse_mooncake(clean, trace="t"), parse_mooncake(faulty, trace="t")
+    assert not fast.rejects and [(r.line, r.field) for r in slow.rejects] == [(12032, "input_length")]
+    assert fast.block_requests.drop(["ingested_from"]).equals(slow.block_requests.drop(["ingested_from"]))
+    # Bailian chat ids as numbers (the published traces) or text: the same rows
+    line = {"chat_id": 7, "parent_chat_id": -1, "timestamp": 1.5, "input_length": 20, "output_length": 2,
+            "type": "text", "turn": 1, "hash_ids": [1, 2]}
+    as_numbers = parse_bailian(_jsonl(tmp_path / "n.jsonl", [line]), trace="b")
+    as_text = parse_bailian(_jsonl(tmp_path / "s.jsonl", [{**line, "chat_id": "7", "parent_chat_id": "-1"}]),
+                            trace="b")
+    mixed = parse_bailian(_jsonl(tmp_path / "m.jsonl", [line, {**line, "chat_id": "x8"}]), trace="b")
+    assert as_numbers.block_requests.drop(["ingested_from"]).equals(as_text.block_requests.drop(["ingested_from"]))
+    assert mixed.block_requests.column("chat_id").to_pylist() == ["7", "x8"] and not mixed.rejects
+
+
+def test_replay_and_reuse_of_a_file_stop_at_a_bad_line(tmp_path):
+    """Both read a file with the ingest's reader: a line it rejects is an error naming file, line
+    and field (reuse used to drop such lines without a word)."""
+    f = _jsonl(tmp_path / "bad.jsonl", [LINE, {**LINE, "timestamp": 5, "hash_ids": [1, "x"]}])
+    for command in (["replay", f, "-c", "1M", "--ttl", "none"], ["reuse", f]):
+        r = CliRunner().invoke(app, command)
+        assert r.exit_code == 1, (command, r.output)
+        assert "bad.jsonl:2: field 'hash_ids'" in r.output, r.output
+
+
+def test_replay_reads_a_file_as_ingest_stores_it(tmp_path):
+    """Numbers written as text and blank lines: the replay's trace is the ingested one."""
+    f = _jsonl(tmp_path / "t.jsonl", [
+        {**LINE, "timestamp": "2000", "input_length": "1030", "hash_ids": [1, 2, 3]}, "",
+        {**LINE, "timestamp": 1000, "input_length": 600, "hash_ids": [1, 2]}])
+    tr = read_trace(f)
+    assert tr.ts.tolist() == [1.0, 2.0] and tr.input_length.tolist() == [600, 1030]
+    assert tr.hash_ids.tolist() == [1, 2, 1, 2, 3] and tr.block_size == 512
+    stored = parse_mooncake(f).block_requests
+    assert stored.column("ingested_from").to_pylist() == [f + ":1", f + ":3"]
+    assert tr.meta["block_size_assumed"].startswith("t.jsonl: no block size in the file; assumed 512")
