@@ -65,3 +65,52 @@ def test_replay_reads_a_file_as_ingest_stores_it(tmp_path):
     stored = parse_mooncake(f).block_requests
     assert stored.column("ingested_from").to_pylist() == [f + ":1", f + ":3"]
     assert tr.meta["block_size_assumed"].startswith("t.jsonl: no block size in the file; assumed 512")
+
+
+BAILIAN = [{"chat_id": 1, "parent_chat_id": -1, "timestamp": 0, "input_length": 40, "output_length": 7,
+            "type": "text", "turn": 1, "hash_ids": [10, 11, 12]},
+           {"chat_id": 2, "parent_chat_id": 1, "timestamp": 60, "input_length": 50, "output_length": 7,
+            "type": "text", "turn": 2, "hash_ids": [10, 11, 12, 13]}]
+
+
+def test_format_is_the_output_format_of_ingest_and_the_old_spelling_says_the_new_one(tmp_path):
+    f, db = _jsonl(tmp_path / "conv.jsonl", [LINE]), str(tmp_path / "w.duckdb")
+    r = CliRunner().invoke(app, ["ingest", f, "--db", db, "--format", "mooncake"])
+    assert r.exit_code == 1
+    assert r.output == ("Error: --format is the output format; to force the input format use "
+                        "--input-format mooncake\n")
+    r = CliRunner().invoke(app, ["ingest", f, "--db", db, "-f", "otlp-json"])
+    assert r.exit_code == 1 and "use --input-format otlp-json" in r.output
+    r = CliRunner().invoke(app, ["ingest", f, "--db", db, "-i", "mooncake", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["block_requests_added"] == 1
+    again = CliRunner().invoke(app, ["ingest", f, "--db", db, "--json", "--force"])   # --json: --format json
+    assert json.loads(again.stdout)["duplicates_skipped"] == 1
+    text = CliRunner().invoke(app, ["ingest", f, "--db", db, "--format", "text"])
+    assert text.exit_code == 0 and text.stdout.startswith("1 files (1 unchanged)")
+    for bad in (["--format", "yaml"], ["--json", "--format", "text"]):
+        r = CliRunner().invoke(app, ["ingest", f, "--db", db, *bad])
+        assert r.exit_code == 1 and r.output.startswith("Error: ") and r.output.count("\n") == 1, r.output
+
+
+def test_every_command_that_reads_a_file_forces_its_format_with_input_format(tmp_path):
+    """A Bailian file (timestamps in seconds) read as Mooncake (milliseconds): 1000x shorter."""
+    f = _jsonl(tmp_path / "b.jsonl", BAILIAN)
+
+    def span(*args):
+        r = CliRunner().invoke(app, ["replay", f, "-c", "1M", "--ttl", "none", "--format", "json", *args])
+        assert r.exit_code == 0, r.output
+        return json.loads(r.stdout)["trace"]["span_s"]
+
+    assert span() == 60.0 and span("--input-format", "mooncake") == 0.06
+    r = CliRunner().invoke(app, ["reuse", f, "-i", "mooncake", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["warnings"][0].startswith("b.jsonl: no block size in the file; assumed 512")
+    db = str(tmp_path / "w.duckdb")
+    r = CliRunner().invoke(app, ["report", "--db", db, "--ingest", f, "--input-format", "mooncake", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    assert CliRunner().invoke(app, ["replay", "--db", db, "-c", "1M", "--ttl", "none", "--format", "json"]
+                              ).stdout.count('"span_s": 0.06') == 1
+    for command in (["replay", f, "-i", "otlp-json"], ["reuse", "-i", "mooncake"], ["report", "--db", db, "-i", "bailian"]):
+        r = CliRunner().invoke(app, command)
+        assert r.exit_code == 1 and "--input-format" in r.output, (command, r.output)

@@ -20,6 +20,7 @@ class ReuseOptions:
     """Inputs and assumptions of a reuse report (every field is a ``kvtrace reuse`` option)."""
 
     file: Path | None = None            # a Mooncake/Bailian file instead of the warehouse
+    file_format: str | None = None      # mooncake or bailian (default: detected)
     trace: str | None = None            # one block-hash trace of the warehouse
     since: str | None = None
     until: str | None = None
@@ -57,7 +58,7 @@ def reuse_report(store, opts: ReuseOptions | None = None) -> dict:
     opts = opts or ReuseOptions()
     bpt = kv_bytes_per_token(opts.model, opts.bytes_per_token)
     if opts.file is not None:
-        trace = read_block_trace(opts.file)
+        trace = read_block_trace(opts.file, format=opts.file_format)
         source = str(opts.file)
     else:
         if store is None:

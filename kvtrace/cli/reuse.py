@@ -13,6 +13,7 @@ from kvtrace.errors import ConfigError
 
 def reuse(
     file: Annotated[Optional[Path], typer.Argument(help="A Mooncake or Bailian trace file to analyse instead of the warehouse.")] = None,
+    input_format: Annotated[Optional[str], typer.Option("--input-format", "-i", help="Read FILE as this format instead of detecting it: mooncake or bailian.", show_default=False)] = None,
     db: DbOpt = None,
     trace: Annotated[Optional[str], typer.Option("--trace", help="One ingested block-hash trace by name (kvtrace query block_traces).")] = None,
     since: SinceOpt = None,
@@ -45,7 +46,10 @@ def reuse(
 
     if format not in ("table", "json"):
         raise ConfigError(f"unknown --format '{format}'", hint="choose table or json")
-    opts = ReuseOptions(file=file, trace=trace, since=since, until=until,
+    if input_format is not None and (file is None or input_format not in ("mooncake", "bailian")):
+        raise ConfigError(f"--input-format {input_format}: the format of a trace FILE",
+                          hint="give a FILE and choose mooncake or bailian")
+    opts = ReuseOptions(file=file, file_format=input_format, trace=trace, since=since, until=until,
                         ttls=parse_ttls(ttl) or list(DEFAULT_TTLS),
                         chain=ChainParams.from_settings(chain, block_size=block_size, head_tokens=head_tokens),
                         reuse=ReuseParams(idle_s=parse_duration(idle, what="--idle")), bytes_per_token=bytes_per_token,

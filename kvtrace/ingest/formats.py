@@ -291,7 +291,7 @@ def sniff(path: Path, max_lines: int = 50) -> str:
     if is_lfs_pointer(path):
         raise UnknownFormat(f"{path}: not telemetry", hint=LFS_HINT)
     raise UnknownFormat(f"{path}: cannot detect the format from its first {max_lines} lines",
-                        hint="force one with --format " + "|".join(FORMATS))
+                        hint="force one with --input-format " + "|".join(FORMATS))
 
 
 def _classify_whole(path: Path, max_bytes: int = 64 << 20) -> str | None:

@@ -61,7 +61,7 @@ class IngestSummary:
     # inputs that yielded nothing: a file whose every line was rejected, a folder or glob in
     # which no file was recognised (the CLI exits non-zero)
     yielded_nothing: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)   # e.g. a file that yielded nothing under --format
+    warnings: list[str] = field(default_factory=list)   # e.g. a file that yielded nothing under --input-format
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -305,7 +305,7 @@ def _ingest_files(store: Store, paths: list, stdin_dir: Path | None, forced, str
     # Files a walk found unrecognizable are in the ledger too (format 'unrecognized'), so a
     # repeat does not sniff them again; forcing a format reads them after all. A file is
     # skipped only if it was read under the format this ingest would read it as (a read under
-    # a wrong --format does not hide it from a plain ingest).
+    # a wrong --input-format does not hide it from a plain ingest).
     ledger = {} if force else resident.ledger(store, kept)
     known = None if force else ledger    # every ledger row there is, when it was read
     todo: dict[str, list[tuple[Path, tuple]]] = {}
@@ -350,7 +350,7 @@ def _ingest_files(store: Store, paths: list, stdin_dir: Path | None, forced, str
             summary.unknown_records["file:unrecognized"] = summary.unknown_records.get("file:unrecognized", 0) + 1
             unrecognized.append((p, st))
             continue
-        if name in was:              # read before under a --format that is the detected one
+        if name in was:              # read before under an --input-format that is the detected one
             summary.files_skipped += 1
             found.add(st[0])
             continue
@@ -365,7 +365,7 @@ def _ingest_files(store: Store, paths: list, stdin_dir: Path | None, forced, str
         if not any((m if isinstance(m, str) else os.path.abspath(m)) in found for m in members):
             summary.yielded_nothing.append(
                 f"{label}: no file was recognised among its {len(members)} files (see the skipped ones above; "
-                f"force a format with --format if they are telemetry)" if members else
+                f"force a format with --input-format if they are telemetry)" if members else
                 f"{label}: no .jsonl, .json or .ndjson files (.gz too) in it")
     units = _units(todo, starts)
     total = sum(st[1] for _, group in units for _, st in group)
@@ -431,7 +431,7 @@ def _ingest_unit(store: Store, fmt, group, summary: IngestSummary, strict: bool,
                  kept: resident.State | None, known: dict | None, starts: dict[str, resume.Start],
                  forced: bool = False) -> int:
     """Parse one unit and merge it in one transaction, with its ledger rows (and ``also``'s).
-    ``forced``: read under ``--format``; a file that yields nothing then is a warning.
+    ``forced``: read under ``--input-format``; a file that yields nothing then is a warning.
     Returns how many of its files are now in the ledger."""
     paths = [p for p, _ in group]
     if fmt.batch:
@@ -525,7 +525,7 @@ def _warn_silent(paths: list[Path], parsed: Parsed, fmt_name: str, summary: Inge
             seen = f" (it looks like {sniff(p)})"
         except UnknownFormat:
             seen = ""
-        summary.warnings.append(f"{p}: nothing read as {fmt_name}{seen}; check --format, or ingest without it "
+        summary.warnings.append(f"{p}: nothing read as {fmt_name}{seen}; check --input-format, or ingest without it "
                                 "to detect the format")
 
 
