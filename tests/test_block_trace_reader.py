@@ -114,3 +114,70 @@ def test_every_command_that_reads_a_file_forces_its_format_with_input_format(tmp
     for command in (["replay", f, "-i", "otlp-json"], ["reuse", "-i", "mooncake"], ["report", "--db", db, "-i", "bailian"]):
         r = CliRunner().invoke(app, command)
         assert r.exit_code == 1 and "--input-format" in r.output, (command, r.output)
+
+
+def _peaks(db: str, command: str = "replay") -> list[int]:
+    args = ["-c", "none"] if command == "replay" else []
+    r = CliRunner().invoke(app, [command, "--db", db, "--ttl", "5m,none", *args, "--format", "json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    rows = d["working_set"] if command == "replay" else [t["working_set"] for t in d["ttl"]]
+    return [w["peak_tokens"] for w in rows]
+
+
+def test_ingest_block_size_is_stored_with_the_trace(tmp_path):
+    """The FAST'25 files carry no block size: ingested with --block-size 64 instead of the
+    assumed 512, every working set is 8x smaller in tokens (whole blocks), in replay and reuse."""
+    runner = CliRunner()
+    assumed, given = str(tmp_path / "a.duckdb"), str(tmp_path / "b.duckdb")
+    r = runner.invoke(app, ["ingest", str(CONVERSATION), "--db", assumed])
+    assert r.exit_code == 0, r.output
+    assert ("warning: conversation_trace.jsonl.gz: no block size in the file; assumed 512 tokens per block "
+            "(Mooncake's). Pass --block-size if it differs") in r.stderr
+    r = runner.invoke(app, ["ingest", str(CONVERSATION), "--db", given, "--block-size", "64", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["warnings"] == []
+    for command in ("replay", "reuse"):
+        big, small = _peaks(assumed, command), _peaks(given, command)
+        assert big == [8 * x for x in small] and small[0] > 0, command
+    # read again with another size, the stored trace would keep its own without a word: refused
+    r = runner.invoke(app, ["ingest", str(CONVERSATION), "--db", given, "--block-size", "16", "--force"])
+    assert r.exit_code == 1
+    assert "trace 'conversation_trace' is stored with 64 tokens per block, this read gives 16" in r.output
+    assert 8 * _peaks(given)[0] == _peaks(assumed)[0]                 # nothing of that read stored
+    # a file without block-hash traces: --block-size has nothing to apply to, and says so
+    otlp = _jsonl(tmp_path / "empty-logs.jsonl", [{"resourceLogs": []}])
+    r = runner.invoke(app, ["ingest", otlp, "--db", given, "--block-size", "64"])
+    assert "--block-size 64 applies to block-hash traces (mooncake, bailian); none was read" in r.output
+
+
+def test_a_file_with_its_own_block_size_keeps_it_and_a_different_block_size_is_refused(tmp_path):
+    """kvtrace export writes block_size on every line: --block-size may repeat it, not change it."""
+    runner = CliRunner()
+    f = _jsonl(tmp_path / "fleet.jsonl", [{**LINE, "block_size": 64}, {**LINE, "timestamp": 9, "block_size": 64}])
+    db = tmp_path / "w.duckdb"
+    r = runner.invoke(app, ["ingest", f, "--db", str(db), "--block-size", "512"])
+    assert r.exit_code == 1
+    assert r.output == (f"Error: {f}: field 'block_size': the file says 64 tokens per block, --block-size says 512 "
+                        "(drop --block-size: the file's own size is used)\n")
+    assert not db.exists()                    # a failed first ingest leaves no warehouse behind
+    for extra in ([], ["--block-size", "64"]):
+        r = runner.invoke(app, ["ingest", f, "--db", str(db), "--force", "--json", *extra])
+        assert r.exit_code == 0 and json.loads(r.stdout)["warnings"] == [], r.output
+    r = runner.invoke(app, ["replay", "--db", str(db), "-c", "none", "--ttl", "none", "--format", "json"])
+    assert json.loads(r.stdout)["trace"]["block_size"] == 64
+
+
+def test_reuse_of_a_file_takes_its_block_size_too(tmp_path):
+    f = _jsonl(tmp_path / "t.jsonl", [{**LINE, "input_length": 1000, "hash_ids": [1, 2]}])
+
+    def reuse(*args):
+        r = CliRunner().invoke(app, ["reuse", f, "--ttl", "none", "--format", "json", *args])
+        assert r.exit_code == 0, r.output
+        d = json.loads(r.stdout)
+        return d["ttl"][0]["working_set"]["peak_tokens"], d["warnings"]
+
+    tokens, warnings = reuse()
+    assert tokens == 2 * 512 and warnings[0].startswith("t.jsonl: no block size in the file; assumed 512")
+    tokens, warnings = reuse("--block-size", "64")
+    assert tokens == 2 * 64 and not any("block size" in w for w in warnings)

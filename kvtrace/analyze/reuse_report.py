@@ -21,6 +21,7 @@ class ReuseOptions:
 
     file: Path | None = None            # a Mooncake/Bailian file instead of the warehouse
     file_format: str | None = None      # mooncake or bailian (default: detected)
+    file_block_size: int | None = None  # tokens per block of a file that does not say
     trace: str | None = None            # one block-hash trace of the warehouse
     since: str | None = None
     until: str | None = None
@@ -58,7 +59,7 @@ def reuse_report(store, opts: ReuseOptions | None = None) -> dict:
     opts = opts or ReuseOptions()
     bpt = kv_bytes_per_token(opts.model, opts.bytes_per_token)
     if opts.file is not None:
-        trace = read_block_trace(opts.file, format=opts.file_format)
+        trace = read_block_trace(opts.file, format=opts.file_format, block_size=opts.file_block_size)
         source = str(opts.file)
     else:
         if store is None:

@@ -10,7 +10,7 @@ import typer
 
 from kvtrace.cli._options import DbOpt, InputFormatOpt, guarded
 from kvtrace.errors import ConfigError, Interrupted, KvtraceError, WriteFailed
-from kvtrace.ingest.formats import FORMATS
+from kvtrace.ingest.formats import BLOCK_FORMATS, FORMATS
 from kvtrace.launch import interrupted
 from kvtrace.units import fmt_int
 
@@ -19,6 +19,7 @@ def ingest(
     paths: Annotated[list[str], typer.Argument(help="Files, folders (recursive), globs, or - for stdin. .gz is read too.")],
     db: DbOpt = None,
     input_format: InputFormatOpt = None,
+    block_size: Annotated[Optional[int], typer.Option("--block-size", min=1, help="Tokens per block of block-hash traces that do not say (Mooncake's have none; kvtrace export writes it on every line, and a file's own size must agree). Default: the format's (Mooncake 512, Bailian 16), with a warning. Applies to the files read: an unchanged file is not read again without --force.", show_default=False)] = None,
     strict: Annotated[bool, typer.Option("--strict", help="A malformed line is fatal (exit 1; nothing of that file is stored).")] = False,
     force: Annotated[bool, typer.Option("--force", help="Re-read files that are unchanged since the last ingest (still never counts a record twice).")] = False,
     format: Annotated[Optional[str], typer.Option("--format", "-f", help="Output format of the summary: text (default) or json.", show_default=False)] = None,
@@ -32,7 +33,7 @@ def ingest(
 
     Example: kvtrace ingest otel-logs.jsonl ~/.claude/projects --db team.duckdb
 
-    Example: kvtrace ingest conversation_trace.jsonl --input-format mooncake --format json
+    Example: kvtrace ingest conversation_trace.jsonl --input-format mooncake --block-size 64 --format json
     """
     from kvtrace.ingest import IngestSummary, ingest as run
     from kvtrace.store import default_db_path, open_store
@@ -43,8 +44,8 @@ def ingest(
     fresh = not os.path.lexists(target)
     try:
         with open_store(db) as store:
-            run(store, paths, format=input_format, strict=strict, force=force, progress=not quiet and not as_json,
-                summary=summary)
+            run(store, paths, format=input_format, block_size=block_size, strict=strict, force=force,
+                progress=not quiet and not as_json, summary=summary)
     except BaseException as e:
         if fresh and not summary.files_stored:
             _remove_warehouse(target)    # a failed first ingest leaves no empty warehouse behind
@@ -53,6 +54,9 @@ def ingest(
         if not interrupted(e):
             raise
         raise Interrupted(interrupted_line(summary)) from e
+    if block_size is not None and summary.files_stored and not set(summary.formats) & set(BLOCK_FORMATS):
+        summary.warnings.append(f"--block-size {block_size} applies to block-hash traces "
+                                f"({', '.join(BLOCK_FORMATS)}); none was read")
     if fresh and summary.yielded_nothing and not summary.files_stored:
         _remove_warehouse(target)
     if as_json:

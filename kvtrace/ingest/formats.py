@@ -51,6 +51,9 @@ FORMATS: dict[str, Format] = {f.name: f for f in [
            "Alibaba Bailian block-hash trace JSONL (chat_id, parent_chat_id, timestamp s, turn, hash_ids)"),
 ]}
 
+# The block-hash trace formats (their parsers take a block_size).
+BLOCK_FORMATS = ("mooncake", "bailian")
+
 # Folder walks pick these files; anything else in a folder is ignored.
 INGESTIBLE_SUFFIXES = (".jsonl", ".json", ".ndjson", ".jsonl.gz", ".json.gz", ".ndjson.gz")
 
