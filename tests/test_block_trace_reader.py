@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 
+import gzip
+
 import orjson
+import pytest
 from typer.testing import CliRunner
 
 from kvtrace.analyze.load import read_block_trace
@@ -22,26 +25,44 @@ def _jsonl(path, rows) -> str:
     return str(path)
 
 
-def test_the_fast_path_and_the_line_by_line_path_read_alike(tmp_path):
-    """A clean file is read whole by Arrow; one bad line sends it line by line: the good lines
-    come out the same either way."""
+@pytest.mark.parametrize("engine", ["arrow", "duckdb"])
+def test_the_fast_path_and_the_line_by_line_path_read_alike(tmp_path, engine):
+    """A clean file is read whole (by either engine); one bad line sends it line by line: the
+    good lines come out the same either way."""
     data = raw(CONVERSATION)
     clean = tmp_path / "conv.jsonl"
     clean.write_bytes(data)
     faulty = tmp_path / "conv_bad.jsonl"
     faulty.write_bytes(data + b'{"timestamp": 1, "input_length": "many", "output_length": 1, "hash_ids": [1]}\n')
-    fast, slow = parse_mooncake(clean, trace="t"), parse_mooncake(faulty, trace="t")
+    fast, slow = parse_mooncake(clean, trace="t", engine=engine), parse_mooncake(faulty, trace="t", engine=engine)
     assert not fast.rejects and [(r.line, r.field) for r in slow.rejects] == [(12032, "input_length")]
     assert fast.block_requests.drop(["ingested_from"]).equals(slow.block_requests.drop(["ingested_from"]))
     # Bailian chat ids as numbers (the published traces) or text: the same rows
     line = {"chat_id": 7, "parent_chat_id": -1, "timestamp": 1.5, "input_length": 20, "output_length": 2,
             "type": "text", "turn": 1, "hash_ids": [1, 2]}
-    as_numbers = parse_bailian(_jsonl(tmp_path / "n.jsonl", [line]), trace="b")
+    as_numbers = parse_bailian(_jsonl(tmp_path / "n.jsonl", [line]), trace="b", engine=engine)
     as_text = parse_bailian(_jsonl(tmp_path / "s.jsonl", [{**line, "chat_id": "7", "parent_chat_id": "-1"}]),
-                            trace="b")
-    mixed = parse_bailian(_jsonl(tmp_path / "m.jsonl", [line, {**line, "chat_id": "x8"}]), trace="b")
+                            trace="b", engine=engine)
+    mixed = parse_bailian(_jsonl(tmp_path / "m.jsonl", [line, {**line, "chat_id": "x8"}]), trace="b", engine=engine)
     assert as_numbers.block_requests.drop(["ingested_from"]).equals(as_text.block_requests.drop(["ingested_from"]))
     assert mixed.block_requests.column("chat_id").to_pylist() == ["7", "x8"] and not mixed.rejects
+
+
+def test_both_engines_read_every_file_alike(tmp_path):
+    """The engine is a speed choice only: rows, rejects and warnings are the same."""
+    bad = [LINE, "", '{"timestamp": 5, "input_length": "12", "output_length": 1, "hash_ids": [1, 2]}',
+           '{"timestamp": 7, "input_length": 12, "hash_ids": [1, 2]}', '[1, 2]', "{not json",
+           {**LINE, "hash_ids": [1, 2**63]}, {**LINE, "timestamp": -1}, {**LINE, "block_size": 0}]
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(gzip.compress(raw(CONVERSATION), mtime=0)[:300_000])
+    files = [(parse_mooncake, CONVERSATION), (parse_mooncake, _jsonl(tmp_path / "bad.jsonl", bad)),
+             (parse_mooncake, cut), (parse_bailian, _jsonl(tmp_path / "b.jsonl", BAILIAN)),
+             (parse_bailian, _jsonl(tmp_path / "b2.jsonl", [{**BAILIAN[0], "chat_id": "c1"}, BAILIAN[1], "{"]))]
+    for parse, f in files:
+        a, d = parse(f, engine="arrow"), parse(f, engine="duckdb")
+        assert a.block_requests.equals(d.block_requests), f
+        assert (a.rejects, a.warnings, a.lines) == (d.rejects, d.warnings, d.lines), f
+    assert len(parse_mooncake(cut).rejects) == 1 and parse_mooncake(cut).block_requests.num_rows > 100
 
 
 def test_replay_and_reuse_of_a_file_stop_at_a_bad_line(tmp_path):

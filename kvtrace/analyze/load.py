@@ -35,7 +35,7 @@ def block_trace_from_table(t: pa.Table, name: str = "trace", block_size: int | N
     if len(sizes) > 1:
         raise ConfigError(f"the traces mix block sizes {', '.join(map(str, sizes))}",
                           hint="analyse one trace at a time with --trace NAME")
-    bs = int(block_size or (sizes[0] if len(sizes) else 512))
+    bs = int(block_size or (sizes[0] if len(sizes) else block_hash.MOONCAKE_BLOCK_SIZE))
     hl = t.column("hash_ids").combine_chunks() if n else pa.array([], pa.list_(pa.int64()))
     offsets = hl.offsets.to_numpy().astype(np.int64)
     offsets = offsets - offsets[0]

@@ -468,8 +468,8 @@ def _ingest_unit(store: Store, fmt, group, summary: IngestSummary, strict: bool,
                                     kept, known, starts, forced, block_size) for k, item in enumerate(group))
     elif group[0][1][0] in starts:
         parsed = fmt.load()(paths[0], start=starts[group[0][1][0]])
-    elif fmt.name in BLOCK_FORMATS:
-        parsed = fmt.load()(paths[0], block_size=block_size)
+    elif fmt.name in BLOCK_FORMATS:     # DuckDB is loaded here: its reader is the faster one
+        parsed = fmt.load()(paths[0], block_size=block_size, engine="duckdb")
     else:
         parsed = fmt.load()(paths[0])
     reject_implausible_times(parsed)
