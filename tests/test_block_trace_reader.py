@@ -202,3 +202,15 @@ def test_reuse_of_a_file_takes_its_block_size_too(tmp_path):
     assert tokens == 2 * 512 and warnings[0].startswith("t.jsonl: no block size in the file; assumed 512")
     tokens, warnings = reuse("--block-size", "64")
     assert tokens == 2 * 64 and not any("block size" in w for w in warnings)
+
+
+def test_reading_a_trace_file_does_not_start_duckdb():
+    """replay/reuse of a file read it with the ingest's parser, not with the ingest's pipeline:
+    DuckDB's import (a tenth of a second) is not paid by a command that does not use it."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from kvtrace.replay.tracefile import read_trace; "
+            f"t = read_trace({str(CONVERSATION)!r}); print(t.n_requests, 'duckdb' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["12031", "False"]
