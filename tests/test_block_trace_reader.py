@@ -3,15 +3,13 @@ format forced with ``--input-format``; ``kvtrace ingest --block-size``."""
 
 from __future__ import annotations
 
-import json
-
 import gzip
+import json
 
 import orjson
 import pytest
 from typer.testing import CliRunner
 
-from kvtrace.analyze.load import read_block_trace
 from kvtrace.cli import app
 from kvtrace.ingest.block_hash import parse_bailian, parse_mooncake
 from kvtrace.replay.tracefile import read_trace
@@ -132,7 +130,8 @@ def test_every_command_that_reads_a_file_forces_its_format_with_input_format(tmp
     assert r.exit_code == 0, r.output
     assert CliRunner().invoke(app, ["replay", "--db", db, "-c", "1M", "--ttl", "none", "--format", "json"]
                               ).stdout.count('"span_s": 0.06') == 1
-    for command in (["replay", f, "-i", "otlp-json"], ["reuse", "-i", "mooncake"], ["report", "--db", db, "-i", "bailian"]):
+    for command in (["replay", f, "-i", "otlp-json"], ["reuse", "-i", "mooncake"],
+                    ["report", "--db", db, "-i", "bailian"]):
         r = CliRunner().invoke(app, command)
         assert r.exit_code == 1 and "--input-format" in r.output, (command, r.output)
 
