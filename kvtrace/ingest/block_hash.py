@@ -201,14 +201,14 @@ _DUCKDB_TYPES = {"timestamp": "DOUBLE", "input_length": "BIGINT", "output_length
 
 
 def _read_duckdb(path: Path, fmt: str) -> pa.Table | None:
-    """The whole file by DuckDB's ``read_json``; a line that does not parse as the column types
-    say becomes a row of NULLs (``_has_problems`` finds it); None if DuckDB fails outright."""
+    """The whole file by DuckDB's ``read_json``, or None if DuckDB fails outright."""
     import duckdb
 
     cols = _BAILIAN_COLS if fmt == "bailian" else _MOONCAKE_COLS
     spec = "{" + ", ".join(f"'{c}': '{_DUCKDB_TYPES[c]}'" for c in cols) + "}"
     con = duckdb.connect()
     try:
+        # ignore_errors: a malformed line becomes a NULL row (found below), not an abort.
         return con.sql(f"SELECT * FROM read_json(?, format='newline_delimited', columns={spec}, "
                        "ignore_errors=true, maximum_object_size=1073741824)",
                        params=[str(path)]).to_arrow_table()
