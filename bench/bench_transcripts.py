@@ -59,11 +59,11 @@ def _stats(times: list[float]) -> dict:
             "mean_s": round(statistics.fmean(times), 3), "runs": len(times)}
 
 
-INGEST_FORMAT: list[str] = []   # ["--format", "claude-transcript"] if auto-detection fails on the tree
+INGEST_FORMAT: list[str] = []   # ["--input-format", "claude-transcript"] if auto-detection fails on the tree
 
 
 def _auto_detect_fails(tree: Path, work: Path) -> str | None:
-    """Whether ``kvtrace ingest`` of a projects tree needs --format (the error, if so)."""
+    """Whether ``kvtrace ingest`` of a projects tree needs --input-format (the error, if so)."""
     sample = next((tree / "projects").rglob("agent-*.meta.json"), None)
     if sample is None:
         return None
@@ -361,7 +361,7 @@ def main() -> dict:
         home.mkdir()
         failure = _auto_detect_fails(tree, work)
         if failure:
-            INGEST_FORMAT[:] = ["--format", "claude-transcript"]
+            INGEST_FORMAT[:] = ["--input-format", "claude-transcript"]
         result["kvtrace_ingest_needs_format"] = failure
         # -- first run: a fresh warehouse each time; one warm-up of each tool first.
         db = work / "first.duckdb"

@@ -34,7 +34,7 @@ class BadTraceInput(KvtraceError):
 
 
 class UnknownFormat(KvtraceError):
-    """The input format could not be detected, or an unknown --format was named."""
+    """The input format could not be detected, or an unknown --input-format was named."""
 
 
 class UnknownQuery(KvtraceError):

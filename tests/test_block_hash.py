@@ -12,7 +12,8 @@ import pytest
 from kvtrace.analyze.export import write_mooncake
 from kvtrace.analyze.load import load_block_trace, read_block_trace
 from kvtrace.analyze.ttl import hit_ratios
-from kvtrace.ingest.block_hash import parse_bailian, parse_mooncake, sniff, trace_name
+from kvtrace.ingest.block_hash import parse_bailian, parse_mooncake, trace_name
+from kvtrace.ingest.formats import block_hash_format as sniff
 from tests.paths import CONVERSATION, SYNTHETIC, raw
 
 BAILIAN_LINES = [

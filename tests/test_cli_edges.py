@@ -151,7 +151,7 @@ def test_a_git_lfs_pointer_is_named(tmp_path):
     assert r.exit_code == 1 and "Git LFS pointer" in r.output and "git lfs pull" in r.output
     # forced through a parser, every line is rejected: still an error, and it still says why
     for _ in range(2):                       # not put in the ledger: a second run says it again
-        r = kvtrace("ingest", str(f), "--db", str(db), "--format", "mooncake", cwd=tmp_path)
+        r = kvtrace("ingest", str(f), "--db", str(db), "--input-format", "mooncake", cwd=tmp_path)
         assert r.returncode == 1
         assert "Git LFS pointer" in one_error_line(r.stderr)
     r = kvtrace("ingest", str(tmp_path), "--db", str(db), cwd=tmp_path)
@@ -293,6 +293,6 @@ def test_a_missing_tiers_file_is_not_called_unknown_tiers(warehouse, tmp_path):
 def test_an_empty_file_named_on_the_command_line_is_skipped_and_said(tmp_path):
     f = tmp_path / "seg.jsonl"
     f.write_bytes(b"")
-    r = kvtrace("ingest", str(f), "--db", str(tmp_path / "kv.duckdb"), "--format", "otlp-json", cwd=tmp_path)
+    r = kvtrace("ingest", str(f), "--db", str(tmp_path / "kv.duckdb"), "--input-format", "otlp-json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stderr.strip() == f"skipped {f}: empty"

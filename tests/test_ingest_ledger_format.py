@@ -23,7 +23,7 @@ def test_a_wrong_format_does_not_hide_the_file_from_a_plain_ingest(store, tmp_pa
     wrong = ingest(store, [f], format="codex-rollout")
     assert wrong.requests_added == 0
     assert wrong.warnings == [f"{f}: nothing read as codex-rollout (it looks like claude-transcript); "
-                              "check --format, or ingest without it to detect the format"]
+                              "check --input-format, or ingest without it to detect the format"]
     again = ingest(store, [f], format="codex-rollout")           # that read is remembered
     assert again.files_skipped == 1 and not again.warnings
     plain = ingest(store, [f])

@@ -113,7 +113,7 @@ def test_missing_input_and_unknown_format(store, tmp_path):
         ingest(store, [tmp_path / "nope.jsonl"])
     f = tmp_path / "x.jsonl"
     f.write_text('{"hello": 1}\n')
-    with pytest.raises(UnknownFormat, match="--format"):
+    with pytest.raises(UnknownFormat, match="--input-format"):
         sniff(f)
     with pytest.raises(UnknownFormat, match="choose one of"):
         ingest(store, [f], format="nonsense")

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from kvtrace.analyze.blocktrace import BlockTrace
 from kvtrace.errors import BadTraceInput, ConfigError
+from kvtrace.ingest import block_hash
+from kvtrace.ingest.formats import sniff
 
 
 def block_trace_from_table(t: pa.Table, name: str = "trace", block_size: int | None = None) -> BlockTrace:
@@ -34,7 +35,7 @@ def block_trace_from_table(t: pa.Table, name: str = "trace", block_size: int | N
     if len(sizes) > 1:
         raise ConfigError(f"the traces mix block sizes {', '.join(map(str, sizes))}",
                           hint="analyse one trace at a time with --trace NAME")
-    bs = int(block_size or (sizes[0] if len(sizes) else 512))
+    bs = int(block_size or (sizes[0] if len(sizes) else block_hash.MOONCAKE_BLOCK_SIZE))
     hl = t.column("hash_ids").combine_chunks() if n else pa.array([], pa.list_(pa.int64()))
     offsets = hl.offsets.to_numpy().astype(np.int64)
     offsets = offsets - offsets[0]
@@ -88,42 +89,35 @@ def _bailian_sessions(t: pa.Table, traces) -> np.ndarray:
     return up[code].astype(np.int64)
 
 
-def assumed_block_size_note(path: Path, size: int, fmt: str) -> str:
-    """The warning of a block trace file read without a known block size."""
-    return (f"{path.name}: no block size in the file; assumed {size} tokens per block ({fmt}'s). "
-            f"Pass --block-size if it differs: every token and byte figure scales with it.")
-
-
 def read_block_trace(path: str | Path, format: str | None = None, block_size: int | None = None) -> BlockTrace:
-    """Parse a Mooncake or Bailian file straight into a ``BlockTrace`` (no warehouse)."""
-    from kvtrace.ingest import block_hash
+    """A Mooncake or Bailian file straight into a ``BlockTrace`` (no warehouse), read by the
+    block-trace reader that ``kvtrace ingest`` uses (``kvtrace.ingest.block_hash``).
 
+    Args:
+        path: the file (``.gz`` allowed).
+        format: ``mooncake`` or ``bailian`` (default: detected).
+        block_size: tokens per block of a file that does not say (see ``block_hash``); when it
+            was assumed, ``meta["block_size_assumed"]`` says so (replay and reuse report it).
+
+    Raises:
+        BadTraceInput: a line the reader rejects (the first one, by file, line and field), or a
+            block size in conflict.
+    """
     path = Path(path)
     if format is None:
-        from kvtrace.ingest.formats import sniff
-
         format = sniff(path)
-    if format not in ("mooncake", "bailian"):
+    if format not in block_hash.PARSERS:
         raise ConfigError(f"{path} is {format}, not a block-hash trace", hint="ingest it and run on the warehouse")
-    default = block_hash.MOONCAKE_BLOCK_SIZE if format == "mooncake" else block_hash.BAILIAN_BLOCK_SIZE
-    # 0 marks the lines that carry no block_size of their own
-    parsed = (block_hash.parse_mooncake if format == "mooncake" else block_hash.parse_bailian)(path, block_size=0)
+    parsed = block_hash.PARSERS[format](path, block_size=block_size)
+    if parsed.rejects:
+        r = parsed.rejects[0]
+        raise BadTraceInput(r.path or path, r.line, r.reason, field=r.field,
+                            hint="fix or remove the line, or ingest the file: ingest skips bad lines and counts them")
     t = parsed.block_requests
-    sizes = set(pc.unique(t.column("block_size")).to_pylist())
-    declared = sizes - {0}
-    if len(declared) > 1 or (declared and 0 in sizes):
-        raise BadTraceInput(path, None, "lines disagree on the block size", field="block_size",
-                            hint="one block size per trace: every line carries the same")
-    if declared and block_size and declared != {block_size}:
-        raise BadTraceInput(path, None, f"the file says {min(declared)} tokens per block, --block-size says "
-                            f"{block_size}", field="block_size", hint="drop --block-size: the file's own size is used")
-    if not declared:
-        t = t.set_column(t.schema.get_field_index("block_size"), "block_size",
-                         pa.array(np.full(t.num_rows, block_size or default, dtype=np.int32)))
     order = np.argsort(t.column("ts").cast(pa.int64()).to_numpy(), kind="stable")
     trace = block_trace_from_table(t.take(order), name=block_hash.trace_name(path))
-    if not declared and not block_size:
-        trace.meta["block_size_assumed"] = assumed_block_size_note(path, default, format.capitalize())
+    if parsed.warnings:
+        trace.meta["block_size_assumed"] = parsed.warnings[0]
     return trace
 
 

@@ -20,6 +20,8 @@ class ReuseOptions:
     """Inputs and assumptions of a reuse report (every field is a ``kvtrace reuse`` option)."""
 
     file: Path | None = None            # a Mooncake/Bailian file instead of the warehouse
+    file_format: str | None = None      # mooncake or bailian (default: detected)
+    file_block_size: int | None = None  # tokens per block of a file that does not say
     trace: str | None = None            # one block-hash trace of the warehouse
     since: str | None = None
     until: str | None = None
@@ -42,7 +44,7 @@ def reuse_report(store, opts: ReuseOptions | None = None) -> dict:
     opts = opts or ReuseOptions()
     bpt = opts.bytes_per_token
     if opts.file is not None:
-        trace = read_block_trace(opts.file)
+        trace = read_block_trace(opts.file, format=opts.file_format, block_size=opts.file_block_size)
         source = str(opts.file)
     else:
         if store is None:

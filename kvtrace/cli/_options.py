@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from kvtrace.ingest.formats import FORMATS
 from kvtrace.report.files import write_atomic
 
 DbOpt = Annotated[Optional[Path], typer.Option(
@@ -16,6 +17,9 @@ DbOpt = Annotated[Optional[Path], typer.Option(
 OutOpt = Annotated[Optional[Path], typer.Option("--out", "-o", help="Write to this file instead of stdout.")]
 SinceOpt = Annotated[Optional[str], typer.Option(
     "--since", help="Start of the window (ISO date/time, UTC, inclusive), or a span back from the last record: 7d, 24h.")]
+InputFormatOpt = Annotated[Optional[str], typer.Option(
+    "--input-format", "-i", help="Read every input file as this format instead of detecting it: "
+                                 + ", ".join(FORMATS) + ".", show_default=False)]
 UntilOpt = Annotated[Optional[str], typer.Option("--until", help="End of the window (ISO date/time, UTC, exclusive).")]
 ModelOpt = Annotated[Optional[str], typer.Option(
     "--model", help="KV geometry for bytes: a catalog model (kvtrace size --list) or a config.json path, with its "

@@ -8,8 +8,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvtrace.cli._options import DbOpt, guarded
-from kvtrace.errors import Interrupted, KvtraceError, WriteFailed
+from kvtrace.cli._options import DbOpt, InputFormatOpt, guarded
+from kvtrace.errors import ConfigError, Interrupted, KvtraceError, WriteFailed
+from kvtrace.ingest.formats import BLOCK_FORMATS, FORMATS
 from kvtrace.launch import interrupted
 from kvtrace.units import fmt_int
 
@@ -17,10 +18,12 @@ from kvtrace.units import fmt_int
 def ingest(
     paths: Annotated[list[str], typer.Argument(help="Files, folders (recursive), globs, or - for stdin. .gz is read too.")],
     db: DbOpt = None,
-    format: Annotated[Optional[str], typer.Option("--format", "-f", help="Force a format instead of detecting it: otlp-json, claude-transcript, codex-rollout, gemini-chat, mooncake, bailian.")] = None,
+    input_format: InputFormatOpt = None,
+    block_size: Annotated[Optional[int], typer.Option("--block-size", min=1, help="Tokens per block of block-hash traces that do not say (Mooncake's have none; kvtrace export writes it on every line, and a file's own size must agree). Default: the format's (Mooncake 512, Bailian 16), with a warning. Applies to the files read: an unchanged file is not read again without --force.", show_default=False)] = None,
     strict: Annotated[bool, typer.Option("--strict", help="A malformed line is fatal (exit 1; nothing of that file is stored).")] = False,
     force: Annotated[bool, typer.Option("--force", help="Re-read files that are unchanged since the last ingest (still never counts a record twice).")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    format: Annotated[Optional[str], typer.Option("--format", "-f", help="Output format of the summary: text (default) or json.", show_default=False)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="The same as --format json.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar, no skipped-line messages.")] = False,
 ) -> None:
     """Ingest OTLP JSON lines (Claude Code, Codex, Gemini CLI, GenAI spans), Claude Code transcripts,
@@ -29,17 +32,20 @@ def ingest(
     Ingesting the same input twice adds nothing; each file is one transaction.
 
     Example: kvtrace ingest otel-logs.jsonl ~/.claude/projects --db team.duckdb
+
+    Example: kvtrace ingest conversation_trace.jsonl --input-format mooncake --block-size 64 --format json
     """
     from kvtrace.ingest import IngestSummary, ingest as run
     from kvtrace.store import default_db_path, open_store
 
+    as_json = output_format(format, as_json)
     summary = IngestSummary()
     target = db if db is not None else default_db_path()
     fresh = not os.path.lexists(target)
     try:
         with open_store(db) as store:
-            run(store, paths, format=format, strict=strict, force=force, progress=not quiet and not as_json,
-                summary=summary)
+            run(store, paths, format=input_format, block_size=block_size, strict=strict, force=force,
+                progress=not quiet and not as_json, summary=summary)
     except BaseException as e:
         if fresh and not summary.files_stored:
             _remove_warehouse(target)    # a failed first ingest leaves no empty warehouse behind
@@ -48,6 +54,9 @@ def ingest(
         if not interrupted(e):
             raise
         raise Interrupted(interrupted_line(summary)) from e
+    if block_size is not None and summary.files_stored and not set(summary.formats) & set(BLOCK_FORMATS):
+        summary.warnings.append(f"--block-size {block_size} applies to block-hash traces "
+                                f"({', '.join(BLOCK_FORMATS)}); none was read")
     if fresh and summary.yielded_nothing and not summary.files_stored:
         _remove_warehouse(target)
     if as_json:
@@ -74,6 +83,18 @@ def ingest(
         for line in summary.yielded_nothing[1:MAX_LISTED]:
             typer.echo(f"nothing from {line}", err=True)
         raise KvtraceError(first + (f" (and {more} more inputs that yielded nothing)" if more else ""))
+
+
+def output_format(format: str | None, as_json: bool) -> bool:
+    """``--format`` (and its alias ``--json``) as "print JSON"; an input format name given to
+    ``--format`` (its meaning before ``--input-format``) is refused with the new spelling."""
+    if format in FORMATS:
+        raise ConfigError(f"--format is the output format; to force the input format use --input-format {format}")
+    if format not in (None, "text", "json"):
+        raise ConfigError(f"unknown --format '{format}'", hint="choose text or json")
+    if as_json and format == "text":
+        raise ConfigError("--json is --format json, not --format text", hint="give one of them")
+    return as_json or format == "json"
 
 
 MAX_LISTED = 20

@@ -14,6 +14,7 @@ from kvtrace.errors import ConfigError
 def replay(
     trace: Annotated[Optional[Path], typer.Argument(help="A block trace file (Mooncake/Bailian JSONL, .npz); "
                                                          "default: the warehouse (--db).")] = None,
+    input_format: Annotated[Optional[str], typer.Option("--input-format", "-i", help="Read TRACE as this format instead of detecting it: mooncake, bailian or npz.", show_default=False)] = None,
     db: DbOpt = None,
     trace_name: Annotated[Optional[str], typer.Option("--trace", help="One block-hash trace of the warehouse by name.")] = None,
     since: SinceOpt = None,
@@ -43,6 +44,9 @@ def replay(
 
     if format not in ("table", "json"):
         raise ConfigError(f"unknown --format '{format}'", hint="choose table or json")
+    if input_format is not None and (trace is None or input_format not in ("mooncake", "bailian", "npz")):
+        raise ConfigError(f"--input-format {input_format}: the format of a TRACE file",
+                          hint="give a TRACE and choose mooncake, bailian or npz")
     spec = model_option(model, kv_dtype)
     m = resolve_model(spec) if spec else None
     raw_caps = split_items(capacity)
@@ -65,7 +69,7 @@ def replay(
     with working(f"reading {trace or 'the block trace'}"):
         if trace is not None:
             from kvtrace.replay.tracefile import read_trace
-            bt = read_trace(trace, block_size=block_size)
+            bt = read_trace(trace, block_size=block_size, format=input_format)
         else:
             from kvtrace.analyze.load import load_block_trace
             from kvtrace.store import open_store

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvtrace.cli._options import DbOpt, KvDtypeOpt, ModelOpt, OutOpt, SinceOpt, UntilOpt, guarded, model_option
+from kvtrace.cli._options import DbOpt, InputFormatOpt, KvDtypeOpt, ModelOpt, OutOpt, SinceOpt, UntilOpt, guarded, model_option
 from kvtrace.errors import ConfigError, NoData
 
 FORMATS = ("table", "json", "md", "html", "png", "svg")
@@ -32,6 +32,7 @@ def report(
     tier_ttl: Annotated[Optional[str], typer.Option("--tier-ttl", help="Idle TTL of the tier replay: 5m, 1h, none (default: the one --ttl if exactly one is given, else none).")] = None,
     title: Annotated[str, typer.Option("--title", help="Report title.")] = "kvtrace report",
     ingest: Annotated[Optional[list[str]], typer.Option("--ingest", help="Ingest these files or folders first, in the same process (only what is new is read).")] = None,
+    input_format: InputFormatOpt = None,
     strict: Annotated[bool, typer.Option("--strict", help="Exit 1 (writing nothing) when the window or warehouse holds no requests, instead of a report that says so.")] = False,
 ) -> None:
     """Report the token mix (and, with --ttl / --tiers, reuse and capacity) of the warehouse.
@@ -57,6 +58,8 @@ def report(
         raise ConfigError(f"--format {format} writes one file per chart, so --out must name a folder"
                           + (f", not '{out}'" if out is not None else ""),
                           hint=f"for example: --format {format} --out charts/")
+    if input_format and not ingest:
+        raise ConfigError("--input-format is the format of the --ingest files", hint="add --ingest PATH, or drop it")
     groups = [g.strip() for item in (group_by or []) for g in item.split(",") if g.strip()]
     opts = ReportOptions(since=since, until=until, group_by=groups, ttls=parse_durations(ttl),
                          model=model_option(model, kv_dtype), tiers=tiers, title=title, timezone=timezone,
@@ -67,7 +70,7 @@ def report(
 
         # Hold the write lock only while ingesting: the report itself reads, beside collectors.
         with open_store(db) as store:
-            summary = run_ingest(store, ingest)
+            summary = run_ingest(store, ingest, format=input_format)
         if summary.lines_rejected:
             typer.echo(f"ingest skipped {summary.lines_rejected} bad lines (kvtrace ingest lists them)", err=True)
     with open_store(db, read_only=True) as store:

@@ -13,12 +13,13 @@ from kvtrace.errors import ConfigError
 
 def reuse(
     file: Annotated[Optional[Path], typer.Argument(help="A Mooncake or Bailian trace file to analyse instead of the warehouse.")] = None,
+    input_format: Annotated[Optional[str], typer.Option("--input-format", "-i", help="Read FILE as this format instead of detecting it: mooncake or bailian.", show_default=False)] = None,
     db: DbOpt = None,
     trace: Annotated[Optional[str], typer.Option("--trace", help="One ingested block-hash trace by name (kvtrace query block_traces).")] = None,
     since: SinceOpt = None,
     until: UntilOpt = None,
     ttl: Annotated[Optional[list[str]], typer.Option("--ttl", help="Idle TTLs for the what-if: 30s, 5m, 1h, 2d, none (repeat or comma-separate). Default 1m,5m,1h,none.")] = None,
-    block_size: Annotated[int, typer.Option("--block-size", help="Tokens per block of traces derived from telemetry.")] = 64,
+    block_size: Annotated[Optional[int], typer.Option("--block-size", min=1, help="Tokens per block: of traces derived from telemetry (default 64), or of a FILE that does not say (default: the format's, with a warning).", show_default=False)] = None,
     head_tokens: Annotated[Optional[int], typer.Option("--head-tokens", help="Shared head (system prompt + tools) in tokens; default: detected; 0 disables.")] = None,
     chain: Annotated[Optional[list[str]], typer.Option("--chain", help="Any other prefix-chain assumption as NAME=VALUE (repeatable): link_window, cache_ttl_s, chain_per_model, auxiliary_own_chain, compaction_ends_chain, head_min_chains, head_per_thread_kind, max_blocks.")] = None,
     idle: Annotated[str, typer.Option("--idle", help="A gap within a thread longer than this is an idle period (resumption after it).")] = "5m",
@@ -49,9 +50,13 @@ def reuse(
     spec = model_option(model, kv_dtype)
     if bytes_per_token is None and spec is not None:
         bytes_per_token = float(resolve_model(spec).bytes_per_token)
-    opts = ReuseOptions(file=file, trace=trace, since=since, until=until,
+    if input_format is not None and (file is None or input_format not in ("mooncake", "bailian")):
+        raise ConfigError(f"--input-format {input_format}: the format of a trace FILE",
+                          hint="give a FILE and choose mooncake or bailian")
+    opts = ReuseOptions(file=file, file_format=input_format, file_block_size=block_size, trace=trace, since=since, until=until,
                         ttls=parse_ttls(ttl) or list(DEFAULT_TTLS),
-                        chain=ChainParams.from_settings(chain, block_size=block_size, head_tokens=head_tokens),
+                        chain=ChainParams.from_settings(chain, head_tokens=head_tokens,
+                                                        **({} if block_size is None else {"block_size": block_size})),
                         reuse=ReuseParams(idle_s=parse_duration(idle, what="--idle")), bytes_per_token=bytes_per_token,
                         pricing=pricing, price_model=price_model, series=series)
     with working(f"measuring reuse in {file or 'the warehouse'}"):

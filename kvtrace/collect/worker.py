@@ -168,7 +168,7 @@ def _served_ingest(db: str, paths: list[Path]) -> dict | None:
     if it failed, or None when no server runs. The server's ingest is the same as here."""
     from kvtrace.wire.client import run_captured
 
-    res = run_captured(db, ["ingest", *(str(Path(p).resolve()) for p in paths), "--format", "otlp-json",
+    res = run_captured(db, ["ingest", *(str(Path(p).resolve()) for p in paths), "--input-format", "otlp-json",
                             "--json", "--quiet", "--db", str(db)])
     if res is None:
         return None

@@ -43,6 +43,7 @@ class Parsed:
     rejects: list[Reject] = field(default_factory=list)
     unknown: Counter = field(default_factory=Counter)  # records seen but not used, per kind
     lines: int = 0                                       # input lines (or records) read
+    warnings: list[str] = field(default_factory=list)   # e.g. a block size that was assumed
     # Parsers that can resume a grown file (Format.resumable): the byte offset just after the
     # last whole line read, the number of lines before it (both from the file's start), and the
     # fingerprint of the bytes before that offset (kvtrace.ingest.resume).

@@ -51,6 +51,9 @@ FORMATS: dict[str, Format] = {f.name: f for f in [
            "Alibaba Bailian block-hash trace JSONL (chat_id, parent_chat_id, timestamp s, turn, hash_ids)"),
 ]}
 
+# The block-hash trace formats (their parsers take a block_size).
+BLOCK_FORMATS = ("mooncake", "bailian")
+
 # Folder walks pick these files; anything else in a folder is ignored.
 INGESTIBLE_SUFFIXES = (".jsonl", ".json", ".ndjson", ".jsonl.gz", ".json.gz", ".ndjson.gz")
 
@@ -205,6 +208,13 @@ _CODEX_TYPES = {"session_meta", "turn_context", "event_msg", "response_item", "c
                 "token_usage_record", "world_state"}
 
 
+def block_hash_format(obj: object) -> str | None:
+    """The block-hash format of one parsed JSON line: ``"mooncake"``, ``"bailian"`` or None."""
+    if not isinstance(obj, dict) or "hash_ids" not in obj:
+        return None
+    return "bailian" if "chat_id" in obj else "mooncake"
+
+
 def _classify(obj: object) -> str | None:
     if isinstance(obj, list):
         # Gemini CLI's prompt log (logs.json): an array of {sessionId, messageId, type, message}
@@ -226,7 +236,7 @@ def _classify(obj: object) -> str | None:
                                "resource_logs", "resource_metrics", "resource_spans")):
         return "otlp-json"
     if "hash_ids" in obj:
-        return "bailian" if "chat_id" in obj else "mooncake"
+        return block_hash_format(obj)
     if "type" in obj and any(k in obj for k in ("sessionId", "uuid", "message", "leafUuid", "messageId")):
         return "claude-transcript"
     return None
@@ -284,7 +294,7 @@ def sniff(path: Path, max_lines: int = 50) -> str:
     if is_lfs_pointer(path):
         raise UnknownFormat(f"{path}: not telemetry", hint=LFS_HINT)
     raise UnknownFormat(f"{path}: cannot detect the format from its first {max_lines} lines",
-                        hint="force one with --format " + "|".join(FORMATS))
+                        hint="force one with --input-format " + "|".join(FORMATS))
 
 
 def _classify_whole(path: Path, max_bytes: int = 64 << 20) -> str | None:

@@ -24,7 +24,7 @@ from pathlib import Path
 from kvtrace.errors import BadTraceInput, KvtraceError, UnknownFormat
 from kvtrace.ingest.base import Parsed, Reject, reject_implausible_times
 from kvtrace.ingest import resident, resume
-from kvtrace.ingest.formats import FORMATS, LFS_HINT, get_format, is_lfs_pointer, sniff
+from kvtrace.ingest.formats import BLOCK_FORMATS, FORMATS, LFS_HINT, get_format, is_lfs_pointer, sniff
 from kvtrace.store import Store, load_query
 from kvtrace.store.store import ROW_GROUP_ROWS
 
@@ -61,7 +61,7 @@ class IngestSummary:
     # inputs that yielded nothing: a file whose every line was rejected, a folder or glob in
     # which no file was recognised (the CLI exits non-zero)
     yielded_nothing: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)   # e.g. a file that yielded nothing under --format
+    warnings: list[str] = field(default_factory=list)   # e.g. a file that yielded nothing under --input-format
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -189,12 +189,27 @@ def _merge(store: Store, parsed: Parsed, summary: IngestSummary) -> None:
                 summary.requests_added += added
                 summary.duplicates_skipped += n_in - added
             else:
+                if name == "block_requests":
+                    _check_block_size(store)
                 added = store.scalar(load_query("ingest/merge_points").sql if name == "metric_points" else
                                      f"INSERT INTO {name} BY NAME SELECT * FROM staged_in ON CONFLICT DO NOTHING")
                 setattr(summary, f"{name}_added", getattr(summary, f"{name}_added") + added)
                 summary.duplicates_skipped += n_in - added
         finally:
             con.unregister("staged_in")
+
+
+def _check_block_size(store: Store) -> None:
+    """A block trace read again with another block size (``--block-size``) would keep its stored
+    rows and size without a word: refuse it."""
+    clash = store.query("SELECT s.trace, b.block_size, s.block_size, s.ingested_from FROM staged_in s "
+                        "JOIN block_requests b USING (trace, seq) WHERE b.block_size <> s.block_size LIMIT 1")
+    if clash:
+        trace, stored, read, where = clash[0]
+        raise BadTraceInput(where.rpartition(":")[0], None,
+                            f"trace '{trace}' is stored with {stored} tokens per block, this read gives {read}",
+                            field="block_size", hint=f"ingest it into another warehouse (--db) to keep both, or "
+                                                     f"read it with --block-size {stored}")
 
 
 def _merge_requests(store: Store, table, kept: resident.State | None) -> int:
@@ -271,13 +286,15 @@ def _record_rejects(parsed: Parsed, default_path: str, summary: IngestSummary, s
 
 def ingest(store: Store, paths: Iterable[str | Path], *, format: str | None = None,
            strict: bool = False, progress: bool = False, force: bool = False,
-           summary: IngestSummary | None = None) -> IngestSummary:
+           summary: IngestSummary | None = None, block_size: int | None = None) -> IngestSummary:
     """Ingest files, folders, globs or ``-`` into ``store``.
 
     Args:
         store: the warehouse (opened for writing).
         paths: inputs; folders are walked recursively for ``*.jsonl``/``*.json`` (``.gz`` too).
         format: force a format (see ``kvtrace.ingest.formats.FORMATS``); default: detect per file.
+        block_size: tokens per block of block-hash traces that do not say (stored with their
+            requests; default: the format's, with a warning); a file's own size must agree.
         strict: a malformed line is fatal (nothing of that file is stored) instead of skipped.
         progress: show a rich progress bar on stderr.
         force: read files again even if unchanged since the last ingest (still adds nothing twice).
@@ -296,7 +313,8 @@ def ingest(store: Store, paths: Iterable[str | Path], *, format: str | None = No
     try:
         with (tempfile.TemporaryDirectory(prefix="kvtrace-") if any(str(p) == "-" for p in paths)
               else contextlib.nullcontext()) as tmp:
-            _ingest_files(store, paths, Path(tmp) if tmp else None, forced, strict, progress, force, kept, summary)
+            _ingest_files(store, paths, Path(tmp) if tmp else None, forced, strict, progress, force, kept, summary,
+                          block_size)
     except BaseException:
         resident.forget(store)       # what it kept may no longer match the warehouse
         raise
@@ -306,7 +324,8 @@ def ingest(store: Store, paths: Iterable[str | Path], *, format: str | None = No
 
 
 def _ingest_files(store: Store, paths: list, stdin_dir: Path | None, forced, strict: bool, progress: bool,
-                  force: bool, kept: resident.State | None, summary: IngestSummary) -> None:
+                  force: bool, kept: resident.State | None, summary: IngestSummary,
+                  block_size: int | None = None) -> None:
     resident.sync(store, kept)
     walked: set[str] = set()
     groups: list[tuple[str, list]] = []
@@ -318,7 +337,7 @@ def _ingest_files(store: Store, paths: list, stdin_dir: Path | None, forced, str
     # Files a walk found unrecognizable are in the ledger too (format 'unrecognized'), so a
     # repeat does not sniff them again; forcing a format reads them after all. A file is
     # skipped only if it was read under the format this ingest would read it as (a read under
-    # a wrong --format does not hide it from a plain ingest).
+    # a wrong --input-format does not hide it from a plain ingest).
     ledger = {} if force else resident.ledger(store, kept)
     known = None if force else ledger    # every ledger row there is, when it was read
     todo: dict[str, list[tuple[Path, tuple]]] = {}
@@ -363,7 +382,7 @@ def _ingest_files(store: Store, paths: list, stdin_dir: Path | None, forced, str
             summary.unknown_records["file:unrecognized"] = summary.unknown_records.get("file:unrecognized", 0) + 1
             unrecognized.append((p, st))
             continue
-        if name in was:              # read before under a --format that is the detected one
+        if name in was:              # read before under an --input-format that is the detected one
             summary.files_skipped += 1
             found.add(st[0])
             continue
@@ -378,7 +397,7 @@ def _ingest_files(store: Store, paths: list, stdin_dir: Path | None, forced, str
         if not any((m if isinstance(m, str) else os.path.abspath(m)) in found for m in members):
             summary.yielded_nothing.append(
                 f"{label}: no file was recognised among its {len(members)} files (see the skipped ones above; "
-                f"force a format with --format if they are telemetry)" if members else
+                f"force a format with --input-format if they are telemetry)" if members else
                 f"{label}: no .jsonl, .json or .ndjson files (.gz too) in it")
     units = _units(todo, starts)
     total = sum(st[1] for _, group in units for _, st in group)
@@ -392,7 +411,7 @@ def _ingest_files(store: Store, paths: list, stdin_dir: Path | None, forced, str
             reading.unit(group, done)
             stored = _ingest_unit(store, get_format(fmt_name), group, summary, strict,
                                   pending if i == len(units) - 1 else [], kept, known, starts,
-                                  forced is not None)
+                                  forced is not None, block_size)
             summary.files_pending = []
             summary.files_stored += stored
             done += sum(st[1] for _, st in group)
@@ -442,9 +461,10 @@ def _batches(items: list, max_bytes: int, max_files: int | None = None) -> list[
 
 def _ingest_unit(store: Store, fmt, group, summary: IngestSummary, strict: bool, also: list[tuple],
                  kept: resident.State | None, known: dict | None, starts: dict[str, resume.Start],
-                 forced: bool = False) -> int:
+                 forced: bool = False, block_size: int | None = None) -> int:
     """Parse one unit and merge it in one transaction, with its ledger rows (and ``also``'s).
-    ``forced``: read under ``--format``; a file that yields nothing then is a warning.
+    ``forced``: read under ``--input-format``; a file that yields nothing then is a warning.
+    ``block_size``: given to the parsers of block-hash traces.
     Returns how many of its files are now in the ledger."""
     paths = [p for p, _ in group]
     if fmt.batch:
@@ -458,9 +478,11 @@ def _ingest_unit(store: Store, fmt, group, summary: IngestSummary, strict: bool,
             # A problem: file by file, as without batching: the files before the bad one are
             # stored, and its error is raised as it would be alone.
             return sum(_ingest_unit(store, fmt, [item], summary, strict, also if k == len(group) - 1 else [],
-                                    kept, known, starts, forced) for k, item in enumerate(group))
+                                    kept, known, starts, forced, block_size) for k, item in enumerate(group))
     elif group[0][1][0] in starts:
         parsed = fmt.load()(paths[0], start=starts[group[0][1][0]])
+    elif fmt.name in BLOCK_FORMATS:     # DuckDB is loaded here: its reader is the faster one
+        parsed = fmt.load()(paths[0], block_size=block_size, engine="duckdb")
     else:
         parsed = fmt.load()(paths[0])
     reject_implausible_times(parsed)
@@ -489,6 +511,7 @@ def _ingest_unit(store: Store, fmt, group, summary: IngestSummary, strict: bool,
         raise
     resident.recorded(kept, rows)
     summary.formats[fmt.name] = summary.formats.get(fmt.name, 0) + len(group)
+    summary.warnings.extend(parsed.warnings)
     if forced:
         _warn_silent(paths, parsed, fmt.name, summary)
     return len(group)
@@ -538,7 +561,7 @@ def _warn_silent(paths: list[Path], parsed: Parsed, fmt_name: str, summary: Inge
             seen = f" (it looks like {sniff(p)})"
         except UnknownFormat:
             seen = ""
-        summary.warnings.append(f"{p}: nothing read as {fmt_name}{seen}; check --format, or ingest without it "
+        summary.warnings.append(f"{p}: nothing read as {fmt_name}{seen}; check --input-format, or ingest without it "
                                 "to detect the format")
 
 

@@ -102,7 +102,7 @@ def sync(store, st: State | None) -> None:
 
 def ledger(store, st: State | None) -> dict[tuple[str, int, int], dict[str, bool]]:
     """``(path, size, mtime_ns) -> {format: forced}`` of every file in ``ingested_files``: the
-    formats it was read as, each with whether ``--format`` forced it."""
+    formats it was read as, each with whether ``--input-format`` forced it."""
     if st is None:
         return _read_ledger(store)
     if st.ledger is None:
