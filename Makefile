@@ -1,12 +1,13 @@
-# kvtrace: `make demo` (ingest the sample week, print the token mix, write the JSON report)
-# and `make test` (the whole suite). Both create or reuse .venv.
+# kvtrace: `make demo` (ingest the sample week, print the token mix, write the JSON report),
+# `make test` (lint and the fast suite, a few minutes) and `make test-all` (lint and every test,
+# the slow end-to-end ones too: what CI runs). All create or reuse .venv.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 KV := $(VENV)/bin/kvtrace
 DEMO_DB := .cache/demo.duckdb
 
-.PHONY: demo test bench install tools clean
+.PHONY: demo lint test test-all bench install tools clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,7 +31,13 @@ demo: install
 	$(KV) report --db $(DEMO_DB) --ttl 5m,1h --format json --out kvtrace-report.json
 	@echo "wrote kvtrace-report.json"
 
-test: install
+lint: install
+	$(PY) -m ruff check kvtrace tests bench
+
+test: lint
+	$(PY) -m pytest -n 2 -m "not slow" tests
+
+test-all: lint
 	$(PY) -m pytest -n 2 tests
 
 bench: install

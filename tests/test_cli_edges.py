@@ -280,7 +280,7 @@ def test_report_out_says_what_it_wrote(warehouse, tmp_path):
     out = tmp_path / "r.md"
     r = runner.invoke(app, ["report", "--db", str(warehouse), "--format", "md", "-o", str(out)])
     assert r.exit_code == 0, r.output
-    assert f"wrote the md report (" in r.output and f") to {out}" in r.output
+    assert "wrote the md report (" in r.output and f") to {out}" in r.output
     assert out.stat().st_size > 0
 
 

@@ -238,8 +238,11 @@ def test_gzip_and_plain_files_give_the_same_rows(tmp_path):
     with gzip.open(tmp_path / "a.jsonl.gz", "wt") as fh:
         fh.write(text)
     a, b = parse(tmp_path / "a.jsonl"), parse(tmp_path / "a.jsonl.gz")
-    strip = lambda p: sorted((r | {"ingested_from": r["ingested_from"].rsplit(":", 1)[1]} for r in rows(p)),
-                             key=lambda r: r["request_key"])
+
+    def strip(p):
+        return sorted((r | {"ingested_from": r["ingested_from"].rsplit(":", 1)[1]} for r in rows(p)),
+                      key=lambda r: r["request_key"])
+
     assert strip(a) == strip(b) and len(strip(a)) == 5
 
 

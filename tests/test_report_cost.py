@@ -71,7 +71,7 @@ def test_cost_column_in_terminal_markdown_json_and_html(priced):
     render.render_markdown(d, md)
     text = md.getvalue()
     assert "| user | Requests | Total tokens | Read share | Cache write | Output | Hit ratio | Cost |" in text
-    assert f"| ann | 1 |" in text and f"${COST_A:,.2f} |" in text
+    assert "| ann | 1 |" in text and f"${COST_A:,.2f} |" in text
     assert "(+1 unpriced)" in text and "Cost at list prices (built-in price table)" in text
     assert "## By day (UTC)" in text
     from rich.console import Console

@@ -4,7 +4,6 @@ instead of printing zeros (``Total 0 │ 100%``) as if they were a measurement."
 from __future__ import annotations
 
 import json
-from datetime import datetime
 
 import pytest
 from typer.testing import CliRunner

@@ -3,7 +3,6 @@ chunk lives in one tier: spilled down on eviction, moved up to the GPU on a hit)
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from kvtrace.replay import replay

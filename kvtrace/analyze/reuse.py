@@ -166,7 +166,10 @@ def thread_summary(trace: BlockTrace, params: ReuseParams | None = None) -> dict
     order = np.lexsort((np.arange(len(thread)), thread))
     same = thread[order[1:]] == thread[order[:-1]]
     gaps = (t[order[1:]] - t[order[:-1]])[same] / 1e6
-    q = (lambda a, x: float(np.quantile(a, x)) if len(a) else None)
+
+    def q(a, x):
+        return float(np.quantile(a, x)) if len(a) else None
+
     top = tab.head(p.top_threads).drop("thread").to_dicts()
     return {
         "threads": tab.height,
