@@ -63,30 +63,33 @@ def working(description: str):
 
 class progress_bar:
     """``with progress_bar("replaying") as report:`` a bar with the step, elapsed time and an ETA
-    on stderr, ``report(fraction, step)`` moving it; ``report`` is None when stderr is not a
+    on stderr, ``report(done, step)`` moving it (``done`` out of ``total``; with ``count``, the
+    bar also shows the whole steps done, ``M/N``); ``report`` is None when stderr is not a
     terminal (nothing is shown, and the work need not measure its progress)."""
 
-    def __init__(self, description: str) -> None:
+    def __init__(self, description: str, total: float = 1.0, count: bool = False) -> None:
         from rich.console import Console
 
-        self.description, self.bar, self.task = description, None, None
+        self.description, self.total, self.bar, self.task = description, total, None, None
         console = Console(stderr=True)
         if console.is_terminal:
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                                       TimeRemainingColumn)
 
-            self.bar = Progress(TextColumn(description), TextColumn("[dim]{task.fields[step]}"), BarColumn(),
-                                TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(), TimeRemainingColumn(),
-                                console=console, transient=True)
+            columns = [TextColumn(description), TextColumn("[bold]{task.fields[step]}"), BarColumn()]
+            columns += [MofNCompleteColumn()] if count else []
+            columns += [TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(), TimeRemainingColumn()]
+            self.bar = Progress(*columns, console=console, transient=True)
 
     def __enter__(self):
         if self.bar is None:
             return None
         self.bar.__enter__()
-        self.task = self.bar.add_task(self.description, total=1.0, step="")
+        self.task = self.bar.add_task(self.description, total=self.total, step="")
         return self.report
 
-    def report(self, fraction: float, step: str = "") -> None:
-        self.bar.update(self.task, completed=fraction, step=step)
+    def report(self, done: float, step: str = "") -> None:
+        self.bar.update(self.task, completed=done, step=step)
 
     def __exit__(self, *exc) -> bool:
         if self.bar is not None:

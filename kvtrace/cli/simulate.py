@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvtrace.cli._options import DbOpt, KvDtypeOpt, ModelOpt, OutOpt, SinceOpt, UntilOpt, emit_text, guarded, model_option
+from kvtrace.cli._options import DbOpt, KvDtypeOpt, ModelOpt, OutOpt, SinceOpt, UntilOpt, emit_text, guarded, model_option, progress_bar
 from kvtrace.errors import ConfigError
 from kvtrace.replay.catalog import DTYPE_BYTES
 
@@ -117,7 +117,10 @@ def simulate(
         if ttft_p90 is not None:
             raise ConfigError("--ttft-p90 sizes a fleet", hint="use it with --nodes auto")
         target = None
-    with _Progress(len(sc.configs)) as progress:
+    names = [c.name for c in sc.configs]
+    with progress_bar("simulating", total=len(names), count=True) as report:
+        # a configuration's share of its simulated time, on a bar over the configurations
+        progress = (lambda name, share: report(names.index(name) + share, name)) if report else None
         res = run(sc, progress=progress, nodes=n_nodes, ttft_p90_s=target, jobs=jobs)
 
     def table(console):
@@ -159,38 +162,3 @@ def _emit(res: dict, format: str, out, table) -> None:
 
 def register(app: typer.Typer) -> None:
     app.command("simulate")(guarded(simulate))
-
-
-class _Progress:
-    """On a terminal (stderr), a bar over the configurations with the one running, moving with its
-    simulated time, elapsed time and an ETA; nothing elsewhere. Called as ``(name, share)``."""
-
-    def __init__(self, total: int) -> None:
-        from rich.console import Console
-
-        self.total, self.bar, self.task, self.names = total, None, None, []
-        console = Console(stderr=True)
-        if console.is_terminal:
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                                       TimeRemainingColumn)
-
-            self.bar = Progress(TextColumn("simulating [bold]{task.fields[config]}"), BarColumn(), MofNCompleteColumn(),
-                                TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(), TimeRemainingColumn(),
-                                console=console, transient=True)
-
-    def __enter__(self):
-        if self.bar is None:
-            return None
-        self.bar.__enter__()
-        self.task = self.bar.add_task("simulate", total=self.total, config="")
-        return self
-
-    def __call__(self, name: str, share: float) -> None:
-        if name not in self.names:
-            self.names.append(name)
-        self.bar.update(self.task, config=name, completed=len(self.names) - 1 + share)
-
-    def __exit__(self, *exc) -> bool:
-        if self.bar is not None:
-            self.bar.__exit__(*exc)
-        return False
