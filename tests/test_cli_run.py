@@ -123,7 +123,7 @@ def test_a_failed_forced_run_keeps_the_old_report(setup, monkeypatch):
     def broken(*a, **k):
         raise OSError("disk full")
 
-    monkeypatch.setattr("kvtrace.report.html.export_images", broken)
+    monkeypatch.setattr("kvtrace.report.output.export_images", broken)
     with pytest.raises(OSError, match="disk full"):
         run_profile(prof, at=at, force=True)
     assert (first.folder / "sentinel").read_text() == "old"

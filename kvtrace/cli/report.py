@@ -12,9 +12,6 @@ import typer
 from kvtrace.cli._options import DbOpt, InputFormatOpt, KvDtypeOpt, ModelOpt, OutOpt, SinceOpt, UntilOpt, guarded, model_option
 from kvtrace.errors import ConfigError, NoData
 
-FORMATS = ("table", "json", "md", "html", "png", "svg")
-IMAGE_FORMATS = ("png", "svg")
-
 
 def report(
     db: DbOpt = None,
@@ -49,6 +46,7 @@ def report(
     Example: kvtrace report --ttl 5m,1h --tier-ttl 1h --tiers seed-testbed --model MiniMax-M2.7:fp8
     """
     from kvtrace.report.build import ReportOptions, build_report
+    from kvtrace.report.output import FORMATS, IMAGE_FORMATS
     from kvtrace.units import parse_duration, parse_durations
     from kvtrace.store import open_store
 
@@ -78,53 +76,31 @@ def report(
     empty = rep.data["no_data"]
     if empty and strict:
         raise NoData(empty, hint="--strict asks for data; widen --since/--until or ingest more")
-    write_report(rep.data, format, out)
+    _write(rep.data, format, out)
     if empty and format not in IMAGE_FORMATS and (out is not None or format != "table"):   # said already
         typer.echo(empty, err=True)
 
 
-def write_report(data: dict, format: str, out) -> None:
-    """Render to ``out`` (a path) or stdout."""
-    from kvtrace.report import render
+def _write(data: dict, format: str, out) -> None:
+    """Render to ``out`` (a path; a folder for images) or stdout, and say what was written."""
+    from kvtrace.report.output import IMAGE_FORMATS, render_text, write_report
+    from kvtrace.report.render import render_terminal
+    from kvtrace.units import fmt_bytes
 
-    if format == "table" and out is None:
-        render.render_terminal(data)
+    if out is None:
+        if format == "table":
+            render_terminal(data)
+        else:
+            sys.stdout.write(render_text(data, format))
         return
+    written = write_report(data, format, out)
     if format in IMAGE_FORMATS:
-        from kvtrace.report.html import export_images
-
-        written = export_images(data, out, formats=(format,))
         if written:
             typer.echo(f"wrote {len(written)} charts to {out}/: " + ", ".join(p.name for p in written), err=True)
         else:
             typer.echo(f"no charts written to {out}/: the window has no requests", err=True)
         return
-    if format == "html":
-        from kvtrace.report.html import render_html
-
-        text = render_html(data)
-    else:
-        import io
-
-        buf = io.StringIO()
-        if format == "json":
-            render.render_json(data, buf)
-        elif format == "md":
-            render.render_markdown(data, buf)
-        else:
-            from rich.console import Console
-
-            render.render_terminal(data, Console(file=buf, width=120))
-        text = buf.getvalue()
-    if out is None:
-        sys.stdout.write(text)
-    else:
-        from kvtrace.report.files import write_atomic
-        from kvtrace.units import fmt_bytes
-
-        data = text.encode()
-        write_atomic(out, data)
-        typer.echo(f"wrote the {format} report ({fmt_bytes(len(data))}) to {out}", err=True)
+    typer.echo(f"wrote the {format} report ({fmt_bytes(written[0].stat().st_size)}) to {out}", err=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import io
 import json
 import os
 import shutil
@@ -81,31 +80,18 @@ def _report(store, profile: Profile, period: Period):
 
 
 def _write_outputs(data: dict, folder: Path, profile: Profile, period: Period, ingest: dict) -> list[Path]:
-    from kvtrace.report import render
+    from kvtrace.report.charts import build_charts
     from kvtrace.report.files import write_atomic
+    from kvtrace.report.output import write_report
     from kvtrace.schedule.index import summarize
 
-    written = []
     fmts = set(profile.formats)
-    charts = None
-    if fmts & {"html", "png", "svg"}:
-        from kvtrace.report.charts import build_charts
-
-        charts = build_charts(data)
-    if "html" in fmts:
-        from kvtrace.report.html import render_html
-
-        written.append(write_atomic(folder / "report.html", render_html(data, charts=charts).encode()))
-    for fmt, name, fn in (("json", "report.json", render.render_json), ("md", "report.md", render.render_markdown)):
+    charts = build_charts(data) if fmts & {"html", "png", "svg"} else None   # built once for all
+    written = []
+    for fmt, name in (("html", "report.html"), ("json", "report.json"), ("md", "report.md"),
+                      ("png", "charts"), ("svg", "charts")):
         if fmt in fmts:
-            buf = io.StringIO()
-            fn(data, buf)
-            written.append(write_atomic(folder / name, buf.getvalue().encode()))
-    images = [f for f in ("png", "svg") if f in fmts]
-    if images and charts:
-        from kvtrace.report.html import export_images
-
-        written += export_images(data, folder / "charts", formats=images, charts=charts)
+            written += write_report(data, fmt, folder / name, charts)
     since, until = period.iso()
     summary = {"profile": profile.name, "period": period.label, "since": since, "until": until,
                "window": profile.window, "generated_at": data["generated_at"],
