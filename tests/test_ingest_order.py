@@ -174,11 +174,40 @@ def test_a_sidechain_copy_under_its_own_request_id_folds_into_its_request_in_eve
     results = set()
     for order in itertools.permutations([event, main, side]):
         s = Store(memory=True)
+        summaries = []
         for row in order:
+            summaries.append(IngestSummary())
             with s.transaction():
-                _merge(s, parsed(row), IngestSummary())
+                _merge(s, parsed(row), summaries[-1])
         results.add(tuple(s.query(ROWS_SQL)))
+        # the counts add up: rows added less rows folded is what is stored, and none is negative
+        assert all(x.requests_added >= 0 and x.requests_folded >= 0 for x in summaries)
+        assert sum(x.requests_added - x.requests_folded for x in summaries) == 1
         s.close()
     assert len(results) == 1
     (rows,) = results
     assert len(rows) == 1
+
+
+def test_requests_that_only_share_their_counts_are_never_folded_together():
+    """Two requests of one session with the same prompt-side counts a minute apart, their events
+    without request ids: a transcript copy may be matched to either event by counts, but a match
+    by counts is a guess and links nothing: every order keeps two requests."""
+    from kvtrace.ingest.pipeline import IngestSummary, _merge
+    from tests.builders import parsed
+
+    common = dict(session_id="s", input_tokens=3, cache_read_tokens=1000)
+    ev1 = dict(common, ts=0, request_key="h1", source="otlp-log", output_tokens=5, user_id="u1",
+               cache_write_unknown_tokens=40)
+    ev2 = dict(ev1, ts=2, request_key="h2", output_tokens=9)
+    tx1 = dict(common, ts=1, request_key="req_1", request_id="req_1", message_id="msg_1", source="claude-transcript",
+               output_tokens=5, thread_id="main", cache_write_5m_tokens=40)
+    tx2 = dict(tx1, ts=3, request_key="req_2", request_id="req_2", message_id="msg_2", output_tokens=9)
+    for batches in ([[ev1, ev2], [tx1], [tx2]], [[tx1, tx2], [ev1, ev2]], [[ev1, ev2], [tx1, tx2]],
+                    [[tx1], [ev1, ev2], [tx2]]):
+        s = Store(memory=True)
+        for b in batches:
+            with s.transaction():
+                _merge(s, parsed(*b), IngestSummary())
+        assert s.scalar("SELECT count(*) FROM requests") == 2, batches
+        s.close()

@@ -63,7 +63,8 @@ def ingest(
         d = summary.to_dict()
         typer.echo(json.dumps({k: d[k] for k in ("files", "files_skipped", "files_resumed", "requests_added",
                                                  "metric_points_added",
-                                                 "block_requests_added", "duplicates_skipped", "lines_rejected",
+                                                 "block_requests_added", "duplicates_skipped", "requests_folded",
+                                                 "lines_rejected",
                                                  "unknown_records", "rejects", "skipped", "yielded_nothing", "warnings")}, indent=2))
     else:
         for line in summary.warnings:
@@ -117,6 +118,8 @@ def summary_line(summary) -> str:
     if summary.block_requests_added:
         parts.append(f"{summary.block_requests_added} block-trace requests added")
     parts.append(f"{summary.duplicates_skipped} duplicates skipped")
+    if summary.requests_folded:
+        parts.append(f"{summary.requests_folded} stored copies of another request merged into it")
     parts.append(f"{summary.lines_rejected} lines rejected")
     if unknown:
         top = sorted(unknown.items(), key=lambda kv: (-kv[1], kv[0]))

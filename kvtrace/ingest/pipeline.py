@@ -49,6 +49,9 @@ class IngestSummary:
     metric_points_added: int = 0
     block_requests_added: int = 0
     duplicates_skipped: int = 0
+    # stored rows that a new copy showed to be copies of another stored row, and merged into it
+    # (a sidechain replay under a request id of its own: see queries/ingest/merge_fold.sql)
+    requests_folded: int = 0
     lines_rejected: int = 0
     rejects: list[str] = field(default_factory=list)   # first MAX_REPORTED_REJECTS, "file:line: reason"
     unknown_records: dict[str, int] = field(default_factory=dict)
@@ -185,8 +188,9 @@ def _merge(store: Store, parsed: Parsed, summary: IngestSummary) -> None:
         try:
             n_in = table.num_rows
             if name == "requests":
-                added = _merge_requests(store, table, kept)
+                added, folded = _merge_requests(store, table, kept)
                 summary.requests_added += added
+                summary.requests_folded += folded
                 summary.duplicates_skipped += n_in - added
             else:
                 if name == "block_requests":
@@ -212,8 +216,9 @@ def _check_block_size(store: Store) -> None:
                                                      f"read it with --block-size {stored}")
 
 
-def _merge_requests(store: Store, table, kept: resident.State | None) -> int:
-    """Merge the requests registered as ``staged_in``; returns how many rows the table gained.
+def _merge_requests(store: Store, table, kept: resident.State | None) -> tuple[int, int]:
+    """Merge the requests registered as ``staged_in``; returns how many of them became rows of
+    their own, and how many stored rows were folded into another (see :func:`_fold_copies`).
 
     An INSERT's or CREATE TABLE AS's result is its row count, so a batch that matches no stored
     row (new sessions: the common case) costs two statements: ingest/merge_match and one INSERT,
@@ -221,28 +226,30 @@ def _merge_requests(store: Store, table, kept: resident.State | None) -> int:
     """
     staged = _stage_unique(store, table)
     hashes = resident.key_hashes(table) if kept is not None else None
+    folded = 0
     if resident.may_match(store, kept, hashes) and store.scalar(
             "CREATE OR REPLACE TEMP VIEW staged AS SELECT * FROM " + staged + ";\n" + load_query("ingest/merge_match").sql):
         before = store.scalar("SELECT count(*) FROM requests")
         store.run(load_query("ingest/merge_requests").sql)
-        _fold_copies(store)
-        added = store.scalar("SELECT count(*) FROM requests") - before
+        folded = _fold_copies(store)
+        change = store.scalar("SELECT count(*) FROM requests") - before
     else:
-        added = store.scalar(f"INSERT INTO requests BY NAME SELECT * FROM {staged}")
-    resident.merged(kept, hashes, added)
-    return added
+        change = store.scalar(f"INSERT INTO requests BY NAME SELECT * FROM {staged}")
+    resident.merged(kept, hashes, change)
+    return change + folded, folded
 
 
-def _fold_copies(store: Store) -> None:
+def _fold_copies(store: Store) -> int:
     """Stored rows that the merge showed to be copies of one request (ingest/merge_fold) become
     one: the second-ranked row of each group is taken out and merged again as a staged copy,
-    until none is left (each round removes a row, so this ends)."""
+    until none is left (each round removes a row, so this ends). Returns the rows folded."""
     if not store.scalar(load_query("ingest/merge_fold").sql):
-        return
+        return 0
     copies = store.con.sql("SELECT * FROM requests WHERE request_key IN (SELECT request_key FROM fold_out)").to_arrow_table()
     store.run("DELETE FROM requests WHERE request_key IN (SELECT request_key FROM fold_out)")
     store.con.register("staged_in", copies)
-    _merge_requests(store, copies, None)
+    added, folded = _merge_requests(store, copies, None)
+    return copies.num_rows - added + folded     # the copies that merged, and what folding them folded
 
 
 # Up to this many staged rows, uniqueness is checked in Python: a statement costs more.
