@@ -85,11 +85,14 @@ def test_two_consecutive_periods_make_two_folders_and_an_index_with_changes(setu
 def test_a_profile_time_zone_sets_the_period_and_the_report_days(setup):
     tmp, prof = setup
     prof.write_text(prof.read_text().replace('period = "last 1d"', 'period = "last 1d"\ntimezone = "America/New_York"'))
-    r = run(prof, "--at", "2026-11-04T00:15", "--json")    # 19:15 on 3 Nov in New York
+    r = run(prof, "--at", "2026-11-04T00:15Z", "--json")   # 19:15 on 3 Nov in New York
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["period"] == "2026-11-02"
     rep = json.loads((tmp / "out" / "nightly" / "2026-11-02" / "report.json").read_text())
     assert (rep["window"]["since"], rep["window"]["until"]) == ("2026-11-02T05:00:00Z", "2026-11-03T05:00:00Z")
+    r = run(prof, "--at", "2026-11-04T00:15", "--json")    # no offset: New York's 00:15
+    assert r.exit_code == 0, r.output
+    assert (json.loads(r.output)["period"], json.loads(r.output)["since"]) == ("2026-11-03", "2026-11-03T05:00:00Z")
     assert rep["window"]["timezone"] == "America/New_York"
 
 

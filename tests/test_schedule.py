@@ -62,8 +62,9 @@ def test_periods_are_complete_and_follow_each_other(at, window):
     ("last 1d", datetime(2026, 11, 2, 12), "2026-11-01", datetime(2026, 11, 1, 4), datetime(2026, 11, 2, 5)),
     ("calendar week", AT, "2026-W44", datetime(2026, 10, 25, 23), datetime(2026, 11, 1, 23)),
     ("calendar month", AT, "2026-10", datetime(2026, 9, 30, 22), datetime(2026, 10, 31, 23)),
-    ("last 1h", AT, "2026-11-03T00", datetime(2026, 11, 2, 23), datetime(2026, 11, 3)),
-    ("last 6h", AT, "2026-11-02T19--2026-11-03T00", datetime(2026, 11, 2, 18), datetime(2026, 11, 3)),
+    # hours are UTC hours, named in UTC, in any zone
+    ("last 1h", AT, "2026-11-02T23", datetime(2026, 11, 2, 23), datetime(2026, 11, 3)),
+    ("last 6h", AT, "2026-11-02T18--2026-11-02T23", datetime(2026, 11, 2, 18), datetime(2026, 11, 3)),
 ])
 def test_periods_start_at_local_midnight_in_the_profile_zone(window, at, label, start, end):
     tz = "America/New_York" if at != AT else "Europe/Berlin"
@@ -85,6 +86,34 @@ def test_local_periods_are_complete_and_follow_each_other(at, window, tz):
     nxt = period_for(window, p.end + later, tz)
     assert nxt.start == p.end and nxt.label != p.label
     assert period_for(window, p.end, tz) == p
+
+
+@pytest.mark.parametrize("tz, at", [("America/New_York", datetime(2026, 11, 1, 6, 10)),
+                                   ("Australia/Lord_Howe", datetime(2026, 4, 4, 14, 10))])
+def test_hour_windows_neither_repeat_nor_skip_an_hour_when_the_clock_changes(tz, at):
+    hours = [period_for("last 1h", at + timedelta(minutes=20 * k), tz) for k in range(12)]
+    distinct = list(dict.fromkeys(hours))
+    assert all(b.start == a.end for a, b in zip(distinct, distinct[1:]))
+    assert len({p.label for p in distinct}) == len(distinct)
+
+
+def test_a_cron_slot_repeated_by_the_clock_change_runs_its_period_once(tmp_path):
+    """01:30 in New York happens twice on 1 Nov 2026: the second slot's period is the first's."""
+    p = profile_from_dict({"window": {"period": "last 1d", "timezone": "America/New_York"},
+                           "schedule": {"cron": "30 1 * * *"}, "output": {"root": str(tmp_path)}}, name="ny")
+    clock = [datetime(2026, 11, 1, 5, 0)]
+    runs, events = [], []
+
+    def fake_run(profile, at, **kw):
+        runs.append(at)
+        return at
+
+    def sleep(seconds):
+        clock[0] += timedelta(seconds=max(seconds, 1))
+
+    schedule([p], run=fake_run, now=lambda: clock[0], sleep=sleep, max_runs=3,
+             on_event=lambda kind, prof, slot, res: events.append((kind, slot)))
+    assert [period_for(p.window, at, p.timezone).label for at in runs] == ["2026-10-30", "2026-10-31", "2026-11-01"]
 
 
 def test_cron_is_read_in_the_profile_zone():

@@ -11,7 +11,7 @@ import typer
 from kvtrace.cli._options import guarded
 
 AtOpt = Annotated[Optional[str], typer.Option(
-    "--at", help="Run as if it were this time (ISO, UTC), or a span back from now (1d): reports the period before it.")]
+    "--at", help="Run as if it were this time (ISO; without an offset, in the profile's time zone), or a span back from now (1d): reports the period before it.")]
 ProfileDbOpt = Annotated[Optional[Path], typer.Option(
     "--db", help="Warehouse file; overrides the profile's inputs.warehouse.", show_default=False)]
 OutRootOpt = Annotated[Optional[Path], typer.Option(
@@ -44,7 +44,7 @@ def run(
     from kvtrace.schedule.scheduler import utcnow
 
     prof = load_profile(profile)
-    when = parse_instant(at, utcnow()) if at else None
+    when = parse_instant(at, utcnow(), prof.timezone) if at else None   # without an offset: the profile's zone
     res = run_profile(prof, at=when, force=force, warehouse=db, output_root=out_root, write_empty=write_empty)
     if as_json:
         typer.echo(json.dumps({"profile": res.profile, "period": res.period.label, "since": res.period.iso()[0],

@@ -4,7 +4,8 @@ A run at time *T* reports the last *complete* period before *T*, so a run at 00:
 yesterday, and a late or repeated run of the same schedule slot reports the same period (and
 finds its folder already there). Periods are UTC unless the profile names a time zone
 (``[window] timezone``): then days, weeks and months start at local midnight there, and the
-period's bounds are those local instants in UTC (a day may last 23 or 25 hours).
+period's bounds are those local instants in UTC (a day may last 23 or 25 hours). Hour windows
+are UTC hours in any zone (a clock change would repeat or skip a local hour), named in UTC.
 
 =================  =====================================  ======================
 window             period for a run at 2026-11-03 00:15   folder
@@ -56,19 +57,14 @@ def check_window(window: str) -> str:
 
 def period_for(window: str, at: datetime, tz: str = "UTC") -> Period:
     """The last complete period of ``window`` before ``at`` (naive means UTC), with day, week and
-    month boundaries at midnight in the IANA zone ``tz``."""
+    month boundaries at midnight in the IANA zone ``tz`` (hour windows: UTC hours)."""
     zone = ZoneInfo(tz)
     w = check_window(window)
-    aware = (at.replace(tzinfo=timezone.utc) if at.tzinfo is None else at).astimezone(zone)
+    utc = at.astimezone(timezone.utc).replace(tzinfo=None) if at.tzinfo else at
     m = _LAST.match(w)
-    if m and m.group(2) == "h":      # hours are counted as elapsed time, so a clock change cannot repeat one
-        n = int(m.group(1))
-        end = aware.replace(minute=0, second=0, microsecond=0).astimezone(timezone.utc)
-        start = end - timedelta(hours=n)
-        first, last = (t.astimezone(zone) for t in (start, end - timedelta(hours=1)))
-        label = f"{first:%Y-%m-%dT%H}" if n == 1 else f"{first:%Y-%m-%dT%H}--{last:%Y-%m-%dT%H}"
-        return Period(label, start.replace(tzinfo=None), end.replace(tzinfo=None))
-    label, start, end = _local_period(w, aware.replace(tzinfo=None))
+    if m and m.group(2) == "h":      # UTC hours: a clock change can neither repeat nor skip one
+        return Period(*_period(w, utc))
+    label, start, end = _period(w, utc.replace(tzinfo=timezone.utc).astimezone(zone).replace(tzinfo=None))
     return Period(label, _utc(start, zone), _utc(end, zone))
 
 
@@ -77,17 +73,23 @@ def _utc(local: datetime, zone) -> datetime:
     return local.replace(tzinfo=zone, fold=0).astimezone(timezone.utc).replace(tzinfo=None)
 
 
-def _local_period(w: str, at: datetime) -> tuple[str, datetime, datetime]:
+def _period(w: str, at: datetime) -> tuple[str, datetime, datetime]:
     day = at.replace(hour=0, minute=0, second=0, microsecond=0)
     if w == "calendar day":
         w = "last 1d"
     m = _LAST.match(w)
-    if m:                                                  # last N days
+    if m and m.group(2) == "d":
         n = int(m.group(1))
         end = day
         start = end - timedelta(days=n)
         last = end - timedelta(days=1)
         return (start.strftime("%Y-%m-%d") if n == 1 else f"{start:%Y-%m-%d}--{last:%Y-%m-%d}"), start, end
+    if m:                                                  # last N hours
+        n = int(m.group(1))
+        end = at.replace(minute=0, second=0, microsecond=0)
+        start = end - timedelta(hours=n)
+        last = end - timedelta(hours=1)
+        return (start.strftime("%Y-%m-%dT%H") if n == 1 else f"{start:%Y-%m-%dT%H}--{last:%Y-%m-%dT%H}"), start, end
     if w == "calendar week":
         end = day - timedelta(days=day.weekday())          # this week's Monday
         start = end - timedelta(days=7)

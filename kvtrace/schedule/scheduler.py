@@ -77,6 +77,7 @@ def schedule(profiles: list[Profile], *, run: Callable | None = None, now: Calla
         if not p.cron:
             raise ConfigError(f"profile '{p.name}' has no [schedule] cron", hint="add e.g. cron = \"15 0 * * *\"")
     done: dict[str, datetime | None] = {p.name: None for p in profiles}
+    ran: dict[str, str] = {}         # the period each profile last ran for
     emit = on_event or (lambda *a: None)
     started = 0
     while True:
@@ -85,6 +86,10 @@ def schedule(profiles: list[Profile], *, run: Callable | None = None, now: Calla
             slot = latest_slot(p.cron, t, p.timezone)
             if done[p.name] is not None and slot <= done[p.name]:
                 continue
+            period = period_for(p.window, slot, p.timezone).label
+            if ran.get(p.name) == period:    # a local time the clock change repeats: its period is done
+                done[p.name] = slot
+                continue
             if done[p.name] is None:
                 folder = period_folder(p, period_for(p.window, slot, p.timezone), run_kwargs.get("output_root"))
                 if folder.exists():          # start-up: this slot's period was already reported
@@ -92,6 +97,7 @@ def schedule(profiles: list[Profile], *, run: Callable | None = None, now: Calla
                     emit("skipped", p, slot, folder)
                     continue
             done[p.name] = slot              # mark first: a failing run is not retried every second
+            ran[p.name] = period
             started += 1
             try:
                 emit("ran", p, slot, run(p, at=slot, **run_kwargs))
