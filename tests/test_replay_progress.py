@@ -32,3 +32,21 @@ def test_progress_rises_to_one_through_the_steps_and_changes_nothing(trace, engi
     assert fractions == sorted(fractions) and 0 <= fractions[0] < 0.6 and fractions[-1] == 1.0
     steps = list(dict.fromkeys(s for _, s in seen if s != "distances"))
     assert steps == (["grid", "tiers", "ttft", "capacity", "done"] if with_tiers else ["grid", "capacity", "done"])
+
+
+def test_an_interrupted_watcher_stops_the_kernel_before_it_returns():
+    """Ctrl-C (here: an error in the progress callback) while a compiled kernel runs in its thread:
+    the kernel is asked to stop and waited for, so no kernel outlives its replay."""
+    import threading
+
+    from bench.bench_replay import make_fleet
+    from kvtrace.replay.distances import NO_TTL, compute_distances
+
+    fleet = make_fleet(300_000)
+
+    def interrupt(_share):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        compute_distances(fleet, [NO_TTL], engine="numba", on_progress=interrupt)
+    assert not [t for t in threading.enumerate() if t.name == "kvtrace-replay-kernel"]

@@ -41,12 +41,17 @@ def test_each_condition_and_none_for_a_sound_trace():
     assert sizing_warnings(_trace(0, 0, None), [0.0]) == []
 
 
-def _sessions(lifetime_min: int | None, hours: float = 6.0) -> BlockTrace:
-    """A session starts every 5 minutes and sends a request a minute, its prompt one block longer
-    each time; it ends after ``lifetime_min`` minutes (None: it never ends, so the number of live
-    sessions, and the working set with them, grows to the end of the trace)."""
+def _sessions(lifetime_min: int | None, hours: float = 6.0, every: int | None = None) -> BlockTrace:
+    """A session starts every 5 minutes (``every(minute)``: the minutes between starts from then)
+    and sends a request a minute, its prompt one block longer each time; it ends after
+    ``lifetime_min`` minutes (None: it never ends, so the number of live sessions, and the
+    working set with them, grows to the end of the trace)."""
     rows = []
-    for start in range(0, int(hours * 60), 5):
+    starts, m = [], 0
+    while m < int(hours * 60):
+        starts.append(m)
+        m += 5 if every is None else every(m)
+    for start in starts:
         end = int(hours * 60) if lifetime_min is None else min(int(hours * 60), start + lifetime_min)
         for m in range(start, end):
             rows.append((m * 60.0 + start / 100, start, [start * 10_000 + k for k in range(m - start + 1)]))
@@ -62,6 +67,9 @@ def test_a_working_set_still_rising_at_the_end_is_said_and_a_settled_one_is_not(
     assert len(rising) == 1 and rising[0].startswith("The working set was still rising when the trace ended, at 5m (+")
     assert "1h (+" in rising[0]
     assert sizing_warnings(_sessions(30), [300, 3600]) == []
+    # a day's load: sessions start more and more often until midday, then less and less often
+    day = _sessions(30, hours=12, every=lambda m: 1 + abs(m - 360) // 40)
+    assert sizing_warnings(day, [300, 3600]) == []
 
 
 @pytest.mark.parametrize("engine", ["numpy", "numba", "blocks"])

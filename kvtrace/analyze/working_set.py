@@ -24,7 +24,7 @@ SERIES_POINTS = 240
 MIN_SESSIONS = 10
 MIN_REQUESTS = 100        # block traces without sessions
 # Whether the working set settled: its peak per equal span of the trace's time, and the rise of
-# the later half's peak over the earlier half's (after the first TTL, while it fills) that says
+# the last quarter's peak over the first half's (after the first TTL, while it fills) that says
 # it was still growing when the trace ended.
 TIME_BUCKETS = 64
 STILL_RISING = 1.25
@@ -46,13 +46,15 @@ def peak_by_time(trace: BlockTrace, ttl_s: float | None) -> np.ndarray:
 
 
 def still_rising(peaks: np.ndarray, span_us: int, ttl_us: int) -> float | None:
-    """The later half's peak over the earlier half's, after the first ``ttl_us`` (the fill), when
-    it is more than ``STILL_RISING``; None when the working set settled or the spans are too few."""
+    """The last quarter's peak over the first half's, after the first ``ttl_us`` (the fill), when
+    it is more than ``STILL_RISING``: the working set was still growing at the end (a load that
+    rises and falls within the trace, as a day's does, has its peak in the middle, and passes).
+    None when it settled or the spans are too few."""
     width = (span_us + 1) / len(peaks)
     rest = peaks[int(np.ceil(ttl_us / width)):]
     if len(rest) < 4:
         return None
-    early, late = int(rest[: len(rest) // 2].max()), int(rest[len(rest) // 2:].max())
+    early, late = int(rest[: len(rest) // 2].max()), int(rest[len(rest) - len(rest) // 4:].max())
     return late / early if early > 0 and late > STILL_RISING * early else None
 
 
@@ -108,7 +110,7 @@ def sizing_warnings(trace: BlockTrace, ttls: list[float | None],
             rising.append(f"{fmt_duration(ttl)} (+{ratio - 1:.0%})")
     if rising:
         out.append(f"The working set was still rising when the trace ended, at {', '.join(rising)}: the peak "
-                   f"in the later half of the trace, after the first TTL, exceeds the earlier half's; the "
+                   f"in the last quarter of the trace exceeds the first half's (after the first TTL); the "
                    f"capacity for a longer run may be larger.")
     return out
 

@@ -122,7 +122,7 @@ def compute_distances(trace: BlockTrace, ttls_us: list[int], engine: str = "auto
         engine = "blocks"
     from kvtrace.replay import kernel
     ids, n_ids = dense_ids(trace.hash_ids)
-    done = np.zeros(1, dtype=np.int64)
+    done = np.zeros(2, dtype=np.int64)       # requests done; a stop request (see _watched)
     if engine == "numba":
         res = _watched(lambda: kernel.run_fast(t, trace.offsets, ids, n_ids, ttls, keep, done), done,
                        trace.n_requests, on_progress)
@@ -138,7 +138,8 @@ def compute_distances(trace: BlockTrace, ttls_us: list[int], engine: str = "auto
 def _watched(run, done: np.ndarray, n: int, on_progress):
     """``run()``, a compiled kernel that keeps ``done[0]`` at the requests it has done; with
     ``on_progress``, run in a thread (the kernels release the GIL) while this one reports the
-    fraction done a few times a second."""
+    fraction done a few times a second. If this thread is interrupted, ``done[1]`` asks the
+    kernel to stop, and it is waited for: no kernel outlives its replay."""
     if on_progress is None:
         return run()
     import threading
@@ -153,9 +154,14 @@ def _watched(run, done: np.ndarray, n: int, on_progress):
 
     worker = threading.Thread(target=target, name="kvtrace-replay-kernel", daemon=True)
     worker.start()
-    while worker.is_alive():
-        on_progress(min(1.0, int(done[0]) / max(n, 1)))
-        worker.join(0.2)
+    try:
+        while worker.is_alive():
+            on_progress(min(1.0, int(done[0]) / max(n, 1)))
+            worker.join(0.2)
+    finally:
+        if worker.is_alive():     # Ctrl-C or an error here: the kernel stops at its next request
+            done[1] = 1
+            worker.join()
     if "error" in out:
         raise out["error"]
     return out["result"]

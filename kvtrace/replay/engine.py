@@ -154,7 +154,7 @@ class _Steps:
     SHARES = {"distances": 0.57, "grid": 0.04, "tiers": 0.24, "ttft": 0.15, "capacity": 0.02}
 
     def __init__(self, progress, tiers: bool, ttft: bool) -> None:
-        self.progress = progress
+        self.progress, self.done = progress, 0.0
         names = [n for n in self.SHARES if (n != "tiers" or tiers) and (n != "ttft" or ttft)]
         total = sum(self.SHARES[n] for n in names)
         self.start, acc = {}, 0.0
@@ -166,7 +166,9 @@ class _Steps:
 
     def at(self, step: str, fraction: float = 0.0) -> None:
         if self.progress is not None:
-            self.progress(self.start[step] + self.width.get(step, 0.0) * fraction, step)
+            # never backwards (a kernel that finds the trace not prefix-closed starts again)
+            self.done = max(self.done, self.start[step] + self.width.get(step, 0.0) * fraction)
+            self.progress(self.done, step)
 
     def within(self, step: str):
         return lambda fraction: self.at(step, fraction)

@@ -75,6 +75,8 @@ def _runs_kernel(t, offsets, ids, n_ids, ttls, keep, live, peak, done):  # pragm
     span = t[n - 1] - t[0] + 1 if n else 1
     for i in range(n):
         done[0] = i                        # requests done so far, read by a watching thread
+        if done[1]:                        # the watcher asks it to stop (Ctrl-C, a cancelled command)
+            return False, R, r_req, r_first, r_len, r_src, r_d
         b = (t[i] - t[0]) * NB // span     # the time bucket of the peaks
         a = offsets[i]
         m = offsets[i + 1] - a
@@ -167,6 +169,8 @@ def _blocks_kernel(t, offsets, ids, n_ids, ttls, keep, live, peak, unique,
     span = t[n - 1] - t[0] + 1 if n else 1
     for i in range(n):
         done[0] = i
+        if done[1]:
+            return R
         b = (t[i] - t[0]) * NB // span
         a = offsets[i]
         m = offsets[i + 1] - a
@@ -246,8 +250,9 @@ def _keep_rows(ttls, keep):
 
 
 def run_fast(t, offsets, ids, n_ids, ttls, keep, done) -> Distances | None:
-    """The run kernel; None if the trace turns out not to be prefix-closed. ``done``: a one-item
-    int64 array the kernel keeps at the number of requests it has done."""
+    """The run kernel; None if the trace turns out not to be prefix-closed. ``done``: an int64
+    pair: the kernel keeps ``done[0]`` at the requests it has done, and stops when ``done[1]`` is
+    set (what it returns then is not used)."""
     n = len(offsets) - 1
     rows, kept = _keep_rows(ttls, keep)
     live = np.zeros((len(kept), n), dtype=np.int32)

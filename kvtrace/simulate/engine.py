@@ -924,7 +924,7 @@ class Fleet:
                 fn(t, *args)
                 self._prev_t = t
                 if on_progress is not None and t >= report_at:
-                    on_progress(min(1.0, t / duration_s))
+                    on_progress(min(1.0, t / duration_s) if duration_s > 0 else 1.0)
                     report_at = t + duration_s / 500
                 continue
             if node is None or t_node >= duration_s:
