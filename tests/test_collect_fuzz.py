@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from kvtrace.collect import segments
-from tests.test_collect_support import Connection, api_request_json, logs_request_json, logs_request_pb, running_collector
+from tests.collect_support import Connection, api_request_json, logs_request_json, logs_request_pb, running_collector
 
 N_PAYLOADS = 10_000
 ALLOWED = {200, 400, 404, 405, 413, 415, 503}

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from kvtrace.collect import otlp, segments
 from kvtrace.collect.pbjson import protobuf_to_json_line
-from tests.test_collect_support import api_request_json, gzip_bomb, logs_request_json, logs_request_pb
+from tests.collect_support import api_request_json, gzip_bomb, logs_request_json, logs_request_pb
 
 LOGS = otlp.SIGNALS["logs"]
 
