@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
-from pathlib import Path
-
 import numpy as np
 import orjson
 import pytest
@@ -14,27 +11,8 @@ from kvtrace.analyze.load import load_block_trace, read_block_trace
 from kvtrace.analyze.ttl import hit_ratios
 from kvtrace.ingest.block_hash import parse_bailian, parse_mooncake, trace_name
 from kvtrace.ingest.formats import block_hash_format as sniff
+from tests.block_trace_files import BAILIAN_LINES, write_lines
 from tests.paths import CONVERSATION, SYNTHETIC, raw
-
-BAILIAN_LINES = [
-    {"chat_id": 1, "parent_chat_id": -1, "timestamp": 0.5, "input_length": 40, "output_length": 7,
-     "type": "text", "turn": 1, "hash_ids": [10, 11, 12]},
-    {"chat_id": 2, "parent_chat_id": -1, "timestamp": 1.25, "input_length": 20, "output_length": 3,
-     "type": "search", "turn": 1, "hash_ids": [20, 21]},
-    {"chat_id": 3, "parent_chat_id": 1, "timestamp": 61.0, "input_length": 70, "output_length": 9,
-     "type": "text", "turn": 2, "hash_ids": [10, 11, 12, 13, 14]},
-    {"chat_id": 4, "parent_chat_id": 3, "timestamp": 90.0, "input_length": 90, "output_length": 9,
-     "type": "text", "turn": 3, "hash_ids": [10, 11, 12, 13, 14, 15]},
-]
-
-
-def _write(path: Path, lines: list, raw: bool = False) -> Path:
-    data = "\n".join(x if raw else orjson.dumps(x).decode() for x in lines) + "\n"
-    if path.name.endswith(".gz"):
-        path.write_bytes(gzip.compress(data.encode(), mtime=0))
-    else:
-        path.write_text(data)
-    return path
 
 
 @pytest.mark.parametrize("path, rows", [(CONVERSATION, 12031), (SYNTHETIC, 3993)])
@@ -53,14 +31,14 @@ def test_mooncake_real_traces(path, rows):
 
 
 def test_mooncake_timestamps_are_milliseconds_from_the_epoch(tmp_path):
-    f = _write(tmp_path / "t.jsonl", [{"timestamp": 1500, "input_length": 10, "output_length": 1, "hash_ids": [1]}])
+    f = write_lines(tmp_path / "t.jsonl", [{"timestamp": 1500, "input_length": 10, "output_length": 1, "hash_ids": [1]}])
     ts = parse_mooncake(f, block_size=16).block_requests.column("ts")[0].as_py()
     assert ts.isoformat() == "1970-01-01T00:00:01.500000"
 
 
 def test_bad_lines_are_rejected_with_line_numbers(tmp_path):
     good = {"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}
-    f = _write(tmp_path / "bad.jsonl", [
+    f = write_lines(tmp_path / "bad.jsonl", [
         orjson.dumps(good).decode(), "",
         '{"timestamp": 5, "input_length": "12", "output_length": 1, "hash_ids": [1, 2]}',
         '{"timestamp": 7, "input_length": 12, "hash_ids": [1, 2]}',
@@ -77,14 +55,14 @@ def test_bad_lines_are_rejected_with_line_numbers(tmp_path):
 
 def test_blank_lines_keep_line_numbers_on_the_fast_path(tmp_path):
     rec = {"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}
-    f = _write(tmp_path / "gaps.jsonl", [orjson.dumps(rec).decode(), "", "  ", orjson.dumps(rec).decode()], raw=True)
+    f = write_lines(tmp_path / "gaps.jsonl", [orjson.dumps(rec).decode(), "", "  ", orjson.dumps(rec).decode()], raw=True)
     p = parse_mooncake(f)
     assert not p.rejects
     assert [x.rsplit(":", 1)[1] for x in p.block_requests.column("ingested_from").to_pylist()] == ["1", "4"]
 
 
 def test_bailian(tmp_path):
-    f = _write(tmp_path / "qwen_traceA_blksz_16.jsonl.gz", BAILIAN_LINES)
+    f = write_lines(tmp_path / "qwen_traceA_blksz_16.jsonl.gz", BAILIAN_LINES)
     p = parse_bailian(f)
     t = p.block_requests
     assert t.num_rows == 4 and not p.rejects
@@ -118,7 +96,7 @@ def test_export_round_trips_a_mooncake_trace(tmp_path):
 
 
 def test_export_of_a_derived_trace_is_a_valid_mooncake_trace(tmp_path):
-    from tests.test_chains import frame
+    from tests.chain_frames import frame
     from kvtrace.analyze.chains import ChainParams, derive_chains
 
     tr = derive_chains(frame(dict(t=100, read=0, write=1000), dict(t=100.5, read=1000, write=250),
@@ -145,7 +123,7 @@ def test_ingest_then_load_from_the_warehouse(store, tmp_path):
     s1 = ingest(store, [src])
     assert s1.block_requests_added == 3993
     assert ingest(store, [src], force=True).block_requests_added == 0          # idempotent
-    bailian = _write(tmp_path / "b.jsonl", BAILIAN_LINES)
+    bailian = write_lines(tmp_path / "b.jsonl", BAILIAN_LINES)
     ingest(store, [bailian])
     with pytest.raises(Exception, match="block sizes"):
         load_block_trace(store)

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from kvtrace.cli import app
 from kvtrace.store import Store
-from tests.test_collect_support import api_request_json, logs_request_json, post, running_collector
+from tests.collect_support import api_request_json, logs_request_json, post, running_collector
 
 REPO = Path(__file__).resolve().parents[1]
 JSON = {"content-type": "application/json"}

@@ -10,7 +10,7 @@ from pathlib import Path
 import typer.main
 
 from kvtrace.cli import app
-from tests.test_collect_support import running_collector
+from tests.collect_support import running_collector
 
 COLLECTORS = Path(__file__).resolve().parents[1] / "collectors"
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from kvtrace.store import Store
-from tests.test_collect_support import TOKEN_KEYS, post
+from tests.collect_support import TOKEN_KEYS, post
 
 pytest.importorskip("kvtrace.ingest.otlp_json")
 

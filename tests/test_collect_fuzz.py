@@ -17,7 +17,8 @@ import orjson
 import pytest
 
 from kvtrace.collect import segments
-from tests.test_collect_support import Connection, api_request_json, logs_request_json, logs_request_pb, running_collector
+from tests.collect_support import (Connection, api_request_json, logs_request_json, logs_request_pb, running_collector,
+                                   sdk_payloads)
 
 N_PAYLOADS = 10_000
 ALLOWED = {200, 400, 404, 405, 413, 415, 503}
@@ -27,8 +28,6 @@ TYPES = ["application/json"] * 5 + ["application/x-protobuf"] * 5 + [
 
 
 def _seeds() -> list[bytes]:
-    from tests.test_collect_wire import _sdk_payloads
-
     recs = [api_request_json(f"req_f{i}", (i, 2 * i, 3 * i, 4 * i), as_string=i % 2 == 0) for i in range(4)]
     out = [orjson.dumps(logs_request_json(recs)),
            orjson.dumps({"resourceMetrics": [{"scopeMetrics": [{"metrics": [{"name": "claude_code.token.usage",
@@ -36,7 +35,7 @@ def _seeds() -> list[bytes]:
            orjson.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "00" * 16, "spanId": "11" * 8,
                                                                        "name": "s"}]}]}]}),
            logs_request_pb([("req_p1", (1, 2, 3, 4)), ("req_p2", (5, 6, 7, 8))]).SerializeToString()]
-    out += list(_sdk_payloads().values())
+    out += list(sdk_payloads().values())
     return out
 
 

@@ -12,7 +12,7 @@ import pytest
 from kvtrace.collect import otlp, segments
 from kvtrace.collect.config import CollectorConfig
 from kvtrace.errors import ConfigError
-from tests.test_collect_support import (api_request_json, gzip_bomb, logs_request_json, logs_request_pb, post,
+from tests.collect_support import (api_request_json, gzip_bomb, logs_request_json, logs_request_pb, post,
                                         running_collector)
 
 JSON = {"content-type": "application/json"}

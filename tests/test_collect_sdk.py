@@ -14,7 +14,7 @@ import pytest
 import requests
 
 from kvtrace.store import Store
-from tests.test_collect_support import TOKEN_KEYS, random_tokens, running_collector
+from tests.collect_support import TOKEN_KEYS, random_tokens, running_collector
 
 pytest.importorskip("kvtrace.ingest.otlp_json")   # the ingest side of the round trip
 

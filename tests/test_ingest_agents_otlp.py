@@ -8,7 +8,6 @@ check is per request and exact. Variants (clips, bad counts) are edits of the re
 from __future__ import annotations
 
 import datetime as dt
-import gzip
 import json
 from collections import Counter
 from pathlib import Path
@@ -18,26 +17,13 @@ import pytest
 from kvtrace.ingest import ingest
 from kvtrace.ingest.otlp_json import parse, parse_lines
 
-FIX = Path(__file__).parent / "fixtures"
-CODEX = sorted(p.parent for p in (FIX / "codex").glob("*/expected.json"))
-GEMINI = sorted(p.parent for p in (FIX / "gemini").glob("*/expected.json"))
-GENAI = FIX / "genai" / "spans"
+from tests.agent_exports import CODEX, FIX, GEMINI, GENAI, lines, signal
+
 BUCKETS = ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")
 
 
 def expected(d: Path) -> dict:
     return json.loads((d / "expected.json").read_text())
-
-
-def signal(d: Path, name: str) -> Path:
-    plain = d / f"{name}.jsonl"
-    return plain if plain.exists() else d / f"{name}.jsonl.gz"
-
-
-def lines(d: Path, name: str) -> list[bytes]:
-    data = signal(d, name).read_bytes()
-    data = gzip.decompress(data) if signal(d, name).name.endswith(".gz") else data
-    return [x for x in data.splitlines() if x.strip()]
 
 
 def buckets(r: dict) -> tuple[int, int, int, int]:

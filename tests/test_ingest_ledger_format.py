@@ -9,7 +9,7 @@ import duckdb
 
 from kvtrace.ingest import ingest
 from kvtrace.store import Store
-from tests.test_ingest_transcripts import assistant, main_file, write
+from tests.transcript_records import assistant, main_file, write
 
 SCHEMA = Path(__file__).parent.parent / "queries" / "schema"
 

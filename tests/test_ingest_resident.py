@@ -13,7 +13,7 @@ import pytest
 import kvtrace.ingest.claude_transcripts as ct
 from kvtrace.ingest import ingest, resident
 from kvtrace.store import Store
-from tests.test_ingest_transcripts import agent_file, assistant, main_file, user, write
+from tests.transcript_records import agent_file, assistant, main_file, user, write
 
 OLD = time.time() - 3600
 

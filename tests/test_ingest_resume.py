@@ -6,7 +6,8 @@ import os
 from kvtrace.ingest import ingest
 from kvtrace.ingest import otlp_json
 from kvtrace.store import Store
-from tests.test_ingest_otlp import event, logs_line
+from tests.agent_exports import CODEX, lines as fixture_lines
+from tests.otlp_records import event, logs_line
 
 
 def write(path, ids, mode="w", tail=""):
@@ -122,8 +123,6 @@ def test_a_file_rotated_while_it_is_ingested_is_stored_and_its_successor_read_wh
 def test_a_span_lends_its_event_the_same_fields_in_one_read_as_across_reads(tmp_path):
     """Codex events lack duration and cost; their spans have them. Read together, or the spans
     appended later (a resumed read, merged into the stored rows), the stored rows are the same."""
-    from tests.test_ingest_agents_otlp import CODEX, lines as fixture_lines
-
     logs = b"".join(x + b"\n" for x in fixture_lines(CODEX[0], "logs"))
     traces = b"".join(x + b"\n" for x in fixture_lines(CODEX[0], "traces"))
     f = tmp_path / "codex.jsonl"

@@ -12,7 +12,7 @@ from kvtrace.cli import app
 from kvtrace.errors import BadTraceInput
 from kvtrace.ingest import ingest
 from kvtrace.store import Store
-from tests.test_ingest_transcripts import assistant, main_file, write
+from tests.transcript_records import assistant, main_file, write
 
 runner = CliRunner()
 

@@ -12,9 +12,9 @@ from kvtrace.analyze.chains import ChainParams, derive_chains
 from kvtrace.analyze.reuse import ReuseParams, reuse_profile, thread_table
 from kvtrace.cli import app
 from tests.paths import CONVERSATION
-from tests.test_block_hash import BAILIAN_LINES, _write
-from tests.test_chains import frame
-from tests.test_ttl import block_traces
+from tests.block_trace_files import BAILIAN_LINES, write_lines
+from tests.chain_frames import frame
+from tests.ttl_oracle import block_traces
 
 
 @settings(max_examples=80, deadline=None)
@@ -64,7 +64,7 @@ def test_threads_idle_periods_resumptions_and_compactions():
 def test_bailian_chats_group_into_sessions(tmp_path):
     from kvtrace.analyze.load import read_block_trace
 
-    p = reuse_profile(read_block_trace(_write(tmp_path / "b.jsonl", BAILIAN_LINES)))
+    p = reuse_profile(read_block_trace(write_lines(tmp_path / "b.jsonl", BAILIAN_LINES)))
     assert p["threads"]["threads"] == 2 and p["threads"]["requests_per_thread"]["max"] == 3
 
 

@@ -3,34 +3,21 @@ and the replay's hit ratios when steps cost nothing."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from kvtrace.errors import ConfigError
 from kvtrace.replay import replay
 from kvtrace.replay.catalog import resolve_model
 from kvtrace.replay.tiers import tiers_from_dict
-from kvtrace.analyze.blocktrace import BlockTrace
 from kvtrace.simulate.cost import StepCost, load_gpu
 from kvtrace.simulate.engine import Chain, Head, LowerTier, Node, Policy, Turn
 from kvtrace.simulate.sources import SynthSource
 from kvtrace.synth.config import preset
 
+from tests.simulate_support import FixedCost, trace_of
+
 MODEL = resolve_model("MiniMax-M2.7:fp8")
 BPT = MODEL.bytes_per_token
-
-
-class FixedCost:
-    """Every step that runs anything takes ``dt`` seconds (a hand-checkable step cost)."""
-
-    def __init__(self, dt: float):
-        self.dt, self.model = dt, MODEL
-
-    def step(self, decode_seqs, decode_ctx, chunks):
-        return self.dt if decode_seqs or chunks else 0.0
-
-    def decode_steps(self, decode_seqs, decode_ctx, k):
-        return np.full(k, self.dt)
 
 
 def _script(turns_at):
@@ -180,26 +167,6 @@ def test_token_conservation_on_the_seed_workload():
     assert node.gpu.pinned == 0 and not node.running and not node.waiting
 
 
-def _trace_of(turns, bs: int) -> BlockTrace:
-    """The block trace of simulated turns: head blocks shared, chain blocks per chain; a partial last
-    block is left out (the simulator, as vLLM and LMCache, caches whole blocks only)."""
-    ids: dict = {}
-    lists = []
-    for t in turns:
-        ch = t.chain
-        split = ch.head.tokens // bs * bs if ch.head is not None else 0
-        blocks = []
-        for k in range(t.prompt // bs):
-            if (k + 1) * bs <= split:
-                key = ("head", ch.head.key, k)
-            else:
-                key = ("chain", id(ch), k)
-            blocks.append(ids.setdefault(key, len(ids)))
-        lists.append(blocks)
-    return BlockTrace.from_lists([t.issue_t for t in turns], [t.prompt for t in turns], [t.output for t in turns],
-                                 lists, bs)
-
-
 def test_zero_step_cost_gives_the_replays_per_tier_hit_ratios():
     """One model, two views: with steps that take no time, requests happen at their issue times
     (open loop) and the tiers see the replay's LRU stack. What remains different: a running request
@@ -219,7 +186,7 @@ def test_zero_step_cost_gives_the_replays_per_tier_hit_ratios():
     ts = tiers_from_dict({"name": "t", "mode": "inclusive", "compute": {"prefill_tokens_per_s": 1e4},
                           "tier": [{"name": n, "capacity": str(c), "read_gbps": 1, "write_gbps": 1}
                                    for n, c in caps.items()]})
-    res = replay(_trace_of(turns, bs), capacities=[None], ttls=[None], model=MODEL, tiers=ts)
+    res = replay(trace_of(turns, bs), capacities=[None], ttls=[None], model=MODEL, tiers=ts)
     total = sum(t.prompt for t in turns)
     want = [t["hit_tokens"] / total for t in res.tiers["tiers"]]
     got = [float(x) / total for x in m.hit_tokens]
@@ -229,7 +196,7 @@ def test_zero_step_cost_gives_the_replays_per_tier_hit_ratios():
     node = Node(cost, 10**9, [], Policy(block_tokens=bs, chunk_tokens=bs, cache_output=False), keep_turns=True)
     m = node.run(SynthSource(cfg, 3600), 4 * 3600)
     turns = sorted(m.turns, key=lambda t: t.seq)
-    res = replay(_trace_of(turns, bs), capacities=[None], ttls=[None])
+    res = replay(trace_of(turns, bs), capacities=[None], ttls=[None])
     assert int(m.hit_tokens[0]) == res.grid[0]["hit_tokens"]
 
 

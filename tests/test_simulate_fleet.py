@@ -15,21 +15,10 @@ from kvtrace.errors import ConfigError
 from kvtrace.simulate.engine import Chain, Fleet, Node, Policy, Turn
 from kvtrace.simulate.run import Scenario, parse_config, run_config
 
+from tests.simulate_support import FixedCost
+
 MODEL = resolve_model("MiniMax-M2.7:fp8")
 runner = CliRunner()
-
-
-class FixedCost:
-    """Every step that runs anything takes ``dt`` seconds."""
-
-    def __init__(self, dt: float):
-        self.dt, self.model = dt, MODEL
-
-    def step(self, decode_seqs, decode_ctx, chunks):
-        return self.dt if decode_seqs or chunks else 0.0
-
-    def decode_steps(self, decode_seqs, decode_ctx, k):
-        return np.full(k, self.dt)
 
 
 def _nodes(n: int, kv: int = 100_000) -> list[Node]:

@@ -14,7 +14,7 @@ from kvtrace.simulate.engine import Chain, LowerTier, Node, Policy, Turn
 from kvtrace.simulate.sources import SynthSource
 from kvtrace.synth.config import preset
 
-from tests.test_simulate_engine import FixedCost, _trace_of
+from tests.simulate_support import FixedCost, trace_of
 
 MODEL = resolve_model("MiniMax-M2.7:fp8")
 BPT = MODEL.bytes_per_token
@@ -157,7 +157,7 @@ def test_zero_step_cost_exclusive_tiers_give_the_replays_exclusive_hit_ratios():
     ts = tiers_from_dict({"name": "t", "mode": "exclusive", "compute": {"prefill_tokens_per_s": 1e4},
                           "tier": [{"name": n, "capacity": str(c), "read_gbps": 1, "write_gbps": 1}
                                    for n, c in caps.items()]})
-    res = replay(_trace_of(turns, bs), capacities=[None], ttls=[None], model=MODEL, tiers=ts)
+    res = replay(trace_of(turns, bs), capacities=[None], ttls=[None], model=MODEL, tiers=ts)
     total = sum(t.prompt for t in turns)
     want = [t["hit_tokens"] / total for t in res.tiers["tiers"]]
     got = [float(x) / total for x in m.hit_tokens]

@@ -8,7 +8,7 @@ from kvtrace.analyze.blocktrace import BlockTrace
 from kvtrace.analyze.chains import ChainParams, derive_chains
 from kvtrace.analyze.spend import load_pricing, spend_whatif
 from kvtrace.errors import ConfigError
-from tests.test_chains import frame
+from tests.chain_frames import frame
 
 
 def two_requests(gap_s: float, model: str = "claude-sonnet-4-6"):

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 
 from kvtrace.analyze.ttl import hit_ratios
-from tests.test_ttl import TTLS, block_traces
+from tests.ttl_oracle import TTLS, block_traces
 
 replay_engine = pytest.importorskip("kvtrace.replay.engine")
 
@@ -28,7 +28,7 @@ def test_unlimited_capacity_column_equals_the_what_if(trace):
 
 
 def test_on_the_mooncake_conversation_trace():
-    from tests.test_ttl import CONVERSATION
+    from tests.paths import CONVERSATION
 
     from kvtrace.analyze.load import read_block_trace
 

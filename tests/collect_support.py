@@ -1,4 +1,6 @@
-"""Helpers for the collector tests (no tests here): an in-process collector, payload builders, posts."""
+"""Helpers for the collector tests (no tests here): an in-process collector, payload builders (Claude
+Code records in OTLP JSON and protobuf, and ``sdk_payloads``, encoded by the real OpenTelemetry SDK),
+posts."""
 
 from __future__ import annotations
 
@@ -110,3 +112,40 @@ def gzip_bomb(size: int) -> bytes:
 
 def random_tokens(rng: random.Random) -> tuple[int, int, int, int]:
     return (rng.randint(0, 5000), rng.randint(1, 900), rng.randint(0, 90000), rng.randint(0, 20000))
+
+
+def sdk_payloads() -> dict[str, bytes]:
+    """Logs, metrics (sum, histogram) and traces (events, links, array attributes) from the real SDK encoders."""
+    from opentelemetry._logs import SeverityNumber
+    from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
+    from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    lexp = InMemoryLogRecordExporter()
+    lp = LoggerProvider()
+    lp.add_log_record_processor(SimpleLogRecordProcessor(lexp))
+    tp = TracerProvider()
+    sexp = InMemorySpanExporter()
+    tp.add_span_processor(SimpleSpanProcessor(sexp))
+    tracer = tp.get_tracer("t")
+    with tracer.start_as_current_span("outer") as span:
+        span.set_attribute("list", [1, 2, 3])
+        span.add_event("e", {"k": "v"})
+        with tracer.start_as_current_span("inner"):
+            lp.get_logger("com.anthropic.claude_code.events").emit(
+                body="claude_code.api_request", severity_number=SeverityNumber.INFO,
+                attributes={"input_tokens": 7, "cost_usd": 0.5, "flag": True, "tags": ["a", "b"]})
+    reader = InMemoryMetricReader()
+    meter = MeterProvider(metric_readers=[reader]).get_meter("m")
+    meter.create_counter("claude_code.token.usage").add(11, {"type": "input"})
+    meter.create_histogram("latency").record(2.5)
+    return {"logs": encode_logs(lexp.get_finished_logs()).SerializeToString(),
+            "metrics": encode_metrics(reader.get_metrics_data()).SerializeToString(),
+            "traces": encode_spans(sexp.get_finished_spans()).SerializeToString()}
