@@ -167,23 +167,26 @@ def test_token_conservation_on_the_seed_workload():
     assert node.gpu.pinned == 0 and not node.running and not node.waiting
 
 
-def test_zero_step_cost_gives_the_replays_per_tier_hit_ratios():
+@pytest.mark.parametrize("tier_mode", ["inclusive", "exclusive"])
+def test_zero_step_cost_gives_the_replays_per_tier_hit_ratios(tier_mode):
     """One model, two views: with steps that take no time, requests happen at their issue times
-    (open loop) and the tiers see the replay's LRU stack. What remains different: a running request
-    pins the KV it is writing, its partial last block included, for the instant it runs; the
-    replay's stack holds whole prompt blocks only. One-token answers keep that to a few blocks."""
+    (open loop) and the tiers see the replay's LRU stack (exclusive: depth bands of one stack,
+    demote on evict, which is what spilling on eviction and moving hits up builds). What remains
+    different: a running request pins the KV it is writing, its partial last block included, for
+    the instant it runs; the replay's stack holds whole prompt blocks only. One-token answers keep
+    that to a few blocks."""
     bs = 256
     caps = {"HBM": 300_000, "DRAM": 1_000_000, "NVMe": 3_000_000}
     lower = [LowerTier(n, c, read_gbps=100, write_gbps=100) for n, c in caps.items() if n != "HBM"]
     cost = StepCost(MODEL, load_gpu("H100"), 8, zero=True)
-    node = Node(cost, caps["HBM"], lower, Policy(block_tokens=bs, chunk_tokens=bs, cache_output=False),
-                keep_turns=True)
+    node = Node(cost, caps["HBM"], lower,
+                Policy(block_tokens=bs, chunk_tokens=bs, cache_output=False, tier_mode=tier_mode), keep_turns=True)
     cfg = preset("seed-study", seed=3, days=3600 / 86400, output_tokens=(1, 1), code_block_prob=0.0,
                  jitter_tokens=0, subagent_answer_tokens=(1, 1), compact_summary_tokens=(1, 1))
     m = node.run(SynthSource(cfg, 3600), 4 * 3600)
     turns = sorted(m.turns, key=lambda t: t.seq)
     assert len(turns) > 1000
-    ts = tiers_from_dict({"name": "t", "mode": "inclusive", "compute": {"prefill_tokens_per_s": 1e4},
+    ts = tiers_from_dict({"name": "t", "mode": tier_mode, "compute": {"prefill_tokens_per_s": 1e4},
                           "tier": [{"name": n, "capacity": str(c), "read_gbps": 1, "write_gbps": 1}
                                    for n, c in caps.items()]})
     res = replay(trace_of(turns, bs), capacities=[None], ttls=[None], model=MODEL, tiers=ts)
@@ -192,7 +195,14 @@ def test_zero_step_cost_gives_the_replays_per_tier_hit_ratios():
     got = [float(x) / total for x in m.hit_tokens]
     assert got == pytest.approx(want, abs=2e-4)
     assert want[1] > 0.01 and want[2] > 0.001        # every tier serves hits: the test can fail
-    # with unlimited tiers nothing is ever evicted and the views agree exactly
+
+
+def test_with_unlimited_gpu_memory_the_simulator_and_the_replay_agree_exactly():
+    """Nothing is ever evicted: the two views count the same hits, to the token."""
+    bs = 256
+    cost = StepCost(MODEL, load_gpu("H100"), 8, zero=True)
+    cfg = preset("seed-study", seed=3, days=3600 / 86400, output_tokens=(1, 1), code_block_prob=0.0,
+                 jitter_tokens=0, subagent_answer_tokens=(1, 1), compact_summary_tokens=(1, 1))
     node = Node(cost, 10**9, [], Policy(block_tokens=bs, chunk_tokens=bs, cache_output=False), keep_turns=True)
     m = node.run(SynthSource(cfg, 3600), 4 * 3600)
     turns = sorted(m.turns, key=lambda t: t.seq)

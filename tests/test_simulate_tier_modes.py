@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from kvtrace.replay import replay
 from kvtrace.replay.catalog import resolve_model
-from kvtrace.replay.tiers import tiers_from_dict
 from kvtrace.errors import ConfigError
 from kvtrace.simulate.cost import StepCost, load_gpu
 from kvtrace.simulate.engine import Chain, LowerTier, Node, Policy, Turn
 from kvtrace.simulate.sources import SynthSource
 from kvtrace.synth.config import preset
 
-from tests.simulate_support import FixedCost, trace_of
+from tests.simulate_support import FixedCost
 
 MODEL = resolve_model("MiniMax-M2.7:fp8")
 BPT = MODEL.bytes_per_token
@@ -138,31 +136,6 @@ def test_inclusive_tiers_each_hold_a_superset_of_the_smaller_tier_above():
     node, m, checks = _synth_run("inclusive", check)
     assert checks[-1][1] > checks[-1][0] > 0
     assert m.write["spill"].sum() == 0 and m.write["new"][1].sum() > 0
-
-
-def test_zero_step_cost_exclusive_tiers_give_the_replays_exclusive_hit_ratios():
-    """One model, two views, exclusive: the replay's tiers are depth bands of one LRU stack
-    (demote on evict), which is what spilling on eviction and moving hits up builds."""
-    bs = 256
-    caps = {"HBM": 300_000, "DRAM": 1_000_000, "NVMe": 3_000_000}
-    lower = [LowerTier(n, c, read_gbps=100, write_gbps=100) for n, c in caps.items() if n != "HBM"]
-    cost = StepCost(MODEL, load_gpu("H100"), 8, zero=True)
-    node = Node(cost, caps["HBM"], lower,
-                Policy(block_tokens=bs, chunk_tokens=bs, cache_output=False, tier_mode="exclusive"), keep_turns=True)
-    cfg = preset("seed-study", seed=3, days=3600 / 86400, output_tokens=(1, 1), code_block_prob=0.0,
-                 jitter_tokens=0, subagent_answer_tokens=(1, 1), compact_summary_tokens=(1, 1))
-    m = node.run(SynthSource(cfg, 3600), 4 * 3600)
-    turns = sorted(m.turns, key=lambda t: t.seq)
-    assert len(turns) > 1000
-    ts = tiers_from_dict({"name": "t", "mode": "exclusive", "compute": {"prefill_tokens_per_s": 1e4},
-                          "tier": [{"name": n, "capacity": str(c), "read_gbps": 1, "write_gbps": 1}
-                                   for n, c in caps.items()]})
-    res = replay(trace_of(turns, bs), capacities=[None], ttls=[None], model=MODEL, tiers=ts)
-    total = sum(t.prompt for t in turns)
-    want = [t["hit_tokens"] / total for t in res.tiers["tiers"]]
-    got = [float(x) / total for x in m.hit_tokens]
-    assert got == pytest.approx(want, abs=2e-4)
-    assert want[1] > 0.01 and want[2] > 0.001
 
 
 @pytest.mark.parametrize("policy", [dict(store="all"), dict(write_back=False), dict(tier_mode="spill")])
