@@ -365,7 +365,7 @@ def test_a_segment_whose_ingest_fails_on_a_full_volume_is_retried_until_it_is_st
         assert store.scalar("SELECT count(*) FROM requests") == store.scalar("SELECT count(DISTINCT request_id) FROM requests") == 200
 
 
-def test_many_small_segments_are_stored_in_one_transaction_each_once(tmp_path):
+def test_many_small_segments_are_stored_once_each_in_one_transaction(tmp_path):
     pytest.importorskip("kvtrace.ingest.otlp_json")
     from kvtrace.collect import worker
     from kvtrace.store import Store
@@ -385,6 +385,30 @@ def test_many_small_segments_are_stored_in_one_transaction_each_once(tmp_path):
         assert store.query("SELECT count(*), count(DISTINCT path), count(DISTINCT ingested_at) "
                            "FROM ingested_files")[0] == (60, 60, 1)
         assert store.scalar("SELECT count(DISTINCT request_id) FROM requests") == 60
+
+
+def test_a_segment_that_failed_before_is_retried_alone_not_in_a_chunk(tmp_path, monkeypatch):
+    """A segment waiting for a retry is ingested on its own, so that a second failure of it
+    cannot fail the chunk of fresh segments beside it; the others still go in one transaction."""
+    pytest.importorskip("kvtrace.ingest.otlp_json")
+    from kvtrace.collect import worker
+    from kvtrace.store import Store
+
+    monkeypatch.setattr(worker, "BACKOFF_FIRST_S", 0.0)
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    for i in range(10):
+        line = orjson.dumps(logs_request_json([api_request_json(f"req_r{i}", (i + 1, 1, 1, 1))]))
+        (spool / f"seg-{i:04d}.jsonl").write_bytes(line + b"\n")
+    retried = spool / "seg-0003.jsonl"
+    assert worker.record_failure(spool, retried, OSError(28, "No space left on device")) == "retry"
+    db = tmp_path / "kv.duckdb"
+    r = worker.ingest_segments(str(spool), str(db), 3600)
+    assert (r["segments"], r["requests_added"], r["retrying"]) == (10, 10, 0)
+    with Store(db, read_only=True) as store:
+        times = dict(store.query("SELECT path, ingested_at FROM ingested_files"))
+    alone = times.pop(str(retried))
+    assert len(set(times.values())) == 1 and alone not in times.values()
 
 
 def test_only_a_segment_ingest_cannot_read_is_set_aside_readable_by_kvtrace_ingest(tmp_path):

@@ -182,29 +182,32 @@ def _ingest(db: str, paths: list[Path]) -> dict:
     """One ingest of ``paths``: its summary, or ``{"error": error}`` (an exception or a served
     ingest's message). SchemaError (a busy or unusable warehouse) is raised: the cycle ends."""
     from kvtrace.errors import SchemaError
-    from kvtrace.ingest import ingest
+    from kvtrace.ingest import IngestSummary, ingest
     from kvtrace.store import open_store
 
     served = _served_ingest(db, paths)
     if served is not None:
         return served
     # Another process (a report, a manual ingest) may hold the file: Store waits for it.
+    summary = IngestSummary()
     try:
         with open_store(db, lock_wait_s=STORE_RETRY_SECONDS) as store:
-            return ingest(store, paths, format="otlp-json").to_dict()
+            return ingest(store, paths, format="otlp-json", summary=summary).to_dict()
     except SchemaError:
         raise
     except Exception as e:  # noqa: BLE001 - a full disk is retried; one unreadable segment must not block the rest
-        return {"error": e}
+        # the counts of what was stored before the failure (its segments are in the ledger)
+        return {"error": e, "stored": summary.to_dict()}
 
 
 def ingest_segments(spool: str, db: str, keep_seconds: float, now: bool = False) -> dict:
     """Ingest every ready segment into ``db`` and archive it (with ``now``, those in a backoff too).
 
-    Segments go in chunks (``CHUNK_BYTES``, ``CHUNK_SEGMENTS``), one ingest each. When a chunk's
-    ingest fails, its segments are ingested one by one, so that only the one at fault waits for a
-    retry (or is set aside); those the chunk stored before the failure are in the ledger and
-    add nothing twice.
+    Segments go in chunks (``CHUNK_BYTES``, ``CHUNK_SEGMENTS``), one ingest each; a segment that
+    failed before goes alone. When a chunk's ingest fails, its segments are ingested one by one,
+    so that only the one at fault waits for a retry (or is set aside); those the chunk stored
+    before the failure are in the ledger and add nothing twice (their counts come from the
+    chunk's ingest).
 
     Returns:
         Totals: ``segments``, ``requests_added``, ``metric_points_added``, ``duplicates_skipped``,
@@ -218,7 +221,9 @@ def ingest_segments(spool: str, db: str, keep_seconds: float, now: bool = False)
               "lines_rejected": 0, "rejects": [], "failed": 0, "retrying": 0}
     with ops_lock(root):
         due = [r for r in seg.listing(root, seg.READY) if _due(r, now)]
-        for chunk in _chunks(due):
+        # a segment that failed before goes alone, so that it cannot fail a chunk of others
+        again = [r for r in due if str(r) in _retry]
+        for chunk in [[r] for r in again] + _chunks([r for r in due if str(r) not in _retry]):
             s = _ingest(db, chunk)
             if "error" not in s:
                 _done(root, chunk, done_dir, s, totals)
@@ -226,6 +231,7 @@ def ingest_segments(spool: str, db: str, keep_seconds: float, now: bool = False)
             if len(chunk) == 1:
                 totals["failed"] += record_failure(root, chunk[0], s["error"]) == "set_aside"
                 continue
+            _add(totals, s.get("stored") or {})     # what the chunk stored before it failed
             for ready in chunk:
                 s = _ingest(db, [ready])
                 if "error" in s:
@@ -245,6 +251,11 @@ def _done(root: Path, stored: list[Path], done_dir: Path, s: dict, totals: dict)
     seg.fsync_dir(done_dir)
     seg.fsync_dir(root)
     totals["segments"] += len(stored)
+    _add(totals, s)
+
+
+def _add(totals: dict, s: dict) -> None:
+    """An ingest's counts added to the cycle's."""
     for k in ("requests_added", "metric_points_added", "duplicates_skipped", "lines_rejected"):
         totals[k] += s.get(k, 0)
     totals["rejects"].extend((s.get("rejects") or [])[: max(0, 10 - len(totals["rejects"]))])
