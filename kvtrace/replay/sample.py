@@ -90,6 +90,9 @@ def _sample_kernel(offsets, ids, L, bs, lo, hi, heavy, counts, out_ids, out_L): 
     n = len(offsets) - 1
     w = 0
     H = len(heavy)
+    bloom = np.zeros(1 << 16, dtype=np.bool_)  # a heavy block's hash sets its low 16 bits here
+    for k in range(H):
+        bloom[_mix(heavy[k]) & 0xFFFF] = True
     for i in range(n):
         a = offsets[i]
         c = 0
@@ -98,7 +101,7 @@ def _sample_kernel(offsets, ids, L, bs, lo, hi, heavy, counts, out_ids, out_L): 
             x = ids[a + j]
             h = _mix(x)
             take = h >= lo and h < hi
-            if not take and H:
+            if not take and bloom[h & 0xFFFF]:
                 k = np.searchsorted(heavy, x)
                 take = k < H and heavy[k] == x
             if take:
@@ -338,7 +341,7 @@ def sampled_distances(st: BlockTrace, heavy: np.ndarray, T: int, ttls_us: list[i
 
     def part(sel):
         return Distances(req=o_req[:R][sel], first=o_first[:R][sel], blocks=np.ones(int(sel.sum()), dtype=np.int64),
-                         d=o_d[:R][sel], age=o_age[:R][sel], unique=unique, kernel="sampled", t_us=t)
+                         d=o_d[:R][sel], age=o_age[:R][sel], unique=unique, kernel="numba-sampled", t_us=t)
 
     req = np.repeat(np.arange(n), np.diff(st.offsets))
     tok = np.clip(st.input_length[req] - (np.arange(N) - st.offsets[req]) * st.block_size, 0, st.block_size)
@@ -376,10 +379,11 @@ def sampled_replay(trace: BlockTrace, sampling: Sampling, capacities: list[int |
         raise ConfigError("a TTL is negative", hint="TTLs are durations such as 5m")
     ids = trace.hash_ids
     T = threshold_for_rate(sampling.rate) if sampling.rate is not None else None
-    heavy = heavy_blocks(ids, T if T is not None else MODULUS // 2)
-    if T is None:          # fixed size: the heavy blocks count against the size
+    if T is None:          # fixed size: the heavy blocks at that rate count against the size
+        heavy = heavy_blocks(ids, threshold_for_size(ids, sampling.size))
         T = threshold_for_size(ids, max(sampling.size - len(heavy), 1))
-        heavy = heavy if T < MODULUS else np.zeros(0, dtype=np.int64)
+    else:
+        heavy = heavy_blocks(ids, T)
     rate = T / MODULUS
     k = min(sampling.partitions, MODULUS // T - 1)
     L = trace.input_length
@@ -398,21 +402,33 @@ def sampled_replay(trace: BlockTrace, sampling: Sampling, capacities: list[int |
         bounds = np.concatenate([[0], np.cumsum(caps_t) if tiers.mode == "exclusive" else caps_t])
     light_w = MODULUS / T                  # a light block stands for 1 / rate blocks
 
-    def estimate(p: int) -> dict:
-        """One sample: its grid of hit ratios (tokens, blocks), weighted walk and tier band hits."""
-        st, _ = sample_trace(trace, p * T, (p + 1) * T, heavy)
-        sd = sampled_distances(st, heavy, T, sorted({*ttl_sorted, tau}))
-        (hb_h, ht_h), (hb_l, ht_l) = (hit_grid(d, st.input_length, bs, caps, ttl_arr) for d in (sd.heavy, sd.light))
-        (nb_h, nt_h), (nb_l, nt_l) = sd.heavy_accesses, sd.light_accesses
+    def estimate(p: int, base: dict | None = None) -> dict:
+        """One sample: its grid of hit ratios (tokens, blocks), weighted walk and tier band hits.
+        With ``base`` (sample 0), only its light blocks are replayed and the heavy blocks' hits
+        are ``base``'s: the heavy blocks are the same in every sample, so the light ones are all
+        that varies between them."""
+        hv = heavy if base is None else heavy[:0]
+        st, _ = sample_trace(trace, p * T, (p + 1) * T, hv)
+        sd = sampled_distances(st, hv, T, sorted({*ttl_sorted, tau}))
+        hb_l, ht_l = hit_grid(sd.light, st.input_length, bs, caps, ttl_arr)
+        if base is None:
+            hb_h, ht_h = hit_grid(sd.heavy, st.input_length, bs, caps, ttl_arr)
+            (nb_h, nt_h) = sd.heavy_accesses
+        else:
+            (hb_h, ht_h), (nb_h, nt_h) = base["heavy_grid"], base["heavy_n"]
+        nb_l, nt_l = sd.light_accesses
         # light hits scale to the light accesses of the full trace (a ratio estimate per stratum)
         fb = (trace.n_blocks - nb_h) / nb_l if nb_l else 0.0
         ft = (covered - nt_h) / nt_l if nt_l else 0.0
-        out = {"st": st, "sd": sd, "grid_t": (ht_h + ht_l * ft) / total_t, "grid_b": (hb_h + hb_l * fb) / total_b}
+        out = {"st": st, "sd": sd, "grid_t": (ht_h + ht_l * ft) / total_t, "grid_b": (hb_h + hb_l * fb) / total_b,
+               "heavy_grid": (hb_h, ht_h), "heavy_n": (nb_h, nt_h)}
         if resolved is not None:           # blocks weigh 1 / rate (as in the walk), hit tokens by ft
-            hh = band_hits(sd.heavy, st.input_length, bs, bounds, tau, st.n_requests)
             hl = band_hits(sd.light, st.input_length, bs, bounds, tau, st.n_requests)
-            out["hits"] = (hh[0] + hl[0] * light_w, hh[1] + hl[1] * ft, hh[2] + hl[2] * light_w)
-            out["tiers_t"] = out["hits"][1].sum(axis=1) / total_t
+            if base is None:
+                hh = band_hits(sd.heavy, st.input_length, bs, bounds, tau, st.n_requests)
+                out["hits"] = (hh[0] + hl[0] * light_w, hh[1] + hl[1] * ft, hh[2] + hl[2] * light_w)
+                out["heavy_tiers_t"] = hh[1].sum(axis=1)
+            out["tiers_t"] = ((base or out)["heavy_tiers_t"] + hl[1].sum(axis=1) * ft) / total_t
         return out
 
     first = estimate(0)
@@ -444,7 +460,7 @@ def sampled_replay(trace: BlockTrace, sampling: Sampling, capacities: list[int |
     if tiers is not None:
         t2 = time.perf_counter()
         dist = Distances(req=sd.light.req, first=sd.light.first, blocks=sd.light.blocks, d=sd.light.d,
-                         age=sd.light.age, unique=sd.unique, live=sd.live, kernel="sampled")
+                         age=sd.light.age, unique=sd.unique, live=sd.live, kernel="numba-sampled")
         bpt = model.bytes_per_token if model is not None else 0
         per_tier, _, hit_t, info = tier_traffic(dist, sd.t_us, st.input_length, bs, resolved, tiers.mode, tau, bpt,
                                                 hits=first["hits"], total_tokens=float(L.sum()))
@@ -457,7 +473,7 @@ def sampled_replay(trace: BlockTrace, sampling: Sampling, capacities: list[int |
         clock["tiers_s"] = time.perf_counter() - t2
     # The expected error: the spread of the grids of disjoint samples at the same rate.
     t3 = time.perf_counter()
-    grids = [first] + [estimate(p) for p in range(1, k + 1)]
+    grids = [first] + [estimate(p, first) for p in range(1, k + 1)]
     err = err_b = err_tiers = 0.0
     if len(grids) > 1:
         def spread(key):
