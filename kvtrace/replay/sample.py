@@ -56,6 +56,7 @@ ERROR_FACTOR = 2.0                # stated error = this x mean per-cell deviatio
 SIZE_CHUNK = 1 << 22              # block accesses per step of the fixed-size threshold walk
 HEAVY_PROBE = 1 << 22             # block accesses looked at (evenly spaced) to find heavy blocks
 HEAVY_WEIGHT = 0.01               # heavy: a block that, sampled, would carry > 1% of the accesses
+HEAVY_MAX = 1024                  # at most this many heavy blocks (the heaviest)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -213,6 +214,7 @@ class Sampling:
     rate: float | None = None
     size: int | None = None
     partitions: int = ERROR_PARTITIONS
+    heavy: bool = True              # keep the heaviest blocks whole (False: plain SHARDS)
 
     def __post_init__(self):
         if (self.rate is None) == (self.size is None):
@@ -273,7 +275,11 @@ def heavy_blocks(ids: np.ndarray, T: int) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     probe = np.asarray(ids[::max(1, len(ids) // HEAVY_PROBE)], dtype=np.int64)
     u, c = np.unique(probe, return_counts=True)
-    return u[c >= max(4.0, HEAVY_WEIGHT * T / MODULUS * len(probe))]
+    sel = c >= max(4.0, HEAVY_WEIGHT * T / MODULUS * len(probe))
+    u, c = u[sel], c[sel]
+    if len(u) > HEAVY_MAX:                       # the heaviest, ties broken by id
+        u = u[np.lexsort((u, -c))[:HEAVY_MAX]]
+    return np.sort(u)
 
 
 def sample_trace(trace: BlockTrace, lo: int, hi: int, heavy: np.ndarray) -> tuple[BlockTrace, int]:
@@ -380,10 +386,12 @@ def sampled_replay(trace: BlockTrace, sampling: Sampling, capacities: list[int |
     ids = trace.hash_ids
     T = threshold_for_rate(sampling.rate) if sampling.rate is not None else None
     if T is None:          # fixed size: the heavy blocks at that rate count against the size
-        heavy = heavy_blocks(ids, threshold_for_size(ids, sampling.size))
+        heavy = heavy_blocks(ids, threshold_for_size(ids, sampling.size))[:sampling.size // 2]
         T = threshold_for_size(ids, max(sampling.size - len(heavy), 1))
     else:
         heavy = heavy_blocks(ids, T)
+    if not sampling.heavy:
+        heavy = heavy[:0]
     rate = T / MODULUS
     k = min(sampling.partitions, MODULUS // T - 1)
     L = trace.input_length
@@ -498,6 +506,8 @@ def sampled_replay(trace: BlockTrace, sampling: Sampling, capacities: list[int |
                   "distinct_blocks": sd.peak_after[NO_TTL]}
     warnings = [trace.meta["block_size_assumed"]] if trace.meta.get("block_size_assumed") else []
     warnings += sizing_warnings(trace, ttl_list + ([tier_ttl] if tiers is not None else []))
+    if tiers is not None and model is not None:
+        warnings.append("TTFT is not estimated from a sample (it is per request); replay without --sample for it.")
     if T < MODULUS:
         assumptions.append(
             f"Sampled (SHARDS): the blocks whose id hashes below {rate:.4g} of the hash range, and the "
