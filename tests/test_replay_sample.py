@@ -12,7 +12,9 @@ from typer.testing import CliRunner
 from kvtrace.cli import app
 from kvtrace.errors import ConfigError
 from kvtrace.replay import Sampling, load_tiers, replay, resolve_model, sampled_replay
-from kvtrace.replay.sample import MODULUS, block_hash, parse_rate, threshold_for_size
+from kvtrace.replay.grid import hit_grid
+from kvtrace.replay.sample import (MODULUS, block_hash, heavy_blocks, parse_rate, sample_trace, sampled_distances,
+                                   threshold_for_rate, threshold_for_size)
 from kvtrace.replay.tracefile import load_npz, read_trace, save_npz
 from tests.paths import CONVERSATION, SYNTHETIC
 
@@ -72,6 +74,26 @@ def test_rate_one_is_the_exact_replay(path):
         for key in ("hit_ratio_tokens", "hit_blocks", "capacity_blocks", "depth_tokens", "read_bytes",
                     "write_bytes", "occupancy_peak_bytes", "evicted_bytes"):
             assert (key in a) == (key in b) and a.get(key, 0) == pytest.approx(b.get(key, 0), rel=1e-12), key
+
+
+@pytest.mark.parametrize("rate", [0.01, 0.2, 1.0])
+def test_the_run_walk_equals_the_block_walk(conv, rate):
+    """The weighted walk by runs (prefix-closed samples) and block by block agree exactly."""
+    T = threshold_for_rate(rate)
+    heavy = heavy_blocks(conv.hash_ids, T)
+    st, _ = sample_trace(conv, 0, T, heavy)
+    ttls = [60_000_000, 300_000_000]
+    a, b = (sampled_distances(st, heavy, T, ttls, blocks=flag) for flag in (False, True))
+    caps = np.array([1, 64, 500, 2000, 20_000, 200_000])
+    ttl_arr = np.array(sorted(a.live))
+    for part in ("heavy", "light"):
+        ga, gb = (hit_grid(getattr(x, part), st.input_length, st.block_size, caps, ttl_arr) for x in (a, b))
+        assert all(np.array_equal(x, y) for x, y in zip(ga, gb)), part
+    assert a.peak_after == b.peak_after and np.array_equal(a.unique, b.unique)
+    assert all(np.array_equal(a.live[k], b.live[k]) for k in a.live)
+    assert a.heavy_accesses == b.heavy_accesses and a.light_accesses == b.light_accesses
+    if rate == 1.0:                                      # whole runs: fewer than blocks
+        assert len(a.light) < len(b.light) / 2
 
 
 def test_sampled_tiers_within_their_stated_error(conv):

@@ -207,6 +207,109 @@ def _weighted_kernel(t, offsets, ids, n_ids, wt, unit, ttls, live, peak, unique,
     return R
 
 
+@numba.njit(cache=True, nogil=True)
+def _weighted_runs_kernel(t, offsets, ids, n_ids, wt, hv, unit, ttls, live, peak, unique, b_src, b_first, b_len, b_w,
+                          o_req, o_first, o_len, o_d, o_age, o_heavy):  # pragma: no cover - compiled
+    """``kernel._runs_kernel`` with weights: a Fenwick tree over requests holds each request's
+    live weight; a run's first block lies below the live weight of later requests, and each block
+    of the run below the ones before it. Writes segments of runs (a single light block, or
+    consecutive blocks of one weight ``unit``, whose depths step by one) and returns their
+    number, or -1 when the sample is not prefix-closed."""
+    n = len(offsets) - 1
+    last = np.full(n_ids, -1, dtype=np.int64)
+    cut = np.zeros(n, dtype=np.int64)
+    fen = np.zeros(n + 1, dtype=np.int64)
+    total = 0
+    T = len(ttls)
+    ptr = np.zeros(T, dtype=np.int64)
+    S = 0
+    for i in range(n):
+        a = offsets[i]
+        m = offsets[i + 1] - a
+        nr = 0
+        src = n
+        j = 0
+        uw = 0
+        while j < m:
+            x = ids[a + j]
+            r = last[x]
+            if r < 0:
+                break
+            ro = offsets[r]
+            rl = offsets[r + 1] - ro
+            if r >= src or cut[r] != j or j >= rl or ids[ro + j] != x:
+                return -1
+            if j > 0 and ids[ro + j - 1] != ids[a + j - 1]:
+                return -1
+            e = j + 1
+            while e < m and e < rl and ids[a + e] == ids[ro + e]:
+                e += 1
+            ws = 0
+            for k in range(j, e):
+                ws += wt[ids[a + k]]
+                last[ids[a + k]] = i
+            b_src[nr] = r
+            b_first[nr] = j
+            b_len[nr] = e - j
+            b_w[nr] = ws
+            uw += ws
+            nr += 1
+            src = r
+            j = e
+        while j < m:                       # the rest of the request must be new blocks
+            x = ids[a + j]
+            if last[x] >= 0:
+                return -1
+            last[x] = i
+            uw += wt[x]
+            j += 1
+        for q in range(nr):                # depths against the stack before the request
+            r = b_src[q]
+            units = unit + total - _fen_prefix(fen, r)
+            k = b_first[q]
+            e = k + b_len[q]
+            while k < e:
+                x = ids[a + k]
+                o_req[S] = i
+                o_first[S] = k
+                o_d[S] = (units + unit - 1) // unit
+                o_age[S] = t[i] - t[r]
+                o_heavy[S] = hv[x]
+                ln = 0
+                while k < e and hv[ids[a + k]] == hv[x] and wt[ids[a + k]] == unit and (ln == 0 or wt[x] == unit):
+                    units += unit
+                    k += 1
+                    ln += 1
+                if ln == 0:
+                    units += wt[x]
+                    k += 1
+                    ln = 1
+                o_len[S] = ln
+                S += 1
+        for k in range(T):
+            lim = t[i] - ttls[k]
+            p = ptr[k]
+            while p < i and t[p] < lim:
+                p += 1
+            ptr[k] = p
+            before = total - _fen_prefix(fen, p - 1)
+            live[k, i] = before / unit
+            hit = 0
+            for q in range(nr):
+                if t[i] - t[b_src[q]] <= ttls[k]:
+                    hit += b_w[q]
+            if before + uw - hit > peak[k]:
+                peak[k] = before + uw - hit
+        for q in range(nr):
+            _fen_add(fen, b_src[q], -b_w[q])
+            cut[b_src[q]] += b_len[q]
+            total -= b_w[q]
+        _fen_add(fen, i, uw)
+        total += uw
+        unique[i] = uw / unit
+    return S
+
+
 @dataclass(frozen=True)
 class Sampling:
     """How to sample: a fixed ``rate`` (0 < rate <= 1) or a fixed ``size`` (most distinct blocks)."""
@@ -324,8 +427,10 @@ class SampledDistances:
     light_accesses: tuple[int, int]     # (block accesses, tokens) of the sampled light blocks
 
 
-def sampled_distances(st: BlockTrace, heavy: np.ndarray, T: int, ttls_us: list[int]) -> SampledDistances:
-    """Depths (in blocks of the full trace) and ages of a sample's block accesses."""
+def sampled_distances(st: BlockTrace, heavy: np.ndarray, T: int, ttls_us: list[int],
+                      blocks: bool = False) -> SampledDistances:
+    """Depths (in blocks of the full trace) and ages of a sample's block accesses: by runs, or
+    block by block when the sample is not prefix-closed (or ``blocks``, for checks)."""
     t = ts_us(st)
     ttls = sorted({int(x) for x in ttls_us} | {NO_TTL})
     ids, n_ids = dense_ids(st.hash_ids)
@@ -340,13 +445,22 @@ def sampled_distances(st: BlockTrace, heavy: np.ndarray, T: int, ttls_us: list[i
     live = np.zeros((len(ttls), n), dtype=np.float64)
     peak = np.zeros(len(ttls), dtype=np.int64)
     unique = np.zeros(n, dtype=np.float64)
-    o_req, o_first, o_d, o_age = (np.empty(N, dtype=np.int64) for _ in range(4))
-    R = _weighted_kernel(t, st.offsets, ids, n_ids, wt, T, np.asarray(ttls, dtype=np.int64), live, peak, unique,
-                         o_req, o_first, o_d, o_age)
-    hv = is_heavy[ids[st.offsets[o_req[:R]] + o_first[:R]]]
+    o_req, o_first, o_len, o_d, o_age = (np.empty(N, dtype=np.int64) for _ in range(5))
+    o_heavy = np.empty(N, dtype=np.bool_)
+    longest = int(np.diff(st.offsets).max()) if n else 0
+    ttl_arr = np.asarray(ttls, dtype=np.int64)
+    R = -1 if blocks else _weighted_runs_kernel(t, st.offsets, ids, n_ids, wt, is_heavy, T, ttl_arr, live, peak,
+                                                unique, *(np.empty(longest, dtype=np.int64) for _ in range(4)),
+                                                o_req, o_first, o_len, o_d, o_age, o_heavy)
+    if R < 0:                              # not prefix-closed: block by block
+        live[:], peak[:], unique[:] = 0, 0, 0
+        R = _weighted_kernel(t, st.offsets, ids, n_ids, wt, T, ttl_arr, live, peak, unique, o_req, o_first, o_d, o_age)
+        o_len[:R] = 1
+        o_heavy[:R] = is_heavy[ids[st.offsets[o_req[:R]] + o_first[:R]]]
+    hv = o_heavy[:R]
 
     def part(sel):
-        return Distances(req=o_req[:R][sel], first=o_first[:R][sel], blocks=np.ones(int(sel.sum()), dtype=np.int64),
+        return Distances(req=o_req[:R][sel], first=o_first[:R][sel], blocks=o_len[:R][sel],
                          d=o_d[:R][sel], age=o_age[:R][sel], unique=unique, kernel="numba-sampled", t_us=t)
 
     req = np.repeat(np.arange(n), np.diff(st.offsets))
