@@ -13,8 +13,8 @@ from kvtrace.cli import app
 from kvtrace.errors import ConfigError
 from kvtrace.replay import Sampling, load_tiers, replay, resolve_model, sampled_replay
 from kvtrace.replay.grid import hit_grid
-from kvtrace.replay.sample import (MODULUS, block_hash, heavy_blocks, parse_rate, sample_trace, sampled_distances,
-                                   threshold_for_rate, threshold_for_size)
+from kvtrace.replay.sample import (MODULUS, block_hash, heavy_blocks, parse_rate, sample_codes, sample_trace,
+                                   sampled_distances, threshold_for_rate, threshold_for_size)
 from kvtrace.replay.tracefile import load_npz, read_trace, save_npz
 from tests.paths import CONVERSATION, SYNTHETIC
 
@@ -81,9 +81,9 @@ def test_the_run_walk_equals_the_block_walk(conv, rate):
     """The weighted walk by runs (prefix-closed samples) and block by block agree exactly."""
     T = threshold_for_rate(rate)
     heavy = heavy_blocks(conv.hash_ids, T)
-    st, _ = sample_trace(conv, 0, T, heavy)
+    st, _ = sample_trace(conv, sample_codes(conv.hash_ids, T, 1, heavy), 0, True)
     ttls = [60_000_000, 300_000_000]
-    a, b = (sampled_distances(st, heavy, T, ttls, blocks=flag) for flag in (False, True))
+    a, b = (sampled_distances(st, heavy, T, ttls, keep=ttls, blocks=flag) for flag in (False, True))
     caps = np.array([1, 64, 500, 2000, 20_000, 200_000])
     ttl_arr = np.array(sorted(a.live))
     for part in ("heavy", "light"):

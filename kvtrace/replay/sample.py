@@ -90,31 +90,47 @@ def block_hash(ids: np.ndarray) -> np.ndarray:
     return out
 
 
+HEAVY_CODE = 255                  # sample codes: a heavy block, or no sample
+NO_CODE = 254
+
+
 @numba.njit(cache=True, nogil=True)
-def _sample_kernel(offsets, ids, L, bs, lo, hi, heavy, counts, out_ids, out_L):  # pragma: no cover - compiled
-    """Keep the heavy blocks (``heavy``, sorted) and the blocks hashing in ``[lo, hi)``; per request
-    the kept blocks and the tokens they carried (a full block or the partial last one). With an
-    empty ``out_ids`` it only counts."""
-    n = len(offsets) - 1
-    w = 0
+def _code_kernel(ids, T, parts, heavy, codes):  # pragma: no cover - compiled
+    """Per block access: ``HEAVY_CODE`` for a heavy block (``heavy`` sorted), else the sample
+    ``p < parts`` whose hash range ``[pT, (p+1)T)`` holds its hash, else ``NO_CODE``."""
     H = len(heavy)
     bloom = np.zeros(1 << 16, dtype=np.bool_)  # a heavy block's hash sets its low 16 bits here
     for k in range(H):
         bloom[_mix(heavy[k]) & 0xFFFF] = True
+    for a in range(len(ids)):
+        x = ids[a]
+        h = _mix(x)
+        c = NO_CODE
+        if h < parts * T:
+            c = h // T
+        if bloom[h & 0xFFFF]:
+            k = np.searchsorted(heavy, x)
+            if k < H and heavy[k] == x:
+                c = HEAVY_CODE
+        codes[a] = c
+
+
+@numba.njit(cache=True, nogil=True)
+def _sample_kernel(offsets, ids, L, bs, codes, want, with_heavy, counts, out_ids, out_L):  # pragma: no cover
+    """Keep the block accesses coded ``want`` (and the heavy ones if ``with_heavy``); per request
+    the kept blocks and the tokens they carried (a full block or the partial last one). With an
+    empty ``out_ids`` it only counts."""
+    n = len(offsets) - 1
+    w = 0
     for i in range(n):
         a = offsets[i]
         c = 0
         tok = 0
         for j in range(offsets[i + 1] - a):
-            x = ids[a + j]
-            h = _mix(x)
-            take = h >= lo and h < hi
-            if not take and bloom[h & 0xFFFF]:
-                k = np.searchsorted(heavy, x)
-                take = k < H and heavy[k] == x
-            if take:
+            code = codes[a + j]
+            if code == want or (with_heavy and code == HEAVY_CODE):
                 if len(out_ids):
-                    out_ids[w] = x
+                    out_ids[w] = ids[a + j]
                 w += 1
                 c += 1
                 tok += min(max(L[i] - j * bs, 0), bs)
@@ -124,7 +140,24 @@ def _sample_kernel(offsets, ids, L, bs, lo, hi, heavy, counts, out_ids, out_L): 
 
 
 @numba.njit(cache=True, nogil=True)
-def _weighted_kernel(t, offsets, ids, n_ids, wt, unit, ttls, live, peak, unique,
+def _stratum_sums(offsets, L, bs, ids, is_heavy):  # pragma: no cover - compiled
+    """Block accesses and the tokens they carry, of heavy and of light blocks."""
+    nb_h = nt_h = nb_l = nt_l = 0
+    for i in range(len(offsets) - 1):
+        a = offsets[i]
+        for j in range(offsets[i + 1] - a):
+            tok = min(max(L[i] - j * bs, 0), bs)
+            if is_heavy[ids[a + j]]:
+                nb_h += 1
+                nt_h += tok
+            else:
+                nb_l += 1
+                nt_l += tok
+    return nb_h, nt_h, nb_l, nt_l
+
+
+@numba.njit(cache=True, nogil=True)
+def _weighted_kernel(t, offsets, ids, n_ids, wt, unit, ttls, rows, live, peak, unique,
                      o_req, o_first, o_d, o_age):  # pragma: no cover - compiled
     """The block-by-block LRU walk of a sample in which block ``x`` stands for ``wt[x] / unit``
     blocks of the full trace: depths, live counts and peaks are weighted sums, in whole blocks
@@ -193,7 +226,8 @@ def _weighted_kernel(t, offsets, ids, n_ids, wt, unit, ttls, live, peak, unique,
                 q += 1
             ptr[k] = q
             before = total - _fen_prefix(fen, base[q] - 1)
-            live[k, i] = before / unit
+            if rows[k] >= 0:
+                live[rows[k], i] = before / unit
             hit = 0
             for v in range(u):
                 if tmp_pos[v] >= 0 and tmp_age[v] <= ttls[k]:
@@ -215,7 +249,7 @@ def _weighted_kernel(t, offsets, ids, n_ids, wt, unit, ttls, live, peak, unique,
 
 
 @numba.njit(cache=True, nogil=True)
-def _weighted_runs_kernel(t, offsets, ids, n_ids, wt, hv, unit, ttls, live, peak, unique, b_src, b_first, b_len, b_w,
+def _weighted_runs_kernel(t, offsets, ids, n_ids, wt, hv, unit, ttls, rows, live, peak, unique, b_src, b_first, b_len, b_w,
                           o_req, o_first, o_len, o_d, o_age, o_heavy):  # pragma: no cover - compiled
     """``kernel._runs_kernel`` with weights: a Fenwick tree over requests holds each request's
     live weight; a run's first block lies below the live weight of later requests, and each block
@@ -300,7 +334,8 @@ def _weighted_runs_kernel(t, offsets, ids, n_ids, wt, hv, unit, ttls, live, peak
                 p += 1
             ptr[k] = p
             before = total - _fen_prefix(fen, p - 1)
-            live[k, i] = before / unit
+            if rows[k] >= 0:
+                live[rows[k], i] = before / unit
             hit = 0
             for q in range(nr):
                 if t[i] - t[b_src[q]] <= ttls[k]:
@@ -392,8 +427,16 @@ def heavy_blocks(ids: np.ndarray, T: int) -> np.ndarray:
     return np.sort(u)
 
 
-def sample_trace(trace: BlockTrace, lo: int, hi: int, heavy: np.ndarray) -> tuple[BlockTrace, int]:
-    """The requests' heavy blocks and blocks hashing in ``[lo, hi)``, and the tokens they carry.
+def sample_codes(ids: np.ndarray, T: int, parts: int, heavy: np.ndarray) -> np.ndarray:
+    """Each block access's sample (see ``_code_kernel``): one pass of the hash over the trace."""
+    codes = np.empty(len(ids), dtype=np.uint8)
+    _code_kernel(ids, T, min(parts, NO_CODE), heavy.astype(ids.dtype), codes)
+    return codes
+
+
+def sample_trace(trace: BlockTrace, codes: np.ndarray, p: int, with_heavy: bool) -> tuple[BlockTrace, int]:
+    """Sample ``p`` of ``trace`` (its blocks coded ``p``, and the heavy blocks if ``with_heavy``),
+    and the tokens they carry.
 
     A request keeps its time; its input length becomes the tokens its sampled blocks carried (so
     each sampled block weighs what it did in the full trace). Requests left without a block are
@@ -403,11 +446,10 @@ def sample_trace(trace: BlockTrace, lo: int, hi: int, heavy: np.ndarray) -> tupl
     ids = trace.hash_ids
     counts = np.zeros(n, dtype=np.int64)
     L = np.zeros(n, dtype=np.int64)
-    heavy = heavy.astype(ids.dtype)
-    total = _sample_kernel(trace.offsets, ids, trace.input_length, trace.block_size, lo, hi, heavy, counts,
+    total = _sample_kernel(trace.offsets, ids, trace.input_length, trace.block_size, codes, p, with_heavy, counts,
                            np.zeros(0, dtype=ids.dtype), L)
     out = np.empty(total, dtype=ids.dtype)
-    _sample_kernel(trace.offsets, ids, trace.input_length, trace.block_size, lo, hi, heavy, counts, out, L)
+    _sample_kernel(trace.offsets, ids, trace.input_length, trace.block_size, codes, p, with_heavy, counts, out, L)
     keep = counts > 0
     if n:
         keep[0] = keep[-1] = True
@@ -434,10 +476,11 @@ class SampledDistances:
     light_accesses: tuple[int, int]     # (block accesses, tokens) of the sampled light blocks
 
 
-def sampled_distances(st: BlockTrace, heavy: np.ndarray, T: int, ttls_us: list[int],
+def sampled_distances(st: BlockTrace, heavy: np.ndarray, T: int, ttls_us: list[int], keep: list[int] = (),
                       blocks: bool = False) -> SampledDistances:
     """Depths (in blocks of the full trace) and ages of a sample's block accesses: by runs, or
-    block by block when the sample is not prefix-closed (or ``blocks``, for checks)."""
+    block by block when the sample is not prefix-closed (or ``blocks``, for checks). Peaks for
+    every TTL of ``ttls_us``, live counts before each request for those of ``keep``."""
     t = ts_us(st)
     ttls = sorted({int(x) for x in ttls_us} | {NO_TTL})
     ids, n_ids = dense_ids(st.hash_ids)
@@ -449,19 +492,22 @@ def sampled_distances(st: BlockTrace, heavy: np.ndarray, T: int, ttls_us: list[i
         is_heavy[seen] = np.isin(st.hash_ids[first[seen]], heavy)
     wt = np.where(is_heavy, T, MODULUS).astype(np.int64)      # in 1/T of a block of the full trace
     n, N = st.n_requests, st.n_blocks
-    live = np.zeros((len(ttls), n), dtype=np.float64)
+    keep = sorted({int(x) for x in keep})
+    rows = np.array([keep.index(x) if x in keep else -1 for x in ttls], dtype=np.int64)
+    live = np.zeros((len(keep), n), dtype=np.float64)
     peak = np.zeros(len(ttls), dtype=np.int64)
     unique = np.zeros(n, dtype=np.float64)
     o_req, o_first, o_len, o_d, o_age = (np.empty(N, dtype=np.int64) for _ in range(5))
     o_heavy = np.empty(N, dtype=np.bool_)
     longest = int(np.diff(st.offsets).max()) if n else 0
     ttl_arr = np.asarray(ttls, dtype=np.int64)
-    R = -1 if blocks else _weighted_runs_kernel(t, st.offsets, ids, n_ids, wt, is_heavy, T, ttl_arr, live, peak,
+    R = -1 if blocks else _weighted_runs_kernel(t, st.offsets, ids, n_ids, wt, is_heavy, T, ttl_arr, rows, live, peak,
                                                 unique, *(np.empty(longest, dtype=np.int64) for _ in range(4)),
                                                 o_req, o_first, o_len, o_d, o_age, o_heavy)
     if R < 0:                              # not prefix-closed: block by block
         live[:], peak[:], unique[:] = 0, 0, 0
-        R = _weighted_kernel(t, st.offsets, ids, n_ids, wt, T, ttl_arr, live, peak, unique, o_req, o_first, o_d, o_age)
+        R = _weighted_kernel(t, st.offsets, ids, n_ids, wt, T, ttl_arr, rows, live, peak, unique,
+                             o_req, o_first, o_d, o_age)
         o_len[:R] = 1
         o_heavy[:R] = is_heavy[ids[st.offsets[o_req[:R]] + o_first[:R]]]
     hv = o_heavy[:R]
@@ -470,14 +516,12 @@ def sampled_distances(st: BlockTrace, heavy: np.ndarray, T: int, ttls_us: list[i
         return Distances(req=o_req[:R][sel], first=o_first[:R][sel], blocks=o_len[:R][sel],
                          d=o_d[:R][sel], age=o_age[:R][sel], unique=unique, kernel="numba-sampled", t_us=t)
 
-    req = np.repeat(np.arange(n), np.diff(st.offsets))
-    tok = np.clip(st.input_length[req] - (np.arange(N) - st.offsets[req]) * st.block_size, 0, st.block_size)
-    acc_h = is_heavy[ids]
+    nb_h, nt_h, nb_l, nt_l = _stratum_sums(st.offsets, st.input_length, st.block_size, ids, is_heavy)
     return SampledDistances(heavy=part(hv), light=part(~hv), unique=unique,
-                            live={tau: live[k] for k, tau in enumerate(ttls)},
+                            live={tau: live[k] for k, tau in enumerate(keep)},
                             peak_after={tau: int(-(-int(peak[k]) // T)) for k, tau in enumerate(ttls)}, t_us=t,
-                            heavy_accesses=(int(acc_h.sum()), int(tok[acc_h].sum())),
-                            light_accesses=(int((~acc_h).sum()), int(tok[~acc_h].sum())))
+                            heavy_accesses=(nb_h, nt_h),
+                            light_accesses=(nb_l, nt_l))
 
 
 def sampled_replay(trace: BlockTrace, sampling: Sampling, capacities: list[int | None] | None = None,
@@ -515,6 +559,7 @@ def sampled_replay(trace: BlockTrace, sampling: Sampling, capacities: list[int |
         heavy = heavy[:0]
     rate = T / MODULUS
     k = min(sampling.partitions, MODULUS // T - 1)
+    codes = sample_codes(ids, T, k + 1, heavy)
     L = trace.input_length
     total_t, total_b = max(int(L.sum()), 1), max(trace.n_blocks, 1)
     covered = int(np.minimum(L, np.diff(trace.offsets) * bs).sum())     # tokens the blocks carry
@@ -537,8 +582,8 @@ def sampled_replay(trace: BlockTrace, sampling: Sampling, capacities: list[int |
         are ``base``'s: the heavy blocks are the same in every sample, so the light ones are all
         that varies between them."""
         hv = heavy if base is None else heavy[:0]
-        st, _ = sample_trace(trace, p * T, (p + 1) * T, hv)
-        sd = sampled_distances(st, hv, T, sorted({*ttl_sorted, tau}))
+        st, _ = sample_trace(trace, codes, p, base is None)
+        sd = sampled_distances(st, hv, T, sorted({*ttl_sorted, tau}), keep=[tau] if resolved is not None else [])
         hb_l, ht_l = hit_grid(sd.light, st.input_length, bs, caps, ttl_arr)
         if base is None:
             hb_h, ht_h = hit_grid(sd.heavy, st.input_length, bs, caps, ttl_arr)
@@ -609,7 +654,11 @@ def sampled_replay(trace: BlockTrace, sampling: Sampling, capacities: list[int |
     # noise), plus how much the grid moves over one light block's depth (a light block stands for
     # 1 / rate blocks, so depths are known to that resolution).
     t3 = time.perf_counter()
-    grids = [first] + [estimate(p, first) for p in range(1, k + 1)]
+    grids = [first]
+    for p in range(1, k + 1):              # keep only their grids
+        g = estimate(p, first)
+        grids.append({key: g[key] for key in ("grid_t", "grid_b", "tiers_t") if key in g})
+    del codes
     err = err_b = err_tiers = 0.0
     if len(grids) > 1:
         def spread(key):
