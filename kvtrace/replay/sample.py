@@ -117,9 +117,9 @@ def _code_kernel(ids, T, parts, heavy, codes):  # pragma: no cover - compiled
 
 @numba.njit(cache=True, nogil=True)
 def _sample_kernel(offsets, ids, L, bs, codes, want, with_heavy, counts, out_ids, out_L):  # pragma: no cover
-    """Keep the block accesses coded ``want`` (and the heavy ones if ``with_heavy``); per request
-    the kept blocks and the tokens they carried (a full block or the partial last one). With an
-    empty ``out_ids`` it only counts."""
+    """Keep the block accesses coded ``want`` (and the heavy ones if ``with_heavy``) in
+    ``out_ids``; per request the kept blocks and the tokens they carried (a full block or the
+    partial last one)."""
     n = len(offsets) - 1
     w = 0
     for i in range(n):
@@ -129,8 +129,7 @@ def _sample_kernel(offsets, ids, L, bs, codes, want, with_heavy, counts, out_ids
         for j in range(offsets[i + 1] - a):
             code = codes[a + j]
             if code == want or (with_heavy and code == HEAVY_CODE):
-                if len(out_ids):
-                    out_ids[w] = ids[a + j]
+                out_ids[w] = ids[a + j]
                 w += 1
                 c += 1
                 tok += min(max(L[i] - j * bs, 0), bs)
@@ -446,8 +445,7 @@ def sample_trace(trace: BlockTrace, codes: np.ndarray, p: int, with_heavy: bool)
     ids = trace.hash_ids
     counts = np.zeros(n, dtype=np.int64)
     L = np.zeros(n, dtype=np.int64)
-    total = _sample_kernel(trace.offsets, ids, trace.input_length, trace.block_size, codes, p, with_heavy, counts,
-                           np.zeros(0, dtype=ids.dtype), L)
+    total = np.count_nonzero(codes == p) + (np.count_nonzero(codes == HEAVY_CODE) if with_heavy else 0)
     out = np.empty(total, dtype=ids.dtype)
     _sample_kernel(trace.offsets, ids, trace.input_length, trace.block_size, codes, p, with_heavy, counts, out, L)
     keep = counts > 0
