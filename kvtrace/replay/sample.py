@@ -140,11 +140,16 @@ def _sample_kernel(offsets, ids, L, bs, codes, want, with_heavy, counts, out_ids
 
 @numba.njit(cache=True, nogil=True)
 def _stratum_sums(offsets, L, bs, ids, is_heavy):  # pragma: no cover - compiled
-    """Block accesses and the tokens they carry, of heavy and of light blocks."""
+    """Block accesses and the tokens they carry, of heavy and of light blocks; distinct blocks."""
     nb_h = nt_h = nb_l = nt_l = 0
+    seen = np.zeros(len(is_heavy), dtype=np.bool_)
+    distinct = 0
     for i in range(len(offsets) - 1):
         a = offsets[i]
         for j in range(offsets[i + 1] - a):
+            if not seen[ids[a + j]]:
+                seen[ids[a + j]] = True
+                distinct += 1
             tok = min(max(L[i] - j * bs, 0), bs)
             if is_heavy[ids[a + j]]:
                 nb_h += 1
@@ -152,7 +157,7 @@ def _stratum_sums(offsets, L, bs, ids, is_heavy):  # pragma: no cover - compiled
             else:
                 nb_l += 1
                 nt_l += tok
-    return nb_h, nt_h, nb_l, nt_l
+    return nb_h, nt_h, nb_l, nt_l, distinct
 
 
 @numba.njit(cache=True, nogil=True)
@@ -259,9 +264,11 @@ def _weighted_runs_kernel(t, offsets, ids, n_ids, wt, hv, unit, ttls, rows, live
     last = np.full(n_ids, -1, dtype=np.int64)
     cut = np.zeros(n, dtype=np.int64)
     fen = np.zeros(n + 1, dtype=np.int64)
+    lw = np.zeros(n, dtype=np.int64)       # live weight per request (fen holds the same, summable)
     total = 0
     T = len(ttls)
     ptr = np.zeros(T, dtype=np.int64)
+    gone = np.zeros(T, dtype=np.int64)     # live weight of the requests before ptr[k]: expired
     S = 0
     for i in range(n):
         a = offsets[i]
@@ -330,9 +337,10 @@ def _weighted_runs_kernel(t, offsets, ids, n_ids, wt, hv, unit, ttls, rows, live
             lim = t[i] - ttls[k]
             p = ptr[k]
             while p < i and t[p] < lim:
+                gone[k] += lw[p]
                 p += 1
             ptr[k] = p
-            before = total - _fen_prefix(fen, p - 1)
+            before = total - gone[k]
             if rows[k] >= 0:
                 live[rows[k], i] = before / unit
             hit = 0
@@ -342,10 +350,16 @@ def _weighted_runs_kernel(t, offsets, ids, n_ids, wt, hv, unit, ttls, rows, live
             if before + uw - hit > peak[k]:
                 peak[k] = before + uw - hit
         for q in range(nr):
-            _fen_add(fen, b_src[q], -b_w[q])
-            cut[b_src[q]] += b_len[q]
+            r = b_src[q]
+            _fen_add(fen, r, -b_w[q])
+            lw[r] -= b_w[q]
+            for k in range(T):
+                if r < ptr[k]:
+                    gone[k] -= b_w[q]
+            cut[r] += b_len[q]
             total -= b_w[q]
         _fen_add(fen, i, uw)
+        lw[i] = uw
         total += uw
         unique[i] = uw / unit
     return S
@@ -472,6 +486,7 @@ class SampledDistances:
     t_us: np.ndarray
     heavy_accesses: tuple[int, int]     # (block accesses, tokens) of heavy blocks: all of them
     light_accesses: tuple[int, int]     # (block accesses, tokens) of the sampled light blocks
+    distinct: int                       # distinct blocks in the sample
 
 
 def sampled_distances(st: BlockTrace, heavy: np.ndarray, T: int, ttls_us: list[int], keep: list[int] = (),
@@ -514,12 +529,12 @@ def sampled_distances(st: BlockTrace, heavy: np.ndarray, T: int, ttls_us: list[i
         return Distances(req=o_req[:R][sel], first=o_first[:R][sel], blocks=o_len[:R][sel],
                          d=o_d[:R][sel], age=o_age[:R][sel], unique=unique, kernel="numba-sampled", t_us=t)
 
-    nb_h, nt_h, nb_l, nt_l = _stratum_sums(st.offsets, st.input_length, st.block_size, ids, is_heavy)
+    nb_h, nt_h, nb_l, nt_l, distinct = _stratum_sums(st.offsets, st.input_length, st.block_size, ids, is_heavy)
     return SampledDistances(heavy=part(hv), light=part(~hv), unique=unique,
                             live={tau: live[k] for k, tau in enumerate(keep)},
                             peak_after={tau: int(-(-int(peak[k]) // T)) for k, tau in enumerate(ttls)}, t_us=t,
                             heavy_accesses=(nb_h, nt_h),
-                            light_accesses=(nb_l, nt_l))
+                            light_accesses=(nb_l, nt_l), distinct=distinct)
 
 
 def sampled_replay(trace: BlockTrace, sampling: Sampling, capacities: list[int | None] | None = None,
@@ -667,7 +682,7 @@ def sampled_replay(trace: BlockTrace, sampling: Sampling, capacities: list[int |
     clock["error_s"] = time.perf_counter() - t3
     if release_ids:
         trace.hash_ids = np.zeros(0, dtype=np.int64)
-    distinct = len(np.unique(st.hash_ids))
+    distinct = sd.distinct
     sample = {"mode": "rate" if sampling.rate is not None else "size", "rate": rate, "threshold": T,
               "modulus": MODULUS, "size_limit": sampling.size, "heavy_blocks": len(heavy),
               "sampled_blocks": distinct, "sampled_accesses": st.n_blocks, "block_accesses": trace.n_blocks,
