@@ -52,9 +52,14 @@ import numba
 import numpy as np
 
 from kvtrace.analyze.blocktrace import BlockTrace
+from kvtrace.analyze.working_set import sizing_warnings
 from kvtrace.errors import ConfigError
 from kvtrace.replay.distances import NO_TTL, Distances, dense_ids, ts_us
+from kvtrace.replay.engine import ASSUMPTIONS, DEFAULT_TTLS, TIER_ASSUMPTIONS, ReplayResult, _ttl_us, default_capacities
+from kvtrace.replay.grid import hit_grid
 from kvtrace.replay.kernel import _fen_add, _fen_prefix
+from kvtrace.replay.tiers import resolve
+from kvtrace.replay.traffic import band_hits, tier_traffic
 
 HASH_BITS = 32
 MODULUS = 1 << HASH_BITS          # P: hashes are the top 32 bits of a 64-bit mix
@@ -547,12 +552,6 @@ def sampled_replay(trace: BlockTrace, sampling: Sampling, capacities: list[int |
     The grid and the tier replay are estimated; the capacity-for-TTL table and TTFT are not (they
     need every request's blocks: replay without sampling for them).
     """
-    from kvtrace.analyze.working_set import sizing_warnings
-    from kvtrace.replay.engine import ASSUMPTIONS, DEFAULT_TTLS, TIER_ASSUMPTIONS, ReplayResult, _ttl_us, default_capacities
-    from kvtrace.replay.grid import hit_grid
-    from kvtrace.replay.tiers import resolve
-    from kvtrace.replay.traffic import band_hits, tier_traffic
-
     t0 = time.perf_counter()
     bs = trace.block_size
     caps_tok = list(capacities) if capacities else default_capacities(trace)
@@ -583,7 +582,6 @@ def sampled_replay(trace: BlockTrace, sampling: Sampling, capacities: list[int |
     tau = _ttl_us(tier_ttl)
     resolved = resolve(tiers, model, bs) if tiers is not None else None
     bounds = None
-
     if resolved is not None:
         caps_t = np.array([r.capacity_blocks for r in resolved], dtype=np.int64)
         bounds = np.concatenate([[0], np.cumsum(caps_t) if tiers.mode == "exclusive" else caps_t])
