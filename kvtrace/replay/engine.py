@@ -86,7 +86,8 @@ class ReplayResult:
         """The report's ``tiers`` section: the tier replay with the grid, TTFT and assumptions."""
         return {**(self.tiers or {}), "grid": self.grid, "capacity": self.capacity, "ttft": self.ttft,
                 "working_set": self.working_set, "model": self.model, "engine": self.engine,
-                "assumptions": self.assumptions, "warnings": self.warnings, "sample": self.sample}
+                "assumptions": self.assumptions, "warnings": self.warnings,
+                **({"sample": self.sample} if self.sample is not None else {})}
 
     def hit_ratio(self, capacity_tokens: int | None, ttl_s: float | None, weight: str = "tokens") -> float:
         """The grid value at one point (``None`` = unlimited / no TTL)."""
