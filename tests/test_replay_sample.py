@@ -195,3 +195,22 @@ def test_cli_sample_holding_no_block(tmp_path):
                                         "hash_ids": [2 * k, 2 * k + 1]}) + "\n" for k in range(3)))
     r = CliRunner().invoke(app, ["replay", str(path), "--block-size", "512", "--sample", "1e-9"])
     assert r.exit_code == 1 and "no block" in r.output and "raise --sample" in r.output
+
+
+def test_rate_one_is_exact_on_a_trace_that_is_not_prefix_closed():
+    """Random block lists (ids after different parents, repeats within a request): the walk goes
+    block by block, as the exact replay's fallback does, and agrees with it."""
+    from kvtrace.analyze.blocktrace import BlockTrace
+
+    rng = np.random.default_rng(7)
+    lists = [rng.integers(0, 300, size=rng.integers(1, 12)).tolist() for _ in range(400)]
+    ts = np.sort(rng.uniform(0, 3600, size=400))
+    L = np.array([len(h) * 16 - int(rng.integers(0, 16)) for h in lists])
+    trace = BlockTrace.from_lists(ts, L, np.ones(400, dtype=np.int64), lists, 16, name="random")
+    ttls = [30.0, 600.0, None]
+    exact = replay(trace, capacities=[16, 160, 1600, None], ttls=ttls)
+    assert exact.engine["kernel"] == "numba-blocks"
+    res = sampled_replay(trace, Sampling(rate=1.0), capacities=[16, 160, 1600, None], ttls=ttls)
+    assert res.grid == exact.grid and res.working_set == exact.working_set
+    half = sampled_replay(trace, Sampling(rate=0.5), capacities=[16, 160, 1600, None], ttls=ttls)
+    assert half.sample["samples"] == 2 and half.sample["expected_error"] > 0
