@@ -21,9 +21,11 @@ def render_table(res, console) -> None:
                   f"(engine {res.engine['kernel']}, {res.engine['total_s']:.2f} s)")
     if res.sample:
         s = res.sample
-        tiers_err = "" if s.get("expected_error_tiers") is None else f", tier hit ratios ±{s['expected_error_tiers']:.2%}"
-        console.print(f"[bold]Sampled[/] (SHARDS, {'fixed size ' + format(s['size_limit'], ',') + ' blocks, ' if s['mode'] == 'size' else ''}"
-                      f"rate {s['rate']:.4g}): {s['sampled_accesses']:,} of {s['block_accesses']:,} block accesses, "
+        tiers_err = ("" if s.get("expected_error_tiers") is None
+                     else f", tier hit ratios ±{s['expected_error_tiers']:.2%}")
+        size = f"fixed size {s['size_limit']:,} blocks, " if s["mode"] == "size" else ""
+        console.print(f"[bold]Sampled[/] (SHARDS, {size}rate {s['rate']:.4g}): "
+                      f"{s['sampled_accesses']:,} of {s['block_accesses']:,} block accesses, "
                       f"{s['heavy_blocks']:,} heavy blocks whole; expected error of the hit ratios "
                       f"±{s['expected_error']:.2%} (mean absolute){tiers_err}", highlight=False)
     section = res.tiers_section()

@@ -258,7 +258,8 @@ def _weighted_kernel(t, offsets, ids, n_ids, wt, unit, ttls, rows, live, peak, u
 
 
 @numba.njit(cache=True, nogil=True)
-def _weighted_runs_kernel(t, offsets, ids, n_ids, wt, hv, unit, ttls, rows, live, peak, unique, b_src, b_first, b_len, b_w,
+def _weighted_runs_kernel(t, offsets, ids, n_ids, wt, hv, unit, ttls, rows, live, peak, unique,
+                          b_src, b_first, b_len, b_w,
                           o_req, o_first, o_len, o_d, o_age, o_heavy):  # pragma: no cover - compiled
     """``kernel._runs_kernel`` with weights: a Fenwick tree over requests holds each request's
     live weight; a run's first block lies below the live weight of later requests, and each block
@@ -381,7 +382,8 @@ class Sampling:
 
     def __post_init__(self):
         if (self.rate is None) == (self.size is None):
-            raise ConfigError("sample either at a rate or to a size, not both", hint="e.g. --sample 1% or --sample-size 1M")
+            raise ConfigError("sample either at a rate or to a size, not both",
+                              hint="e.g. --sample 1% or --sample-size 1M")
         if self.rate is not None and not (0 < self.rate <= 1):
             raise ConfigError(f"sampling rate {self.rate:g} is not in (0, 1]", hint="e.g. --sample 1% or --sample 0.01")
         if self.size is not None and self.size < 1:
@@ -394,7 +396,8 @@ def parse_rate(text: str) -> float:
     try:
         v = float(s[:-1]) / 100 if s.endswith("%") else float(s)
     except ValueError:
-        raise ConfigError(f"--sample {text!r} is not a rate", hint="give a percentage or a fraction: 1% or 0.01") from None
+        raise ConfigError(f"--sample {text!r} is not a rate",
+                          hint="give a percentage or a fraction: 1% or 0.01") from None
     if not (0 < v <= 1) or math.isnan(v):
         raise ConfigError(f"--sample {text!r} is not in (0, 100%]", hint="e.g. --sample 1% (or 0.01)")
     return v
@@ -690,9 +693,9 @@ def sampled_replay(trace: BlockTrace, sampling: Sampling, capacities: list[int |
                               f"hit ratio across {len(grids)} disjoint samples at this rate, plus the mean change of "
                               f"the grid when every capacity grows by 1/rate blocks" if len(grids) > 1 else
                               "every block is sampled: the replay is exact")}
+    span = float(trace.ts[-1] - trace.ts[0]) if trace.n_requests else 0.0
     info_trace = {"name": trace.name, "requests": trace.n_requests, "blocks": trace.n_blocks, "block_size": bs,
-                  "input_tokens": int(L.sum()), "span_s": float(trace.ts[-1] - trace.ts[0]) if trace.n_requests else 0.0,
-                  "distinct_blocks": sd.peak_after[NO_TTL]}
+                  "input_tokens": int(L.sum()), "span_s": span, "distinct_blocks": sd.peak_after[NO_TTL]}
     warnings = [trace.meta["block_size_assumed"]] if trace.meta.get("block_size_assumed") else []
     warnings += sizing_warnings(trace, ttl_list + ([tier_ttl] if tiers is not None else []))
     if tiers is not None and model is not None:
@@ -700,11 +703,12 @@ def sampled_replay(trace: BlockTrace, sampling: Sampling, capacities: list[int |
     if T < MODULUS:
         assumptions.append(
             f"Sampled (SHARDS): the blocks whose id hashes below {rate:.4g} of the hash range, and the "
-            f"{len(heavy)} heaviest blocks whole; a sampled block stands for 1/{rate:.4g} blocks in depths and counts. "
+            f"{len(heavy)} heaviest blocks whole; a sampled block stands for 1/{rate:.4g} blocks in depths "
+            f"and counts. "
             f"Expected error of the hit ratios: {err:.2%} (mean absolute).")
     clock["total_s"] = time.perf_counter() - t0
-    return ReplayResult(trace=info_trace, grid=grid, working_set=working, model=None if model is None else model.to_dict(bs),
-                        tiers=hierarchy, ttft=None,
+    return ReplayResult(trace=info_trace, grid=grid, working_set=working,
+                        model=None if model is None else model.to_dict(bs), tiers=hierarchy, ttft=None,
                         engine={"kernel": "sampled", "runs": len(sd.heavy) + len(sd.light),
                                 **{key: round(v, 4) for key, v in clock.items()}},
                         assumptions=assumptions, capacity=[], warnings=warnings, sample=sample)
