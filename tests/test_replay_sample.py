@@ -214,3 +214,13 @@ def test_rate_one_is_exact_on_a_trace_that_is_not_prefix_closed():
     assert res.grid == exact.grid and res.working_set == exact.working_set
     half = sampled_replay(trace, Sampling(rate=0.5), capacities=[16, 160, 1600, None], ttls=ttls)
     assert half.sample["samples"] == 2 and half.sample["expected_error"] > 0
+
+
+def test_above_half_the_error_is_not_estimated(conv):
+    """No second sample of the same rate fits in the hash range: the output says so, not 0."""
+    res = sampled_replay(conv, Sampling(rate=0.6), ttls=[300.0])
+    assert res.sample["samples"] == 1 and res.sample["expected_error"] is None
+    assert "not estimated" in res.sample["error_basis"]
+    r = _cli("--sample", "60%", "--ttl", "5m", "-c", "10M")
+    assert r.exit_code == 0, r.output
+    assert "not estimated above a 50% rate" in r.output

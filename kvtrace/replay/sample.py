@@ -673,7 +673,7 @@ def sampled_replay(trace: BlockTrace, sampling: Sampling, capacities: list[int |
         g = estimate(p, first)
         grids.append({key: g[key] for key in ("grid_t", "grid_b", "tiers_t") if key in g})
     del codes
-    err = err_b = err_tiers = 0.0
+    err = err_b = err_tiers = 0.0 if T == MODULUS else None     # None: above 50%, no second sample fits
     if len(grids) > 1:
         def spread(key):
             return ERROR_FACTOR * float(np.std([g[key] for g in grids], axis=0, ddof=1).mean())
@@ -692,7 +692,9 @@ def sampled_replay(trace: BlockTrace, sampling: Sampling, capacities: list[int |
               "error_basis": (f"{ERROR_FACTOR:g} x the mean over the grid's cells of the standard deviation of the "
                               f"hit ratio across {len(grids)} disjoint samples at this rate, plus the mean change of "
                               f"the grid when every capacity grows by 1/rate blocks" if len(grids) > 1 else
-                              "every block is sampled: the replay is exact")}
+                              "every block is sampled: the replay is exact" if T == MODULUS else
+                              "not estimated above a 50% rate (no disjoint sample of the same rate fits in the hash "
+                              "range): sample at 50% or less for an estimate, or replay without sampling")}
     span = float(trace.ts[-1] - trace.ts[0]) if trace.n_requests else 0.0
     info_trace = {"name": trace.name, "requests": trace.n_requests, "blocks": trace.n_blocks, "block_size": bs,
                   "input_tokens": int(L.sum()), "span_s": span, "distinct_blocks": sd.peak_after[NO_TTL]}
@@ -705,7 +707,8 @@ def sampled_replay(trace: BlockTrace, sampling: Sampling, capacities: list[int |
             f"Sampled (SHARDS): the blocks whose id hashes below {rate:.4g} of the hash range, and the "
             f"{len(heavy)} heaviest blocks whole; a sampled block stands for 1/{rate:.4g} blocks in depths "
             f"and counts. "
-            f"Expected error of the hit ratios: {err:.2%} (mean absolute).")
+            + (f"Expected error of the hit ratios: {err:.2%} (mean absolute)." if err is not None else
+               "Expected error not estimated above a 50% rate."))
     clock["total_s"] = time.perf_counter() - t0
     return ReplayResult(trace=info_trace, grid=grid, working_set=working,
                         model=None if model is None else model.to_dict(bs), tiers=hierarchy, ttft=None,
