@@ -110,13 +110,15 @@ def mooncake_grid(tmp: Path) -> dict:
     return out
 
 
-def make_fleet(n: int, seed: int = 0, span_s: float = 86400.0):
-    """A prefix-chained fleet trace of ``n`` requests (see the module docstring)."""
+def make_fleet(n: int, seed: int = 0, span_s: float = 86400.0, turns_median: float = 16, gap_median_s: float = 20,
+               head_share: float = 0.7, head_blocks: int = 4):
+    """A prefix-chained fleet trace of ``n`` requests (see the module docstring; the keywords
+    shape it: turns per session, seconds between turns, share of sessions with the shared head)."""
     from kvtrace.analyze._kernels import chain_ids
     from kvtrace.analyze.blocktrace import BlockTrace
 
     rng = np.random.default_rng(seed)
-    turns = np.clip(rng.lognormal(np.log(16), 0.6, size=n // 8), 1, 400).astype(np.int64)
+    turns = np.clip(rng.lognormal(np.log(turns_median), 0.6, size=max(n // 8, int(2 * n / turns_median))), 1, 400).astype(np.int64)
     turns = turns[np.cumsum(turns) <= n]
     if turns.sum() < n:
         turns = np.append(turns, n - turns.sum())
@@ -125,14 +127,14 @@ def make_fleet(n: int, seed: int = 0, span_s: float = 86400.0):
     np.cumsum(turns, out=first[1:])
     sess = np.repeat(np.arange(s), turns)
     turn = np.arange(n) - first[sess]
-    gap = rng.lognormal(np.log(20), 1.2, size=n)             # think + tool time between turns
+    gap = rng.lognormal(np.log(gap_median_s), 1.2, size=n)   # think + tool time between turns
     gap[turn == 0] = 0
     cg = np.cumsum(gap)
     t = rng.uniform(0, span_s, size=s)[sess] + cg - np.repeat(cg[first[:-1]], turns)
     B = 512
     grow = rng.integers(250, 1000, size=n)
     cgrow = np.cumsum(grow)
-    head = np.where(rng.random(s) < 0.7, 4, 0)[sess]          # the shared system prompt + tools
+    head = np.where(rng.random(s) < head_share, head_blocks, 0)[sess]   # the shared system prompt + tools
     prompt = np.minimum(head * B + 2000 + cgrow - np.repeat(cgrow[first[:-1]], turns), 64_000)
     nb = -(-prompt // B)
     order = np.argsort(t, kind="stable")

@@ -31,12 +31,16 @@ def replay(
     no_overlap: Annotated[bool, typer.Option("--no-overlap", help="TTFT: reload and prefill add up instead of overlapping.")] = False,
     resume_gap: Annotated[str, typer.Option("--resume-gap", help="TTFT: a request after a longer gap is a resumed session.")] = "5m",
     engine: Annotated[str, typer.Option("--engine", help="auto, numpy or numba.")] = "auto",
+    sample: Annotated[Optional[str], typer.Option("--sample", help="Replay a sample of the block ids (SHARDS): a rate such as 1% or 0.01. The grid and tiers are estimates; the output states the rate and the expected error. Not with TTFT or the capacity table.")] = None,
+    sample_size: Annotated[Optional[str], typer.Option("--sample-size", help="Sample at most this many distinct blocks (SHARDS fixed size: the rate adapts), e.g. 1M.")] = None,
     format: Annotated[str, typer.Option("--format", "-f", help="table or json.")] = "table",
     out: OutOpt = None,
 ) -> None:
     """Replay a block trace through LRU caches of every capacity x idle TTL, and through a tier hierarchy.
 
     Example: kvtrace replay conversation_trace.jsonl -c 1M -c 10M -c 50M --ttl 5m,1h --tiers seed-testbed --model MiniMax-M2.7:fp8
+
+    Example (a 1% sample of a large trace): kvtrace replay fleet.npz --sample 1%
     """
     from kvtrace.replay import load_tiers, replay as run, resolve_model
     from kvtrace.replay.ttft import TTFTConfig
@@ -47,6 +51,14 @@ def replay(
     if input_format is not None and (trace is None or input_format not in ("mooncake", "bailian", "npz")):
         raise ConfigError(f"--input-format {input_format}: the format of a TRACE file",
                           hint="give a TRACE and choose mooncake, bailian or npz")
+    sampling = None
+    if sample is not None or sample_size is not None:
+        from kvtrace.replay.sample import Sampling, parse_rate, sampled_replay
+
+        if sample is not None and sample_size is not None:
+            raise ConfigError("--sample and --sample-size both given", hint="give a rate (--sample 1%) or a size, not both")
+        sampling = (Sampling(rate=parse_rate(sample)) if sample is not None
+                    else Sampling(size=parse_tokens(sample_size, what="--sample-size")))
     spec = model_option(model, kv_dtype)
     m = resolve_model(spec) if spec else None
     raw_caps = split_items(capacity)
@@ -94,9 +106,14 @@ def replay(
             caps.append(parse_tokens(c, what="--capacity"))
     cfg = TTFTConfig(overlap=not no_overlap, resume_gap_s=parse_duration(resume_gap, what="--resume-gap", unlimited=True),
                      prefill_tokens_per_s=prefill_rate)
-    with progress_bar(f"replaying {len(bt.ts):,} requests") as report:
-        res = run(bt, capacities=caps or None, ttls=ttls or None, model=m, tiers=ts, tier_ttl=tt, ttft=cfg,
-                  engine=engine, release_ids=True, progress=report)
+    if sampling is not None:
+        with working(f"replaying a sample of {len(bt.ts):,} requests"):
+            res = sampled_replay(bt, sampling, capacities=caps or None, ttls=ttls or None, model=m, tiers=ts,
+                                 tier_ttl=tt, release_ids=True)
+    else:
+        with progress_bar(f"replaying {len(bt.ts):,} requests") as report:
+            res = run(bt, capacities=caps or None, ttls=ttls or None, model=m, tiers=ts, tier_ttl=tt, ttft=cfg,
+                      engine=engine, release_ids=True, progress=report)
     if format == "json":
         import json
 

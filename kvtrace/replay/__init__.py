@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from kvtrace.replay.catalog import KVModel, catalog_names, load_model, resolve_model
 from kvtrace.replay.engine import ReplayResult, default_capacities, replay
+from kvtrace.replay.sample import Sampling, sampled_replay
 from kvtrace.replay.size import size_calc
 from kvtrace.replay.tiers import TierSet, load_tiers, preset_names
 from kvtrace.replay.ttft import TTFTConfig
 
 __all__ = ["KVModel", "ReplayResult", "TTFTConfig", "TierSet", "catalog_names", "default_capacities",
-           "load_model", "load_tiers", "preset_names", "replay", "resolve_model", "size_calc", "tiers_report",
+           "load_model", "load_tiers", "preset_names", "replay", "Sampling", "sampled_replay", "resolve_model", "size_calc", "tiers_report",
            "dram_fill_time"]
 
 

@@ -70,6 +70,7 @@ class ReplayResult:
     assumptions: list[str] = field(default_factory=list)
     capacity: list[dict] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)   # what the figures rest on that may not hold
+    sample: dict | None = None      # a sampled replay's rate and expected error (kvtrace.replay.sample)
 
     def to_dict(self) -> dict:
         """The JSON of ``kvtrace replay --format json``: ``grid`` and ``tiers`` are lists; the
@@ -78,13 +79,15 @@ class ReplayResult:
         per_tier = tiers.pop("tiers", [])
         return {"trace": self.trace, "model": self.model, "grid": self.grid, "working_set": self.working_set,
                 "capacity": self.capacity, "hierarchy": tiers or None, "tiers": per_tier, "ttft": self.ttft,
-                "engine": self.engine, "assumptions": self.assumptions, "warnings": self.warnings}
+                "engine": self.engine, "assumptions": self.assumptions, "warnings": self.warnings,
+                "sample": self.sample}
 
     def tiers_section(self) -> dict:
         """The report's ``tiers`` section: the tier replay with the grid, TTFT and assumptions."""
         return {**(self.tiers or {}), "grid": self.grid, "capacity": self.capacity, "ttft": self.ttft,
                 "working_set": self.working_set, "model": self.model, "engine": self.engine,
-                "assumptions": self.assumptions, "warnings": self.warnings}
+                "assumptions": self.assumptions, "warnings": self.warnings,
+                **({"sample": self.sample} if self.sample is not None else {})}
 
     def hit_ratio(self, capacity_tokens: int | None, ttl_s: float | None, weight: str = "tokens") -> float:
         """The grid value at one point (``None`` = unlimited / no TTL)."""

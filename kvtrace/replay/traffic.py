@@ -67,8 +67,13 @@ def nice_window(span_s: float, points: int) -> float:
 
 def tier_traffic(dist: Distances, t_us: np.ndarray, input_length: np.ndarray, block_size: int,
                  tiers: list[ResolvedTier], mode: str, ttl_us: int, bytes_per_token: int,
-                 points: int = 480) -> tuple[list[dict], np.ndarray, np.ndarray, dict]:
+                 points: int = 480, hits=None, total_tokens: float | None = None
+                 ) -> tuple[list[dict], np.ndarray, np.ndarray, dict]:
     """Per-tier hits, reads, writes, occupancy and endurance under one idle TTL.
+
+    A sampled replay (``kvtrace.replay.sample``) passes its weighted band ``hits`` (as
+    :func:`band_hits` returns them) and the full trace's ``total_tokens``; ``dist.unique`` and
+    ``dist.live`` are then weighted too.
 
     Returns:
         ``(per-tier dicts, hit blocks (K, n), hit tokens (K, n), window info)``.
@@ -77,10 +82,10 @@ def tier_traffic(dist: Distances, t_us: np.ndarray, input_length: np.ndarray, bl
     K = len(tiers)
     caps = np.array([t.capacity_blocks for t in tiers], dtype=np.int64)
     bounds = np.concatenate([[0], np.cumsum(caps) if mode == "exclusive" else caps])
-    hit_b, hit_t, live_hit = band_hits(dist, input_length, block_size, bounds, ttl_us, n)
-    u = dist.unique.astype(np.int64)
-    before = dist.live[ttl_us].astype(np.int64)
-    above = np.cumsum(hit_b, axis=0, dtype=np.int64)     # blocks of the request above each bound
+    hit_b, hit_t, live_hit = hits if hits is not None else band_hits(dist, input_length, block_size, bounds, ttl_us, n)
+    u = dist.unique if hits is not None else dist.unique.astype(np.int64)
+    before = dist.live[ttl_us] if hits is not None else dist.live[ttl_us].astype(np.int64)
+    above = np.cumsum(hit_b, axis=0, dtype=hit_b.dtype if hits is not None else np.int64)  # blocks above each bound
     after = before + u - live_hit                         # live blocks after each request
     del live_hit
 
@@ -93,7 +98,7 @@ def tier_traffic(dist: Distances, t_us: np.ndarray, input_length: np.ndarray, bl
     nb = int(span_s // w) + 1
     bucket = ((t_us - t0) // int(w * 1e6)).astype(np.int64) if n else np.zeros(0, dtype=np.int64)
     starts = np.flatnonzero(np.diff(bucket, prepend=-1)) if n else np.zeros(0, dtype=np.int64)
-    total_tokens = float(input_length.sum())
+    total_tokens = float(input_length.sum()) if total_tokens is None else total_tokens
     out = []
     for k, rt in enumerate(tiers):
         t = rt.tier

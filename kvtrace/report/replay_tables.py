@@ -19,6 +19,17 @@ def render_table(res, console) -> None:
     console.print(f"[bold]{tr['name']}[/]: {tr['requests']:,} requests, {tr['blocks']:,} block accesses of "
                   f"{tr['block_size']} tokens, {tr['input_tokens']:,} input tokens over {fmt_duration(tr['span_s'])} "
                   f"(engine {res.engine['kernel']}, {res.engine['total_s']:.2f} s)")
+    if res.sample:
+        s = res.sample
+        tiers_err = ("" if s.get("expected_error_tiers") is None
+                     else f", tier hit ratios ±{s['expected_error_tiers']:.2%}")
+        err = ("not estimated above a 50% rate" if s["expected_error"] is None
+               else f"±{s['expected_error']:.2%} (mean absolute){tiers_err}")
+        size = f"fixed size {s['size_limit']:,} blocks, " if s["mode"] == "size" else ""
+        console.print(f"[bold]Sampled[/] (SHARDS, {size}rate {s['rate']:.4g}): "
+                      f"{s['sampled_accesses']:,} of {s['block_accesses']:,} block accesses, "
+                      f"{s['heavy_blocks']:,} heavy blocks whole; expected error of the hit ratios {err}",
+                      highlight=False)
     section = res.tiers_section()
     print_tables([grid_table(section)], console)
     ws = " · ".join(f"{fmt_duration(w['ttl_s'])}: {fmt_tokens_compact(w['peak_tokens'])}"

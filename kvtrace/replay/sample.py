@@ -1,0 +1,717 @@
+"""Spatially hashed sampling of block ids for the capacity grid and the tier replay (SHARDS).
+
+SHARDS (Waldspurger et al., FAST'15) replays only the blocks whose id hashes below a threshold:
+block ``x`` is sampled when ``hash(x) mod P < T`` (splitmix64's finalizer, top 32 bits, so
+``P = 2**32``), which keeps every access of a sampled block and none of the others, at rate
+``R = T / P``. Same trace, same sample: no random state.
+
+**Heavy blocks are kept whole.** A prefix-chained trace has a few blocks nearly every request
+starts with (the system prompt and tools): in the Mooncake conversation trace one block is 4% of
+all accesses, in a fleet 4 blocks are 12%. Plain SHARDS either misses such a block (probability
+``1 - R``) or weighs it ``1 / R``, and every cell of the grid moves with it: at 1% the error of
+the conversation trace's grid is 0.038. So the blocks drawing more than ``HEAVY_WEIGHT x R`` of
+the accesses (counted on evenly spaced accesses) are replayed with all their accesses and weight
+1, the others sampled with weight ``1 / R``: a stratified sample, exact on the heavy stratum.
+
+**Weighted LRU walk.** Depths count the blocks above a block weighted the same way (a sampled
+block above stands for ``1 / R`` blocks, a heavy one for 1), so a depth is an estimate in blocks
+of the full trace and the grid's capacities are the full trace's. Ages are exact (a kept block
+keeps every access). Prefix semantics survive sampling: a block id always follows the same chain
+of parents, so the sampled blocks before it are always the same and the sample is prefix-closed
+too; each kept block carries the tokens it carried in its request.
+
+**Estimates.** Per grid cell, hits of heavy blocks count as they are; hits of sampled blocks scale
+to all the light accesses of the trace (known exactly: a ratio estimate per stratum). Tier
+traffic counts a sampled block as ``1 / R`` blocks.
+
+**Fixed size** (``Sampling(size=N)``): SHARDS' adaptive rate. Walking the trace in time order
+with ``T = P``, the sampled blocks are kept in a set; when it exceeds ``N`` blocks, ``T`` falls to
+the largest hash in the set and the blocks hashing at ``T`` or above leave it. The threshold it
+ends with is the ``(N+1)``-th smallest distinct block hash, and kvtrace samples the whole trace at
+that rate: what SHARDS' fixed-size run converges to, every access sampled at the one final rate
+(a file can be read twice; a live stream could not). At most ``N`` distinct blocks are replayed,
+heavy ones included.
+
+**The expected error** stated with every sampled replay: ``k`` more samples of the same rate on
+the disjoint hash ranges ``[pT, (p+1)T)`` (their light blocks only: the heavy ones are the same in
+every sample) give ``k + 1`` estimates of every cell; the sampling noise is twice the mean (over
+the cells) of their standard deviation. To it is added the depth resolution: the mean change of
+the grid when every capacity grows by ``1 / R`` blocks (a sampled block's depth is known to that
+much; it matters for caches of a few sampled blocks). Measured against the exact grid, the stated
+error has stayed above the mean absolute error on every trace of ``bench/bench_sample.py``
+(``docs/sampling.md``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from kvtrace.analyze.blocktrace import BlockTrace
+from kvtrace.analyze.working_set import sizing_warnings
+from kvtrace.errors import ConfigError
+from kvtrace.replay.distances import NO_TTL, Distances, dense_ids, ts_us
+from kvtrace.replay.engine import ASSUMPTIONS, DEFAULT_TTLS, TIER_ASSUMPTIONS, ReplayResult, _ttl_us, default_capacities
+from kvtrace.replay.grid import hit_grid
+from kvtrace.replay.kernel import _fen_add, _fen_prefix
+from kvtrace.replay.tiers import resolve
+from kvtrace.replay.traffic import band_hits, tier_traffic
+
+HASH_BITS = 32
+MODULUS = 1 << HASH_BITS          # P: hashes are the top 32 bits of a 64-bit mix
+ERROR_PARTITIONS = 4              # extra disjoint samples for the per-run error estimate
+ERROR_FACTOR = 2.0                # stated error = this x mean per-cell deviation across samples
+SIZE_CHUNK = 1 << 22              # block accesses per step of the fixed-size threshold walk
+HEAVY_PROBE = 1 << 22             # block accesses looked at (evenly spaced) to find heavy blocks
+HEAVY_WEIGHT = 0.01               # heavy: a block that, sampled, would carry > 1% of the accesses
+HEAVY_MAX = 1024                  # at most this many heavy blocks (the heaviest)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _mix(x):  # pragma: no cover - compiled
+    """splitmix64's finalizer of a 64-bit id, top 32 bits: a stable, well mixed hash."""
+    z = np.uint64(x) + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z = z ^ (z >> np.uint64(31))
+    return np.int64(z >> np.uint64(64 - HASH_BITS))
+
+
+@numba.njit(cache=True, nogil=True)
+def _hash_kernel(ids, out):  # pragma: no cover - compiled
+    for k in range(len(ids)):
+        out[k] = _mix(ids[k])
+
+
+def block_hash(ids: np.ndarray) -> np.ndarray:
+    """The sampling hash of each block id, in ``[0, 2**32)`` (int64)."""
+    ids = np.ascontiguousarray(ids).astype(np.int64, copy=False)
+    out = np.empty(len(ids), dtype=np.int64)
+    _hash_kernel(ids, out)
+    return out
+
+
+HEAVY_CODE = 255                  # sample codes: a heavy block, or no sample
+NO_CODE = 254
+
+
+@numba.njit(cache=True, nogil=True)
+def _code_kernel(ids, T, parts, heavy, codes):  # pragma: no cover - compiled
+    """Per block access: ``HEAVY_CODE`` for a heavy block (``heavy`` sorted), else the sample
+    ``p < parts`` whose hash range ``[pT, (p+1)T)`` holds its hash, else ``NO_CODE``."""
+    H = len(heavy)
+    bloom = np.zeros(1 << 16, dtype=np.bool_)  # a heavy block's hash sets its low 16 bits here
+    for k in range(H):
+        bloom[_mix(heavy[k]) & 0xFFFF] = True
+    for a in range(len(ids)):
+        x = ids[a]
+        h = _mix(x)
+        c = NO_CODE
+        if h < parts * T:
+            c = h // T
+        if bloom[h & 0xFFFF]:
+            k = np.searchsorted(heavy, x)
+            if k < H and heavy[k] == x:
+                c = HEAVY_CODE
+        codes[a] = c
+
+
+@numba.njit(cache=True, nogil=True)
+def _sample_kernel(offsets, ids, L, bs, codes, want, with_heavy, counts, out_ids, out_L):  # pragma: no cover
+    """Keep the block accesses coded ``want`` (and the heavy ones if ``with_heavy``) in
+    ``out_ids``; per request the kept blocks and the tokens they carried (a full block or the
+    partial last one)."""
+    n = len(offsets) - 1
+    w = 0
+    for i in range(n):
+        a = offsets[i]
+        c = 0
+        tok = 0
+        for j in range(offsets[i + 1] - a):
+            code = codes[a + j]
+            if code == want or (with_heavy and code == HEAVY_CODE):
+                out_ids[w] = ids[a + j]
+                w += 1
+                c += 1
+                tok += min(max(L[i] - j * bs, 0), bs)
+        counts[i] = c
+        out_L[i] = tok
+    return w
+
+
+@numba.njit(cache=True, nogil=True)
+def _stratum_sums(offsets, L, bs, ids, is_heavy):  # pragma: no cover - compiled
+    """Block accesses and the tokens they carry, of heavy and of light blocks; distinct blocks."""
+    nb_h = nt_h = nb_l = nt_l = 0
+    seen = np.zeros(len(is_heavy), dtype=np.bool_)
+    distinct = 0
+    for i in range(len(offsets) - 1):
+        a = offsets[i]
+        for j in range(offsets[i + 1] - a):
+            if not seen[ids[a + j]]:
+                seen[ids[a + j]] = True
+                distinct += 1
+            tok = min(max(L[i] - j * bs, 0), bs)
+            if is_heavy[ids[a + j]]:
+                nb_h += 1
+                nt_h += tok
+            else:
+                nb_l += 1
+                nt_l += tok
+    return nb_h, nt_h, nb_l, nt_l, distinct
+
+
+@numba.njit(cache=True, nogil=True)
+def _weighted_kernel(t, offsets, ids, n_ids, wt, unit, ttls, rows, live, peak, unique,
+                     o_req, o_first, o_d, o_age):  # pragma: no cover - compiled
+    """The block-by-block LRU walk of a sample in which block ``x`` stands for ``wt[x] / unit``
+    blocks of the full trace: depths, live counts and peaks are weighted sums, in whole blocks
+    (a depth rounds up). Otherwise ``kernel._blocks_kernel``: running maxima of depth and age
+    along a request, tail first, the head most recent."""
+    n = len(offsets) - 1
+    N = len(ids)
+    last_pos = np.full(n_ids, -1, dtype=np.int64)
+    last_req = np.full(n_ids, -1, dtype=np.int64)
+    fen = np.zeros(N + 1, dtype=np.int64)
+    base = np.zeros(n + 1, dtype=np.int64)
+    tmp_ids = np.empty(N, dtype=np.int64)
+    tmp_pos = np.empty(N, dtype=np.int64)
+    tmp_age = np.empty(N, dtype=np.int64)
+    T = len(ttls)
+    ptr = np.zeros(T, dtype=np.int64)
+    total = 0
+    P = 0
+    R = 0
+    for i in range(n):
+        a = offsets[i]
+        m = offsets[i + 1] - a
+        base[i] = P
+        dmax = 0
+        amax = 0
+        broken = False
+        u = 0
+        uw = 0
+        for j in range(m):
+            x = ids[a + j]
+            if last_req[x] == i:           # repeated within the request: same depth as before
+                if not broken:
+                    o_req[R] = i
+                    o_first[R] = j
+                    o_d[R] = dmax
+                    o_age[R] = amax
+                    R += 1
+                continue
+            p = last_pos[x]
+            age = -1
+            if p < 0:
+                broken = True
+            else:
+                age = t[i] - t[last_req[x]]
+            if not broken:
+                d = (total - _fen_prefix(fen, p) + 2 * unit - 1) // unit   # itself + the weight above it
+                if d > dmax:
+                    dmax = d
+                if age > amax:
+                    amax = age
+                o_req[R] = i
+                o_first[R] = j
+                o_d[R] = dmax
+                o_age[R] = amax
+                R += 1
+            tmp_ids[u] = x
+            tmp_pos[u] = p
+            tmp_age[u] = age
+            last_req[x] = i
+            u += 1
+            uw += wt[x]
+        for k in range(T):
+            lim = t[i] - ttls[k]
+            q = ptr[k]
+            while q < i and t[q] < lim:
+                q += 1
+            ptr[k] = q
+            before = total - _fen_prefix(fen, base[q] - 1)
+            if rows[k] >= 0:
+                live[rows[k], i] = before / unit
+            hit = 0
+            for v in range(u):
+                if tmp_pos[v] >= 0 and tmp_age[v] <= ttls[k]:
+                    hit += wt[tmp_ids[v]]
+            if before + uw - hit > peak[k]:
+                peak[k] = before + uw - hit
+        for k in range(u):
+            if tmp_pos[k] >= 0:
+                _fen_add(fen, tmp_pos[k], -wt[tmp_ids[k]])
+                total -= wt[tmp_ids[k]]
+        for k in range(u):                 # tail first: the head ends up most recent
+            pos = P + u - 1 - k
+            last_pos[tmp_ids[k]] = pos
+            _fen_add(fen, pos, wt[tmp_ids[k]])
+        total += uw
+        P += u
+        unique[i] = uw / unit
+    return R
+
+
+@numba.njit(cache=True, nogil=True)
+def _weighted_runs_kernel(t, offsets, ids, n_ids, wt, hv, unit, ttls, rows, live, peak, unique,
+                          b_src, b_first, b_len, b_w,
+                          o_req, o_first, o_len, o_d, o_age, o_heavy):  # pragma: no cover - compiled
+    """``kernel._runs_kernel`` with weights: a Fenwick tree over requests holds each request's
+    live weight; a run's first block lies below the live weight of later requests, and each block
+    of the run below the ones before it. Writes segments of runs (a single light block, or
+    consecutive blocks of one weight ``unit``, whose depths step by one) and returns their
+    number, or -1 when the sample is not prefix-closed."""
+    n = len(offsets) - 1
+    last = np.full(n_ids, -1, dtype=np.int64)
+    cut = np.zeros(n, dtype=np.int64)
+    fen = np.zeros(n + 1, dtype=np.int64)
+    lw = np.zeros(n, dtype=np.int64)       # live weight per request (fen holds the same, summable)
+    total = 0
+    T = len(ttls)
+    ptr = np.zeros(T, dtype=np.int64)
+    gone = np.zeros(T, dtype=np.int64)     # live weight of the requests before ptr[k]: expired
+    S = 0
+    for i in range(n):
+        a = offsets[i]
+        m = offsets[i + 1] - a
+        nr = 0
+        src = n
+        j = 0
+        uw = 0
+        while j < m:
+            x = ids[a + j]
+            r = last[x]
+            if r < 0:
+                break
+            ro = offsets[r]
+            rl = offsets[r + 1] - ro
+            if r >= src or cut[r] != j or j >= rl or ids[ro + j] != x:
+                return -1
+            if j > 0 and ids[ro + j - 1] != ids[a + j - 1]:
+                return -1
+            e = j + 1
+            while e < m and e < rl and ids[a + e] == ids[ro + e]:
+                e += 1
+            ws = 0
+            for k in range(j, e):
+                ws += wt[ids[a + k]]
+                last[ids[a + k]] = i
+            b_src[nr] = r
+            b_first[nr] = j
+            b_len[nr] = e - j
+            b_w[nr] = ws
+            uw += ws
+            nr += 1
+            src = r
+            j = e
+        while j < m:                       # the rest of the request must be new blocks
+            x = ids[a + j]
+            if last[x] >= 0:
+                return -1
+            last[x] = i
+            uw += wt[x]
+            j += 1
+        for q in range(nr):                # depths against the stack before the request
+            r = b_src[q]
+            units = unit + total - _fen_prefix(fen, r)
+            k = b_first[q]
+            e = k + b_len[q]
+            while k < e:
+                x = ids[a + k]
+                o_req[S] = i
+                o_first[S] = k
+                o_d[S] = (units + unit - 1) // unit
+                o_age[S] = t[i] - t[r]
+                o_heavy[S] = hv[x]
+                ln = 0
+                while k < e and hv[ids[a + k]] == hv[x] and wt[ids[a + k]] == unit and (ln == 0 or wt[x] == unit):
+                    units += unit
+                    k += 1
+                    ln += 1
+                if ln == 0:
+                    units += wt[x]
+                    k += 1
+                    ln = 1
+                o_len[S] = ln
+                S += 1
+        for k in range(T):
+            lim = t[i] - ttls[k]
+            p = ptr[k]
+            while p < i and t[p] < lim:
+                gone[k] += lw[p]
+                p += 1
+            ptr[k] = p
+            before = total - gone[k]
+            if rows[k] >= 0:
+                live[rows[k], i] = before / unit
+            hit = 0
+            for q in range(nr):
+                if t[i] - t[b_src[q]] <= ttls[k]:
+                    hit += b_w[q]
+            if before + uw - hit > peak[k]:
+                peak[k] = before + uw - hit
+        for q in range(nr):
+            r = b_src[q]
+            _fen_add(fen, r, -b_w[q])
+            lw[r] -= b_w[q]
+            for k in range(T):
+                if r < ptr[k]:
+                    gone[k] -= b_w[q]
+            cut[r] += b_len[q]
+            total -= b_w[q]
+        _fen_add(fen, i, uw)
+        lw[i] = uw
+        total += uw
+        unique[i] = uw / unit
+    return S
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How to sample: a fixed ``rate`` (0 < rate <= 1) or a fixed ``size`` (most distinct blocks)."""
+
+    rate: float | None = None
+    size: int | None = None
+    partitions: int = ERROR_PARTITIONS
+    heavy: bool = True              # keep the heaviest blocks whole (False: plain SHARDS)
+
+    def __post_init__(self):
+        if (self.rate is None) == (self.size is None):
+            raise ConfigError("sample either at a rate or to a size, not both",
+                              hint="e.g. --sample 1% or --sample-size 1M")
+        if self.rate is not None and not (0 < self.rate <= 1):
+            raise ConfigError(f"sampling rate {self.rate:g} is not in (0, 1]", hint="e.g. --sample 1% or --sample 0.01")
+        if self.size is not None and self.size < 1:
+            raise ConfigError(f"sample size {self.size} is not positive", hint="e.g. --sample-size 1M (blocks)")
+
+
+def parse_rate(text: str) -> float:
+    """``"1%"`` or ``"0.01"`` -> 0.01 (a rate in (0, 1])."""
+    s = text.strip()
+    try:
+        v = float(s[:-1]) / 100 if s.endswith("%") else float(s)
+    except ValueError:
+        raise ConfigError(f"--sample {text!r} is not a rate",
+                          hint="give a percentage or a fraction: 1% or 0.01") from None
+    if not (0 < v <= 1) or math.isnan(v):
+        raise ConfigError(f"--sample {text!r} is not in (0, 100%]", hint="e.g. --sample 1% (or 0.01)")
+    return v
+
+
+def threshold_for_rate(rate: float) -> int:
+    """``T`` of a fixed rate: ``round(rate x P)``, at least 1."""
+    return max(1, min(MODULUS, int(round(rate * MODULUS))))
+
+
+def threshold_for_size(ids: np.ndarray, size: int, chunk: int = SIZE_CHUNK) -> int:
+    """SHARDS fixed-size: the threshold after walking ``ids`` in order, keeping at most ``size``
+    distinct sampled blocks (lowering ``T`` to the largest kept hash whenever the set overflows).
+
+    Memory: the kept set and one chunk. The answer does not depend on ``chunk``: it is the
+    ``(size+1)``-th smallest distinct hash of the trace (or ``P`` when it has at most ``size``).
+    """
+    T = MODULUS
+    kept = np.zeros(0, dtype=np.int64)
+    kept_h = np.zeros(0, dtype=np.int64)
+    for a in range(0, len(ids), chunk):
+        part = np.asarray(ids[a:a + chunk], dtype=np.int64)
+        h = block_hash(part)
+        sel = h < T
+        if not sel.any():
+            continue
+        kept, first = np.unique(np.concatenate([kept, part[sel]]), return_index=True)
+        kept_h = np.concatenate([kept_h, h[sel]])[first]
+        if len(kept) > size:
+            T = int(np.partition(kept_h, size)[size])   # the (size+1)-th smallest hash
+            keep = kept_h < T
+            kept, kept_h = kept[keep], kept_h[keep]
+    return T
+
+
+def heavy_blocks(ids: np.ndarray, T: int) -> np.ndarray:
+    """The blocks kept whole at threshold ``T`` (sorted): those drawing more than ``HEAVY_WEIGHT x
+    rate`` of the block accesses, counted on at most ``HEAVY_PROBE`` evenly spaced accesses (and at
+    least 4 times there). None at rate 1."""
+    if T >= MODULUS or len(ids) == 0:
+        return np.zeros(0, dtype=np.int64)
+    probe = np.asarray(ids[::max(1, len(ids) // HEAVY_PROBE)], dtype=np.int64)
+    u, c = np.unique(probe, return_counts=True)
+    sel = c >= max(4.0, HEAVY_WEIGHT * T / MODULUS * len(probe))
+    u, c = u[sel], c[sel]
+    if len(u) > HEAVY_MAX:                       # the heaviest, ties broken by id
+        u = u[np.lexsort((u, -c))[:HEAVY_MAX]]
+    return np.sort(u)
+
+
+def sample_codes(ids: np.ndarray, T: int, parts: int, heavy: np.ndarray) -> np.ndarray:
+    """Each block access's sample (see ``_code_kernel``): one pass of the hash over the trace."""
+    codes = np.empty(len(ids), dtype=np.uint8)
+    _code_kernel(ids, T, min(parts, NO_CODE), heavy.astype(ids.dtype), codes)
+    return codes
+
+
+def sample_trace(trace: BlockTrace, codes: np.ndarray, p: int, with_heavy: bool) -> tuple[BlockTrace, int]:
+    """Sample ``p`` of ``trace`` (its blocks coded ``p``, and the heavy blocks if ``with_heavy``),
+    and the tokens they carry.
+
+    A request keeps its time; its input length becomes the tokens its sampled blocks carried (so
+    each sampled block weighs what it did in the full trace). Requests left without a block are
+    dropped, except the first and the last (the trace keeps its span).
+    """
+    n = trace.n_requests
+    ids = trace.hash_ids
+    counts = np.zeros(n, dtype=np.int64)
+    L = np.zeros(n, dtype=np.int64)
+    total = np.count_nonzero(codes == p) + (np.count_nonzero(codes == HEAVY_CODE) if with_heavy else 0)
+    out = np.empty(total, dtype=ids.dtype)
+    _sample_kernel(trace.offsets, ids, trace.input_length, trace.block_size, codes, p, with_heavy, counts, out, L)
+    keep = counts > 0
+    if n:
+        keep[0] = keep[-1] = True
+    offsets = np.zeros(int(keep.sum()) + 1, dtype=np.int64)
+    np.cumsum(counts[keep], out=offsets[1:])
+    st = BlockTrace(trace.ts[keep], L[keep], trace.output_length[keep], offsets, out, trace.block_size,
+                    session=None if trace.session is None else trace.session[keep], name=trace.name)
+    return st, int(L.sum())
+
+
+@dataclass
+class SampledDistances:
+    """The weighted walk of one sample: ``heavy`` and ``light`` (sampled) runs as
+    :class:`Distances` with depths in blocks of the full trace, and the per-request and peak
+    counts, weighted (a light block stands for ``1 / rate`` blocks)."""
+
+    heavy: Distances
+    light: Distances
+    unique: np.ndarray
+    live: dict
+    peak_after: dict
+    t_us: np.ndarray
+    heavy_accesses: tuple[int, int]     # (block accesses, tokens) of heavy blocks: all of them
+    light_accesses: tuple[int, int]     # (block accesses, tokens) of the sampled light blocks
+    distinct: int                       # distinct blocks in the sample
+
+
+def sampled_distances(st: BlockTrace, heavy: np.ndarray, T: int, ttls_us: list[int], keep: list[int] = (),
+                      blocks: bool = False) -> SampledDistances:
+    """Depths (in blocks of the full trace) and ages of a sample's block accesses: by runs, or
+    block by block when the sample is not prefix-closed (or ``blocks``, for checks). Peaks for
+    every TTL of ``ttls_us``, live counts before each request for those of ``keep``."""
+    t = ts_us(st)
+    ttls = sorted({int(x) for x in ttls_us} | {NO_TTL})
+    ids, n_ids = dense_ids(st.hash_ids)
+    is_heavy = np.zeros(n_ids, dtype=bool)
+    if len(heavy):
+        first = np.full(n_ids, -1, dtype=np.int64)
+        first[ids[::-1]] = np.arange(len(ids))[::-1]
+        seen = first >= 0
+        is_heavy[seen] = np.isin(st.hash_ids[first[seen]], heavy)
+    wt = np.where(is_heavy, T, MODULUS).astype(np.int64)      # in 1/T of a block of the full trace
+    n, N = st.n_requests, st.n_blocks
+    keep = sorted({int(x) for x in keep})
+    rows = np.array([keep.index(x) if x in keep else -1 for x in ttls], dtype=np.int64)
+    live = np.zeros((len(keep), n), dtype=np.float64)
+    peak = np.zeros(len(ttls), dtype=np.int64)
+    unique = np.zeros(n, dtype=np.float64)
+    o_req, o_first, o_len, o_d, o_age = (np.empty(N, dtype=np.int64) for _ in range(5))
+    o_heavy = np.empty(N, dtype=np.bool_)
+    longest = int(np.diff(st.offsets).max()) if n else 0
+    ttl_arr = np.asarray(ttls, dtype=np.int64)
+    R = -1 if blocks else _weighted_runs_kernel(t, st.offsets, ids, n_ids, wt, is_heavy, T, ttl_arr, rows, live, peak,
+                                                unique, *(np.empty(longest, dtype=np.int64) for _ in range(4)),
+                                                o_req, o_first, o_len, o_d, o_age, o_heavy)
+    if R < 0:                              # not prefix-closed: block by block
+        live[:], peak[:], unique[:] = 0, 0, 0
+        R = _weighted_kernel(t, st.offsets, ids, n_ids, wt, T, ttl_arr, rows, live, peak, unique,
+                             o_req, o_first, o_d, o_age)
+        o_len[:R] = 1
+        o_heavy[:R] = is_heavy[ids[st.offsets[o_req[:R]] + o_first[:R]]]
+    hv = o_heavy[:R]
+
+    def part(sel):
+        return Distances(req=o_req[:R][sel], first=o_first[:R][sel], blocks=o_len[:R][sel],
+                         d=o_d[:R][sel], age=o_age[:R][sel], unique=unique, kernel="numba-sampled", t_us=t)
+
+    nb_h, nt_h, nb_l, nt_l, distinct = _stratum_sums(st.offsets, st.input_length, st.block_size, ids, is_heavy)
+    return SampledDistances(heavy=part(hv), light=part(~hv), unique=unique,
+                            live={tau: live[k] for k, tau in enumerate(keep)},
+                            peak_after={tau: int(-(-int(peak[k]) // T)) for k, tau in enumerate(ttls)}, t_us=t,
+                            heavy_accesses=(nb_h, nt_h),
+                            light_accesses=(nb_l, nt_l), distinct=distinct)
+
+
+def sampled_replay(trace: BlockTrace, sampling: Sampling, capacities: list[int | None] | None = None,
+                   ttls: list[float | None] | None = None, model=None, tiers=None, tier_ttl: float | None = None,
+                   release_ids: bool = False):
+    """The replay of ``kvtrace.replay.engine.replay`` estimated from a spatially hashed sample of
+    ``trace`` (see the module docstring), in the full trace's units, with ``sample`` saying the
+    rate and the expected error.
+
+    The grid and the tier replay are estimated; the capacity-for-TTL table and TTFT are not (they
+    need every request's blocks: replay without sampling for them).
+    """
+    t0 = time.perf_counter()
+    bs = trace.block_size
+    caps_tok = list(capacities) if capacities else default_capacities(trace)
+    if any(c is not None and c < 0 for c in caps_tok):
+        raise ConfigError("a capacity is negative", hint="capacities are token counts such as 1M")
+    ttl_list = list(ttls) if ttls else list(DEFAULT_TTLS)
+    if any(x is not None and x < 0 for x in ttl_list):
+        raise ConfigError("a TTL is negative", hint="TTLs are durations such as 5m")
+    ids = trace.hash_ids
+    T = threshold_for_rate(sampling.rate) if sampling.rate is not None else None
+    if T is None:          # fixed size: the heavy blocks at that rate count against the size
+        heavy = heavy_blocks(ids, threshold_for_size(ids, sampling.size))[:sampling.size // 2]
+        T = threshold_for_size(ids, max(sampling.size - len(heavy), 1))
+    else:
+        heavy = heavy_blocks(ids, T)
+    if not sampling.heavy:
+        heavy = heavy[:0]
+    rate = T / MODULUS
+    k = min(sampling.partitions, MODULUS // T - 1)
+    codes = sample_codes(ids, T, k + 1, heavy)
+    L = trace.input_length
+    total_t, total_b = max(int(L.sum()), 1), max(trace.n_blocks, 1)
+    covered = int(np.minimum(L, np.diff(trace.offsets) * bs).sum())     # tokens the blocks carry
+    finite = sorted({int(c) // bs for c in caps_tok if c is not None})
+    caps = np.array(finite, dtype=np.int64)
+    ttl_sorted = sorted({_ttl_us(x) for x in ttl_list})
+    ttl_arr = np.array(ttl_sorted, dtype=np.int64)
+    tau = _ttl_us(tier_ttl)
+    resolved = resolve(tiers, model, bs) if tiers is not None else None
+    bounds = None
+    if resolved is not None:
+        caps_t = np.array([r.capacity_blocks for r in resolved], dtype=np.int64)
+        bounds = np.concatenate([[0], np.cumsum(caps_t) if tiers.mode == "exclusive" else caps_t])
+    light_w = MODULUS / T                  # a light block stands for 1 / rate blocks
+
+    def estimate(p: int, base: dict | None = None) -> dict:
+        """One sample: its grid of hit ratios (tokens, blocks), weighted walk and tier band hits.
+        With ``base`` (sample 0), only its light blocks are replayed and the heavy blocks' hits
+        are ``base``'s: the heavy blocks are the same in every sample, so the light ones are all
+        that varies between them."""
+        hv = heavy if base is None else heavy[:0]
+        st, _ = sample_trace(trace, codes, p, base is None)
+        sd = sampled_distances(st, hv, T, sorted({*ttl_sorted, tau}), keep=[tau] if resolved is not None else [])
+        hb_l, ht_l = hit_grid(sd.light, st.input_length, bs, caps, ttl_arr)
+        if base is None:
+            hb_h, ht_h = hit_grid(sd.heavy, st.input_length, bs, caps, ttl_arr)
+            (nb_h, nt_h) = sd.heavy_accesses
+        else:
+            (hb_h, ht_h), (nb_h, nt_h) = base["heavy_grid"], base["heavy_n"]
+        nb_l, nt_l = sd.light_accesses
+        # light hits scale to the light accesses of the full trace (a ratio estimate per stratum)
+        fb = (trace.n_blocks - nb_h) / nb_l if nb_l else 0.0
+        ft = (covered - nt_h) / nt_l if nt_l else 0.0
+        out = {"st": st, "sd": sd, "grid_t": (ht_h + ht_l * ft) / total_t, "grid_b": (hb_h + hb_l * fb) / total_b,
+               "heavy_grid": (hb_h, ht_h), "heavy_n": (nb_h, nt_h)}
+        if base is None and T < MODULUS:   # the grid one light block (1 / rate blocks) larger
+            up = caps + -(-MODULUS // T)
+            (ub_h, ut_h), (ub_l, ut_l) = (hit_grid(d, st.input_length, bs, up, ttl_arr) for d in (sd.heavy, sd.light))
+            out["res_t"] = float(np.abs((ut_h + ut_l * ft) / total_t - out["grid_t"]).mean())
+            out["res_b"] = float(np.abs((ub_h + ub_l * fb) / total_b - out["grid_b"]).mean())
+        if resolved is not None:           # blocks weigh 1 / rate (as in the walk), hit tokens by ft
+            hl = band_hits(sd.light, st.input_length, bs, bounds, tau, st.n_requests)
+            if base is None:
+                hh = band_hits(sd.heavy, st.input_length, bs, bounds, tau, st.n_requests)
+                out["hits"] = (hh[0] + hl[0] * light_w, hh[1] + hl[1] * ft, hh[2] + hl[2] * light_w)
+                out["heavy_tiers_t"] = hh[1].sum(axis=1)
+            out["tiers_t"] = ((base or out)["heavy_tiers_t"] + hl[1].sum(axis=1) * ft) / total_t
+        return out
+
+    first = estimate(0)
+    st, sd, grid_t, grid_b = first["st"], first["sd"], first["grid_t"], first["grid_b"]
+    if st.n_blocks == 0:
+        raise ConfigError(f"{trace.name}: the sample at rate {rate:.3g} holds no block",
+                          hint="raise --sample (or --sample-size), or replay without sampling")
+    clock = {"sample_s": time.perf_counter() - t0}
+    bpb = model.bytes_per_block(bs) if model is not None else None
+    grid = []
+    for ttl in ttl_list:
+        j = ttl_sorted.index(_ttl_us(ttl))
+        for c in caps_tok:
+            r = len(finite) if c is None else finite.index(int(c) // bs)
+            blocks = None if c is None else int(c) // bs
+            grid.append({"capacity_tokens": None if c is None else int(c), "capacity_blocks": blocks,
+                         "capacity_bytes": None if c is None or bpb is None else blocks * bpb,
+                         "ttl_s": None if ttl is None or math.isinf(ttl) else float(ttl),
+                         "hit_ratio_tokens": float(grid_t[r, j]), "hit_ratio_blocks": float(grid_b[r, j]),
+                         "hit_tokens": int(round(grid_t[r, j] * total_t)),
+                         "hit_blocks": int(round(grid_b[r, j] * total_b))})
+    working = []
+    for ttl in ttl_list:
+        peak = sd.peak_after[_ttl_us(ttl)]
+        working.append({"ttl_s": None if _ttl_us(ttl) == NO_TTL else ttl, "peak_tokens": peak * bs,
+                        "peak_bytes": None if bpb is None else peak * bpb})
+    hierarchy = None
+    assumptions = list(ASSUMPTIONS)
+    if tiers is not None:
+        t2 = time.perf_counter()
+        dist = Distances(req=sd.light.req, first=sd.light.first, blocks=sd.light.blocks, d=sd.light.d,
+                         age=sd.light.age, unique=sd.unique, live=sd.live, kernel="numba-sampled")
+        bpt = model.bytes_per_token if model is not None else 0
+        per_tier, _, hit_t, info = tier_traffic(dist, sd.t_us, st.input_length, bs, resolved, tiers.mode, tau, bpt,
+                                                hits=first["hits"], total_tokens=float(L.sum()))
+        hit_all = float(hit_t.sum())
+        hierarchy = {"name": tiers.name, "description": tiers.description, "mode": tiers.mode,
+                     "ttl_s": None if tau == NO_TTL else float(tier_ttl), "window_s": info["window_s"],
+                     "span_s": info["span_s"], "hit_ratio_tokens": hit_all / total_t,
+                     "miss_tokens": int(L.sum()) - int(round(hit_all)), "tiers": per_tier}
+        assumptions.append(TIER_ASSUMPTIONS[tiers.mode])
+        clock["tiers_s"] = time.perf_counter() - t2
+    # The expected error: the spread of the grids of disjoint samples at the same rate (sampling
+    # noise), plus how much the grid moves over one light block's depth (a light block stands for
+    # 1 / rate blocks, so depths are known to that resolution).
+    t3 = time.perf_counter()
+    grids = [first]
+    for p in range(1, k + 1):              # keep only their grids
+        g = estimate(p, first)
+        grids.append({key: g[key] for key in ("grid_t", "grid_b", "tiers_t") if key in g})
+    codes = None                          # free the sample codes: no estimate follows
+    err = err_b = err_tiers = 0.0 if T == MODULUS else None     # None: above 50%, no second sample fits
+    if len(grids) > 1:
+        def spread(key):
+            return ERROR_FACTOR * float(np.std([g[key] for g in grids], axis=0, ddof=1).mean())
+
+        err, err_b = spread("grid_t") + first["res_t"], spread("grid_b") + first["res_b"]
+        err_tiers = spread("tiers_t") if resolved is not None else 0.0
+    clock["error_s"] = time.perf_counter() - t3
+    if release_ids:
+        trace.hash_ids = np.zeros(0, dtype=np.int64)
+    distinct = sd.distinct
+    sample = {"mode": "rate" if sampling.rate is not None else "size", "rate": rate, "threshold": T,
+              "modulus": MODULUS, "size_limit": sampling.size, "heavy_blocks": len(heavy),
+              "sampled_blocks": distinct, "sampled_accesses": st.n_blocks, "block_accesses": trace.n_blocks,
+              "samples": len(grids), "expected_error": err, "expected_error_blocks": err_b,
+              "expected_error_tiers": err_tiers if resolved is not None else None,
+              "error_basis": (f"{ERROR_FACTOR:g} x the mean over the grid's cells of the standard deviation of the "
+                              f"hit ratio across {len(grids)} disjoint samples at this rate, plus the mean change of "
+                              f"the grid when every capacity grows by 1/rate blocks" if len(grids) > 1 else
+                              "every block is sampled: the replay is exact" if T == MODULUS else
+                              "not estimated above a 50% rate (no disjoint sample of the same rate fits in the hash "
+                              "range): sample at 50% or less for an estimate, or replay without sampling")}
+    span = float(trace.ts[-1] - trace.ts[0]) if trace.n_requests else 0.0
+    info_trace = {"name": trace.name, "requests": trace.n_requests, "blocks": trace.n_blocks, "block_size": bs,
+                  "input_tokens": int(L.sum()), "span_s": span, "distinct_blocks": sd.peak_after[NO_TTL]}
+    warnings = [trace.meta["block_size_assumed"]] if trace.meta.get("block_size_assumed") else []
+    warnings += sizing_warnings(trace, ttl_list + ([tier_ttl] if tiers is not None else []))
+    if tiers is not None and model is not None:
+        warnings.append("TTFT is not estimated from a sample (it is per request); replay without --sample for it.")
+    if T < MODULUS:
+        assumptions.append(
+            f"Sampled (SHARDS): the blocks whose id hashes below {rate:.4g} of the hash range, and the "
+            f"{len(heavy)} heaviest blocks whole; a sampled block stands for 1/{rate:.4g} blocks in depths "
+            f"and counts. "
+            + (f"Expected error of the hit ratios: {err:.2%} (mean absolute)." if err is not None else
+               "Expected error not estimated above a 50% rate."))
+    clock["total_s"] = time.perf_counter() - t0
+    return ReplayResult(trace=info_trace, grid=grid, working_set=working,
+                        model=None if model is None else model.to_dict(bs), tiers=hierarchy, ttft=None,
+                        engine={"kernel": "sampled", "runs": len(sd.heavy) + len(sd.light),
+                                **{key: round(v, 4) for key, v in clock.items()}},
+                        assumptions=assumptions, capacity=[], warnings=warnings, sample=sample)
