@@ -72,7 +72,8 @@ def sizing_warnings(trace: BlockTrace, ttls: list[float | None],
     than twice a TTL (the working set fills for one TTL and needs another to show a steady
     state), a working set still rising at the end of the trace, too few sessions (or requests,
     when the trace has no sessions). ``peaks``: the working set's peak over time per TTL in µs
-    (:func:`peak_by_time`), when the caller has it (else computed from the trace)."""
+    (:func:`peak_by_time`), when the caller has it (else computed from the trace's blocks; a
+    trace whose blocks were let go gets no steady-state check)."""
     n = trace.n_requests
     if n == 0:
         return []
@@ -102,9 +103,13 @@ def sizing_warnings(trace: BlockTrace, ttls: list[float | None],
                    f"the working set fills during the first TTL and never reached a steady state; the "
                    f"figures at {'these TTLs' if len(filling) > 1 else 'this TTL'} may understate a longer run.")
     rising = []
+    # the peaks over time: the caller's, else from the trace's blocks (while it still has them)
+    own = peaks is None and len(trace.hash_ids) == trace.n_blocks
     for ttl in (t for t in finite if 0 < t and 2 * t <= span):
         tau = seconds_to_us(ttl)
-        series = peaks[tau] if peaks is not None and tau in peaks else peak_by_time(trace, ttl)
+        series = peak_by_time(trace, ttl) if own else (peaks or {}).get(tau)
+        if series is None:
+            continue
         ratio = still_rising(series, int(round(span * 1e6)), tau)
         if ratio is not None:
             rising.append(f"{fmt_duration(ttl)} (+{ratio - 1:.0%})")

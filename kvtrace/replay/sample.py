@@ -699,7 +699,8 @@ def sampled_replay(trace: BlockTrace, sampling: Sampling, capacities: list[int |
     info_trace = {"name": trace.name, "requests": trace.n_requests, "blocks": trace.n_blocks, "block_size": bs,
                   "input_tokens": int(L.sum()), "span_s": span, "distinct_blocks": sd.peak_after[NO_TTL]}
     warnings = [trace.meta["block_size_assumed"]] if trace.meta.get("block_size_assumed") else []
-    warnings += sizing_warnings(trace, ttl_list + ([tier_ttl] if tiers is not None else []))
+    # no steady-state check: it would need the exact working set the sample stands in for
+    warnings += sizing_warnings(trace, ttl_list + ([tier_ttl] if tiers is not None else []), peaks={})
     if tiers is not None and model is not None:
         warnings.append("TTFT is not estimated from a sample (it is per request); replay without --sample for it.")
     if T < MODULUS:
