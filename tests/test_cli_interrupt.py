@@ -13,6 +13,8 @@ import pytest
 
 from kvtrace.store import Store
 
+pytestmark = pytest.mark.slow     # end-to-end: real processes, servers or long runs (make test-all)
+
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = ROOT / "sample_traces" / "otlp" / "logs.jsonl.gz"
 REQUESTS = 1947            # distinct requests in LOGS (each copy holds the same ones)

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow     # end-to-end: real processes, servers or long runs (make test-all)
+
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = ROOT / "sample_traces" / "otlp" / "logs.jsonl.gz"
 BAR = re.compile(r"ingest\s+\S*\s+([0-9.]+)/([0-9.]+) MB\s+(?:\S+ MB/s|\?)\s+(\S+)")

@@ -20,6 +20,8 @@ from kvtrace.collect import segments
 from tests.collect_support import (Connection, api_request_json, logs_request_json, logs_request_pb, running_collector,
                                    sdk_payloads)
 
+pytestmark = pytest.mark.slow     # end-to-end: real processes, servers or long runs (make test-all)
+
 N_PAYLOADS = 10_000
 ALLOWED = {200, 400, 404, 405, 413, 415, 503}
 PATHS = ["/v1/logs"] * 6 + ["/v1/metrics"] * 2 + ["/v1/traces"] * 2 + ["/v1/x", "/v1/logs/"]

@@ -16,6 +16,8 @@ import requests
 from kvtrace.store import Store
 from tests.collect_support import TOKEN_KEYS, random_tokens, running_collector
 
+pytestmark = pytest.mark.slow     # end-to-end: real processes, servers or long runs (make test-all)
+
 pytest.importorskip("kvtrace.ingest.otlp_json")   # the ingest side of the round trip
 
 

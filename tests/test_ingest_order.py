@@ -100,6 +100,7 @@ def test_every_request_of_the_sample_week_gets_its_user_and_project(order):
     s.close()
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.booleans(), st.sampled_from(["none", "main", "side", "both"]), st.integers(1, 9),
                           st.booleans(), st.booleans(), st.booleans()), min_size=1, max_size=5),

@@ -186,6 +186,7 @@ def test_larger_output_wins_within_and_across_batches(store):
     assert store.query("SELECT output_tokens FROM requests") == [(300,)]
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 3), st.integers(0, 50), st.booleans()), max_size=12),
        st.integers(1, 4))

@@ -25,6 +25,8 @@ from kvtrace.launch import db_arg, forward_target
 from kvtrace.wire import paths
 from kvtrace.serve.server import status
 
+pytestmark = pytest.mark.slow     # end-to-end: real processes, servers or long runs (make test-all)
+
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_traces"
 KV = [sys.executable, "-m", "kvtrace"]

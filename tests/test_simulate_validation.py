@@ -12,6 +12,8 @@ import pytest
 
 from kvtrace.simulate.run import load_scenario, simulate
 
+pytestmark = pytest.mark.slow     # end-to-end: real processes, servers or long runs (make test-all)
+
 
 @pytest.fixture(scope="module")
 def seed():
