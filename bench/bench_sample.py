@@ -67,7 +67,8 @@ def _best(fn):
 
 
 def mooncake() -> dict:
-    from kvtrace.replay import Sampling, load_tiers, replay, resolve_model, sampled_replay
+    from kvtrace.replay import load_tiers, replay, resolve_model
+    from kvtrace.replay.sample import Sampling, sampled_replay
     from kvtrace.replay.tracefile import read_trace
 
     out = {}

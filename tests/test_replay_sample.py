@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 
 from kvtrace.cli import app
 from kvtrace.errors import ConfigError
-from kvtrace.replay import Sampling, load_tiers, replay, resolve_model, sampled_replay
+from kvtrace.replay import load_tiers, replay, resolve_model
+from kvtrace.replay.sample import Sampling, sampled_replay
 from kvtrace.replay.grid import hit_grid
 from kvtrace.replay.sample import (MODULUS, block_hash, heavy_blocks, parse_rate, sample_codes, sample_trace,
                                    sampled_distances, threshold_for_rate, threshold_for_size)

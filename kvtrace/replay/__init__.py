@@ -1,19 +1,20 @@
 """Replay: the capacity x TTL grid, tier hierarchies, TTFT, the model catalog and ``kvtrace size``.
 
-``replay(trace, ...)`` is the entry point; it returns a :class:`ReplayResult`.
+``replay(trace, ...)`` is the entry point; it returns a :class:`ReplayResult`. The sampled replay
+is ``kvtrace.replay.sample.sampled_replay`` (not imported here: it compiles kernels with numba,
+which a replay of a small trace never needs).
 """
 
 from __future__ import annotations
 
 from kvtrace.replay.catalog import KVModel, catalog_names, load_model, resolve_model
 from kvtrace.replay.engine import ReplayResult, default_capacities, replay
-from kvtrace.replay.sample import Sampling, sampled_replay
 from kvtrace.replay.size import size_calc
 from kvtrace.replay.tiers import TierSet, load_tiers, preset_names
 from kvtrace.replay.ttft import TTFTConfig
 
 __all__ = ["KVModel", "ReplayResult", "TTFTConfig", "TierSet", "catalog_names", "default_capacities",
-           "load_model", "load_tiers", "preset_names", "replay", "Sampling", "sampled_replay", "resolve_model", "size_calc", "tiers_report",
+           "load_model", "load_tiers", "preset_names", "replay", "resolve_model", "size_calc", "tiers_report",
            "dram_fill_time"]
 
 
