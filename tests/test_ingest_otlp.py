@@ -211,24 +211,6 @@ def test_pieces_are_whole_lines_and_lose_nothing(lines_, final_newline, size):
     assert held == [bytes(p) for p in pieces]
 
 
-@settings(max_examples=100, deadline=None)
-@given(st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"")), min_size=1, max_size=30),
-       st.integers(1, 64), st.integers(0, 3))
-def test_pieces_stay_whole_when_the_pace_turns_to_reused_buffers(lines_, size, switch_at):
-    """A stream's pieces get buffers of their own, then the reading turns to two buffers in turn
-    (at any piece, odd or even): a piece stays intact until the one after next is read."""
-    data = b"\n".join(lines_) + b"\n"
-    pace = otlp_common.Pace(size, 0)
-    held, prev = [], None
-    for i, p in enumerate(otlp_common.iter_chunks(io.BytesIO(data), pace=pace, step=1 << 62)):
-        if i == switch_at:
-            pace.buffers = 2
-        if prev is not None:
-            held.append(bytes(prev[0]) == prev[1])
-        prev = (p, bytes(p))
-    assert all(held)
-
-
 def test_prefetch_yields_everything_in_order_and_passes_errors_on():
     assert list(otlp_common.prefetch(iter(range(5)))) == [0, 1, 2, 3, 4]
 
@@ -503,7 +485,7 @@ def test_a_record_without_any_name_is_counted_as_unnamed():
     assert dict(p.unknown) == {"log:(unnamed)": 2}
 
 
-# -- the unclassified path: the log query vouching for lines that start as logs -------------------
+# -- lines the classification must see for what they are ------------------------------------------
 
 def _seen(p, reach: bool = False) -> tuple:
     """What a parse gives, in a comparable form (``reach``: with how far it read)."""
@@ -511,25 +493,6 @@ def _seen(p, reach: bool = False) -> tuple:
            sorted(p.metric_points.to_pylist(), key=lambda r: r["point_key"]),
            [(r.line, r.reason, r.field) for r in p.rejects], dict(p.unknown), p.lines)
     return out + (p.read_to, p.lines_read, p.tail_sha256) if reach else out
-
-
-def _both_paths(data: bytes) -> tuple:
-    """The parse of ``data`` as it is, and with every chunk classified first."""
-    from unittest import mock
-
-    fast = _seen(parse_lines(data, "h"))
-    with mock.patch.object(otlp_json, "_starts_as_logs", lambda lines: False):
-        return fast, _seen(parse_lines(data, "h"))
-
-
-def test_logs_lines_skip_classification_and_give_the_same_result(monkeypatch):
-    made = []
-    real_into = otlp_json._into
-    monkeypatch.setattr(otlp_json, "_into", lambda con, table, sql, m: (made.append(table), real_into(con, table, sql, m)))
-    data = lines(*(logs_line(event(request_id=f"r{i}"), event("user_prompt")) for i in range(5)))
-    fast, classified = _both_paths(data)
-    assert fast == classified and len(fast[0]) == 5
-    assert made[0] == "otlp_log_rows" and "otlp_line_class" in made    # first the fast parse, then the patched one
 
 
 @pytest.mark.parametrize("odd", [
@@ -541,76 +504,59 @@ def test_logs_lines_skip_classification_and_give_the_same_result(monkeypatch):
     '{"resourceLogs": [], "resourceSpans": ' + json.dumps(json.loads(spans_line(span()))["resourceSpans"]) + "}",
     '{"resourceLogs": [{"scopeLogs": [{"logRecords": [1]}]}]} trailing',
 ])
-def test_a_line_the_log_query_cannot_vouch_for_is_classified(odd):
+def test_an_odd_line_among_log_lines_is_classified_and_the_others_are_read(odd):
     data = lines(logs_line(event(request_id="a")), odd, logs_line(event(request_id="b")))
-    fast, classified = _both_paths(data)
-    assert fast == classified
-    assert {r["request_id"] for r in fast[0]} >= {"a", "b"}
+    assert {r["request_id"] for r in rows(parse_lines(data, "h"))} >= {"a", "b"}
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(st.lists(NEAR_VALID | EXPORT, min_size=1, max_size=5))
-def test_vouched_and_classified_parses_agree(values):
-    data = b"".join(json.dumps(v).encode() + b"\n" for v in values)
-    fast, classified = _both_paths(data)
-    assert fast == classified
+# -- a file read in pieces -----------------------------------------------------------------------
 
-
-# -- one streamed log query over many pieces ---------------------------------------------------
-
-def _file_both_ways(tmp_path, monkeypatch, data: bytes) -> tuple:
-    """``parse`` of a file cut into small pieces, and the same classified piece by piece."""
-    from unittest import mock
-
-    _small_pieces(monkeypatch)
+def _file_in_pieces(tmp_path, monkeypatch, data: bytes) -> tuple:
+    """``parse`` of a file cut into pieces of about 3000 bytes, and of the same lines in one piece."""
     f = tmp_path / "otel.jsonl"
     f.write_bytes(data)
-    streams = []
-    real = otlp_json._stream
-    monkeypatch.setattr(otlp_json, "_stream", lambda *a: streams.append(1) or real(*a))
-    fast = _seen(parse(f), reach=True)
-    with mock.patch.object(otlp_json, "_starts_as_logs", lambda lines: False):
-        return fast, _seen(parse(f), reach=True), len(streams)
+    whole = _seen(parse(f), reach=True)
+    _small_pieces(monkeypatch)
+    return _seen(parse(f), reach=True), whole
 
 
 def _small_pieces(monkeypatch) -> None:
-    """Files read in pieces of about 3000 bytes, streamed or not."""
-    monkeypatch.setattr(otlp_json, "STREAM_PIECE", 3000)
+    """Files read in pieces of about 3000 bytes."""
     monkeypatch.setattr(otlp_json, "CHUNK_BYTES", 3000)
     monkeypatch.setattr(otlp_common, "FIRST_PIECE", 3000)
 
 
-def test_logs_pieces_stream_through_one_query(tmp_path, monkeypatch):
+def test_log_lines_in_many_pieces_read_as_in_one(tmp_path, monkeypatch):
     data = lines(*(logs_line(event(request_id=f"r{i}"), event("user_prompt")) for i in range(40)))
-    fast, classified, streams = _file_both_ways(tmp_path, monkeypatch, data)
-    assert fast == classified and len(fast[0]) == 40 and streams == 1
+    pieces, whole = _file_in_pieces(tmp_path, monkeypatch, data)
+    assert pieces == whole and len(pieces[0]) == 40
 
 
 @pytest.mark.parametrize("odd_at", [3, 25, 39])
-def test_a_line_the_stream_cannot_vouch_for_reads_the_file_again(tmp_path, monkeypatch, odd_at):
+def test_a_bad_line_in_any_piece_is_rejected_and_the_rest_read(tmp_path, monkeypatch, odd_at):
     ls = [logs_line(event(request_id=f"r{i}")) for i in range(40)]
     ls[odd_at] = "{not json"
-    fast, classified, _ = _file_both_ways(tmp_path, monkeypatch, lines(*ls))
-    assert fast == classified and len(fast[0]) == 39 and fast[2] == [(odd_at + 1, "invalid JSON", None)]
+    pieces, whole = _file_in_pieces(tmp_path, monkeypatch, lines(*ls))
+    assert pieces == whole and len(pieces[0]) == 39 and pieces[2] == [(odd_at + 1, "invalid JSON", None)]
 
 
-def test_a_stream_ends_at_a_piece_of_other_signals_and_the_rest_is_read_piece_by_piece(tmp_path, monkeypatch):
+def test_pieces_of_every_signal_and_a_torn_last_line(tmp_path, monkeypatch):
     ls = [logs_line(event(request_id=f"r{i}")) for i in range(30)]
     ls += [metrics_line(point("input", 5.0, T0 + i, T0 + i + 1, session=f"m{i}")) for i in range(10)]
     ls += [logs_line(event(request_id=f"q{i}")) for i in range(10)]
-    fast, classified, streams = _file_both_ways(tmp_path, monkeypatch, lines(*ls) + b'{"resourceLogs": [')
-    assert fast == classified and streams == 1
-    assert len(fast[0]) == 40 and len(fast[1]) == 10 and fast[2][-1][0] == 51    # the torn last line
+    pieces, whole = _file_in_pieces(tmp_path, monkeypatch, lines(*ls) + b'{"resourceLogs": [')
+    assert pieces == whole
+    assert len(pieces[0]) == 40 and len(pieces[1]) == 10 and pieces[2][-1][0] == 51    # the torn last line
 
 
-def test_codex_events_in_a_stream_read_the_file_again(tmp_path, monkeypatch):
+def test_codex_events_among_claude_code_events_in_pieces(tmp_path, monkeypatch):
     codex = [x.decode() for x in fixture_lines(CODEX[0], "logs")]
     ls = [logs_line(event(request_id=f"r{i}")) for i in range(20)] + codex
-    fast, classified, _ = _file_both_ways(tmp_path, monkeypatch, lines(*ls))
-    assert fast == classified and any(r["agent"] == "codex" for r in fast[0])
+    pieces, whole = _file_in_pieces(tmp_path, monkeypatch, lines(*ls))
+    assert pieces == whole and any(r["agent"] == "codex" for r in pieces[0])
 
 
-def test_a_read_error_in_a_stream_is_raised_as_itself(tmp_path, monkeypatch):
+def test_a_read_error_in_a_piece_is_raised_as_itself(tmp_path, monkeypatch):
     _small_pieces(monkeypatch)
     f = tmp_path / "otel.jsonl"
     f.write_bytes(lines(*(logs_line(event(request_id=f"r{i}")) for i in range(40))))

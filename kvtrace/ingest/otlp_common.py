@@ -25,7 +25,6 @@ import pyarrow as pa
 from kvtrace.ingest.base import Reject, query_source_sql
 
 CHUNK_BYTES = 128 << 20   # lines are read and normalized this much at a time (bounds memory)
-STREAM_PIECE = 16 << 20   # pieces of a stream through one query (each in a buffer of its own)
 BATCH_BYTES = 2 << 20     # an Arrow record batch: the unit DuckDB hands to a thread
 BATCH_LINES = 2048
 
@@ -47,17 +46,8 @@ READ_STEP = 1 << 20
 FIRST_PIECE = 8 << 20     # iter_chunks' first piece (reading 128 MB before any work began took 0.15 s)
 
 
-@dataclass
-class Pace:
-    """The piece size and buffer reuse of a running ``iter_chunks``, which its consumer may change
-    between pieces (a stream's pieces need buffers of their own, the pieces after it do not)."""
-
-    size: int
-    buffers: int
-
-
 def iter_chunks(fh: BinaryIO, size: int = CHUNK_BYTES, buffers: int = 0,
-                step: int = READ_STEP, pace: Pace | None = None) -> Iterator[bytearray | memoryview]:
+                step: int = READ_STEP) -> Iterator[bytearray | memoryview]:
     """Read ``fh`` in pieces of about ``size`` bytes (the first ones smaller: 8 MB, doubling) that
     end at a line end (except the last).
 
@@ -75,15 +65,12 @@ def iter_chunks(fh: BinaryIO, size: int = CHUNK_BYTES, buffers: int = 0,
         step: bytes per ``readinto``. Small for a gzip stream, which loses what a failing call
             had decompressed; a whole piece for a plain file, since a reading thread takes the
             GIL back after every call (1 MiB steps slowed the main thread's line cutting 6x).
-        pace: when given, ``size`` and ``buffers`` are read from it before every piece.
     """
     pool: dict[int, mmap.mmap] = {}
     turn = 0
     carry = b""
-    pace = pace or Pace(size, buffers)
-    piece = min(pace.size, FIRST_PIECE)    # doubling up to size: the first piece's consumer starts soon
+    piece = min(size, FIRST_PIECE)    # doubling up to size: the first piece's consumer starts soon
     while True:
-        size, buffers = pace.size, pace.buffers
         need = len(carry) + piece
         piece = min(piece * 2, size)
         slot = turn % buffers if buffers else 0

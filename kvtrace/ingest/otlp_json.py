@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -32,9 +32,8 @@ import pyarrow as pa
 
 from kvtrace.ingest.base import METRIC_POINT_SCHEMA, REQUEST_SCHEMA, Parsed, Reject, arrow_as
 from kvtrace.ingest.formats import GzipDamaged, damage_reason, open_text, read_whole
-from kvtrace.ingest.otlp_common import (CHUNK_BYTES, KEEP_BYTES, LINES_SCHEMA, READ_STEP, STREAM_PIECE, Lines, Pace,
-                                         connection, iter_chunks, join_lines, lines_table, prefetch,
-                                         retire_connection, searchable)
+from kvtrace.ingest.otlp_common import (CHUNK_BYTES, KEEP_BYTES, READ_STEP, Lines, connection, iter_chunks,
+                                         join_lines, lines_table, prefetch, retire_connection, searchable)
 from kvtrace.ingest.resume import TAIL_BYTES, Start, fingerprint
 from kvtrace.store import load_query
 
@@ -71,14 +70,9 @@ def parse(path: Path, start: Start | None = None) -> Parsed:
     compressed = path.name.endswith(".gz")
     if start.offset and compressed:
         raise ValueError("a gzip file is read from its start")
-    pace = _paced(stream=True)
     with open_text(path) as fh:
-        def chunks(pace: Pace):
-            fh.seek(start.offset)
-            return _read(fh, compressed, pace)
-
-        parsed = _parse(chunks(pace), str(path), read_ahead=True, first=start.line, before=start.before,
-                        again=lambda: chunks(_paced(stream=False)), pace=pace)
+        fh.seek(start.offset)
+        parsed = _parse(_read(fh, compressed), str(path), read_ahead=True, first=start.line, before=start.before)
     parsed.read_to += start.offset
     return parsed
 
@@ -92,7 +86,6 @@ def parse_lines(data: bytes | Iterable[bytes | str], origin: str) -> Parsed:
     """
     if not isinstance(data, (bytes, bytearray, memoryview)):
         data = join_lines(data)
-    # one piece: _normalize's own vouching needs no stream, and so no second parse
     return _parse(iter([(bytes(data), None)]), origin)
 
 
@@ -156,20 +149,13 @@ def parse_small(paths: list[Path]) -> Parsed:
     return out
 
 
-def _paced(stream: bool) -> Pace:
-    """How ``_read`` reads. Piece by piece: 128 MB pieces in two buffers in turn (_parse is done
-    with a piece before the reading thread fills the one after next). A streamed query may still
-    hold batches of earlier pieces, so there every piece has a buffer of its own, and smaller
-    pieces (16 MB: 1.85 s against 1.90 s with 128 MB for 457 MB, measured) bound what it holds;
-    ``_parse_pieces`` switches to the former when the stream ends or never starts."""
-    return Pace(STREAM_PIECE, 0) if stream else Pace(CHUNK_BYTES, 2)
-
-
-def _read(fh, compressed: bool, pace: Pace) -> Iterator[tuple[bytes | bytearray, str | None]]:
-    """Chunks of whole lines; a gzip stream that ends early yields what it had and says so."""
+def _read(fh, compressed: bool) -> Iterator[tuple[bytes | bytearray, str | None]]:
+    """Chunks of whole lines; a gzip stream that ends early yields what it had and says so.
+    Pieces of ``CHUNK_BYTES`` in two buffers in turn: ``_parse`` is done with a piece before the
+    reading thread fills the one after next."""
     try:
         # a plain file is read a whole piece per call (see iter_chunks' step)
-        for chunk in iter_chunks(fh, step=READ_STEP if compressed else 1 << 62, pace=pace):
+        for chunk in iter_chunks(fh, CHUNK_BYTES, buffers=2, step=READ_STEP if compressed else 1 << 62):
             yield chunk, None
     except GzipDamaged as e:
         # every whole line before the damage was yielded (see GzipSalvage)
@@ -182,7 +168,6 @@ class _Piece(NamedTuple):
     lines: Lines | None
     problem: str | None          # what went wrong reading it (a damaged gzip stream)
     newline_end: bool
-    logs_only: bool              # every line starts as an ExportLogsServiceRequest (see _normalize)
     whole: int                   # bytes of its whole lines: all of it unless the last line is torn
     whole_tail: bytes            # the last TAIL_BYTES of those
 
@@ -197,20 +182,7 @@ def _pieces(chunks: Iterator[tuple[bytes | bytearray | memoryview, str | None]],
         newline_end = data[-1:] == b"\n"
         base, end = searchable(data)
         whole = end if newline_end else base.rfind(b"\n", 0, end) + 1
-        yield _Piece(lines, problem, newline_end, newline_end and lines is not None and _starts_as_logs(lines),
-                     whole, bytes(data[max(0, whole - TAIL_BYTES):whole]))
-
-
-def _starts_as_logs(lines: Lines) -> bool:
-    import pyarrow.compute as pc
-
-    col = lines.table.column("line")
-    return bool(pc.all(pc.starts_with(col, '{"resourceLogs":[')).as_py()
-                or pc.all(pc.match_substring_regex(col, r'^\{\s*"resourceLogs"\s*:\s*\[')).as_py())
-
-
-class _Restart(Exception):
-    """The streamed log query met what only the piece-by-piece path handles: read again that way."""
+        yield _Piece(lines, problem, newline_end, whole, bytes(data[max(0, whole - TAIL_BYTES):whole]))
 
 
 @dataclass
@@ -237,28 +209,16 @@ class _Book:
 
 
 def _parse(chunks: Iterator[tuple[bytes | bytearray | memoryview, str | None]], origin: str,
-           read_ahead: bool = False, first: int = 1, before: bytes = b"",
-           again: Callable[[], Iterator] | None = None, pace: Pace | None = None) -> Parsed:
-    """Parse chunks of lines. ``again`` makes the same chunks anew (the file read again): with
-    it, the leading pieces whose lines all start as logs stream through one log query (see
-    ``_stream``), and if that query meets a line it cannot vouch for, the input is read again
-    piece by piece. ``pace``: how the chunks are being read (``_paced``), if it can change."""
+           read_ahead: bool = False, first: int = 1, before: bytes = b"") -> Parsed:
+    """Parse chunks of lines, piece by piece, on this thread's connection."""
     with connection() as con:
-        parsed = None
-        if again is not None:
-            try:
-                parsed = _parse_pieces(con, chunks, origin, read_ahead, first, before, stream=True, pace=pace)
-            except _Restart:     # the first attempt's tables are replaced as the second makes them
-                chunks = again()
-        if parsed is None:
-            parsed = _parse_pieces(con, chunks, origin, read_ahead, first, before, stream=False)
+        parsed = _parse_pieces(con, chunks, origin, read_ahead, first, before)
     if parsed.read_to > KEEP_BYTES:
         retire_connection()
     return parsed
 
 
-def _parse_pieces(con, chunks, origin: str, read_ahead: bool, first: int, before: bytes, stream: bool,
-                  pace: Pace | None = None) -> Parsed:
+def _parse_pieces(con, chunks, origin: str, read_ahead: bool, first: int, before: bytes) -> Parsed:
     # read_ahead: the next chunk is read and cut into lines in a thread while DuckDB normalizes
     # this one. Cutting lines there, not here, matters: a Python loop beside a running read
     # was 6x slower (measured), while DuckDB lets the GIL go.
@@ -268,16 +228,9 @@ def _parse_pieces(con, chunks, origin: str, read_ahead: bool, first: int, before
         parsed = Parsed()
         made: set[str] = set()
         for piece in pieces:
-            if stream and not made and piece.logs_only:
-                piece = _stream(con, piece, pieces, book, made)
-                if piece is None:
-                    break
-            if pace is not None:     # no stream, or one that has ended: no batch is held now
-                after = _paced(stream=False)
-                pace.size, pace.buffers = after.size, after.buffers
             lines = book.add(piece)
             if lines is not None:
-                _normalize(con, lines, made, piece.logs_only)
+                _normalize(con, lines, made)
         parsed.lines = book.first - first
         # how far whole lines go: a torn last line is read again once the file has grown
         parsed.read_to, parsed.lines_read = book.whole_bytes, book.first - 1 - (not book.ends_with_newline)
@@ -296,94 +249,24 @@ def _parse_pieces(con, chunks, origin: str, read_ahead: bool, first: int, before
                                          METRIC_POINT_SCHEMA) if any_points else METRIC_POINT_SCHEMA.empty_table())
     finally:
         if hasattr(pieces, "close"):
-            pieces.close()      # a read ahead in flight ends before the input is read again
+            pieces.close()      # a read ahead in flight ends with the parse
     return parsed
 
 
-def _stream(con, piece: _Piece, pieces: Iterator[_Piece], book: _Book, made: set[str]) -> _Piece | None:
-    """Run the log query once over ``piece`` and the pieces after it while their lines all start
-    as logs (``_normalize``'s vouching), fed to DuckDB as one stream of Arrow batches; returns the
-    piece that ended the stream, or None at the end of the input.
-
-    One query instead of one per piece: no planning and no half-idle end per piece (2.15 s ->
-    1.85 s for 457 MB, measured). The pieces are not kept, so a line the query cannot vouch for,
-    or a Codex or Gemini CLI event (whose query reads its lines again), raises ``_Restart``.
-    """
-    import duckdb
-
-    ended, failed = [], []
-
-    def batches():
-        cur = piece
-        try:
-            while True:
-                yield from book.add(cur).table.to_batches()
-                cur = next(pieces, None)
-                if cur is None:
-                    return
-                if not cur.logs_only:     # (a piece with a problem has no lines: not logs-only)
-                    ended.append(cur)
-                    return
-        except BaseException as e:   # a read error or Ctrl-C: raised as itself, not as a restart
-            failed.append(e)
-            raise
-
-    try:
-        _vouched_logs(con, pa.RecordBatchReader.from_batches(LINES_SCHEMA, batches()), made)
-    except duckdb.Error as e:
-        if failed:
-            raise failed[0] from e
-        if isinstance(e, duckdb.InvalidInputException):
-            raise _Restart from e
-        raise
-    if con.execute("SELECT count(*) FROM otlp_log_rows WHERE kind IS NULL").fetchall()[0][0]:
-        raise _Restart
-    return ended[0] if ended else None
-
-
-def _vouched_logs(con, source, made: set[str]) -> None:
-    """The log query over ``source`` (Arrow lines: a table or a stream of batches), the lines
-    unclassified and vouched for (see ``_normalize``); raises what the query raises."""
-    con.register("otlp_lines", source)
-    con.execute("SET VARIABLE otlp_vouch = true")
-    try:
-        _into(con, "otlp_log_rows", load_query("ingest/otlp_logs").sql, made)
-    finally:
-        con.execute("SET VARIABLE otlp_vouch = false")
-        con.unregister("otlp_lines")
-
-
-def _normalize(con, lines, made: set[str], logs_only: bool) -> None:
+def _normalize(con, lines, made: set[str]) -> None:
     """Classify a chunk's lines, then normalize the lines of each signal; rows go to temp tables.
 
     ``made`` holds the temp tables created so far: a query runs only on a chunk with lines for
     it (``_finish`` gives the tables of signals never seen an empty stand-in).
-
-    ``logs_only``: every line starts as an ExportLogsServiceRequest (what exporters write for
-    logs), so the log query is tried on the lines unclassified, vouching for them: it fails,
-    having stored nothing, on a line that is not JSON or also has another signal's key, and the
-    chunk is classified after all. Classifying costs a JSON parse of every line.
     """
-    import duckdb
     import numpy as np
 
-    signals, done = None, set()
-    if logs_only:
-        try:
-            _vouched_logs(con, lines.table, made)
-            signals, done = np.ones(lines.count, dtype=np.int64), {"otlp_log_rows"}
-        except duckdb.InvalidInputException:
-            pass
-    if signals is None:
-        con.register("otlp_lines", lines.table)
-        _into(con, "otlp_line_class", load_query("ingest/otlp_lines").sql, made)
-        cls = con.execute("SELECT line_no, signals FROM otlp_line_class WHERE line_no >= ?",
-                          [lines.first]).fetchnumpy()
-        signals = np.zeros(lines.count, dtype=np.int64)
-        signals[cls["line_no"] - lines.first] = cls["signals"]
+    con.register("otlp_lines", lines.table)
+    _into(con, "otlp_line_class", load_query("ingest/otlp_lines").sql, made)
+    cls = con.execute("SELECT line_no, signals FROM otlp_line_class WHERE line_no >= ?", [lines.first]).fetchnumpy()
+    signals = np.zeros(lines.count, dtype=np.int64)
+    signals[cls["line_no"] - lines.first] = cls["signals"]
     for bit, query, table, marked_in in _SIGNALS:
-        if table in done:
-            continue
         if marked_in is None:
             mask = (signals & bit) != 0
         else:

@@ -74,8 +74,7 @@ CREATE OR REPLACE MACRO otlp_attrs_key(attrs) AS
 
 -- An ExportLogsServiceRequest line parsed with the fields the log queries read (otlp_logs for
 -- Claude Code, otlp_agents_logs for Codex and Gemini CLI): one schema, kept here. The other
--- signals' keys (and their snake_case spellings) are there only to be seen present: otlp_logs
--- refuses a line it was told to vouch for when one of them is (see its $vouch).
+-- signals' keys (and their snake_case spellings) are parsed as JSON only, not read.
 CREATE OR REPLACE MACRO otlp_logs_json(line) AS from_json(line, '{
     "resourceMetrics": "JSON", "resourceSpans": "JSON",
     "resource_logs": "JSON", "resource_metrics": "JSON", "resource_spans": "JSON",
