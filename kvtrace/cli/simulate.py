@@ -9,7 +9,6 @@ import typer
 
 from kvtrace.cli._options import DbOpt, KvDtypeOpt, ModelOpt, OutOpt, SinceOpt, UntilOpt, emit_text, guarded, model_option, progress_bar
 from kvtrace.errors import ConfigError
-from kvtrace.replay.catalog import DTYPE_BYTES
 
 
 def simulate(
@@ -135,6 +134,8 @@ def _model(current: str, model: str | None, kv_dtype: str | None) -> str | None:
     """The served model from ``--model``/``--kv-dtype``; ``--kv-dtype`` alone changes the dtype of
     the scenario's model."""
     if model is None and kv_dtype is not None:
+        from kvtrace.replay.catalog import DTYPE_BYTES   # here: the replay package costs every command 0.1 s
+
         name, sep, dtype = current.rpartition(":")
         model = name if sep and dtype.lower() in DTYPE_BYTES else current
     return model_option(model, kv_dtype)
