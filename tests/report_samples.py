@@ -88,3 +88,31 @@ def walk_spec(node):
     elif isinstance(node, list):
         for v in node:
             yield from walk_spec(v)
+
+
+def nightly_profile(tmp_path, formats: list[str], analysis: str = ""):
+    """A warehouse of a week of requests (2026-11-02..08) and a daily profile, "Nightly", writing
+    ``formats`` to ``tmp_path/out`` at 00:15 every day; ``analysis``: the body of its
+    [analysis] table. Returns the profile's path."""
+    from kvtrace.store import Store
+
+    db = tmp_path / "kv.duckdb"
+    with Store(db) as s:
+        load_rows(s, week_rows())
+    prof = tmp_path / "nightly.toml"
+    prof.write_text(f"""
+title = "Nightly"
+[inputs]
+warehouse = "{db}"
+[window]
+period = "last 1d"
+[analysis]
+{analysis}
+[output]
+root = "{tmp_path / 'out'}"
+formats = {formats!r}
+[schedule]
+cron = "15 0 * * *"
+""".replace("'", '"'))
+    return prof
+

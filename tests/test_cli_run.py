@@ -16,8 +16,7 @@ from kvtrace.cli import app
 from kvtrace.errors import ConfigError, ReportExists
 from kvtrace.report.html import PNG_SCALE
 from kvtrace.schedule import load_profile, run_profile
-from kvtrace.store import Store
-from tests.report_samples import load_rows, png_size, week_rows
+from tests.report_samples import nightly_profile, png_size
 
 runner = CliRunner()
 
@@ -25,25 +24,7 @@ runner = CliRunner()
 @pytest.fixture
 def setup(tmp_path):
     """A warehouse with a week of requests (2026-11-02..08) and a daily profile writing to out/."""
-    db = tmp_path / "kv.duckdb"
-    with Store(db) as s:
-        load_rows(s, week_rows())
-    prof = tmp_path / "nightly.toml"
-    prof.write_text(f"""
-title = "Nightly"
-[inputs]
-warehouse = "{db}"
-[window]
-period = "last 1d"
-[analysis]
-ttls = ["5m"]
-group_by = ["hour"]
-[output]
-root = "{tmp_path / 'out'}"
-formats = ["html", "json", "md", "png", "svg"]
-[schedule]
-cron = "15 0 * * *"
-""")
+    prof = nightly_profile(tmp_path, ["html", "json", "md", "png", "svg"], 'ttls = ["5m"]\ngroup_by = ["hour"]')
     return tmp_path, prof
 
 

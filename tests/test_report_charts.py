@@ -26,7 +26,7 @@ from kvtrace.units import fmt_tokens
 from tests.conftest import require_tool
 from tests.headless import dump_dom
 from tests.paths import ROOT
-from tests.report_samples import load_rows, png_size, walk_spec as _walk, week_rows, with_tiers
+from tests.report_samples import load_rows, nightly_profile, png_size, walk_spec as _walk, week_rows, with_tiers
 
 MODEL = "MiniMax-M2.7:fp8"
 OPTS = dict(ttls=[300.0, 3600.0], tiers="seed-testbed", model=MODEL, group_by=["day", "model"],
@@ -284,22 +284,7 @@ def test_report_command_writes_png_and_svg_files(week_db, tmp_path):
 
 
 def test_run_writes_chart_files_with_title_and_period(tmp_path):
-    db = tmp_path / "kv.duckdb"
-    with Store(db) as s:
-        load_rows(s, week_rows())
-    prof = tmp_path / "nightly.toml"
-    prof.write_text(f"""
-title = "Nightly"
-[inputs]
-warehouse = "{db}"
-[window]
-period = "last 1d"
-[output]
-root = "{tmp_path / 'out'}"
-formats = ["svg"]
-[schedule]
-cron = "15 0 * * *"
-""")
+    prof = nightly_profile(tmp_path, ["svg"])
     res = CliRunner().invoke(app, ["run", str(prof), "--at", "2026-11-04T00:15"])
     assert res.exit_code == 0, res.output
     (svg,) = (tmp_path / "out").glob("*/*/charts/token-mix-over-time.svg")

@@ -255,19 +255,24 @@ def test_a_turn_sent_during_a_step_is_timed_from_when_it_was_sent():
     assert late.first_t - late.issue_t == pytest.approx(0.15)
 
 
-def test_blocking_loads_admitted_in_one_step_share_the_link():
+def _two_chains_back_from_nvme(policy: Policy, b_tokens: int, again_tokens: int) -> list:
+    """Chains a (2,000 tokens) and b (``b_tokens``) go to the GPU, a third prompt evicts both to
+    NVMe, then both come back at t = 20 s with ``again_tokens`` each: those two turns."""
     nvme = LowerTier("NVMe", 10_000_000, read_gbps=10, write_gbps=10)
-    node = Node(FixedCost(0.1), 5_000, [nvme], Policy(store_blocks=False), keep_turns=True)
+    node = Node(FixedCost(0.1), 5_000, [nvme], policy, keep_turns=True)
     a, b = Chain(), Chain()
 
     def start(n):
         n.at(0.0, lambda now: n.issue(Turn(a, 2_000, 1)))
-        n.at(1.0, lambda now: n.issue(Turn(b, 2_000, 1)))
+        n.at(1.0, lambda now: n.issue(Turn(b, b_tokens, 1)))
         n.at(10.0, lambda now: n.issue(Turn(Chain(), 4_990, 1)))     # evicts both from the GPU
-        n.at(20.0, lambda now: (n.issue(Turn(a, 2_300, 1)), n.issue(Turn(b, 2_300, 1))))
+        n.at(20.0, lambda now: (n.issue(Turn(a, again_tokens, 1)), n.issue(Turn(b, again_tokens, 1))))
 
-    m = node.run(start, 60)
-    again = m.turns[3:]
+    return node.run(start, 60).turns[3:]
+
+
+def test_blocking_loads_admitted_in_one_step_share_the_link():
+    again = _two_chains_back_from_nvme(Policy(store_blocks=False), 2_000, 2_300)
     assert [t.hits for t in again] == [[0, 1_792], [0, 1_792]]
     both = 2 * 1_792 * BPT / 10e9                  # one link, both loads: the step waits for all bytes
     for t in again:
@@ -295,18 +300,7 @@ def test_the_hardware_catalog_and_the_step_cost():
 
 
 def test_overlapped_loads_in_flight_together_share_the_link_equally():
-    nvme = LowerTier("NVMe", 10_000_000, read_gbps=10, write_gbps=10)
-    node = Node(FixedCost(0.1), 5_000, [nvme], Policy(load="overlap", store_blocks=False), keep_turns=True)
-    a, b = Chain(), Chain()
-
-    def start(n):
-        n.at(0.0, lambda now: n.issue(Turn(a, 2_000, 1)))
-        n.at(1.0, lambda now: n.issue(Turn(b, 2_300, 1)))
-        n.at(10.0, lambda now: n.issue(Turn(Chain(), 4_990, 1)))     # evicts both from the GPU
-        n.at(20.0, lambda now: (n.issue(Turn(a, 2_500, 1)), n.issue(Turn(b, 2_500, 1))))
-
-    m = node.run(start, 60)
-    ta, tb = m.turns[3:]
+    ta, tb = _two_chains_back_from_nvme(Policy(load="overlap", store_blocks=False), 2_300, 2_500)
     assert [ta.hits, tb.hits] == [[0, 1_792], [0, 2_048]]
     x, y = 1_792 * BPT, 2_048 * BPT
     # both at half the bandwidth until the smaller finishes, then the rest of the larger at full
