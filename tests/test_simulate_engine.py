@@ -40,16 +40,22 @@ def test_one_turn_ttft_and_completion_are_the_step_count():
     assert m.busy_s.sum() == pytest.approx(1.2)
 
 
-def test_a_continuing_turn_hits_its_previous_blocks_and_only_prefills_the_new_tokens():
-    node = Node(FixedCost(0.1), 100_000, [], Policy(), keep_turns=True)
+def _turn_then_its_next(node: Node, first: tuple[int, int], gap_s: float, then: tuple[int, int]):
+    """One session's turn of ``first`` (prompt, output tokens) at t = 0, and its next turn of
+    ``then`` ``gap_s`` after the first completes: the node's metrics after 60 s."""
     ch = Chain()
-    first = Turn(ch, 20_000, 10)
+    one = Turn(ch, *first)
 
     def start(n):
-        n.at(0.0, lambda now: n.issue(first))
-        first.on_done = lambda t: n.at(t + 5.0, lambda now: n.issue(Turn(ch, 20_510, 3)))
+        n.at(0.0, lambda now: n.issue(one))
+        one.on_done = lambda t: n.at(t + gap_s, lambda now: n.issue(Turn(ch, *then)))
 
-    m = node.run(start, 60)
+    return node.run(start, 60)
+
+
+def test_a_continuing_turn_hits_its_previous_blocks_and_only_prefills_the_new_tokens():
+    node = Node(FixedCost(0.1), 100_000, [], Policy(), keep_turns=True)
+    m = _turn_then_its_next(node, (20_000, 10), 5.0, (20_510, 3))
     second = m.turns[1]
     # cached: prompt + output - 1 = 20,009 tokens -> 1,250 full blocks of 16 = 20,000 tokens
     assert second.hits == [20_000]
@@ -214,14 +220,7 @@ def test_with_unlimited_gpu_memory_the_simulator_and_the_replay_agree_exactly():
 def test_writes_by_cause_under_each_store_policy(store, new, restore):
     dram = LowerTier("DRAM", 1_000_000, read_gbps=100, write_gbps=100)
     node = Node(FixedCost(0.1), 100_000, [dram], Policy(store=store, store_blocks=False), keep_turns=True)
-    ch = Chain()
-    first = Turn(ch, 1024, 1)
-
-    def start(n):
-        n.at(0.0, lambda now: n.issue(first))
-        first.on_done = lambda t: n.at(t + 1.0, lambda now: n.issue(Turn(ch, 1536, 1)))
-
-    m = node.run(start, 60)
+    m = _turn_then_its_next(node, (1024, 1), 1.0, (1536, 1))
     # the second turn hits 1,024 tokens on the GPU and computes 512; the DRAM had the first 1,024
     assert m.turns[1].hits == [1024, 0]
     assert m.write["new"].sum() == new * BPT
