@@ -162,32 +162,13 @@ def _chunks(paths: list[Path]) -> list[list[Path]]:
     return out
 
 
-def _served_ingest(db: str, paths: list[Path]) -> dict | None:
-    """Ingest segments through ``kvtrace serve`` when a server holds ``db`` (it keeps the
-    warehouse open, so this process could not): the ingest's ``--json`` summary, ``{"error": ...}``
-    if it failed, or None when no server runs. The server's ingest is the same as here."""
-    from kvtrace.wire.client import run_captured
-
-    res = run_captured(db, ["ingest", *(str(Path(p).resolve()) for p in paths), "--input-format", "otlp-json",
-                            "--json", "--quiet", "--db", str(db)])
-    if res is None:
-        return None
-    code, out, err = res
-    if code != 0:
-        return {"error": err.decode(errors="replace").strip() or f"kvtrace serve: ingest exited {code}"}
-    return json.loads(out)
-
-
 def _ingest(db: str, paths: list[Path]) -> dict:
-    """One ingest of ``paths``: its summary, or ``{"error": error}`` (an exception or a served
-    ingest's message). SchemaError (a busy or unusable warehouse) is raised: the cycle ends."""
+    """One ingest of ``paths``: its summary, or ``{"error": error}``. SchemaError (a busy or
+    unusable warehouse) is raised: the cycle ends."""
     from kvtrace.errors import SchemaError
     from kvtrace.ingest import IngestSummary, ingest
     from kvtrace.store import open_store
 
-    served = _served_ingest(db, paths)
-    if served is not None:
-        return served
     # Another process (a report, a manual ingest) may hold the file: Store waits for it.
     summary = IngestSummary()
     try:
