@@ -63,14 +63,11 @@ PERMANENT_ATTEMPTS = 3
 _retry: dict[str, tuple[int, float]] = {}   # segment path -> (failures so far, monotonic time of the next try)
 
 
-def permanent(path: Path, error: BaseException | str) -> bool:
+def permanent(path: Path, error: BaseException) -> bool:
     """Whether a failure is about the segment's own content, so that no retry can change it: ingest
-    named a line of the segment (a served ingest reports it as text, ``PATH:LINE: ...``)."""
+    named a line of the segment."""
     from kvtrace.errors import BadTraceInput, UnknownFormat
 
-    if isinstance(error, str):
-        return any(f"{name}:" in error and error.split(f"{name}:", 1)[1][:1].isdigit()
-                   for name in (str(path), str(Path(path).resolve())))
     return isinstance(error, (BadTraceInput, UnknownFormat))
 
 
@@ -81,11 +78,11 @@ def _due(path: Path, now: bool) -> bool:
     return now or entry is None or time.monotonic() >= entry[1]
 
 
-def record_failure(root: Path, path: Path, error: BaseException | str, *, may_set_aside: bool = True) -> str:
+def record_failure(root: Path, path: Path, error: BaseException, *, may_set_aside: bool = True) -> str:
     """Count a failure: ``"retry"`` (the segment stays where it is and is tried again after a
     backoff) or ``"set_aside"`` (moved to ``failed/`` with its reason beside it)."""
     n = _retry.get(str(path), (0, 0.0))[0] + 1
-    text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    text = f"{type(error).__name__}: {error}"
     if may_set_aside and permanent(path, error) and n >= PERMANENT_ATTEMPTS:
         _retry.pop(str(path), None)
         failed = root / seg.FAILED_DIR
