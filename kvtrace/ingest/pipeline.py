@@ -244,7 +244,7 @@ def _fold_copies(store: Store) -> int:
     copies = store.con.sql("SELECT * FROM requests WHERE request_key IN (SELECT request_key FROM fold_out)").to_arrow_table()
     store.run("DELETE FROM requests WHERE request_key IN (SELECT request_key FROM fold_out)")
     store.con.register("staged_in", copies)
-    added, folded = _merge_requests(store, copies, None)
+    added, folded = _merge_requests(store, copies)
     return copies.num_rows - added + folded     # the copies that merged, and what folding them folded
 
 
