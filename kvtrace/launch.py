@@ -14,6 +14,7 @@ import signal
 import sys
 
 from kvtrace.wire import protocol
+from kvtrace.wire.paths import served
 
 
 
@@ -40,7 +41,6 @@ def forward_target(argv: list[str], environ=None) -> tuple[str, str] | None:
     given, db = db_arg(argv)
     if argv[0] == "run" and not given:
         return None          # the profile names its warehouse; only an explicit --db is known here
-    from kvtrace.wire.paths import served
 
     return served(db, environ)
 
@@ -101,7 +101,7 @@ def main() -> None:
     if target is not None:
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
             signal.signal(signal.SIGINT, _on_sigint)
-        from kvtrace.wire.client import forward
+        from kvtrace.wire.client import forward   # _socket: ~5 ms a command without a server would pay
 
         code = forward(target[0], argv, target[1], prog_name())
         if code is not None:

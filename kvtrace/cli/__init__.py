@@ -13,8 +13,9 @@ import typer
 import typer.main
 
 from kvtrace.cli._options import fail
-from kvtrace.errors import KvtraceError
-from kvtrace.launch import interrupted, tell_interrupted
+from kvtrace.errors import KvtraceError, exit_code
+from kvtrace.launch import exit_flushed, interrupted, tell_interrupted
+from kvtrace import __version__
 
 app = typer.Typer(
     name="kvtrace",
@@ -29,7 +30,6 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        from kvtrace import __version__
 
         typer.echo(f"kvtrace {__version__}")
         raise typer.Exit()
@@ -114,8 +114,6 @@ def _exit(code) -> None:
 
     if threading.active_count() > 1:
         sys.exit(code)
-    from kvtrace.errors import exit_code
-    from kvtrace.launch import exit_flushed
 
     code = exit_code(code)
     atexit._run_exitfuncs()

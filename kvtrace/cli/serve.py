@@ -9,6 +9,10 @@ from typing import Annotated, Optional
 import typer
 
 from kvtrace.cli._options import DbOpt, guarded
+from kvtrace.units import parse_duration
+from kvtrace.launch import run_here
+from kvtrace.wire.paths import resolve_db
+from kvtrace.serve import server
 
 
 def serve(
@@ -32,8 +36,6 @@ def serve(
 
     Example: kvtrace serve --db team.duckdb --detach --idle-exit 8h && kvtrace report --db team.duckdb --ingest ~/.claude/projects
     """
-    from kvtrace.serve import server
-    from kvtrace.units import parse_duration
 
     if stop:
         typer.echo(server.stop(db))
@@ -47,14 +49,12 @@ def serve(
         return
     idle = parse_duration(idle_exit, what="--idle-exit") if idle_exit else None
     if detach:
-        from kvtrace.wire.paths import resolve_db
 
         log_path = log or Path(resolve_db(db) + ".serve.log")
         info = server.detach(db, idle_exit, log_path)
         typer.echo(f"kvtrace serve: pid {info['pid']} serving {info['db']} (log {log_path})")
         return
     from kvtrace.cli import command
-    from kvtrace.launch import run_here
 
     command()      # the click command, built once here: every command's fork inherits it
     srv = server.Server(db, run=run_here, idle_exit=idle)
