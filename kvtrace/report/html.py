@@ -21,7 +21,7 @@ from string import Template
 from kvtrace.units import fmt_int, fmt_pct, fmt_tokens, fmt_usd
 from kvtrace.report.charts import vl_version
 from kvtrace.report.files import write_atomic
-from kvtrace.report.registry import SECTIONS, build_charts, section_tables
+from kvtrace.report import registry
 from kvtrace.report.render import window_text
 
 IMAGE_FORMATS = ("png", "svg")
@@ -122,8 +122,8 @@ def _body(d: dict, charts: dict) -> str:
     if d.get("no_data"):
         return f'<p class="no-data">{_e(d["no_data"])}</p>'
     out = [_cards(d)]
-    for section in SECTIONS:
-        specs = section_tables(section, d)
+    for section in registry.SECTIONS:
+        specs = registry.section_tables(section, d)
         tables = [(f"<h3>{_e(t.title)}</h3>" if i or not section.title else "") + _table(t)
                   for i, t in enumerate(specs)]
         figs = [_figure(c) for c in charts.values() if c.section == section.key]
@@ -145,7 +145,7 @@ def render_html(d: dict, charts: list | None = None) -> str:
         d: the report dict.
         charts: chart specs already built from ``d`` (``kvtrace run`` reuses them for images).
     """
-    charts = build_charts(d) if charts is None else charts
+    charts = registry.build_charts(d) if charts is None else charts
     by_id = {c.id: c for c in charts}
     footer = (f"{d.get('generator', 'kvtrace')} · report schema {d.get('schema_version')} · generated "
               f"{d.get('generated_at')} · charts drawn in this page by {_lib_versions()}, inlined (no network needed)")
@@ -194,7 +194,7 @@ def export_images(d: dict, folder: str | Path, formats=IMAGE_FORMATS, scale: flo
     """
     import vl_convert as vlc
 
-    charts = build_charts(d) if charts is None else charts
+    charts = registry.build_charts(d) if charts is None else charts
     folder = Path(folder)
     written = []
     for c in charts:

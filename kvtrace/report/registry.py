@@ -82,9 +82,6 @@ JSON_ORDER = ("ttl", "reuse", "spend", "tiers", "warnings")
 CHART_ORDER = (token_mix_over_time, reuse_time_cdf, miss_ratio_curves, working_set_over_time,
                ttft_distributions, writes_and_dwpd, spend_by_ttl)
 
-BY_KEY = {s.key: s for s in SECTIONS}
-
-
 def _rank(order: tuple, item) -> int:
     return order.index(item) if item in order else len(order)
 
@@ -97,7 +94,7 @@ def computed() -> list[Section]:
 def titled(spec: TableSpec) -> TableSpec:
     """A table with its title: its own, else its section's (the first table of a section is
     titled by it)."""
-    return spec if spec.title else replace(spec, title=BY_KEY[spec.key].title)
+    return spec if spec.title else replace(spec, title=next(s.title for s in SECTIONS if s.key == spec.key))
 
 
 def section_tables(section: Section, d: dict) -> list[TableSpec]:

@@ -11,7 +11,7 @@ import json
 from typing import IO
 
 from kvtrace.units import fmt_int, fmt_pct, fmt_usd
-from kvtrace.report.registry import SECTIONS, section_tables, titled
+from kvtrace.report import registry
 
 
 def window_text(d: dict) -> str:
@@ -42,8 +42,8 @@ def render_markdown(d: dict, out: IO[str]) -> None:
         w(f"# {d['title']}\n\n{d['no_data']}\n")
         return
     w(f"# {d['title']}\n\nWindow (UTC): {window_text(d)} · {headline(d)}\n\n")
-    for section in SECTIONS:
-        for t in section_tables(section, d):
+    for section in registry.SECTIONS:
+        for t in registry.section_tables(section, d):
             w(f"## {t.title}\n\n")
             w("| " + " | ".join(map(_md_cell, t.headers)) + " |\n")
             w("|" + "|".join(["---"] + ["---:"] * (len(t.headers) - 1)) + "|\n")
@@ -67,7 +67,7 @@ def print_tables(specs, console) -> None:
     for t in specs:
         if t is None:
             continue
-        t = titled(t)
+        t = registry.titled(t)
         table = Table(title=t.title, title_justify="left")
         for i, h in enumerate(t.headers):
             # a number is never cut: it wraps onto a second line rather than ending in "…"
@@ -93,7 +93,7 @@ def render_terminal(d: dict, console=None) -> None:
         console.print(d["no_data"], markup=False)
         return
     console.print(headline(d))
-    for section in SECTIONS:
-        print_tables(section_tables(section, d), console)
+    for section in registry.SECTIONS:
+        print_tables(registry.section_tables(section, d), console)
         for w in section.warnings(d):
             console.print(f"[yellow]Warning:[/] {w}", highlight=False)
