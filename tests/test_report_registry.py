@@ -92,6 +92,9 @@ def test_every_section_appears_in_every_rendering_it_declares(full, tmp_path):
                 assert f"<h3>{escape(t.title)}</h3>{_table(t)}" in html, f"{s.key}: table {t.title!r} not on the page"
         for c in own:
             assert f'id="chart-{c.id}"' in spans[s.title], f"{s.key}: chart {c.id} not in its section"
+            if tables:   # before or after the section's tables, as declared
+                before = spans[s.title].index(f'id="chart-{c.id}"') < spans[s.title].index("<table>")
+                assert before == s.charts_first, f"{s.key}: chart {c.id} on the wrong side of its tables"
             assert c.id in files, f"{s.key}: chart {c.id} not written as a file"
         for w in warnings:
             assert f"**Warning:** {w}" in md and w in text, f"{s.key}: warning missing"
@@ -145,11 +148,19 @@ def test_a_table_without_its_own_title_has_its_sections(full):
     assert registry.titled(replace(mix, title="Own")).title == "Own"
 
 
-def test_the_json_holds_the_computed_sections_in_json_order(full):
+def test_the_json_and_the_chart_files_keep_their_pinned_orders(full):
     keys = [k for k in full if k in {s.key for s in registry.computed()}]
-    assert keys == [k for k in registry.JSON_ORDER if k in keys]
-    assert set(registry.JSON_ORDER) == {s.key for s in registry.SECTIONS if s.compute}
-    assert set(registry.CHART_ORDER) == {b for s in registry.SECTIONS for b in s.charts}
+    assert keys == [k for k in registry.JSON_ORDER if k in keys] and len(keys) == 5
+    ids = [c.id for c in registry.build_charts(full)]
+    assert ids == ["token-mix-over-time", "reuse-time-cdf", "miss-ratio-curves", "working-set", "ttft",
+                   "writes-dwpd", "spend"]
+    # the pinned orders name only what the registry declares, and keep each section's charts in
+    # their declared order (the page places them in build order)
+    assert set(registry.JSON_ORDER) <= {s.key for s in registry.SECTIONS if s.compute}
+    assert set(registry.CHART_ORDER) <= {b for s in registry.SECTIONS for b in s.charts}
+    for s in registry.SECTIONS:
+        ranks = [registry.CHART_ORDER.index(b) for b in s.charts if b in registry.CHART_ORDER]
+        assert ranks == sorted(ranks), s.key
 
 
 def test_a_profile_can_ask_for_exactly_the_registrys_sections():

@@ -78,9 +78,11 @@ SECTIONS: tuple[Section, ...] = (
 # Orders that predate the registry and that readers see, kept as they were; a section or chart
 # not listed comes after these, in reading order. The computed sections' keys in the JSON:
 JSON_ORDER = ("ttl", "reuse", "spend", "tiers", "warnings")
-# The charts as built and written (``--format png`` lists its files in this order):
+# The charts as built and written (``--format png`` lists its files in this order; on the page a
+# section's charts keep this order among themselves):
 CHART_ORDER = (token_mix_over_time, reuse_time_cdf, miss_ratio_curves, working_set_over_time,
                ttft_distributions, writes_and_dwpd, spend_by_ttl)
+
 
 def _rank(order: tuple, item) -> int:
     return order.index(item) if item in order else len(order)
