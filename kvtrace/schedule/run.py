@@ -77,7 +77,8 @@ def report_options(profile: Profile, period: Period):
                                                                     unlimited=True)
     return ReportOptions(since=since, until=until, group_by=list(profile.group_by),
                          ttls=parse_durations(profile.ttls), model=profile.model, tiers=profile.tiers, tier_ttl=tier_ttl,
-                         capacities=list(profile.capacities), timezone=profile.timezone, title=f"{profile.title} · {period.label}")
+                         capacities=list(profile.capacities), timezone=profile.timezone, title=f"{profile.title} · {period.label}",
+                         simulate=list(profile.simulate))
 
 
 def _report(store, profile: Profile, period: Period):
