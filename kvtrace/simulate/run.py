@@ -193,14 +193,18 @@ def _source(sc: Scenario, shard: tuple[int, int] = (0, 1), store=None):
     return TesterSource(files, sc.rate_per_min or 2.5, sc.duration_s, seed=sc.seed, resume_gap_s=gap, shard=shard)
 
 
+# Simulated time after a window's last recorded request, for the last responses to finish.
+WAREHOUSE_TAIL_S = 300.0
+
+
 def warehouse_span_s(store, since: str | None = None, until: str | None = None) -> float | None:
     """The simulated time that covers the warehouse sessions of a window: from its first request's
-    start to its last request's end, rounded up to whole minutes (the series' bins); ``None`` when
-    the window holds no request."""
+    start to its last request's end, plus ``WAREHOUSE_TAIL_S``, rounded up to whole minutes (the
+    series' bins); ``None`` when the window holds no request."""
     rows = WarehouseSource.rows(store, _bound(store, since), _bound(store, until))
     if not rows:
         return None
-    return math.ceil(WarehouseSource(rows).span_s / 60.0) * 60.0
+    return math.ceil((WarehouseSource(rows).span_s + WAREHOUSE_TAIL_S) / 60.0) * 60.0
 
 
 def _bound(store, v: str | None):
