@@ -11,6 +11,10 @@ import typer
 
 from kvtrace.cli._options import DbOpt, InputFormatOpt, KvDtypeOpt, ModelOpt, OutOpt, SinceOpt, UntilOpt, guarded, model_option
 from kvtrace.errors import ConfigError, NoData
+from kvtrace.units import parse_duration, parse_durations
+from kvtrace.report.output import FORMATS, IMAGE_FORMATS, render_text, write_report
+from kvtrace.report.render import render_terminal
+from kvtrace.units import fmt_bytes
 
 
 def report(
@@ -46,8 +50,6 @@ def report(
     Example: kvtrace report --ttl 5m,1h --tier-ttl 1h --tiers seed-testbed --model MiniMax-M2.7:fp8
     """
     from kvtrace.report.build import ReportOptions, build_report
-    from kvtrace.report.output import FORMATS, IMAGE_FORMATS
-    from kvtrace.units import parse_duration, parse_durations
     from kvtrace.store import open_store
 
     if format not in FORMATS:
@@ -83,9 +85,6 @@ def report(
 
 def _write(data: dict, format: str, out) -> None:
     """Render to ``out`` (a path; a folder for images) or stdout, and say what was written."""
-    from kvtrace.report.output import IMAGE_FORMATS, render_text, write_report
-    from kvtrace.report.render import render_terminal
-    from kvtrace.units import fmt_bytes
 
     if out is None:
         if format == "table":

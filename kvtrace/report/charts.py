@@ -594,14 +594,6 @@ def spend_by_ttl(d: dict) -> ChartSpec | None:
                      "the spend the telemetry reported.", _spec(chart))
 
 
-def build_charts(d: dict) -> list[ChartSpec]:
-    """Every chart the report's data supports: the charts of the report's sections
-    (:func:`kvtrace.report.registry.build_charts`)."""
-    from kvtrace.report.registry import build_charts as charts_of   # the registry imports this module
-
-    return charts_of(d)
-
-
 @functools.cache
 def vl_version() -> str | None:
     """The Vega-Lite version Altair writes, as vl-convert names it (``6.4``), if vl-convert has it."""

@@ -266,11 +266,3 @@ def ttft_table(ttft: dict) -> TableSpec | None:
     return TableSpec("ttft", "Time to first token (modelled)", ("Session", "Requests", "p50 (ms)", "p90 (ms)",
                                                                  "p99 (ms)", "max (ms)", "p50 without cache (ms)",
                                                                  "p99 without cache (ms)"), rows, notes=notes)
-
-
-def report_tables(d: dict) -> list[TableSpec]:
-    """Every table of the report, in reading order, titled; sections without data are left out
-    (:func:`kvtrace.report.registry.report_tables`)."""
-    from kvtrace.report.registry import report_tables as tables_of   # the registry imports this module
-
-    return tables_of(d)
