@@ -129,8 +129,8 @@ def decompress(body: bytes, encoding: str | None, limit: int) -> bytes:
 #
 # One msgspec schema per signal keeps only what the receiver needs (the record lists, and each
 # record's attribute list as raw bytes), yet still checks the whole body's JSON syntax, escapes
-# included: a 512-record batch decodes in about 1 ms, where building orjson's object tree takes
-# 8 ms and as long again to free it. The top-level keys of the other signals (and the snake_case
+# included: a 512-record Claude Code batch (670 KB) decodes in 0.6 ms, where building orjson's
+# object tree takes 8 ms and as long again to free it. The top-level keys of the other signals (and the snake_case
 # spellings) are kept raw too, so that a line which ingest would also read as another signal is
 # rewritten with only this signal's key.
 
