@@ -189,7 +189,9 @@ def ingest_segments(spool: str, db: str, keep_seconds: float, now: bool = False)
 
     Returns:
         Totals: ``segments``, ``requests_added``, ``metric_points_added``, ``duplicates_skipped``,
-        ``lines_rejected``, ``rejects`` (first few), ``failed`` (set aside), ``retrying``.
+        ``lines_rejected``, ``rejects`` (first few), ``failed`` (set aside), ``retrying``. The
+        rejects are the parse's own, as ``kvtrace ingest`` reports them: the receiver judges no
+        record, so these are the only ones.
     """
     root = Path(spool)
     done_dir = root / seg.INGESTED_DIR
