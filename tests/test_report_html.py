@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 from kvtrace.cli import app
 from kvtrace.report import render
 from kvtrace.report.build import ReportOptions, build_report
-from kvtrace.report.charts import OKABE_ITO, build_charts
+from kvtrace.report.charts import OKABE_ITO
+from kvtrace.report.registry import build_charts
 from kvtrace.report.html import PNG_SCALE, export_images, js_bundle, render_html
 from kvtrace.store import Store
 from tests.conftest import require_tool

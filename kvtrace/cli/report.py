@@ -11,6 +11,10 @@ import typer
 
 from kvtrace.cli._options import DbOpt, InputFormatOpt, KvDtypeOpt, ModelOpt, OutOpt, SinceOpt, UntilOpt, guarded, model_option
 from kvtrace.errors import ConfigError, NoData
+from kvtrace.units import parse_duration, parse_durations
+from kvtrace.report.output import FORMATS, IMAGE_FORMATS, render_text, write_report
+from kvtrace.report.render import render_terminal
+from kvtrace.units import fmt_bytes
 
 
 def report(
@@ -49,8 +53,6 @@ def report(
     Example: kvtrace report --simulate gpu=seed-testbed:HBM --simulate dram=seed-testbed:HBM,DRAM --model MiniMax-M2.7 --format html --out report.html
     """
     from kvtrace.report.build import ReportOptions, build_report
-    from kvtrace.report.output import FORMATS, IMAGE_FORMATS
-    from kvtrace.units import parse_duration, parse_durations
     from kvtrace.store import open_store
 
     if format not in FORMATS:
@@ -91,9 +93,6 @@ def report(
 
 def _write(data: dict, format: str, out) -> None:
     """Render to ``out`` (a path; a folder for images) or stdout, and say what was written."""
-    from kvtrace.report.output import IMAGE_FORMATS, render_text, write_report
-    from kvtrace.report.render import render_terminal
-    from kvtrace.units import fmt_bytes
 
     if out is None:
         if format == "table":

@@ -695,14 +695,6 @@ def simulate_ttft(d: dict) -> ChartSpec | None:
     return ttft_chart(d["simulate"]) if d.get("simulate") else None
 
 
-def build_charts(d: dict) -> list[ChartSpec]:
-    """Every chart the report's data supports: the charts of the report's sections
-    (:func:`kvtrace.report.registry.build_charts`)."""
-    from kvtrace.report.registry import build_charts as charts_of   # the registry imports this module
-
-    return charts_of(d)
-
-
 @functools.cache
 def vl_version() -> str | None:
     """The Vega-Lite version Altair writes, as vl-convert names it (``6.4``), if vl-convert has it."""

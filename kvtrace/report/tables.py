@@ -371,10 +371,3 @@ def sim_assumptions(sim: dict | None) -> list[str]:
         "(and, with --format html, its own page).",
     ]
 
-
-def report_tables(d: dict) -> list[TableSpec]:
-    """Every table of the report, in reading order, titled; sections without data are left out
-    (:func:`kvtrace.report.registry.report_tables`)."""
-    from kvtrace.report.registry import report_tables as tables_of   # the registry imports this module
-
-    return tables_of(d)
