@@ -358,7 +358,7 @@ def sim_assumptions(sim: dict | None) -> list[str]:
         "Sessions: every thread of the window's sessions is a closed-loop client. It starts at its recorded "
         "first request and sends each next request its recorded gap after the simulated response ends, so a "
         "slower configuration stretches the sessions (docs/simulate.md).",
-        f"Span: {sim['duration_s'] / 60:,.0f} min, from the window's first request to its last.",
+        f"Span: {sim['duration_s'] / 60:,.0f} min, from the window's first request to 5 minutes after its last.",
         f"Node: {node['gpus']} x {node['gpu']}, {node['model']} ({node['kv_dtype']} KV); GPU KV cache in tokens: "
         f"{kv} (the tier file's HBM less the weights). Step cost from the hardware catalog at prefill efficiency "
         f"{node['prefill_efficiency']:g} and decode efficiency {node['decode_efficiency']:g}, uncalibrated "
