@@ -91,8 +91,8 @@ def _bound_text(t) -> str | None:
 def simulate_section(store, opts, win) -> dict | None:
     """The ``simulate`` section: ``kvtrace simulate``'s serving model (a ``kvtrace.simulate/1``
     dict) of the window's warehouse sessions, from its first request to 5 minutes after its last
-    (``warehouse_span_s``), under each
-    ``--simulate`` configuration; ``--model`` is the served model (default: kvtrace simulate's)."""
+    (``warehouse_span_s``), under each ``--simulate`` configuration; ``--model`` is the served
+    model (default: kvtrace simulate's)."""
     from kvtrace.simulate.run import Scenario, parse_config, simulate, warehouse_span_s
 
     since, until = _bound_text(win["since"]), _bound_text(win["until"])
