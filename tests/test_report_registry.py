@@ -98,6 +98,7 @@ def test_every_section_appears_in_every_rendering_it_declares(full, tmp_path):
             assert c.id in files, f"{s.key}: chart {c.id} not written as a file"
         for w in warnings:
             assert f"**Warning:** {w}" in md and w in text, f"{s.key}: warning missing"
+            assert f"<li><strong>Warning:</strong> {escape(w)}</li>" in html, f"{s.key}: warning not on the page"
         if s.details:
             summary, items = s.details
             assert items(full) and f"<summary>{summary}</summary>" in spans[s.title], s.key

@@ -1,7 +1,7 @@
 """The report's sections, each declared once: its key, when it is computed, how, its tables, its
 charts and its title, in reading order. Every rendering reads this list: ``build_report`` computes
 the sections, the terminal and Markdown draw their tables and warnings, the HTML page their
-headings, tables, charts and details, the PNG/SVG export their charts.
+headings, tables, charts, warnings and details, the PNG/SVG export their charts.
 
 Adding a section means adding one :class:`Section` to ``SECTIONS`` (with its compute, table and
 chart functions in ``sections.py``, ``tables.py`` and ``charts.py``).
@@ -38,7 +38,7 @@ class Section:
     tables: Callable[[dict], list[TableSpec | None]] = lambda d: []   # terminal, Markdown, HTML
     charts: tuple[Callable[[dict], ChartSpec | None], ...] = ()      # HTML, PNG/SVG
     charts_first: bool = False                         # on the page, its charts come before its tables
-    warnings: Callable[[dict], list[str]] = lambda d: []   # sentences after its tables (terminal, Markdown)
+    warnings: Callable[[dict], list[str]] = lambda d: []   # sentences after its tables (terminal, Markdown, HTML)
     details: tuple[str, Callable[[dict], list]] | None = None   # HTML: a folded list (summary, items)
 
 
