@@ -150,19 +150,116 @@ def test_the_server_never_holds_the_warehouse_nor_changes_for_a_command(served):
     from kvtrace.store import Store
 
     srv, root = served
-    assert kv("ingest", "traces", "--db", "a.duckdb", cwd=root).returncode == 0
-    cwd, environ = os.readlink(f"/proc/{srv.pid}/cwd"), Path(f"/proc/{srv.pid}/environ").read_bytes()
+    for db in ("a.duckdb", "b.duckdb"):
+        assert kv("ingest", "traces", "--db", db, cwd=root).returncode == 0
+    cwd = os.readlink(f"/proc/{srv.pid}/cwd")
     sub = root / "elsewhere"
     sub.mkdir(exist_ok=True)
     before = srv.commands()
-    r = kv("query", "usage_bounds", "--db", "../a.duckdb", cwd=sub, TZ="Asia/Kolkata", KVTRACE_TEST_MARK="1")
+    r = subprocess.run(KV + ["report", "--db", "../a.duckdb", "--format", "json", "--out", "r.json"], cwd=sub,
+                       env=_env(), capture_output=True, timeout=120, preexec_fn=lambda: os.umask(0o077))
     assert r.returncode == 0 and srv.commands() == before + 1, r.stderr
+    assert os.stat(sub / "r.json").st_mode & 0o777 == 0o600          # the client's umask
     assert os.readlink(f"/proc/{srv.pid}/cwd") == cwd
-    assert Path(f"/proc/{srv.pid}/environ").read_bytes() == environ
+    # The environment is the client's, command by command: a width one command set is gone in the next.
+    _same(served, "report", COLUMNS="90")
+    _same(served, "report")
     t = time.monotonic()
     with Store(srv.db) as s:                       # between commands the file is free for anyone
         s.scalar("SELECT count(*) FROM requests")
     assert time.monotonic() - t < 5
+
+
+class Blocked:
+    """A served ``ingest -`` that runs until its stdin is closed: it holds the server's turn."""
+
+    def __init__(self, srv: "Served", cwd: Path, db: str):
+        self.p = subprocess.Popen(KV + ["ingest", "-", "--db", db, "-q"], cwd=cwd, env=_env(),
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 30
+        while not status(srv.db)["busy"]:
+            assert self.p.poll() is None and time.monotonic() < deadline, self.p.stderr.read()
+            time.sleep(0.05)
+        self.child = _children(srv.pid)[-1]
+
+    def release(self) -> subprocess.CompletedProcess:
+        out, err = self.p.communicate(gzip.decompress((SAMPLES / "otlp" / "logs.jsonl.gz").read_bytes()), timeout=60)
+        return subprocess.CompletedProcess(self.p.args, self.p.returncode, out, err)
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        out += [int(c) for c in (task / "children").read_text().split()]
+    return sorted(out)
+
+
+def _queued(srv: "Served", args: list[str], cwd: Path, **popen) -> subprocess.Popen:
+    """Start a command that will wait for its turn; return once the server has accepted it."""
+    before = status(srv.db)["waiting"]
+    popen.setdefault("stdout", subprocess.PIPE)
+    p = subprocess.Popen(KV + args, cwd=cwd, env=_env(), stderr=subprocess.PIPE, **popen)
+    deadline = time.monotonic() + 30
+    while status(srv.db)["waiting"] <= before:
+        assert p.poll() is None and time.monotonic() < deadline, p.communicate()
+        time.sleep(0.05)
+    return p
+
+
+def test_a_queued_command_cancelled_before_its_turn_ends_at_once(served):
+    srv, root = served
+    blocker = Blocked(srv, root, "a.duckdb")
+    try:
+        q = _queued(srv, ["query", "usage_bounds", "--db", "a.duckdb"], root)
+        t = time.monotonic()
+        q.send_signal(signal.SIGINT)
+        out, err = q.communicate(timeout=20)
+        assert time.monotonic() - t < 5 and blocker.p.poll() is None      # answered before its turn
+        assert q.returncode == 130 and err.decode().strip().startswith("Interrupted: stopped before"), err
+    finally:
+        assert blocker.release().returncode == 0
+
+
+def test_a_forked_command_holds_no_descriptor_of_the_server_or_another_client(served):
+    srv, root = served
+    first = Blocked(srv, root, "a.duckdb")
+    second = _queued(srv, ["ingest", "-", "--db", "a.duckdb", "-q"], root, stdin=subprocess.PIPE)
+    third = _queued(srv, ["query", "usage_bounds", "--db", "a.duckdb"], root)
+    try:
+        assert first.release().returncode == 0
+        deadline = time.monotonic() + 30
+        while (kids := _children(srv.pid)) == [] or kids == [first.child]:    # the second one's turn
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        # the fork takes the client's streams, then lets go of everything else (in a moment: poll)
+        deadline = time.monotonic() + 5
+        while True:
+            fds = {int(fd.name): os.readlink(fd) for fd in Path(f"/proc/{kids[-1]}/fd").iterdir()}
+            foreign = {fd: what for fd, what in fds.items() if fd > 2 and what.startswith(("socket:", "pipe:"))}
+            if not foreign or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert not foreign, f"the command's process holds {foreign}"
+    finally:
+        second.communicate(b"", timeout=60)
+        out, err = third.communicate(timeout=60)
+    assert third.returncode == 0, err
+
+
+def test_a_queued_command_runs_here_when_the_server_stops(tmp_path):
+    shutil.copytree(SAMPLES / "otlp", tmp_path / "traces")
+    srv = Served(tmp_path / "kv.duckdb")
+    try:
+        assert kv("ingest", "traces", "--db", "kv.duckdb", cwd=tmp_path).returncode == 0
+        blocker = Blocked(srv, tmp_path, "kv.duckdb")
+        q = _queued(srv, ["query", "usage_bounds", "--db", "kv.duckdb", "--format", "csv"], tmp_path)
+        srv.proc.send_signal(signal.SIGTERM)
+        assert blocker.release().returncode == 0          # the running command finishes
+        out, err = q.communicate(timeout=60)
+        assert q.returncode == 0 and out.startswith(b"first_ts,"), err
+        assert srv.proc.wait(timeout=30) == 0
+    finally:
+        srv.stop()
 
 
 def test_stdin_reaches_a_forwarded_ingest(served):

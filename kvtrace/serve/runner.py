@@ -32,13 +32,16 @@ def _text(fd: int, encoding: list[str], write: bool) -> io.TextIOWrapper:
                             line_buffering=write and (tty or fd == 2))
 
 
-def become(req: dict, fds: list[int]) -> None:
+def become(req: dict, fds: list[int], server_pid: int) -> None:
     """Turn this freshly forked process into the client's command process (see the module)."""
+    os.setsid()                 # signals to the server's process group (a terminal's Ctrl-C, a
+    #                             service manager's stop) are not the command's
+    _die_with(server_pid)
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
-    for fd in fds:
-        if fd > 2:
-            os.close(fd)
+    # Every other descriptor is the server's (its sockets, other clients' streams): none may
+    # stay open here, or a reader of another client's output would wait for this command.
+    os.closerange(3, _max_fd())
     encodings = list(req.get("encoding") or []) + [[], []]
     sys.stdin = _text(0, ["utf-8", "strict"], write=False)
     sys.stdout = _text(1, encodings[0], write=True)
@@ -51,23 +54,26 @@ def become(req: dict, fds: list[int]) -> None:
     os.umask(int(req.get("umask", 0o022)))
     os.chdir(req["cwd"])
     sys.argv = [req.get("prog") or "kvtrace", *req["argv"]]
-    signal.signal(signal.SIGINT, signal.default_int_handler)   # what a new process starts with
+    # What the client's process had: Python's own handler, or ignored (a background job's)
+    signal.signal(signal.SIGINT, signal.SIG_IGN if req.get("sigint_ignored") else signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def run_child(req: dict, fds: list[int], close: list, main: Callable[[str], None]) -> None:
-    """In the forked child: close the server's sockets (``close``), become the client's command
-    and run ``main`` (``kvtrace.launch.run_here``); never returns (``os._exit`` with the
-    command's code)."""
+def run_child(req: dict, fds: list[int], close: list, main: Callable[[str], None], server_pid: int) -> None:
+    """In the forked child (SIGINT blocked): close the server's sockets (``close``), become the
+    client's command and run ``main`` (``kvtrace.launch.run_here``); never returns (``os._exit``
+    with the command's code)."""
     code = 1
     try:
         for s in close:
             s.close()
-        become(req, fds)
+        become(req, fds, server_pid)
     except BaseException as e:  # noqa: BLE001 - e.g. the client's cwd is gone: one line on its stderr
         _say(f"kvtrace serve: {type(e).__name__}: {e}")
         _leave(1)
     try:
+        # A Ctrl-C that came during the fork is delivered here, before the command has done anything.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         main(req.get("prog") or "kvtrace")   # leaves through os._exit itself
         code = 0
     except SystemExit as e:
@@ -75,6 +81,7 @@ def run_child(req: dict, fds: list[int], close: list, main: Callable[[str], None
         if not isinstance(e.code, (int, type(None))):
             _say(str(e.code))
     except KeyboardInterrupt:
+        _say("Interrupted: stopped while starting; nothing was written")
         code = 130
     except BaseException:  # noqa: BLE001 - a bug: the traceback Python would print, exit 1
         try:
@@ -82,6 +89,27 @@ def run_child(req: dict, fds: list[int], close: list, main: Callable[[str], None
         except BaseException:  # noqa: BLE001
             pass
     _leave(code)
+
+
+def _max_fd() -> int:
+    try:
+        return os.sysconf("SC_OPEN_MAX")
+    except (OSError, ValueError):
+        return 1 << 16
+
+
+def _die_with(server_pid: int) -> None:
+    """Be interrupted (SIGINT) if the server dies first: the client has given up by then (Linux;
+    elsewhere a command outlives a killed server)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGINT), 0, 0, 0)      # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != server_pid:                      # it died before the prctl
+        os.kill(os.getpid(), signal.SIGINT)
 
 
 def _say(line: str) -> None:

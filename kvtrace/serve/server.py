@@ -71,6 +71,8 @@ class Server:
         self._stopping = threading.Event()
         self._stopped = threading.Event()
         self._last_active = time.monotonic()
+        self._waiting = 0                   # accepted commands waiting for their turn
+        self._count_lock = threading.Lock()
 
     # -- life ------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -152,6 +154,7 @@ class Server:
                     if self._stopping.is_set():
                         break
                     raise
+                self._last_active = time.monotonic()      # an idle exit must not race a command arriving
                 t = threading.Thread(target=self._handle, args=(conn,), daemon=True)
                 self._threads.add(t)
                 t.start()
@@ -248,7 +251,7 @@ class Server:
     def status(self) -> dict:
         return {"pid": os.getpid(), "db": self.db_real, "socket": self.sock_path, "started": self.started,
                 "uptime_s": round(time.time() - self.started, 1), "commands": self.commands,
-                "busy": self._command_lock.locked(), "idle_exit_s": self.idle_exit}
+                "busy": self._command_lock.locked(), "waiting": self._waiting, "idle_exit_s": self.idle_exit}
 
     def _refusal(self, req: dict, fds: list[int]) -> str | None:
         argv = req.get("argv") or []
@@ -270,66 +273,114 @@ class Server:
             protocol.send(conn, protocol.REFUSED, why.encode())
             return
         protocol.send(conn, protocol.ACCEPTED)
+        child = _Child()
+        # From now on a cancel or the end of the connection counts, while queued too: a command
+        # cancelled before its turn is answered at once and never runs.
+        threading.Thread(target=_watch, args=(conn, child, fds), daemon=True).start()
+        with self._count_lock:
+            self._waiting += 1
         with self._command_lock:
+            with self._count_lock:
+                self._waiting -= 1
+            if child.cancelled():
+                return
             if self._stopping.is_set():
                 # Nothing ran or printed yet: the client runs the command itself.
                 protocol.send(conn, protocol.REFUSED, b"stopping")
                 return
             self._last_active = time.monotonic()
             try:
-                code = self._fork(conn, req, fds)
+                code = child.run(lambda: self._fork(conn, req, fds))
             finally:
                 self.commands += 1
                 self._last_active = time.monotonic()
+        if code is None:
+            return                      # cancelled while the fork was being set up: answered already
         try:
             protocol.send(conn, protocol.EXIT, str(code).encode())
         except OSError:
             pass                    # the client went away
 
     def _fork(self, conn: socket.socket, req: dict, fds: list[int]) -> int:
-        """Run the command in a forked child; pass the client's cancels on as SIGINT; its exit code."""
-        pid = os.fork()
-        if pid == 0:
-            run_child(req, fds, [self._listener, conn], self.run)   # never returns
-        child = _Child(pid)
-        threading.Thread(target=_watch, args=(conn, child), daemon=True).start()
-        return child.wait()
+        """Fork the command's process (SIGINT blocked across the fork: the child unblocks it once
+        its own handler is in place); returns its pid. The request's descriptors are the child's
+        alone afterwards: closed here at once, so no later command's fork inherits them."""
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            pid = os.fork()
+            if pid == 0:
+                run_child(req, fds, [self._listener, conn], self.run, os.getppid())   # never returns
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        for fd in fds:
+            os.close(fd)
+        fds.clear()
+        return pid
 
 
 class _Child:
     """A command's process: interrupted on request until it has ended, never after it is reaped
-    (its pid could be another process's by then)."""
+    (its pid could be another process's by then); a cancel before it starts means it never does."""
 
-    def __init__(self, pid: int):
-        self.pid = pid
+    def __init__(self) -> None:
+        self.pid: int | None = None
         self._lock = threading.Lock()
         self._ended = False
+        self._cancelled = False
 
-    def interrupt(self) -> bool:
-        """SIGINT, if it still runs; False once it has ended."""
+    def cancelled(self) -> bool:
         with self._lock:
-            if self._ended:
-                return False
-            os.kill(self.pid, signal.SIGINT)
-            return True
+            return self._cancelled
 
-    def wait(self) -> int:
+    def run(self, fork) -> int | None:
+        """Start it with ``fork()`` (returns the pid) unless cancelled meanwhile (None); wait for
+        its exit code."""
+        with self._lock:
+            if self._cancelled:
+                return None
+            self.pid = fork()
         os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOWAIT)   # ended, not yet reaped: its pid is still its own
         with self._lock:
             self._ended = True
         _, status = os.waitpid(self.pid, 0)
         return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
 
+    def interrupt(self, answer) -> bool:
+        """SIGINT if it runs; if it has not started, it never will and ``answer()`` tells the client
+        (under the lock: the command's thread, which owns the client's descriptors, waits for it).
+        Returns whether it still runs."""
+        with self._lock:
+            if self._ended or self._cancelled:
+                return False
+            if self.pid is None:
+                self._cancelled = True
+                answer()
+                return False
+            os.kill(self.pid, signal.SIGINT)
+            return True
 
-def _watch(conn: socket.socket, child: _Child) -> None:
-    """Each cancel frame (the client's Ctrl-C) interrupts the command's process; so does the end of
-    the connection (a client that went away). Ends with the connection or the child."""
+
+def _watch(conn: socket.socket, child: _Child, fds: list[int]) -> None:
+    """Each cancel frame (the client's Ctrl-C) interrupts the command; so does the end of the
+    connection (a client that went away). A command cancelled before its turn is answered here,
+    as a local run would end (one line, exit 130), and the client's descriptors are let go at once.
+    Ends with the connection or the child."""
+    def answer() -> None:
+        try:
+            os.write(fds[2], b"Interrupted: stopped before the command started; nothing was written\n")
+            protocol.send(conn, protocol.EXIT, b"130")
+        except OSError:
+            pass
+        for fd in fds:
+            os.close(fd)
+        fds.clear()
+
     while True:
         try:
             frame = protocol.recv(conn)
         except OSError:
             frame = None
-        if not child.interrupt() or frame is None:
+        if not child.interrupt(answer) or frame is None:
             return
 
 

@@ -38,8 +38,14 @@ def request(argv: list[str], db_real: str, prog: str) -> dict:
     return {
         "v": protocol.VERSION, "argv": list(argv), "prog": prog, "db": db_real, "cwd": os.getcwd(),
         "env": dict(os.environ), "umask": mask, "pid": os.getpid(),
-        "encoding": [_encoding(sys.stdout), _encoding(sys.stderr)],
+        "encoding": [_encoding(sys.stdout), _encoding(sys.stderr)], "sigint_ignored": _sigint_ignored(),
     }
+
+
+def _sigint_ignored() -> bool:
+    import signal
+
+    return signal.getsignal(signal.SIGINT) is signal.SIG_IGN
 
 
 def connect(sock_path: str, timeout: float = HELLO_TIMEOUT_S):
@@ -100,12 +106,17 @@ def forward(sock_path: str, argv: list[str], db_real: str, prog: str) -> int | N
         fds = _std_fds()
         if fds is None:
             return None
+        data = protocol.frame(protocol.REQUEST, marshal.dumps(request(argv, db_real, prog), 4))
         try:
-            s.sendmsg([protocol.frame(protocol.REQUEST, marshal.dumps(request(argv, db_real, prog), 4))],
-                      [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, b"".join(fd.to_bytes(4, sys.byteorder) for fd in fds))])
+            sent = s.sendmsg([data], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS,
+                                       b"".join(fd.to_bytes(4, sys.byteorder) for fd in fds))])
+            s.sendall(data[sent:])          # a big environment may not go in one piece
             frame = protocol.recv(s)
         except OSError:
             return None
+        if frame is not None and frame[0] == protocol.REFUSED and frame[1] == b"another protocol version":
+            _say(f"kvtrace: the server of {db_real} runs another kvtrace version; this command runs here "
+                 f"(restart the server: kvtrace serve --stop --db {db_real}, then start it again)")
         if frame is None or frame[0] != protocol.ACCEPTED:
             return None
         s.settimeout(None)
@@ -124,7 +135,7 @@ def _std_fds() -> list[int] | None:
     return [0, 1, 2]
 
 
-def _wait(s) -> int:
+def _wait(s) -> int | None:
     """Wait for the command's exit code. Every Ctrl-C meanwhile is sent on as a cancel frame, and
     the command's process takes it as a process of its own would (the first interrupts, one
     ``Interrupted:`` line and exit 130; a third leaves at once)."""
@@ -133,10 +144,11 @@ def _wait(s) -> int:
     def cancel(signum, frame):
         raise KeyboardInterrupt
 
-    try:
-        signal.signal(signal.SIGINT, cancel)
-    except ValueError:          # not the main thread: Ctrl-C stays with whoever handles it
-        pass
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:    # a background job ignores it: so does its command
+        try:
+            signal.signal(signal.SIGINT, cancel)
+        except ValueError:          # not the main thread: Ctrl-C stays with whoever handles it
+            pass
     while True:
         try:
             frame = protocol.recv(s)
@@ -147,13 +159,21 @@ def _wait(s) -> int:
                 pass
             continue
         if frame is None:
-            try:
-                sys.stderr.write("kvtrace: the server (kvtrace serve) stopped before the command finished\n")
-            except (OSError, ValueError):
-                pass
+            _say("kvtrace: the server (kvtrace serve) went away while the command ran; the command is "
+                 "interrupted (what it had committed is kept)")
             return 1
         if frame[0] == protocol.EXIT:
             return int(frame[1])
+        if frame[0] == protocol.REFUSED:
+            return None             # the server stopped before the command's turn: it runs here
+
+
+def _say(line: str) -> None:
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def call(sock_path: str, kind: bytes, timeout: float = HELLO_TIMEOUT_S) -> tuple[bytes, bytes] | None:

@@ -17,6 +17,8 @@ refused (the client runs the command itself; payload: why), ``X`` the exit code 
 
 from __future__ import annotations
 
+import os
+
 VERSION = 2
 
 # Commands that read or write the warehouse and may run inside the server.
@@ -72,15 +74,21 @@ def recv_with_fds(sock, max_fds: int = 3) -> tuple[tuple[bytes, bytes] | None, l
     import socket
 
     fds = array.array("i")
-    head, anc, _flags, _addr = sock.recvmsg(HEADER_SIZE, socket.CMSG_SPACE(max_fds * fds.itemsize))
+    head, anc, _flags, _addr = sock.recvmsg(HEADER_SIZE, socket.CMSG_SPACE(max_fds * fds.itemsize),
+                                            socket.MSG_CMSG_CLOEXEC)
     for level, kind, data in anc:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
-    if not head:
-        return None, list(fds)
-    if len(head) < HEADER_SIZE:
-        more = _read_exact(sock, HEADER_SIZE - len(head))
-        if more is None:
+    try:
+        if not head:
             return None, list(fds)
-        head += more
-    return _rest(sock, head), list(fds)
+        if len(head) < HEADER_SIZE:
+            more = _read_exact(sock, HEADER_SIZE - len(head))
+            if more is None:
+                return None, list(fds)
+            head += more
+        return _rest(sock, head), list(fds)
+    except BaseException:
+        for fd in fds:                  # a request that did not arrive whole: its descriptors go
+            os.close(fd)
+        raise
