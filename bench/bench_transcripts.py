@@ -11,6 +11,8 @@ Measures, as whole processes with repeats (min / median of N, after a warm-up, p
   sees the same load): ``kvtrace ingest <tree>/projects`` into a fresh warehouse + ``kvtrace
   report --group-by day --format json``, against ``ccusage daily --json --offline``; wall and
   CPU (user + system) time;
+* **first run, one line torn**, on each shape: the same with one more session file whose only
+  line is cut inside a character (a session being written as the tree is read);
 * on the default shape only: **repeat**: one new session file is added, then the same kvtrace pair on the kept warehouse
   (unchanged files are skipped), against ccusage again (it re-reads everything);
 * **repeat in one process**: ``kvtrace report --ingest <tree>/projects --group-by day --format
@@ -312,6 +314,41 @@ def _whitespace_variant(work: Path, home: Path, have_ccusage: bool) -> dict:
 
 # -- main ----------------------------------------------------------------------------------------
 
+def _torn_line_run(tree: Path, truth: dict, reps: int, home: Path, work: Path, have_ccusage: bool) -> dict:
+    """The first run on a tree read while a session starts: one more session file holds only
+    its first line, cut inside a character (the first two of the three bytes of a "—"), as a
+    reader can find it mid-write. The file is removed afterwards."""
+    target = next((tree / "projects").iterdir()) / "00000000-0000-4000-8000-000000000000.jsonl"
+    target.write_bytes(b'{"parentUuid":null,"isSidechain":false,"type":"user","message":{"role":"user","content":"and \xe2\x80')
+    kv, kv_cpu, cc, cc_cpu = [], [], [], []
+    want = _truth_days(truth)
+    db = work / "torn.duckdb"
+    try:
+        for i in range(reps + 1):
+            db.unlink(missing_ok=True)
+            cpu: list = []
+            wall, report, _, _ = _kvtrace_pair(tree, db, cpu)
+            if i:
+                kv.append(wall)
+                kv_cpu += cpu
+            if have_ccusage:
+                cpu = []
+                cc_wall, cc_doc, _ = _ccusage(tree, home, cpu)
+                if i:
+                    cc.append(cc_wall)
+                    cc_cpu += cpu
+    finally:
+        target.unlink()
+    out = {"file": str(target.relative_to(tree)), "kvtrace_ingest_plus_report": _stats(kv),
+           "kvtrace_cpu_s_median": round(statistics.median(kv_cpu), 3),
+           "totals_kvtrace": _compare(_kvtrace_days(report), want)}
+    if have_ccusage:
+        out |= {"ccusage_daily": _stats(cc), "ccusage_cpu_s_median": round(statistics.median(cc_cpu), 3),
+                "ratio_kvtrace_over_ccusage_median": round(statistics.median(kv) / statistics.median(cc), 2),
+                "totals_ccusage": _compare(_ccusage_days(cc_doc), want)}
+    return out
+
+
 def _all_files(tree: Path) -> set[Path]:
     return {p for p in (tree / "projects").rglob("*") if p.is_file()}
 
@@ -328,13 +365,16 @@ def _remove_orphans(tree: Path, truth_file: Path) -> int:
 
 
 def _compile_bytecode() -> str:
-    """Byte-compile kvtrace's modules, as pip does when it installs the package. A checkout run
-    with PYTHONDONTWRITEBYTECODE set (this sandbox sets it) would otherwise compile the launcher's
-    modules from source in every command (~4 ms of a served repeat)."""
+    """Byte-compile the kvtrace the commands import (this checkout's, or another on PYTHONPATH),
+    as pip does when it installs the package. A checkout run with PYTHONDONTWRITEBYTECODE set
+    (this sandbox sets it) would otherwise compile the launcher's modules from source in every
+    command (~4 ms of a served repeat)."""
     import compileall
 
-    compileall.compile_dir(str(REPO / "kvtrace"), quiet=1)
-    return "compiled before timing, as an installed package has it"
+    import kvtrace
+
+    compileall.compile_dir(str(Path(kvtrace.__file__).parent), quiet=1)
+    return f"compiled before timing, as an installed package has it: {Path(kvtrace.__file__).parent}"
 
 
 def _tree(mb: int, shape: str = "default") -> tuple[Path, dict]:
@@ -441,6 +481,9 @@ def main() -> dict:
         for v in result["shapes"].values():
             v.pop("_report")
         result["repeats_on_shape"] = shapes[0]
+        for name, (t_tree, t_truth) in trees.items():
+            result["shapes"][name]["first_run_torn_line"] = _torn_line_run(t_tree, t_truth, reps, home, work,
+                                                                            have_ccusage)
 
         # -- repeat: the warehouse is kept; each round adds one new session file.
         rep_kv, rep_ingest, rep_cc = [], [], []
@@ -524,6 +567,14 @@ def _print(r: dict) -> None:
         for tool in ("kvtrace", "ccusage"):
             if tool in tot:
                 print(f"  totals {tool}: exact={tot[tool]['exact']} diff={tot[tool]['diff_vs_truth']}", file=sys.stderr)
+        if "first_run_torn_line" in sh:
+            tl = sh["first_run_torn_line"]
+            print("  first run, one line torn inside a character", file=sys.stderr)
+            print("    " + line("kvtrace ingest + report", tl["kvtrace_ingest_plus_report"]), file=sys.stderr)
+            if "ccusage_daily" in tl:
+                print("    " + line("ccusage daily --json --offline", tl["ccusage_daily"]), file=sys.stderr)
+                print(f"    kvtrace / ccusage: {tl['ratio_kvtrace_over_ccusage_median']}x wall (median); totals exact: "
+                      f"kvtrace {tl['totals_kvtrace']['exact']}, ccusage {tl['totals_ccusage']['exact']}", file=sys.stderr)
     print(f"on the {r['repeats_on_shape']} tree:", file=sys.stderr)
     print("repeat after one new file", file=sys.stderr)
     print("  " + line("kvtrace ingest + report", rep["kvtrace_ingest_plus_report"]), file=sys.stderr)

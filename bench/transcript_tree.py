@@ -19,7 +19,7 @@ Two shapes (``SHAPES``), as different users' trees are:
   compaction, the newer ``usage`` fields, ``entrypoint``/``promptId`` on every record, subagent
   results carrying the subagent's ``usage`` in the parent's tool result; no progress lines.
   Session lengths have a long tail (a few sessions of thousands of responses), responses are
-  terser and tool results smaller: more responses in fewer bytes.
+  terser and tool results smaller: more responses in fewer bytes; some text is not ASCII.
 
 The generator knows the truth: every unique response once, with its final output count, by UTC
 day. ``generate`` returns it (and writes ``truth.json`` beside ``projects/``).
@@ -63,6 +63,7 @@ class Shape:
     subagent_p: float           # a tool use runs a subagent
     subagent_steps: tuple[int, int]
     resume_p: float             # a session resumes an earlier one (copies its history)
+    extra_words: tuple[str, ...] = ()   # beside WORDS: non-ASCII text ("—" is common in current prose)
 
 
 SHAPES = {
@@ -74,7 +75,7 @@ SHAPES = {
     "current": Shape(versions=("2.1.152", "2.1.197", "2.1.220"), current_records=True, progress=False,
                      prompts=lambda r: max(1, round(r.lognormvariate(2.6, 1.1))), steps=12, tool_p=0.85,
                      thinking_p=0.2, text=(20, 300), tool_input=(10, 200), tool_result=(20, 700),
-                     subagent_p=0.0145, subagent_steps=(3, 40), resume_p=0.03),
+                     subagent_p=0.0145, subagent_steps=(3, 40), resume_p=0.03, extra_words=("—", "→", "✓")),
 }
 
 
@@ -92,8 +93,9 @@ class _Gen:
         self.shape = shape
         r = self.r
         parts = []
+        words = WORDS + list(shape.extra_words)
         for _ in range(120_000):
-            w = r.choice(WORDS)
+            w = r.choice(words)
             parts.append(w + ("\n" if r.random() < 0.08 else '"' if r.random() < 0.01 else " "))
         self.text = "".join(parts)
 
