@@ -14,6 +14,7 @@ import signal
 import sys
 
 from kvtrace.wire import protocol
+from kvtrace.wire.paths import served
 
 
 
@@ -40,7 +41,6 @@ def forward_target(argv: list[str], environ=None) -> tuple[str, str] | None:
     given, db = db_arg(argv)
     if argv[0] == "run" and not given:
         return None          # the profile names its warehouse; only an explicit --db is known here
-    from kvtrace.wire.paths import served
 
     return served(db, environ)
 
@@ -96,22 +96,30 @@ def tell_interrupted(line: str) -> None:
 
 
 def main() -> None:
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        signal.signal(signal.SIGINT, _on_sigint)
     argv = sys.argv[1:]
     target = forward_target(argv)
     if target is not None:
-        from kvtrace.wire.client import forward
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, _on_sigint)
+        from kvtrace.wire.client import forward   # _socket: ~5 ms a command without a server would pay
 
         code = forward(target[0], argv, target[1], prog_name())
         if code is not None:
             exit_flushed(code)   # no teardown: ~1 ms of a ~15 ms client process
+    run_here()
+
+
+def run_here(prog_name: str | None = None) -> None:
+    """Run ``sys.argv`` in this process (a plain run, or the process ``kvtrace serve`` forks for a
+    forwarded command, with the client's ``prog_name``); never returns."""
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _on_sigint)
     try:
-        from kvtrace.cli import main as run_here
+        from kvtrace.cli import main as run_cli
     except KeyboardInterrupt:
         tell_interrupted("Interrupted: stopped while starting; nothing was written")
         exit_flushed(130)
-    run_here()
+    run_cli(prog_name)
 
 
 def exit_flushed(code: int) -> None:

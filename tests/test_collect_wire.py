@@ -422,9 +422,8 @@ def test_only_a_segment_ingest_cannot_read_is_set_aside_readable_by_kvtrace_inge
     _two_ready_segments(spool)
     seg1 = spool / "seg-1.jsonl"
     assert not worker.permanent(seg1, OSError(28, "No space left on device"))
-    assert not worker.permanent(seg1, "Error: cannot open warehouse: IO Error: Could not set lock on file")
-    assert worker.permanent(seg1, f"Error: {seg1}:3: field 'input_tokens': not a token count")
     error = BadTraceInput(str(seg1), 3, "not a token count", field="input_tokens")
+    assert worker.permanent(seg1, error)
     outcomes = [worker.record_failure(spool, seg1, error) for _ in range(worker.PERMANENT_ATTEMPTS)]
     assert outcomes == ["retry"] * (worker.PERMANENT_ATTEMPTS - 1) + ["set_aside"]
     aside = spool / "failed" / "seg-1.jsonl"

@@ -40,18 +40,12 @@ def test_a_forced_right_format_is_remembered_for_plain_ingests(store, tmp_path):
     assert store.scalar("SELECT count(*) FROM ingested_files") == 1
 
 
-def test_a_wrong_format_then_the_right_one_in_a_resident_process(tmp_path):
-    from kvtrace.ingest import resident
-
+def test_a_wrong_format_then_the_right_one_in_one_store(tmp_path):
     f = _transcript(tmp_path)
-    resident.enable(True)
-    try:
-        with Store(tmp_path / "kv.duckdb") as s:
-            ingest(s, [f], format="gemini-chat")
-            assert ingest(s, [f]).requests_added == 2
-            assert ingest(s, [f]).files_skipped == 1
-    finally:
-        resident.enable(False)
+    with Store(tmp_path / "kv.duckdb") as s:
+        ingest(s, [f], format="gemini-chat")
+        assert ingest(s, [f]).requests_added == 2
+        assert ingest(s, [f]).files_skipped == 1
 
 
 def test_ledger_rows_of_an_older_warehouse_are_kept_as_detected(tmp_path):

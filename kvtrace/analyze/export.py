@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from kvtrace.analyze.blocktrace import BlockTrace
+from kvtrace.errors import ConfigError
 
 
 def mooncake_table(trace: BlockTrace, absolute: bool = False) -> pa.Table:
@@ -93,7 +94,6 @@ def export_warehouse(store, out: str | Path | IO[str] | None, format: str = "moo
         ``{"requests", "blocks", "block_size", "trace"}`` of what was written.
     """
     from kvtrace.analyze.load import load_block_trace
-    from kvtrace.errors import ConfigError
 
     if format not in EXPORT_FORMATS:
         raise ConfigError(f"unknown export format '{format}'", hint="choose one of " + ", ".join(EXPORT_FORMATS))

@@ -17,6 +17,7 @@ from kvtrace.analyze.blocktrace import BlockTrace
 from kvtrace.errors import BadTraceInput, ConfigError
 from kvtrace.ingest import block_hash
 from kvtrace.ingest.formats import sniff
+from kvtrace.window import parse_instant
 
 
 def block_trace_from_table(t: pa.Table, name: str = "trace", block_size: int | None = None) -> BlockTrace:
@@ -173,7 +174,6 @@ def _instant(store, v, blocks: bool):
     """A bound as a datetime; a span such as ``7d`` counts back from the last request."""
     if v is None or isinstance(v, datetime):
         return v
-    from kvtrace.window import parse_instant
 
     table = "block_requests" if blocks else "request_usage"
     return parse_instant(str(v), store.scalar(f"SELECT max(ts) FROM {table}"))

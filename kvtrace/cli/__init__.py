@@ -6,13 +6,16 @@ Each command lives in its own module and imports heavy libraries inside its func
 
 from __future__ import annotations
 
+import functools
 import sys
 
 import typer
+import typer.main
 
 from kvtrace.cli._options import fail
-from kvtrace.errors import KvtraceError
-from kvtrace.launch import interrupted, tell_interrupted
+from kvtrace.errors import KvtraceError, exit_code
+from kvtrace.launch import exit_flushed, interrupted, tell_interrupted
+from kvtrace import __version__
 
 app = typer.Typer(
     name="kvtrace",
@@ -27,7 +30,6 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        from kvtrace import __version__
 
         typer.echo(f"kvtrace {__version__}")
         raise typer.Exit()
@@ -71,11 +73,20 @@ _size.register(app)
 _synth.register(app)
 
 
-def main() -> None:
+@functools.cache
+def command():
+    """The click command of ``app``, built once per process: typer builds it anew (~50 ms of
+    annotation evaluation) on every ``app()``. It depends only on ``app``, which is complete once
+    this module is imported; ``kvtrace serve`` builds it before forking (``cli/serve.py``)."""
+    return typer.main.get_command(app)
+
+
+def main(prog_name: str | None = None) -> None:
     """Console entry point: library errors become one ``Error: ...`` line and exit 1; Ctrl-C one
-    ``Interrupted: ...`` line and exit 130."""
+    ``Interrupted: ...`` line and exit 130. ``prog_name``: the name usage lines show (default:
+    as click detects it from ``sys.argv``)."""
     try:
-        app()
+        command().main(prog_name=prog_name)
     except KvtraceError as e:
         _exit(fail(e))
     except SystemExit as e:
@@ -103,8 +114,6 @@ def _exit(code) -> None:
 
     if threading.active_count() > 1:
         sys.exit(code)
-    from kvtrace.errors import exit_code
-    from kvtrace.launch import exit_flushed
 
     code = exit_code(code)
     atexit._run_exitfuncs()

@@ -10,6 +10,8 @@ import typer
 
 from kvtrace.ingest.formats import FORMATS
 from kvtrace.report.files import write_atomic
+from kvtrace.errors import ConfigError, Interrupted, KvtraceError
+from kvtrace.launch import interrupted, tell_interrupted
 
 DbOpt = Annotated[Optional[Path], typer.Option(
     "--db", envvar="KVTRACE_DB", help="Warehouse file (default ./kvtrace.duckdb; env KVTRACE_DB).",
@@ -32,7 +34,6 @@ KvDtypeOpt = Annotated[Optional[str], typer.Option(
 def model_option(model: str | None, kv_dtype: str | None) -> str | None:
     """``--model`` and ``--kv-dtype`` as one model spec (``NAME`` or ``NAME:DTYPE``), checked
     against the catalog now (an unknown model fails before any work)."""
-    from kvtrace.errors import ConfigError
     from kvtrace.replay.catalog import model_spec, resolve_model
 
     if model is None:
@@ -100,8 +101,6 @@ class progress_bar:
 def fail(e: Exception) -> int:
     """Print a library error as one line (``Error: ...``, or ``Interrupted: ...`` for Ctrl-C) and
     return its exit code."""
-    from kvtrace.errors import Interrupted
-    from kvtrace.launch import tell_interrupted
 
     if isinstance(e, Interrupted):
         tell_interrupted(f"Interrupted: {e}")
@@ -116,8 +115,6 @@ def guarded(fn):
     interrupted raised on the way out."""
     import functools
 
-    from kvtrace.errors import Interrupted, KvtraceError
-    from kvtrace.launch import interrupted
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):

@@ -8,6 +8,9 @@ from typing import Annotated, Optional
 import typer
 
 from kvtrace.cli._options import DbOpt, guarded
+from kvtrace.units import parse_duration
+from kvtrace.collect.config import CollectorConfig, parse_every, parse_size
+from kvtrace.collect.segments import spool_status
 
 
 def collect(
@@ -42,14 +45,11 @@ def collect(
     if status:
         import json
 
-        from kvtrace.collect.segments import spool_status
 
         state = spool_status(spool)
         typer.echo(json.dumps(state, indent=2))
         raise typer.Exit(1 if state["set_aside"] else 0)
-    from kvtrace.collect.config import CollectorConfig, parse_every, parse_size
     from kvtrace.collect.server import Collector
-    from kvtrace.units import parse_duration
     from kvtrace.store.store import default_db_path
 
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,

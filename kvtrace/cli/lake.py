@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from kvtrace.cli._options import DbOpt, SinceOpt, UntilOpt, guarded
+from kvtrace.window import parse_instant
 
 
 def lake(
@@ -21,7 +22,6 @@ def lake(
 
     Example: kvtrace lake lake/ --since 2026-11-01 --until 2026-11-08 && spark.read.parquet("lake/requests")
     """
-    from kvtrace.window import parse_instant
     from kvtrace.store import open_store
     from kvtrace.store.lake import export_lake
 

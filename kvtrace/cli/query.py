@@ -8,6 +8,7 @@ import typer
 
 from kvtrace.cli._options import DbOpt, guarded
 from kvtrace.errors import ConfigError
+from kvtrace.errors import UnknownQuery
 
 
 def query(
@@ -30,7 +31,6 @@ def query(
         return
     if "/" in name or "\\" in name:
         # the parser's and the migrations' SQL (ingest/..., schema/...) is not for running by hand
-        from kvtrace.errors import UnknownQuery
 
         raise UnknownQuery(f"no query named '{name}'", hint="`kvtrace query --list` shows the named queries")
     q = load_query(name)

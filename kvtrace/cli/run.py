@@ -9,6 +9,10 @@ from typing import Annotated, Optional
 import typer
 
 from kvtrace.cli._options import guarded
+from kvtrace.window import parse_instant
+from kvtrace.units import fmt_int, fmt_usd
+from kvtrace.schedule import load_profile, run_profile
+from kvtrace.schedule.scheduler import utcnow
 
 AtOpt = Annotated[Optional[str], typer.Option(
     "--at", help="Run as if it were this time (ISO; without an offset, in the profile's time zone), or a span back from now (1d): reports the period before it.")]
@@ -39,9 +43,6 @@ def run(
 
     Example: kvtrace run reports/profiles/weekly.toml --at 2026-11-09
     """
-    from kvtrace.window import parse_instant
-    from kvtrace.schedule import load_profile, run_profile
-    from kvtrace.schedule.scheduler import utcnow
 
     prof = load_profile(profile)
     when = parse_instant(at, utcnow(), prof.timezone) if at else None   # without an offset: the profile's zone
@@ -56,7 +57,6 @@ def run(
     if res.no_data:
         typer.echo(f"{res.period.label}: {res.no_data} No report written (pass --write-empty to write one).")
         return
-    from kvtrace.units import fmt_int, fmt_usd
 
     verb = "replaced" if res.replaced else "wrote"
     cost = res.summary.get("cost_usd")

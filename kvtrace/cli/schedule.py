@@ -8,6 +8,8 @@ import typer
 
 from kvtrace.cli._options import guarded
 from kvtrace.cli.run import OutRootOpt, ProfileDbOpt, WriteEmptyOpt
+from kvtrace.schedule import load_profile
+from kvtrace.schedule.scheduler import schedule as loop
 
 
 def schedule(
@@ -28,8 +30,6 @@ def schedule(
     """
     import signal
 
-    from kvtrace.schedule import load_profile
-    from kvtrace.schedule.scheduler import schedule as loop
 
     profs = [load_profile(p) for p in profiles]
 

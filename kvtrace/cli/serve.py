@@ -1,4 +1,4 @@
-"""``kvtrace serve``: keep a warehouse open so that kvtrace commands on it answer in milliseconds."""
+"""``kvtrace serve``: keep kvtrace loaded so that commands on a warehouse start in milliseconds."""
 
 from __future__ import annotations
 
@@ -9,6 +9,10 @@ from typing import Annotated, Optional
 import typer
 
 from kvtrace.cli._options import DbOpt, guarded
+from kvtrace.units import parse_duration
+from kvtrace.launch import run_here
+from kvtrace.wire.paths import resolve_db
+from kvtrace.serve import server
 
 
 def serve(
@@ -19,20 +23,19 @@ def serve(
     idle_exit: Annotated[Optional[str], typer.Option("--idle-exit", help="Stop after this long without a command: 30m, 8h.")] = None,
     log: Annotated[Optional[Path], typer.Option("--log", help="With --detach: the server's log file.")] = None,
 ) -> None:
-    """Keep a warehouse open in a resident process, so kvtrace commands on it answer in milliseconds.
+    """Keep kvtrace loaded in a resident process, so commands on a warehouse start in milliseconds.
 
-    The kvtrace CLI runs warehouse commands (ingest, report, query, export, lake, reuse, replay,
-    size, run --db) inside the server, with the warehouse open and the libraries loaded, instead of
-    starting afresh. Output and exit codes are the same as without it; when no server answers,
-    commands run in their own process as usual.
+    The kvtrace CLI hands warehouse commands (ingest, report, query, export, lake, reuse, replay,
+    size, run --db) to the server, which runs each in a fork of itself with the libraries already
+    loaded, with your terminal, environment and working folder, instead of starting Python afresh.
+    Output and exit codes are the same as without it; when no server answers, commands run in
+    their own process as usual. The server does not hold the warehouse between commands.
 
-    While it runs, only the CLI reaches the warehouse (through it). Stop it with Ctrl-C, SIGTERM
-    or `kvtrace serve --stop`. Runs in the foreground (for systemd, see collectors/) unless --detach.
+    Stop it with Ctrl-C, SIGTERM or `kvtrace serve --stop`. Runs in the foreground (for systemd,
+    see collectors/) unless --detach.
 
     Example: kvtrace serve --db team.duckdb --detach --idle-exit 8h && kvtrace report --db team.duckdb --ingest ~/.claude/projects
     """
-    from kvtrace.serve import server
-    from kvtrace.units import parse_duration
 
     if stop:
         typer.echo(server.stop(db))
@@ -46,15 +49,15 @@ def serve(
         return
     idle = parse_duration(idle_exit, what="--idle-exit") if idle_exit else None
     if detach:
-        from kvtrace.wire.paths import resolve_db
 
         log_path = log or Path(resolve_db(db) + ".serve.log")
         info = server.detach(db, idle_exit, log_path)
         typer.echo(f"kvtrace serve: pid {info['pid']} serving {info['db']} (log {log_path})")
         return
-    from kvtrace.cli import app
+    from kvtrace.cli import command
 
-    srv = server.Server(db, app=app, idle_exit=idle)
+    command()      # the click command, built once here: every command's fork inherits it
+    srv = server.Server(db, run=run_here, idle_exit=idle)
     srv.start()
     srv.serve_forever()
 

@@ -9,6 +9,8 @@ import typer
 
 from kvtrace.cli._options import DbOpt, KvDtypeOpt, ModelOpt, OutOpt, SinceOpt, UntilOpt, emit_text, guarded, model_option, progress_bar
 from kvtrace.errors import ConfigError
+from kvtrace.units import parse_duration, parse_tokens
+from kvtrace.synth.config import set_field
 
 
 def simulate(
@@ -61,7 +63,6 @@ def simulate(
     Example: kvtrace simulate --scenario seed-study --tier-mode exclusive
     """
     from kvtrace.simulate.run import Scenario, calibrate as fit_factors, load_scenario, parse_config, simulate as run
-    from kvtrace.units import parse_duration, parse_tokens
 
     if format not in ("table", "json", "html"):
         raise ConfigError(f"unknown --format '{format}'", hint="choose table, json or html")
@@ -82,7 +83,6 @@ def simulate(
     if config:
         changes["configs"] = [parse_config(c) for c in config]
     if set_:
-        from kvtrace.synth.config import set_field
 
         workload = dict(sc.workload)
         for assignment in set_:

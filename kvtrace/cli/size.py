@@ -8,6 +8,7 @@ import typer
 
 from kvtrace.cli._options import KvDtypeOpt, ModelOpt, guarded, model_option
 from kvtrace.errors import ConfigError
+from kvtrace.units import fmt_bytes_compact, is_bytes, parse_bytes, parse_duration, parse_rate, parse_tokens
 
 
 def size(
@@ -31,7 +32,6 @@ def size(
     """
     from kvtrace.replay import catalog_names, preset_names, resolve_model, size_calc
     from kvtrace.replay.size import parse_drives
-    from kvtrace.units import fmt_bytes_compact, is_bytes, parse_bytes, parse_duration, parse_rate, parse_tokens
 
     if format not in ("table", "json"):
         raise ConfigError(f"unknown --format '{format}'", hint="choose table or json")

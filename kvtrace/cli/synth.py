@@ -9,6 +9,9 @@ from typing import Annotated, Optional
 import typer
 
 from kvtrace.cli._options import guarded
+from kvtrace.errors import ConfigError
+from kvtrace.synth import config as cfgmod
+from kvtrace.synth import generate
 
 
 def synth(
@@ -37,9 +40,6 @@ def synth(
 
     Example: kvtrace synth --preset sample-week --seed 7 --out sample_traces/ --gzip
     """
-    from kvtrace.synth import config as cfgmod
-    from kvtrace.synth import generate
-    from kvtrace.errors import ConfigError
 
     if params:
         for name, default, help in cfgmod.describe():

@@ -63,14 +63,11 @@ PERMANENT_ATTEMPTS = 3
 _retry: dict[str, tuple[int, float]] = {}   # segment path -> (failures so far, monotonic time of the next try)
 
 
-def permanent(path: Path, error: BaseException | str) -> bool:
+def permanent(path: Path, error: BaseException) -> bool:
     """Whether a failure is about the segment's own content, so that no retry can change it: ingest
-    named a line of the segment (a served ingest reports it as text, ``PATH:LINE: ...``)."""
+    named a line of the segment."""
     from kvtrace.errors import BadTraceInput, UnknownFormat
 
-    if isinstance(error, str):
-        return any(f"{name}:" in error and error.split(f"{name}:", 1)[1][:1].isdigit()
-                   for name in (str(path), str(Path(path).resolve())))
     return isinstance(error, (BadTraceInput, UnknownFormat))
 
 
@@ -81,11 +78,11 @@ def _due(path: Path, now: bool) -> bool:
     return now or entry is None or time.monotonic() >= entry[1]
 
 
-def record_failure(root: Path, path: Path, error: BaseException | str, *, may_set_aside: bool = True) -> str:
+def record_failure(root: Path, path: Path, error: BaseException, *, may_set_aside: bool = True) -> str:
     """Count a failure: ``"retry"`` (the segment stays where it is and is tried again after a
     backoff) or ``"set_aside"`` (moved to ``failed/`` with its reason beside it)."""
     n = _retry.get(str(path), (0, 0.0))[0] + 1
-    text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    text = f"{type(error).__name__}: {error}"
     if may_set_aside and permanent(path, error) and n >= PERMANENT_ATTEMPTS:
         _retry.pop(str(path), None)
         failed = root / seg.FAILED_DIR
@@ -162,32 +159,13 @@ def _chunks(paths: list[Path]) -> list[list[Path]]:
     return out
 
 
-def _served_ingest(db: str, paths: list[Path]) -> dict | None:
-    """Ingest segments through ``kvtrace serve`` when a server holds ``db`` (it keeps the
-    warehouse open, so this process could not): the ingest's ``--json`` summary, ``{"error": ...}``
-    if it failed, or None when no server runs. The server's ingest is the same as here."""
-    from kvtrace.wire.client import run_captured
-
-    res = run_captured(db, ["ingest", *(str(Path(p).resolve()) for p in paths), "--input-format", "otlp-json",
-                            "--json", "--quiet", "--db", str(db)])
-    if res is None:
-        return None
-    code, out, err = res
-    if code != 0:
-        return {"error": err.decode(errors="replace").strip() or f"kvtrace serve: ingest exited {code}"}
-    return json.loads(out)
-
-
 def _ingest(db: str, paths: list[Path]) -> dict:
-    """One ingest of ``paths``: its summary, or ``{"error": error}`` (an exception or a served
-    ingest's message). SchemaError (a busy or unusable warehouse) is raised: the cycle ends."""
+    """One ingest of ``paths``: its summary, or ``{"error": error}``. SchemaError (a busy or
+    unusable warehouse) is raised: the cycle ends."""
     from kvtrace.errors import SchemaError
     from kvtrace.ingest import IngestSummary, ingest
     from kvtrace.store import open_store
 
-    served = _served_ingest(db, paths)
-    if served is not None:
-        return served
     # Another process (a report, a manual ingest) may hold the file: Store waits for it.
     summary = IngestSummary()
     try:

@@ -23,8 +23,9 @@ from pathlib import Path
 
 from kvtrace.errors import BadTraceInput, KvtraceError, UnknownFormat
 from kvtrace.ingest.base import Parsed, Reject, reject_implausible_times
-from kvtrace.ingest import resident, resume
+from kvtrace.ingest import resume
 from kvtrace.ingest.formats import BLOCK_FORMATS, FORMATS, LFS_HINT, get_format, is_lfs_pointer, sniff
+from kvtrace.ingest.walk import read_ledger, walk
 from kvtrace.store import Store, load_query
 from kvtrace.store.store import ROW_GROUP_ROWS
 
@@ -87,11 +88,10 @@ def expand_inputs(paths: Iterable[str | Path], stdin_dir: Path | None = None,
 
 
 def _expand(paths: Iterable[str | Path], stdin_dir: Path | None, walked: set[str],
-            kept: resident.State | None = None, groups: list | None = None,
+            groups: list | None = None,
             unreadable: list | None = None) -> list[str | Path]:
     """:func:`expand_inputs` with the files of walked folders as absolute path strings (in
     ``walked`` too): for a tree of thousands of files, Path objects cost several times the walk.
-    ``kept``: a resident process's state (folder listings it need not make again).
     ``groups``: gets ``(input, its files)`` of each folder and glob; ``unreadable``:
     ``(folder, reason)`` of each subfolder a walk could not list. Files matched by a glob are
     in ``walked`` too: one that cannot be read or recognised is skipped, not fatal."""
@@ -112,7 +112,7 @@ def _expand(paths: Iterable[str | Path], stdin_dir: Path | None, walked: set[str
         p = Path(s).expanduser()
         if p.is_dir():
             root, bad = str(p.resolve()), []
-            found = resident.walk(root, kept, bad)
+            found = walk(root, bad)
             if bad and bad[0][0] == root:
                 raise KvtraceError(f"{s}: cannot read the folder: {bad[0][1]}",
                                    hint="check its permissions, or run as a user who can read it")
@@ -127,7 +127,7 @@ def _expand(paths: Iterable[str | Path], stdin_dir: Path | None, walked: set[str
             matches = sorted(Path(m) for m in glob.glob(os.path.expanduser(s), recursive=True))
             if not matches:
                 raise KvtraceError(f"{s}: no file matches", hint="check the pattern, or quote it so the shell does not expand it")
-            found = _expand(matches, None, walked, kept, None, unreadable)
+            found = _expand(matches, None, walked, None, unreadable)
             walked.update(found)
             out.extend(found)
             groups.append((s, found))
@@ -182,13 +182,12 @@ _NOT_READABLE_HINT = "kvtrace reads regular files; pipe a stream in with `kvtrac
 
 def _merge(store: Store, parsed: Parsed, summary: IngestSummary) -> None:
     con = store.con
-    kept = resident.state(store)
     for name, table in parsed.tables().items():
         con.register("staged_in", table)
         try:
             n_in = table.num_rows
             if name == "requests":
-                added, folded = _merge_requests(store, table, kept)
+                added, folded = _merge_requests(store, table)
                 summary.requests_added += added
                 summary.requests_folded += folded
                 summary.duplicates_skipped += n_in - added
@@ -216,18 +215,16 @@ def _check_block_size(store: Store) -> None:
                                                      f"read it with --block-size {stored}")
 
 
-def _merge_requests(store: Store, table, kept: resident.State | None) -> tuple[int, int]:
+def _merge_requests(store: Store, table) -> tuple[int, int]:
     """Merge the requests registered as ``staged_in``; returns how many of them became rows of
     their own, and how many stored rows were folded into another (see :func:`_fold_copies`).
 
     An INSERT's or CREATE TABLE AS's result is its row count, so a batch that matches no stored
-    row (new sessions: the common case) costs two statements: ingest/merge_match and one INSERT,
-    or just the INSERT when a resident process's stored keys show that nothing can match.
+    row (new sessions: the common case) costs two statements: ingest/merge_match and one INSERT.
     """
     staged = _stage_unique(store, table)
-    hashes = resident.key_hashes(table) if kept is not None else None
     folded = 0
-    if resident.may_match(store, kept, hashes) and store.scalar(
+    if store.scalar(
             "CREATE OR REPLACE TEMP VIEW staged AS SELECT * FROM " + staged + ";\n" + load_query("ingest/merge_match").sql):
         before = store.scalar("SELECT count(*) FROM requests")
         store.run(load_query("ingest/merge_requests").sql)
@@ -235,7 +232,6 @@ def _merge_requests(store: Store, table, kept: resident.State | None) -> tuple[i
         change = store.scalar("SELECT count(*) FROM requests") - before
     else:
         change = store.scalar(f"INSERT INTO requests BY NAME SELECT * FROM {staged}")
-    resident.merged(kept, hashes, change)
     return change + folded, folded
 
 
@@ -248,7 +244,7 @@ def _fold_copies(store: Store) -> int:
     copies = store.con.sql("SELECT * FROM requests WHERE request_key IN (SELECT request_key FROM fold_out)").to_arrow_table()
     store.run("DELETE FROM requests WHERE request_key IN (SELECT request_key FROM fold_out)")
     store.con.register("staged_in", copies)
-    added, folded = _merge_requests(store, copies, None)
+    added, folded = _merge_requests(store, copies)
     return copies.num_rows - added + folded     # the copies that merged, and what folding them folded
 
 
@@ -315,29 +311,21 @@ def ingest(store: Store, paths: Iterable[str | Path], *, format: str | None = No
     """
     summary = IngestSummary() if summary is None else summary
     forced = get_format(format) if format else None
-    kept = resident.state(store)
     paths = list(paths)
-    try:
-        with (tempfile.TemporaryDirectory(prefix="kvtrace-") if any(str(p) == "-" for p in paths)
-              else contextlib.nullcontext()) as tmp:
-            _ingest_files(store, paths, Path(tmp) if tmp else None, forced, strict, progress, force, kept, summary,
-                          block_size)
-    except BaseException:
-        resident.forget(store)       # what it kept may no longer match the warehouse
-        raise
+    with (tempfile.TemporaryDirectory(prefix="kvtrace-") if any(str(p) == "-" for p in paths)
+          else contextlib.nullcontext()) as tmp:
+        _ingest_files(store, paths, Path(tmp) if tmp else None, forced, strict, progress, force, summary, block_size)
     if summary.requests_added + summary.metric_points_added + summary.block_requests_added >= ROW_GROUP_ROWS:
         store.checkpoint_bulk()
     return summary
 
 
 def _ingest_files(store: Store, paths: list, stdin_dir: Path | None, forced, strict: bool, progress: bool,
-                  force: bool, kept: resident.State | None, summary: IngestSummary,
-                  block_size: int | None = None) -> None:
-    resident.sync(store, kept)
+                  force: bool, summary: IngestSummary, block_size: int | None = None) -> None:
     walked: set[str] = set()
     groups: list[tuple[str, list]] = []
     unreadable: list[tuple[str, str]] = []
-    files = _expand(paths, stdin_dir, walked, kept, groups, unreadable)
+    files = _expand(paths, stdin_dir, walked, groups, unreadable)
     summary.files = len(files)
     summary.skipped.extend(f"{folder}: cannot read the folder: {why}" for folder, why in unreadable)
     found: set[str] = set()      # files recognised (or unchanged): a folder or glob without any says so
@@ -345,7 +333,7 @@ def _ingest_files(store: Store, paths: list, stdin_dir: Path | None, forced, str
     # repeat does not sniff them again; forcing a format reads them after all. A file is
     # skipped only if it was read under the format this ingest would read it as (a read under
     # a wrong --input-format does not hide it from a plain ingest).
-    ledger = {} if force else resident.ledger(store, kept)
+    ledger = {} if force else read_ledger(store)
     known = None if force else ledger    # every ledger row there is, when it was read
     todo: dict[str, list[tuple[Path, tuple]]] = {}
     unrecognized: list[tuple[Path, tuple]] = []
@@ -417,7 +405,7 @@ def _ingest_files(store: Store, paths: list, stdin_dir: Path | None, forced, str
             summary.files_pending = [str(p) for p, _ in group]
             reading.unit(group, done)
             stored = _ingest_unit(store, get_format(fmt_name), group, summary, strict,
-                                  pending if i == len(units) - 1 else [], kept, known, starts,
+                                  pending if i == len(units) - 1 else [], known, starts,
                                   forced is not None, block_size)
             summary.files_pending = []
             summary.files_stored += stored
@@ -426,7 +414,6 @@ def _ingest_files(store: Store, paths: list, stdin_dir: Path | None, forced, str
     if pending and not units:
         with store.transaction():
             _record_files(store, pending, known)
-        resident.recorded(kept, pending)
 
 
 def _now():
@@ -467,7 +454,7 @@ def _batches(items: list, max_bytes: int, max_files: int | None = None) -> list[
 
 
 def _ingest_unit(store: Store, fmt, group, summary: IngestSummary, strict: bool, also: list[tuple],
-                 kept: resident.State | None, known: dict | None, starts: dict[str, resume.Start],
+                 known: dict | None, starts: dict[str, resume.Start],
                  forced: bool = False, block_size: int | None = None) -> int:
     """Parse one unit and merge it in one transaction, with its ledger rows (and ``also``'s).
     ``forced``: read under ``--input-format``; a file that yields nothing then is a warning.
@@ -485,7 +472,7 @@ def _ingest_unit(store: Store, fmt, group, summary: IngestSummary, strict: bool,
             # A problem: file by file, as without batching: the files before the bad one are
             # stored, and its error is raised as it would be alone.
             return sum(_ingest_unit(store, fmt, [item], summary, strict, also if k == len(group) - 1 else [],
-                                    kept, known, starts, forced, block_size) for k, item in enumerate(group))
+                                    known, starts, forced, block_size) for k, item in enumerate(group))
     elif group[0][1][0] in starts:
         parsed = fmt.load()(paths[0], start=starts[group[0][1][0]])
     elif fmt.name in BLOCK_FORMATS:     # DuckDB is loaded here: its reader is the faster one
@@ -516,7 +503,6 @@ def _ingest_unit(store: Store, fmt, group, summary: IngestSummary, strict: bool,
         (summary.requests_added, summary.metric_points_added, summary.block_requests_added,
          summary.duplicates_skipped) = before
         raise
-    resident.recorded(kept, rows)
     summary.formats[fmt.name] = summary.formats.get(fmt.name, 0) + len(group)
     summary.warnings.extend(parsed.warnings)
     if forced:

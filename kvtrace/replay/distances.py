@@ -33,6 +33,7 @@ import numpy as np
 
 from kvtrace.analyze.blocktrace import BlockTrace
 from kvtrace.analyze.working_set import TIME_BUCKETS, time_buckets
+from kvtrace.errors import BadTraceInput
 
 NO_TTL = 1 << 62                 # a TTL in µs that never expires anything
 NUMPY_MAX_BLOCKS = 3_000_000     # above this, the compiled engine pays for its start-up
@@ -106,7 +107,6 @@ def compute_distances(trace: BlockTrace, ttls_us: list[int], engine: str = "auto
             compiled engine runs (the vectorized one is over in a second or two).
     """
     if np.any(np.diff(trace.ts) < 0):
-        from kvtrace.errors import BadTraceInput
         raise BadTraceInput(trace.name, None, "request times go backwards",
                             field="ts", hint="sort the requests by time before replaying")
     t = ts_us(trace)

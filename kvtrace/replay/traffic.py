@@ -24,6 +24,7 @@ import numpy as np
 from kvtrace.replay.distances import Distances
 from kvtrace.replay.grid import run_token_split
 from kvtrace.replay.tiers import ResolvedTier
+from kvtrace.units import fmt_duration
 
 _NICE_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200, 86400)
 
@@ -172,7 +173,6 @@ def _when(us: int, t0: int) -> str:
     """When a tier filled: a UTC time for wall-clock traces, else the offset from the start."""
     from datetime import datetime, timezone
 
-    from kvtrace.units import fmt_duration
 
     if t0 > 10**15:                      # after 2001-09: the trace carries real times
         return datetime.fromtimestamp(us / 1e6, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

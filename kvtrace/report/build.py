@@ -2,19 +2,20 @@
 
 Renderers (terminal, JSON, Markdown, HTML) never recompute: they format ``Report.data``.
 Analyses beyond the token mix (TTL what-if, tier replay) are optional sections, each computed
-only when its options ask for it. The schema is documented in ``docs/report-schema.md``;
+only when its options ask for it (``kvtrace.report.registry`` declares them). The schema is documented in ``docs/report-schema.md``;
 ``SCHEMA_VERSION`` changes when a key changes meaning or disappears.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from kvtrace import __version__
 from kvtrace.errors import ConfigError
-from kvtrace.analyze.token_mix import no_data_text
+from kvtrace.analyze.pricing import load_pricing
+from kvtrace.analyze.token_mix import GROUPS, check_timezone, no_data_text, token_mix_report
+from kvtrace.report import registry
 from kvtrace.window import iso, parse_instant
 from kvtrace.store import Store
 
@@ -54,17 +55,6 @@ class Report:
         return self.data
 
 
-# Optional sections: key -> "module:function(store, opts, window) -> dict|list|None".
-# A section is computed when its condition on the options holds.
-SECTIONS: list[tuple[str, str, str]] = [
-    ("ttl", "kvtrace.report.sections:ttl_section", "ttls"),
-    ("reuse", "kvtrace.report.sections:reuse_section", "ttls"),
-    ("spend", "kvtrace.report.sections:spend_section", "ttls"),
-    ("tiers", "kvtrace.report.sections:tiers_section", "tiers"),
-    ("warnings", "kvtrace.report.sections:warnings_section", "ttls"),
-]
-
-
 def _window(store: Store, opts: ReportOptions) -> dict:
     first, last, _requests, metric_points, blocks = store.named("usage_bounds").fetchall()[0]
     since = parse_instant(opts.since, last, opts.timezone)
@@ -95,9 +85,6 @@ def build_report(store: Store, opts: ReportOptions | None = None) -> Report:
         store: the warehouse (may be opened read-only).
         opts: window, grouping and optional analyses.
     """
-    from kvtrace.analyze.pricing import load_pricing
-    from kvtrace.analyze.token_mix import GROUPS, check_timezone, token_mix_report
-
     opts = opts or ReportOptions()
     check_timezone(opts.timezone)
     pricing = load_pricing(opts.pricing)
@@ -127,12 +114,12 @@ def build_report(store: Store, opts: ReportOptions | None = None) -> Report:
         # windows up to three days, else per day, whatever --group-by asks for.
         "series": {"token_mix": {"bucket": tm.series_bucket, "entries": tm.series}},
     }
-    for key, target, cond in SECTIONS:  # they share `win` (and the block trace cached in it)
-        if getattr(opts, cond):
-            mod, fn = target.split(":")
-            value = getattr(importlib.import_module(mod), fn)(store, opts, win)
+    computed = registry.computed()
+    for section in computed:  # they share `win` (and the block trace cached in it)
+        if section.when(opts):
+            value = section.compute(store, opts, win)
             if value is not None:
-                data[key] = value
-    sections = any(data.get(key) for key, _, _ in SECTIONS)
+                data[section.key] = value
+    sections = any(data.get(s.key) for s in computed)
     data["no_data"] = None if tm.requests or sections else report_no_data(store, win, opts)
     return Report(data)

@@ -36,6 +36,7 @@ class ChartSpec:
     title: str
     caption: str
     spec: dict
+    section: str = ""   # the report section it belongs to (set by kvtrace.report.registry)
 
 
 def _config(chart):
@@ -593,13 +594,12 @@ def spend_by_ttl(d: dict) -> ChartSpec | None:
                      "the spend the telemetry reported.", _spec(chart))
 
 
-BUILDERS = (token_mix_over_time, reuse_time_cdf, miss_ratio_curves, working_set_over_time,
-            ttft_distributions, writes_and_dwpd, spend_by_ttl)
-
-
 def build_charts(d: dict) -> list[ChartSpec]:
-    """Every chart the report's data supports, in reading order."""
-    return [c for c in (b(d) for b in BUILDERS) if c is not None]
+    """Every chart the report's data supports: the charts of the report's sections
+    (:func:`kvtrace.report.registry.build_charts`)."""
+    from kvtrace.report.registry import build_charts as charts_of   # the registry imports this module
+
+    return charts_of(d)
 
 
 @functools.cache

@@ -1,7 +1,8 @@
 """The HTML report: one self-contained page (charts drawn by Vega, inlined), and PNG/SVG copies.
 
-The page formats ``Report.data`` and never recomputes it: tables use the same helpers as the
-Markdown and terminal renderers, charts come from :mod:`kvtrace.report.charts`. Vega, Vega-Lite
+The page formats ``Report.data`` and never recomputes it: it walks the sections of
+:mod:`kvtrace.report.registry` (heading, charts, tables, details), with the same tables as the
+Markdown and terminal renderers and the charts of :mod:`kvtrace.report.charts`. Vega, Vega-Lite
 and vega-embed come from the JavaScript bundle that ``vl-convert-python`` ships (an installed
 package, nothing fetched), so the page opens on a closed network; its Content-Security-Policy
 forbids every load, so a page that tried would fail visibly rather than silently depend on one.
@@ -18,8 +19,10 @@ from pathlib import Path
 from string import Template
 
 from kvtrace.units import fmt_int, fmt_pct, fmt_tokens, fmt_usd
+from kvtrace.report.charts import vl_version
+from kvtrace.report.files import write_atomic
+from kvtrace.report import registry
 from kvtrace.report.render import window_text
-from kvtrace.report.tables import report_tables as tables_of
 
 IMAGE_FORMATS = ("png", "svg")
 PNG_SCALE = 2.0   # pixels per CSS pixel: sharp in chat and on high-density screens
@@ -47,8 +50,6 @@ def js_bundle() -> str:
     """
     import vl_convert as vlc
 
-    from kvtrace.report.charts import vl_version
-
     cached = _cache_dir() / f"vega-bundle-{getattr(vlc, '__version__', 'x')}-vl{vl_version() or 'default'}.js"
     try:
         text = cached.read_text(encoding="utf-8")
@@ -58,8 +59,6 @@ def js_bundle() -> str:
         pass
     text = vlc.javascript_bundle(vl_version=vl_version())
     try:
-        from kvtrace.report.files import write_atomic
-
         write_atomic(cached, text.encode("utf-8"))
     except OSError:
         pass
@@ -68,8 +67,6 @@ def js_bundle() -> str:
 
 def _lib_versions() -> str:
     import vl_convert as vlc
-
-    from kvtrace.report.charts import vl_version
 
     return (f"Vega {vlc.get_vega_version()}, Vega-Lite {vl_version() or 'latest'}, "
             f"vega-embed {vlc.get_vega_embed_version()}")
@@ -100,10 +97,10 @@ def _cards(d: dict) -> str:
         f'<li><span class="label">{_e(k)}</span><span class="value">{_e(v)}</span></li>' for k, v in items) + "</ul>"
 
 
-def _assumptions(items: list) -> str:
+def _details(summary: str, items: list) -> str:
     if not items:
         return ""
-    return ("<details><summary>Assumptions of the replay</summary><ul>"
+    return (f"<details><summary>{_e(summary)}</summary><ul>"
             + "".join(f"<li>{_e(a)}</li>" for a in items) + "</ul></details>")
 
 
@@ -118,33 +115,26 @@ def _figure(chart) -> str:
 
 
 def _body(d: dict, charts: dict) -> str:
-    def fig(cid):
-        return _figure(charts[cid]) if cid in charts else ""
-
+    """The page between header and footer: the cards, then each section of the registry that has
+    tables or charts, under its title (the first table is titled by it, later ones by their own;
+    a section without a title has none, and each table its own), with its charts before or after
+    its tables and its details last. ``charts``: chart id -> ChartSpec, built from ``d``."""
     if d.get("no_data"):
         return f'<p class="no-data">{_e(d["no_data"])}</p>'
-    tables = {}
-    for spec in tables_of(d):
-        # the first table of a section is titled by the section; later ones (and groups) by their own title
-        titled = spec.key == "groups" or spec.key in tables
-        tables.setdefault(spec.key, []).append((f"<h3>{_e(spec.title)}</h3>" if titled else "") + _table(spec))
-    # Where each chart sits among the tables of its section.
-    layout = [("mix", "Token mix", [], ["token-mix-over-time"]),
-              ("reuse", "Context reuse", ["reuse-time-cdf"], []),
-              ("ttl", "TTL what-if and required capacity", [], ["working-set"]),
-              ("tiers", "Tiers", [], ["miss-ratio-curves", "writes-dwpd"]),
-              ("ttft", "Time to first token", ["ttft"], []),
-              ("spend", "API spend by cache TTL", ["spend"], [])]
     out = [_cards(d)]
-    for key, title, before, after in layout:
-        if key not in tables and not any(c in charts for c in before + after):
+    for section in registry.SECTIONS:
+        specs = registry.section_tables(section, d)
+        tables = [(f"<h3>{_e(t.title)}</h3>" if i or not section.title else "") + _table(t)
+                  for i, t in enumerate(specs)]
+        figs = [_figure(c) for c in charts.values() if c.section == section.key]
+        if not tables and not figs:
             continue
-        out.append(f"<h2>{_e(title)}</h2>")
-        out += [fig(c) for c in before] + tables.get(key, []) + [fig(c) for c in after]
-        if key == "tiers":
-            out.append(_assumptions((d.get("tiers") or {}).get("assumptions")))
-    for html_table in tables.get("groups", []):
-        out.append(html_table)
+        if section.title:
+            out.append(f"<h2>{_e(section.title)}</h2>")
+        out += figs + tables if section.charts_first else tables + figs
+        if section.details:
+            summary, items = section.details
+            out.append(_details(summary, items(d)))
     return "\n".join(x for x in out if x)
 
 
@@ -155,9 +145,7 @@ def render_html(d: dict, charts: list | None = None) -> str:
         d: the report dict.
         charts: chart specs already built from ``d`` (``kvtrace run`` reuses them for images).
     """
-    from kvtrace.report.charts import build_charts
-
-    charts = build_charts(d) if charts is None else charts
+    charts = registry.build_charts(d) if charts is None else charts
     by_id = {c.id: c for c in charts}
     footer = (f"{d.get('generator', 'kvtrace')} · report schema {d.get('schema_version')} · generated "
               f"{d.get('generated_at')} · charts drawn in this page by {_lib_versions()}, inlined (no network needed)")
@@ -206,10 +194,7 @@ def export_images(d: dict, folder: str | Path, formats=IMAGE_FORMATS, scale: flo
     """
     import vl_convert as vlc
 
-    from kvtrace.report.charts import build_charts, vl_version
-    from kvtrace.report.files import write_atomic
-
-    charts = build_charts(d) if charts is None else charts
+    charts = registry.build_charts(d) if charts is None else charts
     folder = Path(folder)
     written = []
     for c in charts:

@@ -1,7 +1,8 @@
 """Renderers of ``Report.data``: terminal (rich), JSON and Markdown. They format, never compute.
 
-The tables come from :mod:`kvtrace.report.tables` (the HTML page draws the same ones, with its
-charts, in ``kvtrace.report.html``).
+Both walk the sections of :mod:`kvtrace.report.registry` in reading order: each section's
+tables (from :mod:`kvtrace.report.tables`), then its warnings. The HTML page draws the same
+tables, with the charts, in ``kvtrace.report.html``.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import json
 from typing import IO
 
 from kvtrace.units import fmt_int, fmt_pct, fmt_usd
-from kvtrace.report.tables import report_tables
+from kvtrace.report import registry
 
 
 def window_text(d: dict) -> str:
@@ -41,29 +42,32 @@ def render_markdown(d: dict, out: IO[str]) -> None:
         w(f"# {d['title']}\n\n{d['no_data']}\n")
         return
     w(f"# {d['title']}\n\nWindow (UTC): {window_text(d)} · {headline(d)}\n\n")
-    for t in report_tables(d):
-        w(f"## {t.title}\n\n")
-        w("| " + " | ".join(map(_md_cell, t.headers)) + " |\n")
-        w("|" + "|".join(["---"] + ["---:"] * (len(t.headers) - 1)) + "|\n")
-        for row in t.rows:
-            w("| " + " | ".join(map(_md_cell, row)) + " |\n")
-        if t.foot:
-            w("| " + " | ".join(f"**{_md_cell(c)}**" for c in t.foot) + " |\n")
-        w("\n")
-        for note in t.notes:
-            w(f"{note}\n\n")
-    for warning in d.get("warnings") or []:
-        w(f"**Warning:** {warning}\n\n")
+    for section in registry.SECTIONS:
+        for t in registry.section_tables(section, d):
+            w(f"## {t.title}\n\n")
+            w("| " + " | ".join(map(_md_cell, t.headers)) + " |\n")
+            w("|" + "|".join(["---"] + ["---:"] * (len(t.headers) - 1)) + "|\n")
+            for row in t.rows:
+                w("| " + " | ".join(map(_md_cell, row)) + " |\n")
+            if t.foot:
+                w("| " + " | ".join(f"**{_md_cell(c)}**" for c in t.foot) + " |\n")
+            w("\n")
+            for note in t.notes:
+                w(f"{note}\n\n")
+        for warning in section.warnings(d):
+            w(f"**Warning:** {warning}\n\n")
 
 
 def print_tables(specs, console) -> None:
     """Draw :class:`~kvtrace.report.tables.TableSpec` s with rich (``None`` entries are skipped):
-    the first column left, numbers right, the total row bold, the notes under each table."""
+    the first column left, numbers right, the total row bold, the notes under each table. A table
+    without a title of its own has its section's."""
     from rich.table import Table
 
     for t in specs:
         if t is None:
             continue
+        t = registry.titled(t)
         table = Table(title=t.title, title_justify="left")
         for i, h in enumerate(t.headers):
             # a number is never cut: it wraps onto a second line rather than ending in "…"
@@ -89,6 +93,7 @@ def render_terminal(d: dict, console=None) -> None:
         console.print(d["no_data"], markup=False)
         return
     console.print(headline(d))
-    print_tables(report_tables(d), console)
-    for w in d.get("warnings") or []:
-        console.print(f"[yellow]Warning:[/] {w}", highlight=False)
+    for section in registry.SECTIONS:
+        print_tables(registry.section_tables(section, d), console)
+        for w in section.warnings(d):
+            console.print(f"[yellow]Warning:[/] {w}", highlight=False)

@@ -2,7 +2,8 @@
 
 Each table is a :class:`TableSpec` (title, headers, rows of formatted text, notes under it);
 terminal (rich), Markdown and HTML draw the same specs, so a number reads the same everywhere
-and no renderer computes anything.
+and no renderer computes anything. Which tables a report has, in which order, and the titles of
+the first table of each section come from :mod:`kvtrace.report.registry`.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ TTL_HEADERS = ("TTL", "Hit (tokens)", "Hit (blocks)", "Working set mean", "p99",
 
 @dataclass
 class TableSpec:
-    key: str                              # section it belongs to: mix, groups, ttl, reuse, spend, tiers, ttft
-    title: str
+    key: str                              # the registry section it belongs to (grid: kvtrace replay's)
+    title: str | None                     # None: its section's title (kvtrace.report.registry)
     headers: tuple[str, ...]
     rows: list[tuple[str, ...]]
     foot: tuple[str, ...] | None = None   # a total row
@@ -84,7 +85,7 @@ def cost_line(d: dict) -> str | None:
 def mix_table(d: dict) -> TableSpec:
     mix = d["token_mix"]
     notes = [shares_line(mix)] + [x for x in [cost_line(d)] if x]
-    return TableSpec("mix", "Token mix", ("Class", "Tokens", "Share"), mix_rows(mix),
+    return TableSpec("token_mix", None, ("Class", "Tokens", "Share"), mix_rows(mix),
                      foot=("Total", fmt_int(mix["total"]), "100%"), notes=notes)
 
 
@@ -101,7 +102,7 @@ def group_table(g: str, entries: list[dict], tz: str = "UTC") -> TableSpec:
 
 
 def ttl_table(d: dict) -> TableSpec:
-    return TableSpec("ttl", "TTL what-if and required capacity", TTL_HEADERS, ttl_rows(d),
+    return TableSpec("ttl", None, TTL_HEADERS, ttl_rows(d),
                      notes=["Unlimited capacity; an idle TTL is refreshed on every use."])
 
 
@@ -117,8 +118,8 @@ def reuse_table(reuse: dict) -> TableSpec | None:
                      *(fmt_age(c.get(k)) for k in ("0.9", "0.95", "0.99"))))
     if not rows:
         return None
-    return TableSpec("reuse", "Context reuse", ("Reuse time", "Within 1 min", "Within 5 min", "Within 1 h", "p50",
-                                                 "p90", "p99", "TTL for 90% of reuse", "95%", "99%"), rows)
+    return TableSpec("reuse", None, ("Reuse time", "Within 1 min", "Within 5 min", "Within 1 h", "p50",
+                                     "p90", "p99", "TTL for 90% of reuse", "95%", "99%"), rows)
 
 
 def reuse_cdf_table(d: dict) -> TableSpec | None:
@@ -155,9 +156,8 @@ def spend_table(spend: dict) -> TableSpec | None:
     if spend.get("unpriced"):
         notes.append("Not priced (no entry in the price table): "
                      + ", ".join(str(u.get("model")) for u in spend["unpriced"]) + ".")
-    return TableSpec("spend", "API spend by cache TTL", ("Scenario", "Cache write price", "Cache read tokens",
-                                                        "Cache write tokens", "Uncached input", "Output", "Spend"),
-                     rows, notes=notes)
+    return TableSpec("spend", None, ("Scenario", "Cache write price", "Cache read tokens", "Cache write tokens",
+                                     "Uncached input", "Output", "Spend"), rows, notes=notes)
 
 
 def tiers_intro(t: dict) -> str:
@@ -191,8 +191,8 @@ def tier_table(t: dict, *, reads: bool = False) -> TableSpec | None:
              DASH if x.get("dwpd_rating") is None else f"{x['dwpd_rating']:g}", x.get("fills_at") or "never")
             for x in tiers]
     rate_headers = tuple(f"{r.capitalize()}s {s} (MB/s)" for r in rates for s in ("mean", "peak"))
-    return TableSpec("tiers", "Tiers", ("Tier", "Capacity (tokens)", "Capacity", "Hit ratio (tokens)", *rate_headers,
-                                        "DWPD per drive", "Drive rating", "First fills"), rows, notes=[tiers_intro(t)])
+    return TableSpec("tiers", None, ("Tier", "Capacity (tokens)", "Capacity", "Hit ratio (tokens)", *rate_headers,
+                                     "DWPD per drive", "Drive rating", "First fills"), rows, notes=[tiers_intro(t)])
 
 
 def _size(tokens, nbytes) -> str:
@@ -269,20 +269,8 @@ def ttft_table(ttft: dict) -> TableSpec | None:
 
 
 def report_tables(d: dict) -> list[TableSpec]:
-    """Every table of the report, in reading order; sections without data are left out."""
-    out = [mix_table(d)]
-    if d.get("reuse"):
-        out.append(reuse_table(d["reuse"]))
-    if d.get("ttl"):
-        out.append(ttl_table(d))
-    t = d.get("tiers")
-    if t:
-        out.append(tier_table(t))
-        out.append(capacity_table(t))
-        if t.get("ttft"):
-            out.append(ttft_table(t["ttft"]))
-    if d.get("spend"):
-        out.append(spend_table(d["spend"]))
-    for g, entries in (d.get("groups") or {}).items():
-        out.append(group_table(g, entries, (d.get("window") or {}).get("timezone", "UTC")))
-    return [x for x in out if x is not None]
+    """Every table of the report, in reading order, titled; sections without data are left out
+    (:func:`kvtrace.report.registry.report_tables`)."""
+    from kvtrace.report.registry import report_tables as tables_of   # the registry imports this module
+
+    return tables_of(d)

@@ -16,6 +16,7 @@ from pathlib import Path
 from kvtrace.errors import ConfigError
 from kvtrace.schedule.periods import period_for
 from kvtrace.units import fmt_bytes, fmt_int, fmt_pct, fmt_tokens, fmt_ttl, fmt_usd
+from kvtrace.report.files import write_atomic
 
 SHARES = ("cache_read", "cache_creation", "output", "input_uncached")
 
@@ -210,7 +211,6 @@ back it reaches); pp = percentage points.</p>
 def write_index(root: Path) -> Path:
     """Rebuild ``root/index.html`` and ``root/index.json`` from the run folders (under a lock, so
     two profiles finishing together do not interleave)."""
-    from kvtrace.report.files import write_atomic
 
     root.mkdir(parents=True, exist_ok=True)
     with open(root / ".index.lock", "a+") as lock:

@@ -19,7 +19,8 @@ from kvtrace.schedule.periods import check_window
 
 OUTPUT_FORMATS = ("html", "json", "md", "png", "svg")
 DEFAULT_FORMATS = ["html", "json", "md", "png"]
-_SECTIONS = {
+# The TOML tables of a profile ("" is the top level) and the keys each may hold.
+_TABLES = {
     "": {"name", "title", "inputs", "window", "analysis", "output", "schedule"},
     "inputs": {"warehouse", "spool", "files"},
     "window": {"period", "timezone"},
@@ -97,7 +98,7 @@ def load_profile(ref: str | Path) -> Profile:
 
 def profile_from_dict(doc: dict, name: str, source: Path | None = None) -> Profile:
     where = str(source) if source else name
-    for table, allowed in _SECTIONS.items():
+    for table, allowed in _TABLES.items():
         body = doc.get(table, {}) if table else doc
         if not isinstance(body, dict):
             raise ConfigError(f"{where}: [{table}] must be a table")

@@ -66,23 +66,30 @@ def _ingest_files(store, profile: Profile) -> dict:
     return ingest(store, profile.files).to_dict()
 
 
-def _report(store, profile: Profile, period: Period):
-    from kvtrace.report.build import ReportOptions, build_report
+def report_options(profile: Profile, period: Period):
+    """The report options of one period of ``profile`` (its ``[analysis]`` table enables the
+    report's sections)."""
+    from kvtrace.report.build import ReportOptions
     from kvtrace.units import parse_duration, parse_durations
 
     since, until = period.iso()
     tier_ttl = None if profile.tier_ttl is None else parse_duration(profile.tier_ttl, what="[analysis] tier_ttl",
                                                                     unlimited=True)
-    opts = ReportOptions(since=since, until=until, group_by=list(profile.group_by),
+    return ReportOptions(since=since, until=until, group_by=list(profile.group_by),
                          ttls=parse_durations(profile.ttls), model=profile.model, tiers=profile.tiers, tier_ttl=tier_ttl,
                          capacities=list(profile.capacities), timezone=profile.timezone, title=f"{profile.title} · {period.label}")
-    return build_report(store, opts).data
+
+
+def _report(store, profile: Profile, period: Period):
+    from kvtrace.report.build import build_report
+
+    return build_report(store, report_options(profile, period)).data
 
 
 def _write_outputs(data: dict, folder: Path, profile: Profile, period: Period, ingest: dict) -> list[Path]:
-    from kvtrace.report.charts import build_charts
     from kvtrace.report.files import write_atomic
     from kvtrace.report.output import write_report
+    from kvtrace.report.registry import build_charts
     from kvtrace.schedule.index import summarize
 
     fmts = set(profile.formats)

@@ -22,6 +22,8 @@ from zoneinfo import ZoneInfo
 
 from kvtrace.errors import ConfigError
 from kvtrace.schedule.profile import Profile
+from kvtrace.schedule.run import period_folder, run_profile
+from kvtrace.schedule.periods import period_for
 
 
 def utcnow() -> datetime:
@@ -69,8 +71,6 @@ def schedule(profiles: list[Profile], *, run: Callable | None = None, now: Calla
     Returns:
         The number of runs started.
     """
-    from kvtrace.schedule.run import period_folder, run_profile
-    from kvtrace.schedule.periods import period_for
 
     run = run or run_profile
     for p in profiles:

@@ -1,24 +1,26 @@
-"""``kvtrace serve``: keep one warehouse open and run forwarded commands, one at a time.
+"""``kvtrace serve``: keep kvtrace's libraries loaded and run forwarded commands, one at a time.
 
-The server opens the warehouse for writing (one ``Store``), imports what commands use, then
-listens on the warehouse's Unix socket (``kvtrace.wire.paths``; mode 0600, and a peer of
-another uid is refused). Each connection gets a thread: it answers at once (so a client can tell
-a live server from a stale socket) and then waits for its turn at the command lock. A command
-runs through the same click command as ``kvtrace`` itself, with the client's cwd, environment and
-terminal (``kvtrace.serve.runner``), and every ``open_store`` of this warehouse inside it gets the
-server's Store. A client that goes away cancels its command (rolled back like a Ctrl-C).
-After each command the server checks the warehouse is still usable: DuckDB invalidates a database
-after a fatal error (a commit on a full disk), and the server then closes and reopens it, at once
-or, while that still fails, before each later command (which runs in its own process meanwhile).
+The server imports what commands use, then listens on the warehouse's Unix socket
+(``kvtrace.wire.paths``; mode 0600, and a peer of another uid is refused). Each connection gets a
+thread: it answers at once (so a client can tell a live server from a stale socket) and then
+waits for its turn at the command lock. A command runs in a fork of the server
+(``kvtrace.serve.runner``): the child takes the client's stdin/stdout/stderr descriptors,
+environment, working folder and umask, runs the command line as ``kvtrace`` does, opens the
+warehouse itself and exits with the command's code, which the server sends back. The server
+never holds the warehouse and never changes its own process state for a command. Every Ctrl-C
+of the client reaches the child as a SIGINT (a client that goes away sends one too), so a
+forwarded command ends exactly as a local one would.
+
+Nothing the server runs itself may start a thread pool (DuckDB, polars, numba): a fork copies
+only the thread that forks, so it only imports.
 
 Stops on SIGTERM / SIGINT, ``kvtrace serve --stop`` or ``--idle-exit``: the socket is removed
-first (new commands then run in their own process), the running command finishes, the
-warehouse is closed and the pid file removed.
+first (new commands then run in their own process), the running command finishes, and the pid
+file is removed.
 """
 
 from __future__ import annotations
 
-import ctypes
 import json
 import marshal
 import os
@@ -28,17 +30,18 @@ import struct
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from kvtrace.errors import ConfigError
+from kvtrace.serve.runner import run_child
 from kvtrace.wire import client, paths, protocol
-from kvtrace.serve.runner import client_view, invoke
 
-# Imported before the first command so that none pays for them (the repeat report's path).
+# Imported before the first command so that none pays for them. Imports only: see the module.
 WARM_MODULES = (
     "kvtrace.cli", "kvtrace.ingest.pipeline", "kvtrace.ingest.formats", "kvtrace.ingest.claude_transcripts",
     "kvtrace.ingest.otlp_json", "kvtrace.report.build", "kvtrace.report.render", "kvtrace.analyze.token_mix",
-    "pyarrow", "polars",
+    "kvtrace.replay", "duckdb", "pyarrow", "polars",
 )
 
 
@@ -46,43 +49,37 @@ class Server:
     """One warehouse's server.
 
     Args:
-        db: the warehouse file (created if missing).
-        app: the command-line application whose commands it runs (``kvtrace.cli.app``).
+        db: the warehouse file (it need not exist: the first command creates it).
+        run: runs ``sys.argv`` as the ``kvtrace`` command does, given the program name for usage
+            lines, and never returns (``kvtrace.launch.run_here``); called in the forked child of
+            each command.
         idle_exit: stop after this many seconds without a command (None: never).
         log: where the server writes its own lines (never a client's).
     """
 
-    def __init__(self, db: str | os.PathLike, *, app, idle_exit: float | None = None, log=None):
-        self.app = app
+    def __init__(self, db: str | os.PathLike, *, run: Callable[[str], None], idle_exit: float | None = None, log=None):
+        self.run = run
         self.db_real = paths.resolve_db(db)
         self.sock_path = paths.socket_path(self.db_real)
         self.idle_exit = idle_exit
         self.log = log or sys.stderr
         self.started = time.time()
         self.commands = 0
-        self.store = None
         self._listener: socket.socket | None = None
         self._command_lock = threading.Lock()
-        self._cancel_lock = threading.Lock()
-        self._running: tuple[int, object] | None = None   # (thread id, connection token) of the command
         self._threads: set[threading.Thread] = set()
         self._stopping = threading.Event()
         self._stopped = threading.Event()
         self._last_active = time.monotonic()
-        self._click = None
-        self._broken: str | None = None     # why the warehouse could not be reopened (None: it is open)
 
     # -- life ------------------------------------------------------------------------------------
     def start(self) -> None:
-        """Open the warehouse, take the socket (removing a stale one), warm up."""
-        from kvtrace.store import Store
-
+        """Take the socket (removing a stale one), warm up."""
         answer = client.call(self.sock_path, protocol.PING) if os.path.exists(self.sock_path) else None
         if answer is not None and answer[0] == protocol.INFO:
             pid = json.loads(answer[1]).get("pid")
             raise ConfigError(f"{self.db_real} is already served (pid {pid}) on {self.sock_path}",
                               hint=f"stop it first: kvtrace serve --stop --db {self.db_real}")
-        self.store = Store(self.db_real)
         try:
             self._warm()
             self._listen()
@@ -94,66 +91,11 @@ class Server:
     def _warm(self) -> None:
         import importlib
 
-        import typer.main
-
         for name in WARM_MODULES:
             try:
                 importlib.import_module(name)
-            except ImportError as e:      # a module renamed since: only its first command pays
+            except ImportError as e:      # a module renamed since: only its commands pay
                 self._say(f"kvtrace serve: not preloaded: {name}: {e}")
-        from kvtrace.ingest import resident
-
-        self._click = typer.main.get_command(self.app)   # typer builds it anew on every app() call
-        # The only writer of the warehouse while it runs: ingests may keep the ledger, folder
-        # listings and stored keys from one command to the next.
-        resident.enable()
-        resident.warm(self.store)
-        from kvtrace.ingest import claude_transcripts
-
-        claude_transcripts.warm()
-
-    def _store_problem(self) -> str | None:
-        """Why the open warehouse can no longer be used, or None. DuckDB invalidates a database
-        after a fatal error (a commit that failed on a full disk): every later statement fails."""
-        if self.store is None:
-            return self._broken or "the warehouse is not open"
-        try:
-            self.store.con.execute("SELECT 1").fetchall()
-        except Exception as e:  # noqa: BLE001 - duckdb.FatalException: "database has been invalidated"
-            return f"{type(e).__name__}: {e}"
-        return None
-
-    def _reopen(self) -> str | None:
-        """Between commands: close a warehouse DuckDB invalidated and open it again (once space
-        has returned). Returns why it is still unusable, or None when it is fine."""
-        from kvtrace.ingest import resident
-        from kvtrace.store import Store
-
-        problem = self._store_problem()
-        if problem is None:
-            return None
-        if self.store is not None:
-            self._say(f"kvtrace serve: the warehouse {self.db_real} can no longer be used ({problem}); reopening it")
-            resident.forget(self.store)
-            try:
-                self.store.close()
-            except Exception:  # noqa: BLE001 - closing an invalidated database may fail too
-                pass
-            self.store = None
-        try:
-            self.store = Store(self.db_real, lock_wait_s=0)
-            resident.warm(self.store)
-        except Exception as e:  # noqa: BLE001 - still no space, say: tried again before the next command
-            if self.store is not None:
-                self.store.close()
-                self.store = None
-            self._broken = f"{type(e).__name__}: {e}"
-            self._say(f"kvtrace serve: cannot reopen {self.db_real} yet ({self._broken}); commands run in "
-                      f"their own process until it opens")
-            return self._broken
-        self._broken = None
-        self._say(f"kvtrace serve: reopened {self.db_real}; serving again")
-        return None
 
     def _listen(self) -> None:
         folder = os.path.dirname(self.sock_path)
@@ -192,7 +134,6 @@ class Server:
 
     def serve_forever(self) -> None:
         """Accept connections until stopped (the calling thread must be the main thread for signals)."""
-        client.SERVING = True
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: self._stopping.set())
@@ -250,9 +191,6 @@ class Server:
 
     def _cleanup(self) -> None:
         self._close_listener()
-        if self.store is not None:
-            self.store.close()
-            self.store = None
         info = paths.read_pid_file(self.db_real)
         if info is not None and info.get("pid") == os.getpid():
             try:
@@ -268,13 +206,14 @@ class Server:
 
     # -- one connection --------------------------------------------------------------------------
     def _handle(self, conn: socket.socket) -> None:
+        fds: list[int] = []
         try:
             with conn:
                 if not self._peer_is_us(conn):
                     protocol.send(conn, protocol.REFUSED, b"another user's server")
                     return
                 conn.settimeout(client.HELLO_TIMEOUT_S)
-                frame = protocol.recv(conn)
+                frame, fds = protocol.recv_with_fds(conn)
                 conn.settimeout(None)
                 if frame is None:
                     return
@@ -289,10 +228,15 @@ class Server:
                     req = marshal.loads(payload)
                     if not isinstance(req, dict):
                         raise ValueError("a request is a dict")
-                    self._command(conn, req)
+                    self._command(conn, req, fds)
         except Exception as e:  # noqa: BLE001 - one bad connection must not stop the server
             self._say(f"kvtrace serve: connection failed: {type(e).__name__}: {e}")
         finally:
+            for fd in fds:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
             self._threads.discard(threading.current_thread())
 
     @staticmethod
@@ -304,10 +248,9 @@ class Server:
     def status(self) -> dict:
         return {"pid": os.getpid(), "db": self.db_real, "socket": self.sock_path, "started": self.started,
                 "uptime_s": round(time.time() - self.started, 1), "commands": self.commands,
-                "busy": self._command_lock.locked(), "idle_exit_s": self.idle_exit,
-                "warehouse_problem": self._broken}
+                "busy": self._command_lock.locked(), "idle_exit_s": self.idle_exit}
 
-    def _refusal(self, req: dict) -> str | None:
+    def _refusal(self, req: dict, fds: list[int]) -> str | None:
         argv = req.get("argv") or []
         if req.get("v") != protocol.VERSION:
             return "another protocol version"
@@ -315,100 +258,79 @@ class Server:
             return f"this server serves {self.db_real}"
         if not argv or argv[0] not in protocol.FORWARDED or any(a in protocol.LOCAL_ARGS for a in argv):
             return "not a command the server runs"
+        if len(fds) != 3:
+            return "the request came without the client's stdin, stdout and stderr"
         if self._stopping.is_set():
             return "stopping"
         return None
 
-    def _command(self, conn: socket.socket, req: dict) -> None:
-        why = self._refusal(req)
+    def _command(self, conn: socket.socket, req: dict, fds: list[int]) -> None:
+        why = self._refusal(req, fds)
         if why:
             protocol.send(conn, protocol.REFUSED, why.encode())
             return
         protocol.send(conn, protocol.ACCEPTED)
-        send_lock = threading.Lock()
-        gone = threading.Event()
-
-        def send(kind: bytes, data: bytes) -> bool:
-            if gone.is_set():
-                return False
-            try:
-                with send_lock:
-                    protocol.send(conn, kind, data)
-                return True
-            except OSError:
-                gone.set()
-                return False
-
         with self._command_lock:
             if self._stopping.is_set():
                 # Nothing ran or printed yet: the client runs the command itself.
-                send(protocol.REFUSED, b"stopping")
-                return
-            problem = self._reopen()
-            if problem is not None:
-                # The warehouse is closed here, so the client's own run can open it (and say why not).
-                send(protocol.REFUSED, f"warehouse unavailable: {problem}".encode())
+                protocol.send(conn, protocol.REFUSED, b"stopping")
                 return
             self._last_active = time.monotonic()
-            watcher = threading.Thread(target=self._watch, args=(conn, gone), daemon=True)
-            watcher.start()
             try:
-                code = self._run(req, send, gone)
+                code = self._fork(conn, req, fds)
             finally:
                 self.commands += 1
                 self._last_active = time.monotonic()
-                self._reopen()      # a command that hit a full disk must not break the next ones
-        send(protocol.EXIT, str(code).encode())
-
-    def _run(self, req: dict, send, token: object) -> int:
-        from kvtrace.store.opener import sharing
-
-        tid = threading.get_ident()
         try:
-            with client_view(req, send), sharing(self.store):
-                with self._cancel_lock:
-                    self._running = (tid, token)
-                try:
-                    return invoke(self._click, req["argv"], req.get("prog") or "kvtrace")
-                finally:
-                    with self._cancel_lock:
-                        self._running = None
-                        _async_raise(tid, None)   # drop a cancel that came too late to matter
-        except KeyboardInterrupt:
-            return 130
-        except Exception as e:  # noqa: BLE001 - e.g. the client's cwd no longer exists
-            send(protocol.STDERR, f"kvtrace serve: {type(e).__name__}: {e}\n".encode())
-            return 1
-        finally:
-            self._rollback()
-
-    def _rollback(self) -> None:
-        """A command that failed inside a transaction must not leave it open for the next one."""
-        try:
-            self.store.con.execute("ROLLBACK")
-        except Exception:  # noqa: BLE001 - no transaction was open (the normal case), or no warehouse
-            pass
-
-    def _watch(self, conn: socket.socket, gone: threading.Event) -> None:
-        """The client sends nothing after its request: end-of-stream means it went away."""
-        try:
-            while conn.recv(4096):
-                pass
+            protocol.send(conn, protocol.EXIT, str(code).encode())
         except OSError:
-            pass
-        gone.set()
-        with self._cancel_lock:
-            if self._running is not None and self._running[1] is gone:
-                _async_raise(self._running[0], KeyboardInterrupt)
-                try:
-                    self.store.con.interrupt()
-                except Exception:  # noqa: BLE001
-                    pass
+            pass                    # the client went away
+
+    def _fork(self, conn: socket.socket, req: dict, fds: list[int]) -> int:
+        """Run the command in a forked child; pass the client's cancels on as SIGINT; its exit code."""
+        pid = os.fork()
+        if pid == 0:
+            run_child(req, fds, [self._listener, conn], self.run)   # never returns
+        child = _Child(pid)
+        threading.Thread(target=_watch, args=(conn, child), daemon=True).start()
+        return child.wait()
 
 
-def _async_raise(tid: int, exc) -> None:
-    """Raise ``exc`` in thread ``tid`` at its next bytecode (None: cancel a pending one)."""
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(tid), ctypes.py_object(exc) if exc else None)
+class _Child:
+    """A command's process: interrupted on request until it has ended, never after it is reaped
+    (its pid could be another process's by then)."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self._lock = threading.Lock()
+        self._ended = False
+
+    def interrupt(self) -> bool:
+        """SIGINT, if it still runs; False once it has ended."""
+        with self._lock:
+            if self._ended:
+                return False
+            os.kill(self.pid, signal.SIGINT)
+            return True
+
+    def wait(self) -> int:
+        os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOWAIT)   # ended, not yet reaped: its pid is still its own
+        with self._lock:
+            self._ended = True
+        _, status = os.waitpid(self.pid, 0)
+        return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+
+
+def _watch(conn: socket.socket, child: _Child) -> None:
+    """Each cancel frame (the client's Ctrl-C) interrupts the command's process; so does the end of
+    the connection (a client that went away). Ends with the connection or the child."""
+    while True:
+        try:
+            frame = protocol.recv(conn)
+        except OSError:
+            frame = None
+        if not child.interrupt() or frame is None:
+            return
 
 
 def stop(db: str | os.PathLike | None, timeout: float = 660.0) -> str:

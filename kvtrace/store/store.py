@@ -116,13 +116,6 @@ class Store:
                 con.execute("SET python_enable_replacements = false")
                 return con
             except duckdb.IOException as e:
-                if "lock" in str(e).lower() and target != ":memory:":
-                    # `kvtrace serve` holds it for good: say so at once rather than wait.
-                    from kvtrace.wire.paths import holder_message
-
-                    held = holder_message(target)
-                    if held is not None:
-                        raise WarehouseBusy(held[0], hint=held[1]) from e
                 if "not a valid duckdb database" in str(e).lower():
                     raise SchemaError(f"{target} is not a kvtrace warehouse (not a DuckDB database file)",
                                       hint="pass --db a warehouse, or a new file name to create one") from None

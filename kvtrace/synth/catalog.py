@@ -10,6 +10,7 @@ in the 12-20 K range Claude Code sends; a subagent gets its own, smaller head.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from kvtrace.errors import ConfigError
 
 WRITE_5M_MULT = 1.25
 WRITE_1H_MULT = 2.0
@@ -57,7 +58,6 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in (
 
 def model_spec(name: str) -> ModelSpec:
     """Look a model up in the catalog, with a helpful error."""
-    from kvtrace.errors import ConfigError
 
     try:
         return MODELS[name]

@@ -14,6 +14,7 @@ from typing import Any
 
 from kvtrace.errors import ConfigError
 from kvtrace.units import parse_duration
+from kvtrace.synth.catalog import MODELS
 
 
 def _f(default: Any, help: str, **kw: Any) -> Any:
@@ -80,7 +81,6 @@ class SynthConfig:
 
     def validate(self) -> None:
         """Raise ConfigError on values the model cannot run with."""
-        from kvtrace.synth.catalog import MODELS
 
         def bad(name: str, why: str) -> ConfigError:
             return ConfigError(f"synth parameter '{name}': {why}", hint="see `kvtrace synth --params`")

@@ -20,6 +20,8 @@ from kvtrace.synth.config import SynthConfig
 from kvtrace.synth.engine import Engine
 from kvtrace.synth.ledger import Ledger
 from kvtrace.synth.workload import World
+from kvtrace.synth.transcripts import TranscriptSink
+from kvtrace import __version__
 
 FORMATS = ("otlp", "transcripts")
 
@@ -73,7 +75,6 @@ def generate(config: SynthConfig, out: str | Path | None, *, formats: tuple[str,
         A ``SynthResult`` with the ledger and counts.
     """
     from kvtrace.synth.otlp import FileExporter, LiveExporter, OtlpSink
-    from kvtrace.synth.transcripts import TranscriptSink
 
     unknown = set(formats) - set(FORMATS)
     if unknown:
@@ -126,7 +127,6 @@ def generate(config: SynthConfig, out: str | Path | None, *, formats: tuple[str,
 def _write_run_notes(out: Path, result: SynthResult) -> None:
     import json
 
-    from kvtrace import __version__
 
     out.mkdir(parents=True, exist_ok=True)
     cfg = result.config

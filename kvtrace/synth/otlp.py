@@ -25,6 +25,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from kvtrace.synth import ids
+from kvtrace.synth import otlp_json
 
 EVENTS_SCOPE = "com.anthropic.claude_code.events"
 METRICS_SCOPE = "com.anthropic.claude_code"
@@ -205,7 +206,6 @@ class FileExporter:
         import io
         from pathlib import Path
 
-        from kvtrace.synth import otlp_json
 
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)

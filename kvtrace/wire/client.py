@@ -1,4 +1,4 @@
-"""The client side of ``kvtrace serve``: forward one command and relay its output (standard library only).
+"""The client side of ``kvtrace serve``: forward one command and wait for its exit code (standard library only).
 
 The launcher calls :func:`forward` only when the warehouse's socket file exists. Whatever goes
 wrong before the server has accepted the command (no server behind a stale socket, a server
@@ -21,43 +21,9 @@ import sys
 
 from kvtrace.wire import paths, protocol
 
-# True inside the server: a command it runs must never forward to itself.
-SERVING = False
-
 # A live server answers at once, even while it runs another command (the command then waits
 # for its turn); a stopped or frozen one is given up on after this.
 HELLO_TIMEOUT_S = 3.0
-
-# The environment a command sees: what changes kvtrace's behaviour or its output's bytes.
-ENV_PREFIXES = ("KVTRACE_", "POLARS_", "XDG_", "LC_")
-ENV_NAMES = frozenset({
-    "COLUMNS", "LINES", "TERM", "COLORTERM", "NO_COLOR", "FORCE_COLOR", "PY_COLORS", "CLICOLOR",
-    "CLICOLOR_FORCE", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "TERMINAL_WIDTH", "GITHUB_ACTIONS",
-    "TZ", "HOME", "USER", "LANG", "TMPDIR", "TEMP", "TMP",
-})
-
-
-def is_relevant(key: str) -> bool:
-    """Whether an environment variable travels with a forwarded command."""
-    return key in ENV_NAMES or key.startswith(ENV_PREFIXES)
-
-
-def relevant_env(environ) -> dict[str, str]:
-    return {k: v for k, v in environ.items() if is_relevant(k)}
-
-
-def _isatty(stream) -> bool:
-    try:
-        return bool(stream is not None and stream.isatty())
-    except (ValueError, OSError):
-        return False
-
-
-def _size(fd: int) -> list[int] | None:
-    try:
-        return list(os.get_terminal_size(fd))
-    except (OSError, ValueError):
-        return None
 
 
 def _encoding(stream) -> list[str]:
@@ -65,14 +31,13 @@ def _encoding(stream) -> list[str]:
 
 
 def request(argv: list[str], db_real: str, prog: str) -> dict:
-    """What the server needs to run ``argv`` as this process would: cwd, env, terminal, umask."""
+    """What the server needs to run ``argv`` as this process would: cwd, environment, umask and
+    the text encodings of our stdout and stderr (the streams themselves travel as descriptors)."""
     mask = os.umask(0)
     os.umask(mask)
     return {
         "v": protocol.VERSION, "argv": list(argv), "prog": prog, "db": db_real, "cwd": os.getcwd(),
-        "env": relevant_env(os.environ), "umask": mask, "pid": os.getpid(),
-        "tty": [_isatty(s) for s in (sys.stdin, sys.stdout, sys.stderr)],
-        "size": [_size(fd) for fd in (0, 1, 2)],
+        "env": dict(os.environ), "umask": mask, "pid": os.getpid(),
         "encoding": [_encoding(sys.stdout), _encoding(sys.stderr)],
     }
 
@@ -124,75 +89,71 @@ def refuse(sock_path: str, problem: str) -> None:
         pass
 
 
-def forward(sock_path: str, argv: list[str], db_real: str, prog: str, out=None, err=None) -> int | None:
+def forward(sock_path: str, argv: list[str], db_real: str, prog: str) -> int | None:
     """Run ``argv`` in the server behind ``sock_path``; returns its exit code, or None when the
-    server did not take the command (the caller then runs it itself). Output goes to our
-    stdout/stderr, or to the binary streams ``out``/``err``."""
+    server did not take the command (the caller then runs it itself). The command's process
+    writes to our stdin/stdout/stderr descriptors itself; each Ctrl-C here is passed on to it."""
     s = connect(sock_path)
     if s is None:
         return None
-    req = request(argv, db_real, prog)
-    if out is not None:
-        req["tty"] = [False, False, False]
-    frame = _ask(s, protocol.REQUEST, marshal.dumps(req, 4))
-    if frame is None or frame[0] != protocol.ACCEPTED:
-        s.close()
-        return None
-    s.settimeout(None)
-    return _relay(s, out or sys.stdout.buffer, err or sys.stderr.buffer)
-
-
-def run_captured(db: str, argv: list[str]) -> tuple[int, bytes, bytes] | None:
-    """Run a kvtrace command in the server of warehouse ``db`` if one answers, capturing its
-    output: ``(exit code, stdout, stderr)``; None when no server took it (or we are the server)."""
-    import io
-
-    from kvtrace.wire.paths import served
-
-    target = None if SERVING else served(db)
-    if target is None:
-        return None
-    out, err = io.BytesIO(), io.BytesIO()
-    code = forward(target[0], argv, target[1], "kvtrace", out, err)
-    return None if code is None else (code, out.getvalue(), err.getvalue())
-
-
-def _relay(s, out, err) -> int | None:
-    printed = False
     try:
-        while True:
-            frame = protocol.recv(s)
-            if frame is None:
-                err.write(b"kvtrace: the server (kvtrace serve) stopped before the command finished\n")
-                return 1
-            kind, data = frame
-            if kind == protocol.STDOUT:
-                out.write(data)
-                out.flush()
-            elif kind == protocol.STDERR:
-                err.write(data)
-                err.flush()
-            elif kind == protocol.EXIT:
-                return int(data)
-            elif kind == protocol.REFUSED and not printed:
-                return None          # the server stopped before the command's turn: run it here
-            printed = printed or kind in (protocol.STDOUT, protocol.STDERR)
-    except KeyboardInterrupt:
-        # Closing the connection makes the server interrupt the command and roll back its open
-        # transaction; what it had committed (an ingest's finished files) stays. One line, exit
-        # 130, as a command run here ends on Ctrl-C.
-        err.write(b"\nInterrupted: kvtrace serve stopped the command; what it had committed is kept and the "
-                  b"rest rolled back; run the same command again to finish it\n")
-        return 130
-    except BrokenPipeError:
-        # Our stdout was closed (`| head`): end quietly, as the server stops writing too.
+        fds = _std_fds()
+        if fds is None:
+            return None
         try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            s.sendmsg([protocol.frame(protocol.REQUEST, marshal.dumps(request(argv, db_real, prog), 4))],
+                      [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, b"".join(fd.to_bytes(4, sys.byteorder) for fd in fds))])
+            frame = protocol.recv(s)
         except OSError:
-            pass
-        return 1
+            return None
+        if frame is None or frame[0] != protocol.ACCEPTED:
+            return None
+        s.settimeout(None)
+        return _wait(s)
     finally:
         s.close()
+
+
+def _std_fds() -> list[int] | None:
+    """Our descriptors 0, 1 and 2; None if one is closed (the command then runs here)."""
+    try:
+        for fd in (0, 1, 2):
+            os.fstat(fd)
+    except OSError:
+        return None
+    return [0, 1, 2]
+
+
+def _wait(s) -> int:
+    """Wait for the command's exit code. Every Ctrl-C meanwhile is sent on as a cancel frame, and
+    the command's process takes it as a process of its own would (the first interrupts, one
+    ``Interrupted:`` line and exit 130; a third leaves at once)."""
+    import signal
+
+    def cancel(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        signal.signal(signal.SIGINT, cancel)
+    except ValueError:          # not the main thread: Ctrl-C stays with whoever handles it
+        pass
+    while True:
+        try:
+            frame = protocol.recv(s)
+        except KeyboardInterrupt:
+            try:
+                protocol.send(s, protocol.CANCEL)
+            except OSError:
+                pass
+            continue
+        if frame is None:
+            try:
+                sys.stderr.write("kvtrace: the server (kvtrace serve) stopped before the command finished\n")
+            except (OSError, ValueError):
+                pass
+            return 1
+        if frame[0] == protocol.EXIT:
+            return int(frame[1])
 
 
 def call(sock_path: str, kind: bytes, timeout: float = HELLO_TIMEOUT_S) -> tuple[bytes, bytes] | None:

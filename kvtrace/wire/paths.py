@@ -119,16 +119,3 @@ def read_pid_file(db_real: str) -> dict | None:
     except PermissionError:
         pass                      # alive, another user's
     return info
-
-
-def holder_message(db: str | os.PathLike) -> tuple[str, str] | None:
-    """When ``kvtrace serve`` holds warehouse ``db`` and accepts commands: a message naming it and
-    a hint how to reach or stop it (for the lock error of a second opener); else None."""
-    db_real = os.path.realpath(os.fspath(db))
-    info = read_pid_file(db_real)
-    if info is None or not os.path.exists(info.get("socket") or socket_path(db_real)):
-        return None
-    pid = info["pid"]
-    return (f"warehouse {db_real} is held by `kvtrace serve` (pid {pid})",
-            f"run the command with the kvtrace CLI, which forwards it to the server, or stop the server "
-            f"first: kvtrace serve --stop --db {db_real}  (or kill {pid})")
