@@ -11,7 +11,7 @@ Measures, as whole processes with repeats (min / median of N, after a warm-up, p
   sees the same load): ``kvtrace ingest <tree>/projects`` into a fresh warehouse + ``kvtrace
   report --group-by day --format json``, against ``ccusage daily --json --offline``; wall and
   CPU (user + system) time;
-* **first run, one line torn**, on each shape: the same with one more session file whose only
+* **first run, one line torn**, on each shape: the same with one more session file whose last
   line is cut inside a character (a session being written as the tree is read);
 * on the default shape only: **repeat**: one new session file is added, then the same kvtrace pair on the kept warehouse
   (unchanged files are skipped), against ccusage again (it re-reads everything);
@@ -315,11 +315,16 @@ def _whitespace_variant(work: Path, home: Path, have_ccusage: bool) -> dict:
 # -- main ----------------------------------------------------------------------------------------
 
 def _torn_line_run(tree: Path, truth: dict, reps: int, home: Path, work: Path, have_ccusage: bool) -> dict:
-    """The first run on a tree read while a session starts: one more session file holds only
-    its first line, cut inside a character (the first two of the three bytes of a "—"), as a
-    reader can find it mid-write. The file is removed afterwards."""
+    """The first run on a tree read while a session starts: one more session file holds its
+    queue-operation lines and the prompt cut inside a character (the first two of the three
+    bytes of a "—"), as a reader can find it mid-write. The file is removed afterwards."""
     target = next((tree / "projects").iterdir()) / "00000000-0000-4000-8000-000000000000.jsonl"
-    target.write_bytes(b'{"parentUuid":null,"isSidechain":false,"type":"user","message":{"role":"user","content":"and \xe2\x80')
+    sid, ts = target.name.split(".")[0], "2026-07-30T12:00:00.000Z"
+    target.write_bytes(
+        b'{"type":"queue-operation","operation":"enqueue","timestamp":"%s","sessionId":"%s","content":"and \xe2\x80\x94 more"}\n'
+        b'{"type":"queue-operation","operation":"dequeue","timestamp":"%s","sessionId":"%s"}\n'
+        b'{"parentUuid":null,"isSidechain":false,"type":"user","message":{"role":"user","content":"and \xe2\x80'
+        % (ts.encode(), sid.encode(), ts.encode(), sid.encode()))
     kv, kv_cpu, cc, cc_cpu = [], [], [], []
     want = _truth_days(truth)
     db = work / "torn.duckdb"
