@@ -52,6 +52,12 @@ DATA = REPO / "bench" / "data"
 CCUSAGE = REPO / "node_modules" / ".bin" / "ccusage"
 _SCRIPT = Path(sys.executable).parent / "kvtrace"
 KVTRACE = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "kvtrace"]
+# The kvtrace the commands run: the first on PYTHONPATH (another checkout, for a side-by-side
+# run), else this one. In-process measurements import it too (python -P: not this folder's).
+KV_ROOT = next((Path(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                if p and (Path(p) / "kvtrace").is_dir()), REPO)
+KV_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(
+    [str(KV_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]))}
 SEED = 7
 # Each shape's size in MiB (generate's unit): 316 MB and 291 MB.
 SHAPE_MB = {"default": 300, "current": 277}
@@ -229,8 +235,8 @@ def _served_repeat(tree: Path, db: Path, home: Path, reps: int, seed: int, have_
 
 def _importtime(argv: list[str]) -> dict:
     """Import time of a kvtrace command: the total and the heaviest imports (cumulative ms, depth <= 2)."""
-    p = subprocess.run([sys.executable, "-X", "importtime", "-m", "kvtrace", *argv], cwd=REPO,
-                       capture_output=True, text=True)
+    p = subprocess.run([sys.executable, "-P", "-X", "importtime", "-m", "kvtrace", *argv], cwd=REPO,
+                       capture_output=True, text=True, env=KV_ENV)
     rows = []
     for line in p.stderr.splitlines():
         parts = line[len("import time:"):].split("|") if line.startswith("import time:") else []
@@ -289,7 +295,7 @@ def _ingest_phases(tree: Path, db: Path, fresh: bool) -> dict:
     if fresh:
         db.unlink(missing_ok=True)
     fmt = INGEST_FORMAT[1] if INGEST_FORMAT else ""
-    _, _, out = _run([sys.executable, "-c", _PHASES_SCRIPT, str(db), str(tree / "projects"), fmt])
+    _, _, out = _run([sys.executable, "-P", "-c", _PHASES_SCRIPT, str(db), str(tree / "projects"), fmt], env=KV_ENV)
     return json.loads(out)
 
 
@@ -370,16 +376,14 @@ def _remove_orphans(tree: Path, truth_file: Path) -> int:
 
 
 def _compile_bytecode() -> str:
-    """Byte-compile the kvtrace the commands import (this checkout's, or another on PYTHONPATH),
-    as pip does when it installs the package. A checkout run with PYTHONDONTWRITEBYTECODE set
-    (this sandbox sets it) would otherwise compile the launcher's modules from source in every
-    command (~4 ms of a served repeat)."""
+    """Byte-compile the kvtrace the commands import (``KV_ROOT``), as pip does when it installs
+    the package. A checkout run with PYTHONDONTWRITEBYTECODE set (this sandbox sets it) would
+    otherwise compile the launcher's modules from source in every command (~4 ms of a served
+    repeat)."""
     import compileall
 
-    import kvtrace
-
-    compileall.compile_dir(str(Path(kvtrace.__file__).parent), quiet=1)
-    return f"compiled before timing, as an installed package has it: {Path(kvtrace.__file__).parent}"
+    compileall.compile_dir(str(KV_ROOT / "kvtrace"), quiet=1)
+    return f"compiled before timing, as an installed package has it: {KV_ROOT / 'kvtrace'}"
 
 
 def _tree(mb: int, shape: str = "default") -> tuple[Path, dict]:
