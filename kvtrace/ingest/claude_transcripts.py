@@ -85,11 +85,11 @@ def parse(paths: list[Path]) -> Parsed:
     return parsed
 
 
-def _is_text(path: Path) -> bool:
-    """Whether DuckDB can read the file as text: it is there and its bytes are UTF-8."""
+def _is_readable(path: Path) -> bool:
     try:
-        path.read_bytes().decode("utf-8")
-    except (OSError, UnicodeDecodeError):
+        with open(path, "rb") as fh:
+            fh.read(1)
+    except OSError:
         return False
     return True
 
@@ -131,13 +131,14 @@ class _Db:
 
     def names(self, k: int, names: list[str], idx: list[int], raw: bool = True) -> None:
         """The file list that cursor ``k``'s views ``tx_names(filename, file_idx)`` and (``raw``)
-        ``tx_raw`` read (read_text gives filenames back as given)."""
+        ``tx_raw`` read (read_blob gives filenames back as given). A file whose bytes are not
+        UTF-8 reads as NULL content (no lines): reading it as text would fail the statement."""
         cur = self.cursor(k)
         cur.execute("SET VARIABLE tx_names = ?", [names])
         cur.execute("SET VARIABLE tx_idx = ?", [idx])
-        if raw and k not in self.raw_views and names:      # read_text needs the list to bind the view
+        if raw and k not in self.raw_views and names:      # read_blob needs the list to bind the view
             cur.execute("CREATE OR REPLACE TEMP VIEW tx_raw AS "
-                        "SELECT filename, content FROM read_text(getvariable('tx_names'))")
+                        "SELECT filename, try(decode(content)) AS content FROM read_blob(getvariable('tx_names'))")
             self.raw_views.add(k)
 
     def threads_for(self, total_bytes: int) -> None:
@@ -215,23 +216,27 @@ def _connection():
 
 def _parse_group(db: _Db, k: int, paths: list[Path], idx: list[int], in_python: set[int]) -> bool:
     """Filter and parse one group of plain files on cursor ``k``; returns whether it made its
-    table. A file DuckDB cannot read as text goes to ``in_python`` instead (found by reading the
-    group's files once more, only after such a failure; all of them if none is found: a file
-    changed in between)."""
+    table. A file whose bytes are not UTF-8 yields no line there (every other file has its last
+    piece, with the file's line count) and goes to ``in_python``; so does one that cannot be read
+    (gone since it was listed: found by reading the group's files once more, only after such a
+    failure; all of them if none is found)."""
     import duckdb
 
+    cur = db.cursor(k)
     try:
         db.names(k, [str(paths[i]) for i in idx], idx)
-        _run_lines(db.cursor(k), k)
-        return True
+        _run_lines(cur, k)
     except (duckdb.IOException, duckdb.InvalidInputException, duckdb.ConversionException):
-        bad = {i for i in idx if not _is_text(paths[i])} or set(idx)
-    in_python.update(bad)
-    rest = [i for i in idx if i not in bad]
-    if not rest:
-        return False
-    db.names(k, [str(paths[i]) for i in rest], rest)
-    _run_lines(db.cursor(k), k)
+        bad = {i for i in idx if not _is_readable(paths[i])} or set(idx)
+        in_python.update(bad)
+        rest = [i for i in idx if i not in bad]
+        if not rest:
+            return False
+        db.names(k, [str(paths[i]) for i in rest], rest)
+        _run_lines(cur, k)
+    in_python.update(i for (i,) in cur.execute(
+        f"SELECT file_idx FROM tx_names ANTI JOIN (SELECT file_idx FROM main.tx_rec_{k} WHERE file_lines IS NOT NULL) "
+        "USING (file_idx)").fetchall())
     return True
 
 
