@@ -1,6 +1,8 @@
 """Helpers for the collector tests (no tests here): an in-process collector, payload builders (Claude
 Code records in OTLP JSON and protobuf, and ``sdk_payloads``, encoded by the real OpenTelemetry SDK),
-posts."""
+posts; ``as_protobuf`` (any OTLP JSON request as protobuf), ``receive`` (a body through the
+receiver into a ready spool segment) and ``reasons`` (ingest's rejects without their place).
+"""
 
 from __future__ import annotations
 
@@ -8,8 +10,11 @@ import contextlib
 import gzip
 import http.client
 import random
+import re
 import socket
 from pathlib import Path
+
+import orjson
 
 from kvtrace.collect.config import CollectorConfig
 from kvtrace.collect.server import Collector
@@ -149,3 +154,41 @@ def sdk_payloads() -> dict[str, bytes]:
     return {"logs": encode_logs(lexp.get_finished_logs()).SerializeToString(),
             "metrics": encode_metrics(reader.get_metrics_data()).SerializeToString(),
             "traces": encode_spans(sexp.get_finished_spans()).SerializeToString()}
+
+
+def as_protobuf(signal: str, line: bytes | str) -> bytes:
+    """An OTLP JSON export request as protobuf bytes (``json_format``, after turning the hex ids of
+    OTLP JSON into the base64 that ``json_format`` expects)."""
+    import base64
+
+    from google.protobuf import json_format
+
+    from kvtrace.collect import otlp
+
+    def fix(node):
+        if isinstance(node, dict):
+            return {k: (base64.b64encode(bytes.fromhex(v)).decode() if k in ("traceId", "spanId", "parentSpanId")
+                        else fix(v)) for k, v in node.items()}
+        return [fix(v) for v in node] if isinstance(node, list) else node
+
+    sig = otlp.SIGNALS[signal]
+    return json_format.ParseDict(fix(orjson.loads(line)), sig.pb(sig.request)(),
+                                 ignore_unknown_fields=True).SerializeToString()
+
+
+def receive(spool: Path, signal: str, media: str, body: bytes, name: str = "1") -> int:
+    """``body`` as the collector receives it: decoded, appended as one frame of segment ``name``,
+    sealed and converted to a ready OTLP JSON lines segment. Returns the records acknowledged."""
+    from kvtrace.collect import otlp, segments
+
+    batch = otlp.decode(otlp.SIGNALS[signal], media, body)
+    spool.mkdir(parents=True, exist_ok=True)
+    sealed = spool / f"seg-{name}.sealed"
+    sealed.write_bytes(segments.encode_frame(batch.frame_kind, batch.payload) if batch.records else b"")
+    segments.convert_sealed(sealed)
+    return batch.records
+
+
+def reasons(rejects: list[str]) -> list[str]:
+    """Ingest's ``path:line: reason`` rejects as their reasons, sorted (the places differ)."""
+    return sorted(re.sub(r"^.*?:\d+: ", "", r) for r in rejects)

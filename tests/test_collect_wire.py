@@ -1,4 +1,4 @@
-"""Collector wire handling: decompression caps, decoding, partial success, protobuf -> OTLP JSON, segments."""
+"""Collector wire handling: decompression caps, decoding, protobuf -> OTLP JSON, segments."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from kvtrace.collect import otlp, segments
 from kvtrace.collect.pbjson import protobuf_to_json_line
-from tests.collect_support import api_request_json, gzip_bomb, logs_request_json, logs_request_pb, sdk_payloads
+from tests.collect_support import (api_request_json, gzip_bomb, logs_request_json, logs_request_pb, reasons, receive,
+                                   sdk_payloads)
 
 LOGS = otlp.SIGNALS["logs"]
 
@@ -69,20 +70,25 @@ def test_json_counts_and_keeps_compact_body():
     body = orjson.dumps(logs_request_json([api_request_json("req_1", (1, 2, 3, 4)),
                                            api_request_json("req_2", (5, 6, 7, 8))]))
     b = otlp.decode_json(LOGS, body)
-    assert (b.records, b.rejected, b.frame_kind) == (2, 0, otlp.JSON_FRAME)
+    assert (b.records, b.frame_kind) == (2, otlp.JSON_FRAME)
     assert b.payload == body
 
 
-def test_json_partial_success_drops_non_numeric_token_records():
+def test_json_records_ingest_rejects_are_stored_for_ingest_to_judge():
+    """The receiver keeps every record of a decodable request; the ingest of the segment rejects
+    the one whose token count is not a count, naming it, and stores the others."""
+    from kvtrace.ingest.otlp_json import parse_lines
+
     recs = [api_request_json("req_ok", (1, 2, 3, 4)), api_request_json("req_bad", (1, 2, 3, 4))]
     recs[1]["attributes"][-1]["value"] = {"stringValue": "many"}
     recs.append(api_request_json("req_str", (1, 2, 3, 4), as_string=True))  # numeric strings are fine
-    b = otlp.decode_json(LOGS, orjson.dumps(logs_request_json(recs)))
-    assert (b.records, b.rejected) == (2, 1)
-    kept = orjson.loads(b.payload)["resourceLogs"][0]["scopeLogs"][0]["logRecords"]
-    assert [a["value"]["stringValue"] for r in kept for a in r["attributes"] if a["key"] == "request_id"] == ["req_ok", "req_str"]
-    body = otlp.success_body(LOGS, otlp.JSON_TYPE, b.rejected, b.message)
-    assert orjson.loads(body)["partialSuccess"]["rejectedLogRecords"] == "1"
+    body = orjson.dumps(logs_request_json(recs))
+    b = otlp.decode_json(LOGS, body)
+    assert (b.records, b.payload) == (3, body)
+    assert otlp.success_body(LOGS, otlp.JSON_TYPE) == b"{}"
+    parsed = parse_lines(b.payload, "seg")
+    assert sorted(parsed.requests.column("request_id").to_pylist()) == ["req_ok", "req_str"]
+    assert [(r.field, r.reason) for r in parsed.rejects] == [("cache_creation_tokens", "not a token count: many")]
 
 
 def test_json_multiline_body_becomes_one_line():
@@ -112,7 +118,7 @@ def test_json_metrics_count_data_points():
             {"asDouble": 4}]}},
         {"name": "g", "gauge": {"dataPoints": [{"asInt": "1"}]}}]}]}]}
     b = otlp.decode_json(otlp.SIGNALS["metrics"], orjson.dumps(body))
-    assert (b.records, b.rejected) == (2, 1)   # the second token.usage point has no time and no type
+    assert b.records == 3   # the second token.usage point has no time and no type: ingest rejects it
 
 
 _json_values = st.recursive(
@@ -136,30 +142,32 @@ def test_json_decoder_only_ever_raises_bad_payload(value):
 
 # -- protobuf --------------------------------------------------------------------------------
 
-def test_protobuf_partial_success_reencodes_without_bad_records():
+def test_protobuf_body_is_stored_as_received_and_ingest_judges_its_records():
+    from kvtrace.ingest.otlp_json import parse_lines
+
     req = logs_request_pb([("req_a", (1, 2, 3, 4)), ("req_b", (1, 2, 3, 4)), ("req_c", (5, 5, 5, 5))], bad={"req_b"})
-    b = otlp.decode_protobuf(LOGS, req.SerializeToString())
-    assert (b.records, b.rejected) == (2, 1)
-    line = orjson.loads(protobuf_to_json_line(LOGS, b.payload))
-    ids = [a["value"]["stringValue"] for r in line["resourceLogs"][0]["scopeLogs"][0]["logRecords"]
-           for a in r["attributes"] if a["key"] == "request_id"]
-    assert ids == ["req_a", "req_c"]
-    resp = LOGS.pb(LOGS.response).FromString(otlp.success_body(LOGS, otlp.PROTOBUF_TYPE, b.rejected, b.message))
-    assert resp.partial_success.rejected_log_records == 1 and "token" in resp.partial_success.error_message
+    body = req.SerializeToString()
+    b = otlp.decode_protobuf(LOGS, body)
+    assert (b.records, b.payload, b.frame_kind) == (3, body, LOGS.frame_kind)
+    assert not LOGS.pb(LOGS.response).FromString(otlp.success_body(LOGS, otlp.PROTOBUF_TYPE)).HasField("partial_success")
+    parsed = parse_lines(protobuf_to_json_line(LOGS, b.payload), "seg")
+    assert sorted(parsed.requests.column("request_id").to_pylist()) == ["req_a", "req_c"]
+    assert [(r.field, r.reason) for r in parsed.rejects] == [("input_tokens", "not a token count: lots")]
 
 
 def test_protobuf_time_past_int64_is_no_time_as_ingest_reads_it():
-    """fixed64 goes to 2^64 - 1; ingest reads nanoseconds as int64, so a later time is none, and an
-    api_request with no other time is refused here rather than stored and rejected at ingest."""
+    """fixed64 goes to 2^64 - 1; ingest reads nanoseconds as int64, so a later time is none: an
+    api_request with no other time is stored by the receiver and rejected by ingest, naming it."""
     from kvtrace.ingest.otlp_json import parse_lines
 
     req = logs_request_pb([("req_a", (1, 2, 3, 4)), ("req_b", (1, 2, 3, 4))])
     late = req.resource_logs[0].scope_logs[0].log_records[1]
     late.time_unix_nano, late.observed_time_unix_nano = 0, 2**63 + 5
     b = otlp.decode_protobuf(LOGS, req.SerializeToString())
-    assert (b.records, b.rejected) == (1, 1)
+    assert b.records == 2
     parsed = parse_lines(protobuf_to_json_line(LOGS, b.payload), "seg")
-    assert parsed.requests.num_rows == 1 and not parsed.rejects
+    assert parsed.requests.column("request_id").to_pylist() == ["req_a"]
+    assert [r.field for r in parsed.rejects] == ["timeUnixNano"]
 
 
 def test_protobuf_garbage_is_bad_payload():
@@ -230,96 +238,6 @@ def test_tidy_removes_half_done_conversions(tmp_path):
     (tmp_path / "seg-2.jsonl").write_bytes(b"{}\n")
     segments.tidy(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["seg-1.sealed", "seg-2.jsonl"]
-
-
-# -- partial-success check vs. ingest --------------------------------------------------------
-
-def _variants() -> list[dict]:
-    """api_request records that ingest accepts or rejects, and records that are no request at all."""
-    base = api_request_json("req_v", (1, 2, 3, 4))
-    out = []
-
-    def with_attr(key, value, rec=None):
-        r = orjson.loads(orjson.dumps(rec or base))
-        r["attributes"] = [a for a in r["attributes"] if a["key"] != key] + [{"key": key, "value": value}]
-        return r
-
-    for v in ({"stringValue": "12"}, {"stringValue": " 7 "}, {"stringValue": "many"}, {"intValue": "-3"},
-              {"intValue": 5}, {"doubleValue": 2.0}, {"doubleValue": -1.5}, {"stringValue": "NaN"},
-              {"stringValue": "inf"}, {"boolValue": True}, {"arrayValue": {"values": []}}, {},
-              {"kvlistValue": {"values": []}}, {"stringValue": "1e30"}):
-        out.append(with_attr("input_tokens", v))
-    out.append(with_attr("cache_creation_5m_tokens", {"stringValue": "x"}))
-    no_time = {k: v for k, v in base.items() if k != "timeUnixNano"}
-    out.append(no_time)
-    out.append({**no_time, "observedTimeUnixNano": "1791447318137000000"})
-    out.append(with_attr("event.timestamp", {"stringValue": "2026-08-01T10:00:00.000Z"}, no_time))
-    other = with_attr("input_tokens", {"stringValue": "many"})
-    other["body"] = {"stringValue": "claude_code.user_prompt"}
-    out.append(other)
-    by_attr = with_attr("input_tokens", {"stringValue": "many"})
-    by_attr["body"] = {"stringValue": "something"}
-    out.append(by_attr)
-    return out
-
-
-def test_partial_success_check_agrees_with_ingest():
-    otlp_json = pytest.importorskip("kvtrace.ingest.otlp_json")
-    for i, rec in enumerate(_variants()):
-        rec = orjson.loads(orjson.dumps(rec).replace(b"req_v", f"req_v{i}".encode()))
-        line = orjson.dumps(logs_request_json([rec]))
-        parsed = otlp_json.parse_lines(line, "t")
-        ingest_rejects = len(parsed.rejects)
-        b = otlp.decode_json(LOGS, line)
-        assert b.rejected == ingest_rejects, (i, rec, parsed.rejects)
-        # the protobuf path decides the same (JSON -> protobuf through json_format)
-        from google.protobuf import json_format
-
-        msg = json_format.Parse(line.replace(b'"traceId":"5b8efff798038103d269b633813fc60c"', b'"traceId":"W47/95gDgQPSabYzgT/GDA=="')
-                                .replace(b'"spanId":"eee19b7ec3c1b174"', b'"spanId":"7uGbfsPBsXQ="'),
-                                LOGS.pb(LOGS.request)(), ignore_unknown_fields=True)
-        assert otlp.decode_protobuf(LOGS, msg.SerializeToString()).rejected == ingest_rejects, (i, rec)
-
-
-def _point_variants() -> list[tuple[object, dict]]:
-    good = {"attributes": [{"key": "type", "value": {"stringValue": "input"}}], "timeUnixNano": "1791447318137000000",
-            "asDouble": 12}
-    out = [(1, good), (2, good), (None, good), (3, good), ("AGGREGATION_TEMPORALITY_DELTA", good)]
-    for change in ({"asDouble": -1}, {"asDouble": "x"}, {"asInt": "7", "asDouble": None}, {"asDouble": {}},
-                   {"timeUnixNano": "0"}, {"attributes": []}, {"attributes": [{"key": "type", "value": {}}]},
-                   {"attributes": [{"key": "type", "value": {"intValue": 3}}]}):
-        out.append((1, {**good, **change}))
-    return out
-
-
-def test_partial_success_check_agrees_with_ingest_for_points_and_spans():
-    otlp_json = pytest.importorskip("kvtrace.ingest.otlp_json")
-    from google.protobuf import json_format
-
-    metrics = otlp.SIGNALS["metrics"]
-    for i, (temporality, point) in enumerate(_point_variants()):
-        s = {"dataPoints": [point], **({} if temporality is None else {"aggregationTemporality": temporality})}
-        line = orjson.dumps({"resourceMetrics": [{"scopeMetrics": [{"metrics": [{"name": "claude_code.token.usage", "sum": s}]}]}]})
-        expected = len(otlp_json.parse_lines(line, "t").rejects)
-        assert otlp.decode_json(metrics, line).rejected == expected, (i, temporality, point)
-        try:
-            msg = json_format.Parse(line, metrics.pb(metrics.request)(), ignore_unknown_fields=True)
-        except json_format.ParseError:
-            continue   # not representable in protobuf
-        assert otlp.decode_protobuf(metrics, msg.SerializeToString()).rejected == expected, (i, temporality, point)
-    traces = otlp.SIGNALS["traces"]
-    base = {"name": "claude_code.llm_request", "startTimeUnixNano": "1791447318137000000",
-            "attributes": [{"key": "request_id", "value": {"stringValue": "req_s"}},
-                           {"key": "input_tokens", "value": {"intValue": "4"}}]}
-    for i, span in enumerate([base, {**base, "startTimeUnixNano": "0"},
-                              {**base, "attributes": base["attributes"][:1] + [{"key": "input_tokens", "value": {"stringValue": "x"}}]},
-                              {**base, "attributes": base["attributes"][1:] + [{"key": "output_tokens", "value": {"stringValue": "x"}}]},
-                              {**base, "name": "other", "startTimeUnixNano": "0"}]):
-        line = orjson.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]})
-        expected = len(otlp_json.parse_lines(line, "t").rejects)
-        assert otlp.decode_json(traces, line).rejected == expected, (i, span)
-        msg = json_format.Parse(line, traces.pb(traces.request)(), ignore_unknown_fields=True)
-        assert otlp.decode_protobuf(traces, msg.SerializeToString()).rejected == expected, (i, span)
 
 
 def test_a_frame_that_cannot_be_converted_is_kept_aside_and_the_segment_goes_on(tmp_path):
@@ -469,8 +387,9 @@ def test_a_warehouse_created_on_a_full_volume_leaves_no_broken_file(small_tmpfs)
         assert store.scalar("SELECT count(*) FROM requests") == 0
 
 
-# The collector acknowledges exactly what ingest stores: odd token counts and times, each in its own
-# record, through both encodings; what it keeps is then ingested, and the two sets must agree.
+# The collector's ingest judges odd token counts and times exactly as ingest does: each in its own
+# record, through both encodings, stored whole by the receiver; the spool's ingest and an ingest of
+# the same records as a file must store and reject the same.
 ODD_COUNTS = ["١٠٠٠", "１０００", "0x10", "1_000", " 12 ", "12.5", "1e3", "+5", "-1", "nan", "1e20", "lots", "12abc"]
 ODD_TIMES = ["20260302T091202Z", "2026-W10-1T09:12:02", "2026-03-02T09:12:02,5Z", "2026-03-02T09",
              "2026-03-02T09:12:02Z", "2026-03-02 09:12:02", "2026-03-02T09:12:02.250+01:00", "yesterday"]
@@ -502,7 +421,7 @@ def _as_protobuf(records: list[dict]) -> bytes:
 
 
 @pytest.mark.parametrize("media", [otlp.JSON_TYPE, otlp.PROTOBUF_TYPE])
-def test_the_collector_acknowledges_exactly_what_ingest_stores(tmp_path, media):
+def test_the_collectors_ingest_stores_and_rejects_what_ingest_does(tmp_path, media):
     pytest.importorskip("kvtrace.ingest.otlp_json")
     from kvtrace.ingest import ingest
     from kvtrace.store import Store
@@ -510,23 +429,21 @@ def test_the_collector_acknowledges_exactly_what_ingest_stores(tmp_path, media):
     pairs = _odd_records()
     if media == otlp.PROTOBUF_TYPE:     # a protobuf time is a number: only the attributes can be odd
         pairs = [(rid, rec) for rid, rec in pairs if rid != "req_ns_arabic"]
-    acknowledged, stored = set(), set()
-    for rid, rec in pairs:              # one record per request: the answer says which it dropped
+    for rid, rec in pairs:              # one record per request, stored whole
         body = orjson.dumps(logs_request_json([rec])) if media == otlp.JSON_TYPE else _as_protobuf([rec])
-        batch = otlp.decode(LOGS, media, body)
-        if batch.rejected:
-            assert batch.records == 0 and repr(rid) in batch.message, batch.message
-            continue
-        acknowledged.add(rid)
-        seg = tmp_path / f"seg-{rid}.sealed"
-        seg.write_bytes(segments.encode_frame(batch.frame_kind, batch.payload))
-        segments.convert_sealed(seg)
+        assert receive(tmp_path / "spool", "logs", media, body, name=rid) == 1
+    direct = tmp_path / "direct.jsonl"
+    direct.write_bytes(b"".join(orjson.dumps(logs_request_json([rec])) + b"\n" for _, rec in pairs))
     with Store(tmp_path / "kv.duckdb") as store:
-        summary = ingest(store, [tmp_path], format="otlp-json")
+        summary = ingest(store, [tmp_path / "spool"], format="otlp-json")
         stored = {r[0] for r in store.query("SELECT request_id FROM requests")}
-    assert summary.lines_rejected == 0 and not summary.rejects, summary.rejects
-    assert stored == acknowledged
-    # the odd forms Python reads but ingest does not are among the refused ones
-    refused = {rid for rid, _ in pairs} - acknowledged
+    with Store(memory=True) as store:
+        reference = ingest(store, [direct], format="otlp-json")
+        expected = {r[0] for r in store.query("SELECT request_id FROM requests")}
+    assert stored == expected
+    assert summary.lines_rejected == reference.lines_rejected == len(pairs) - len(stored)
+    assert reasons(summary.rejects) == reasons(reference.rejects)
+    # the odd forms Python reads but ingest does not are among the rejected ones
+    refused = {rid for rid, _ in pairs} - stored
     assert {"req_count_0", "req_count_1", "req_time_0", "req_time_1", "req_time_2", "req_time_3"} <= refused
-    assert {"req_count_2", "req_count_3", "req_count_4", "req_time_4", "req_time_5"} <= acknowledged
+    assert {"req_count_2", "req_count_3", "req_count_4", "req_time_4", "req_time_5"} <= stored

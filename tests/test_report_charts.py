@@ -18,9 +18,9 @@ from typer.testing import CliRunner
 from kvtrace.cli import app
 from kvtrace.ingest import ingest
 from kvtrace.report.build import ReportOptions, build_report
-from kvtrace.report.charts import COINCIDE, build_charts, vl_version
+from kvtrace.report.charts import COINCIDE, vl_version
+from kvtrace.report.registry import build_charts, report_tables
 from kvtrace.report.html import export_images, period_text, render_html
-from kvtrace.report.tables import report_tables
 from kvtrace.store import Store
 from kvtrace.units import fmt_tokens
 from tests.conftest import require_tool

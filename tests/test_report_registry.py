@@ -27,10 +27,10 @@ from kvtrace.schedule.run import report_options
 from kvtrace.store import Store
 from tests.report_samples import load_rows, week_rows
 
-# Every section: group_by, TTLs (the 30-day one is longer than the trace, so there are warnings)
-# and a tier replay with a model.
+# Every section: group_by, TTLs (the 30-day one is longer than the trace, so there are warnings),
+# a tier replay with a model and the serving model of two configurations (one with an offload tier).
 FULL = ReportOptions(group_by=["day", "model"], ttls=[300.0, 3600.0, 30 * 86400.0], tiers="seed-testbed",
-                     model="MiniMax-M2.7:fp8")
+                     model="MiniMax-M2.7:fp8", simulate=["gpu=seed-testbed:HBM", "dram=seed-testbed:HBM,DRAM"])
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +98,7 @@ def test_every_section_appears_in_every_rendering_it_declares(full, tmp_path):
             assert c.id in files, f"{s.key}: chart {c.id} not written as a file"
         for w in warnings:
             assert f"**Warning:** {w}" in md and w in text, f"{s.key}: warning missing"
+            assert f"<li><strong>Warning:</strong> {escape(w)}</li>" in html, f"{s.key}: warning not on the page"
         if s.details:
             summary, items = s.details
             assert items(full) and f"<summary>{summary}</summary>" in spans[s.title], s.key
@@ -150,10 +151,11 @@ def test_a_table_without_its_own_title_has_its_sections(full):
 
 def test_the_json_and_the_chart_files_keep_their_pinned_orders(full):
     keys = [k for k in full if k in {s.key for s in registry.computed()}]
-    assert keys == [k for k in registry.JSON_ORDER if k in keys] and len(keys) == 5
+    # the pinned keys first, in their order; a section added since comes after them
+    assert keys == [*registry.JSON_ORDER, "simulate"]
     ids = [c.id for c in registry.build_charts(full)]
     assert ids == ["token-mix-over-time", "reuse-time-cdf", "miss-ratio-curves", "working-set", "ttft",
-                   "writes-dwpd", "spend"]
+                   "writes-dwpd", "spend", "sim-throughput", "sim-occupancy", "sim-ttft"]
     # the pinned orders name only what the registry declares, and keep each section's charts in
     # their declared order (the page places them in build order)
     assert set(registry.JSON_ORDER) <= {s.key for s in registry.SECTIONS if s.compute}
@@ -168,7 +170,8 @@ def test_a_profile_can_ask_for_exactly_the_registrys_sections():
     the registry when all are set, and only those always shown when none is."""
     period = period_for("last 1d", datetime(2026, 11, 4, 0, 15))
     every = profile_from_dict({"analysis": {"ttls": ["5m", "1h"], "tiers": "seed-testbed", "model": "MiniMax-M2.7:fp8",
-                                            "tier_ttl": "1h", "group_by": ["day"], "capacities": [1e6]}}, name="all")
+                                            "tier_ttl": "1h", "group_by": ["day"], "capacities": [1e6],
+                                            "simulate": ["gpu=seed-testbed:HBM"]}}, name="all")
     opts = report_options(every, period)
     assert [s.key for s in registry.SECTIONS if s.when(opts)] == [s.key for s in registry.SECTIONS]
     bare = report_options(profile_from_dict({}, name="bare"), period)

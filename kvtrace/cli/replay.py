@@ -9,6 +9,9 @@ import typer
 
 from kvtrace.cli._options import DbOpt, KvDtypeOpt, ModelOpt, OutOpt, SinceOpt, UntilOpt, emit_text, guarded, model_option, progress_bar, working
 from kvtrace.errors import ConfigError
+from kvtrace.units import UNLIMITED, is_bytes, parse_bytes, parse_duration, parse_tokens, split_items
+from kvtrace.report.replay_tables import render_table
+from kvtrace.analyze.token_mix import no_data_text
 
 
 def replay(
@@ -44,7 +47,6 @@ def replay(
     """
     from kvtrace.replay import load_tiers, replay as run, resolve_model
     from kvtrace.replay.ttft import TTFTConfig
-    from kvtrace.units import UNLIMITED, is_bytes, parse_bytes, parse_duration, parse_tokens, split_items
 
     if format not in ("table", "json"):
         raise ConfigError(f"unknown --format '{format}'", hint="choose table or json")
@@ -89,7 +91,6 @@ def replay(
                 bt = load_block_trace(store, trace=trace_name, since=since, until=until)
                 if bt.n_requests == 0:
                     from kvtrace.analyze.load import window_bounds
-                    from kvtrace.analyze.token_mix import no_data_text
 
                     empty = no_data_text(store, *window_bounds(store, since, until))
                     _say_no_data(empty, format, out)
@@ -121,7 +122,6 @@ def replay(
         return
     from rich.console import Console
 
-    from kvtrace.report.replay_tables import render_table
 
     console = Console(file=open(out, "w") if out else None, width=160)
     render_table(res, console)

@@ -11,6 +11,10 @@ import typer
 
 from kvtrace.cli._options import DbOpt, InputFormatOpt, KvDtypeOpt, ModelOpt, OutOpt, SinceOpt, UntilOpt, guarded, model_option
 from kvtrace.errors import ConfigError, NoData
+from kvtrace.units import parse_duration, parse_durations
+from kvtrace.report.output import FORMATS, IMAGE_FORMATS, render_text, write_report
+from kvtrace.report.render import render_terminal
+from kvtrace.units import fmt_bytes
 
 
 def report(
@@ -27,6 +31,7 @@ def report(
     kv_dtype: KvDtypeOpt = None,
     tiers: Annotated[Optional[str], typer.Option("--tiers", help="Add a tier replay: a preset name or a tiers TOML file; with the capacity reaching 90/99/100% of each TTL's hit ratio and where each tier lands.")] = None,
     tier_ttl: Annotated[Optional[str], typer.Option("--tier-ttl", help="Idle TTL of the tier replay: 5m, 1h, none (default: the one --ttl if exactly one is given, else none).")] = None,
+    simulate: Annotated[Optional[list[str]], typer.Option("--simulate", help="Add the serving model (kvtrace simulate) of the window's sessions under this configuration: [NAME=]TIERS[:TIER,TIER], e.g. dram=seed-testbed:HBM,DRAM (the first tier is the GPU's; --model is the served model). Repeat to compare; ratios are to the first.")] = None,
     title: Annotated[str, typer.Option("--title", help="Report title.")] = "kvtrace report",
     ingest: Annotated[Optional[list[str]], typer.Option("--ingest", help="Ingest these files or folders first, in the same process (only what is new is read).")] = None,
     input_format: InputFormatOpt = None,
@@ -44,10 +49,10 @@ def report(
     Example: kvtrace report --group-by week,month --timezone Europe/Berlin
 
     Example: kvtrace report --ttl 5m,1h --tier-ttl 1h --tiers seed-testbed --model MiniMax-M2.7:fp8
+
+    Example: kvtrace report --simulate gpu=seed-testbed:HBM --simulate dram=seed-testbed:HBM,DRAM --model MiniMax-M2.7 --format html --out report.html
     """
     from kvtrace.report.build import ReportOptions, build_report
-    from kvtrace.report.output import FORMATS, IMAGE_FORMATS
-    from kvtrace.units import parse_duration, parse_durations
     from kvtrace.store import open_store
 
     if format not in FORMATS:
@@ -59,10 +64,15 @@ def report(
     if input_format and not ingest:
         raise ConfigError("--input-format is the format of the --ingest files", hint="add --ingest PATH, or drop it")
     groups = [g.strip() for item in (group_by or []) for g in item.split(",") if g.strip()]
+    if simulate:
+        from kvtrace.simulate.run import check_configs, parse_config
+
+        # checked before any ingest or analysis runs
+        check_configs([parse_config(c, option="--simulate") for c in simulate], option="--simulate")
     opts = ReportOptions(since=since, until=until, group_by=groups, ttls=parse_durations(ttl),
                          model=model_option(model, kv_dtype), tiers=tiers, title=title, timezone=timezone,
                          tier_ttl=None if tier_ttl is None else parse_duration(tier_ttl, what="--tier-ttl", unlimited=True),
-                         pricing=None if pricing is None else str(pricing))
+                         pricing=None if pricing is None else str(pricing), simulate=list(simulate or []))
     if ingest:
         from kvtrace.ingest import ingest as run_ingest
 
@@ -83,9 +93,6 @@ def report(
 
 def _write(data: dict, format: str, out) -> None:
     """Render to ``out`` (a path; a folder for images) or stdout, and say what was written."""
-    from kvtrace.report.output import IMAGE_FORMATS, render_text, write_report
-    from kvtrace.report.render import render_terminal
-    from kvtrace.units import fmt_bytes
 
     if out is None:
         if format == "table":

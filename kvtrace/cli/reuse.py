@@ -9,6 +9,10 @@ import typer
 
 from kvtrace.cli._options import DbOpt, KvDtypeOpt, ModelOpt, OutOpt, SinceOpt, UntilOpt, guarded, model_option, working
 from kvtrace.errors import ConfigError
+from kvtrace.units import parse_duration, parse_ttls
+from kvtrace.report.render import print_tables
+from kvtrace.report.tables import reuse_cdf_table, spend_table, ttl_table
+from kvtrace.units import fmt_int, fmt_seconds, fmt_span, fmt_tokens, fmt_ttl
 
 
 def reuse(
@@ -43,7 +47,6 @@ def reuse(
     from kvtrace.analyze.reuse import ReuseParams
     from kvtrace.analyze.reuse_report import DEFAULT_TTLS, ReuseOptions, reuse_report
     from kvtrace.replay.catalog import resolve_model
-    from kvtrace.units import parse_duration, parse_ttls
 
     if format not in ("table", "json"):
         raise ConfigError(f"unknown --format '{format}'", hint="choose table or json")
@@ -91,9 +94,6 @@ def render(data: dict, console) -> None:
     """The reuse report as the report's tables (reuse time, TTL what-if, spend) and two summary lines."""
     from dataclasses import replace
 
-    from kvtrace.report.render import print_tables
-    from kvtrace.report.tables import reuse_cdf_table, spend_table, ttl_table
-    from kvtrace.units import fmt_int, fmt_seconds, fmt_span, fmt_tokens, fmt_ttl
 
     tr = data.get("trace")
     if not tr:

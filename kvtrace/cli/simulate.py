@@ -9,6 +9,7 @@ import typer
 
 from kvtrace.cli._options import DbOpt, KvDtypeOpt, ModelOpt, OutOpt, SinceOpt, UntilOpt, emit_text, guarded, model_option, progress_bar
 from kvtrace.errors import ConfigError
+from kvtrace.report.simulate_page import render_simulate_html
 from kvtrace.units import parse_duration, parse_tokens
 from kvtrace.synth.config import set_field
 
@@ -143,8 +144,6 @@ def _model(current: str, model: str | None, kv_dtype: str | None) -> str | None:
 
 def _emit(res: dict, format: str, out, table) -> None:
     if format == "html" and "configs" in res:
-        from kvtrace.report.simulate_page import render_simulate_html
-
         emit_text(render_simulate_html(res), out)
         return
     if format in ("json", "html"):

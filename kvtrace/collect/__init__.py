@@ -1,10 +1,10 @@
 """``kvtrace collect``: a durable OTLP/HTTP + gRPC receiver that spools and ingests.
 
-Data flow: a request is decompressed under a cap and decoded (:mod:`.otlp`), checked for records
-ingest would reject (:mod:`.validate`), appended to the open spool segment and fsynced with group
-commit (:mod:`.spool`) before the success answer; sealed segments are converted to OTLP JSON
-lines (:mod:`.segments`, :mod:`.pbjson`) and ingested into the warehouse by a worker process
-(:mod:`.worker`). :class:`Collector` (:mod:`.server`) runs the HTTP (:mod:`.http_app`) and gRPC
+Data flow: a request is decompressed under a cap and decoded (:mod:`.otlp`), appended to the
+open spool segment and fsynced with group commit (:mod:`.spool`) before the success answer;
+sealed segments are converted to OTLP JSON lines (:mod:`.segments`, :mod:`.pbjson`) and ingested
+into the warehouse by a worker process (:mod:`.worker`), whose ingest alone decides which records
+become rows and reports the rest. :class:`Collector` (:mod:`.server`) runs the HTTP (:mod:`.http_app`) and gRPC
 (:mod:`.grpc_server`) front ends, the spool and the maintenance loop together.
 
 Example::

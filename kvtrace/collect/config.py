@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvtrace.errors import ConfigError
+from kvtrace.units import parse_duration
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)\s*$", re.I)
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
@@ -29,7 +30,6 @@ def parse_every(text: str) -> float:
     """A duration (``60s``, ``5m``) or ``off``/``0`` (no ingest by the collector) -> seconds."""
     if str(text).strip().lower() in ("off", "none", "never", "0"):
         return 0.0
-    from kvtrace.units import parse_duration
 
     return parse_duration(text)
 

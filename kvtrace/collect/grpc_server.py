@@ -47,9 +47,7 @@ def _handler(collector, signal: otlp.Signal):
                 code = grpc.StatusCode.INVALID_ARGUMENT
                 context.abort(code, f"cannot decode {signal.name} request: {e}")
             metrics.inc("kvtrace_collect_received_bytes_total", len(request), signal=signal.name)
-            metrics.inc("kvtrace_collect_received_records_total", batch.records + batch.rejected, signal=signal.name)
-            if batch.rejected:
-                metrics.inc("kvtrace_collect_rejected_records_total", batch.rejected, signal=signal.name)
+            metrics.inc("kvtrace_collect_received_records_total", batch.records, signal=signal.name)
             if batch.records:
                 try:
                     spool.submit(batch.frame_kind, batch.payload, batch.records).result()
@@ -62,7 +60,7 @@ def _handler(collector, signal: otlp.Signal):
                     code = grpc.StatusCode.UNAVAILABLE
                     context.abort(code, str(e))
                 metrics.inc("kvtrace_collect_stored_records_total", batch.records, signal=signal.name)
-            return otlp.response_message(signal, batch.rejected, batch.message)
+            return otlp.response_message(signal)
         finally:
             metrics.inc("kvtrace_collect_requests_total", protocol="grpc", encoding="protobuf", signal=signal.name,
                         code=code.name)

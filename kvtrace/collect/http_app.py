@@ -1,7 +1,7 @@
 """OTLP/HTTP front end (Starlette): ``POST /v1/logs|metrics|traces``, ``/healthz``, ``/metrics``.
 
 The protocol contract (docs/formats.md §7): 200 with an empty
-``Export*ServiceResponse`` in the request's media type, or a partial success; 400 with a
+``Export*ServiceResponse`` in the request's media type once the batch is stored; 400 with a
 ``google.rpc.Status`` body for an undecodable body; 401 without the bearer token; 404; 405 for
 other methods; 413 over the size limit (checked on the wire and again while decompressing); 415
 for other media types or encodings; 429/503 with ``Retry-After`` when the spool cannot take the
@@ -119,9 +119,7 @@ def make_app(collector) -> Starlette:
         except otlp.BadPayload as e:
             return _status(400, f"cannot decode {signal.name} request: {e}", media)
         metrics.inc("kvtrace_collect_received_bytes_total", len(data), signal=signal.name)
-        metrics.inc("kvtrace_collect_received_records_total", batch.records + batch.rejected, signal=signal.name)
-        if batch.rejected:
-            metrics.inc("kvtrace_collect_rejected_records_total", batch.rejected, signal=signal.name)
+        metrics.inc("kvtrace_collect_received_records_total", batch.records, signal=signal.name)
         if batch.records:
             try:
                 fut = spool.submit(batch.frame_kind, batch.payload, batch.records)
@@ -131,7 +129,7 @@ def make_app(collector) -> Starlette:
             except SpoolWriteError as e:
                 return _status(503, str(e), media, headers={"Retry-After": "5"})
             metrics.inc("kvtrace_collect_stored_records_total", batch.records, signal=signal.name)
-        return Response(otlp.success_body(signal, media, batch.rejected, batch.message), media_type=media)
+        return Response(otlp.success_body(signal, media), media_type=media)
 
     async def healthz(request: Request) -> Response:
         ok = collector.healthy()

@@ -10,7 +10,7 @@ METRICS: dict[str, tuple[str, str]] = {
     "kvtrace_collect_requests_total": ("counter", "Export requests answered, by protocol, encoding, signal and status code."),
     "kvtrace_collect_received_records_total": ("counter", "Records (log records, data points, spans) in decoded requests."),
     "kvtrace_collect_stored_records_total": ("counter", "Records written and fsynced to the spool (acknowledged)."),
-    "kvtrace_collect_rejected_records_total": ("counter", "Records dropped as impossible to normalise (partial success)."),
+    "kvtrace_collect_rejected_records_total": ("counter", "Lines and records of ingested segments that ingest rejected (reasons logged with -v)."),
     "kvtrace_collect_received_bytes_total": ("counter", "Request bytes after decompression."),
     "kvtrace_collect_spool_bytes": ("gauge", "Bytes of spool segments not yet ingested (open, sealed, ready)."),
     "kvtrace_collect_spool_queue_bytes": ("gauge", "Bytes of accepted batches waiting for the spool writer."),

@@ -236,6 +236,7 @@ class Collector:
                 self.metrics.inc("kvtrace_collect_segment_failures_total", t["failed"])
                 self.metrics.set("kvtrace_collect_segments_retrying", t["retrying"])
                 self.metrics.inc("kvtrace_collect_ingested_requests_total", t["requests_added"])
+                self.metrics.inc("kvtrace_collect_rejected_records_total", t["lines_rejected"])
                 log.info("ingested %d segment(s): %d requests, %d metric points added, %d duplicates skipped, "
                          "%d lines rejected", t["segments"], t["requests_added"], t["metric_points_added"],
                          t["duplicates_skipped"], t["lines_rejected"])

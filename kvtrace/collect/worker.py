@@ -25,6 +25,8 @@ from pathlib import Path
 
 from kvtrace.collect import segments as seg
 from kvtrace.collect.spool import ops_lock
+from kvtrace.errors import BadTraceInput, UnknownFormat
+from kvtrace.errors import SchemaError
 
 log = logging.getLogger("kvtrace.collect")
 
@@ -66,7 +68,6 @@ _retry: dict[str, tuple[int, float]] = {}   # segment path -> (failures so far, 
 def permanent(path: Path, error: BaseException) -> bool:
     """Whether a failure is about the segment's own content, so that no retry can change it: ingest
     named a line of the segment."""
-    from kvtrace.errors import BadTraceInput, UnknownFormat
 
     return isinstance(error, (BadTraceInput, UnknownFormat))
 
@@ -162,7 +163,6 @@ def _chunks(paths: list[Path]) -> list[list[Path]]:
 def _ingest(db: str, paths: list[Path]) -> dict:
     """One ingest of ``paths``: its summary, or ``{"error": error}``. SchemaError (a busy or
     unusable warehouse) is raised: the cycle ends."""
-    from kvtrace.errors import SchemaError
     from kvtrace.ingest import IngestSummary, ingest
     from kvtrace.store import open_store
 
@@ -189,7 +189,9 @@ def ingest_segments(spool: str, db: str, keep_seconds: float, now: bool = False)
 
     Returns:
         Totals: ``segments``, ``requests_added``, ``metric_points_added``, ``duplicates_skipped``,
-        ``lines_rejected``, ``rejects`` (first few), ``failed`` (set aside), ``retrying``.
+        ``lines_rejected``, ``rejects`` (first few), ``failed`` (set aside), ``retrying``. The
+        rejects are the parse's own, as ``kvtrace ingest`` reports them: the receiver judges no
+        record, so these are the only ones.
     """
     root = Path(spool)
     done_dir = root / seg.INGESTED_DIR

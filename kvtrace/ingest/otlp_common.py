@@ -253,7 +253,7 @@ def retire_connection() -> None:
 
 def new_connection():
     """A private in-memory DuckDB with the OTLP macros and ingest's settings; the parsers never touch
-    the warehouse (the collector judges values with the same macros on one of these)."""
+    the warehouse."""
     import duckdb
 
     from kvtrace.store import load_query

@@ -37,6 +37,7 @@ class ReportOptions:
     title: str = "kvtrace report"
     timezone: str = "UTC"                                      # IANA zone of day boundaries and naive bounds
     pricing: str | None = None                                 # price table TOML (default: built-in list prices)
+    simulate: list[str] = field(default_factory=list)         # [NAME=]TIERS[:TIER,...] each; adds `simulate`
 
 
 def tier_ttl_s(opts: ReportOptions) -> float | None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from kvtrace.units import fmt_age, fmt_bytes, fmt_tokens, fmt_ttl
-from kvtrace.report.tables import CLASS_LABELS
+from kvtrace.report.tables import CLASS_LABELS, SIM_COHORTS
 
 # Okabe & Ito, "Color Universal Design" (2008): distinguishable with protanopia, deuteranopia, tritanopia.
 OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
@@ -594,12 +594,105 @@ def spend_by_ttl(d: dict) -> ChartSpec | None:
                      "the spend the telemetry reported.", _spec(chart))
 
 
-def build_charts(d: dict) -> list[ChartSpec]:
-    """Every chart the report's data supports: the charts of the report's sections
-    (:func:`kvtrace.report.registry.build_charts`)."""
-    from kvtrace.report.registry import build_charts as charts_of   # the registry imports this module
+# -- the serving model (a ``kvtrace.simulate/1`` dict: the report's ``simulate`` section, or the
+# page of ``kvtrace simulate --format html``) -----------------------------------------------------
 
-    return charts_of(d)
+def _inline(spec: dict, rows: list[dict]) -> dict:
+    """``spec`` with ``rows`` as the values of its one empty inline data (at the top, where Altair
+    moves a lone layer's data, or in a layer). A run's series has a row per minute and configuration
+    (10 K a week): Altair would validate and copy every row, seconds per chart, so the charts are
+    built on no rows and given them after."""
+    for at in (spec, *spec.get("layer", ())):
+        if at.get("data") == {"values": []}:
+            at["data"]["values"] = rows
+            return spec
+    raise ValueError("the chart has no empty inline data to fill")
+
+
+def throughput_chart(res: dict) -> ChartSpec:
+    """Processed tokens/s per minute, one line per configuration."""
+    import altair as alt
+
+    rows = [{"min": s["t_s"] / 60, "tok": s["processed_tokens_per_s"], "config": c["name"]}
+            for c in res["configs"] for s in c["series"]]
+    chart = alt.Chart(alt.Data(values=[])).mark_line(strokeWidth=2).encode(
+        x=alt.X("min:Q", title="Time (minutes)"),
+        y=alt.Y("tok:Q", title="Processed tokens/s (prompt incl. cached + output)", axis=alt.Axis(labelExpr=TOKENS_LABEL)),
+        color=alt.Color("config:N", title="Configuration", sort=[c["name"] for c in res["configs"]]),
+        tooltip=["config:N", alt.Tooltip("min:Q", title="minute"), alt.Tooltip("tok:Q", format=",.0f")],
+    ).properties(width=WIDTH, height=HEIGHT)
+    return ChartSpec("sim-throughput", "Throughput over time",
+                     "One-minute means of processed tokens/s (every prompt token, cached included, plus output).",
+                     _inline(_spec(chart), rows))
+
+
+def occupancy_chart(res: dict) -> ChartSpec | None:
+    """Bytes held by each offload tier over time, against its capacity."""
+    import altair as alt
+
+    rows, caps = [], []
+    for c in res["configs"]:
+        for t in c["tiers"][1:]:
+            label = f"{c['name']}: {t['name']}"
+            caps.append({"series": label, "bytes": t["capacity_bytes"]})
+            rows += [{"min": s["t_s"] / 60, "bytes": s["occupancy_bytes"][t["name"]], "series": label}
+                     for s in c["series"]]
+    if not rows:
+        return None
+    lines = alt.Chart(alt.Data(values=[])).mark_line(strokeWidth=2, interpolate="step-after").encode(
+        x=alt.X("min:Q", title="Time (minutes)"), y=alt.Y("bytes:Q", title="KV held", axis=alt.Axis(labelExpr=BYTES_LABEL)),
+        color=alt.Color("series:N", title="Configuration: tier"),
+        tooltip=["series:N", alt.Tooltip("min:Q", title="minute"), alt.Tooltip("bytes:Q", format=",.3s")])
+    peak = max(r["bytes"] for r in rows) or 1.0
+    shown = [c for c in caps if c["bytes"] <= 3 * peak]     # far-off capacities would flatten the lines
+    hidden = [c for c in caps if c["bytes"] > 3 * peak]
+    layers = [lines]
+    if shown:
+        layers.append(alt.Chart(alt.Data(values=shown)).mark_rule(strokeDash=[2, 3], color="#555").encode(
+            y="bytes:Q", tooltip=["series:N", alt.Tooltip("bytes:Q", format=",.3s", title="capacity")]))
+    caption = ("KV held by each offload tier at the start of each minute; dotted: capacities. "
+               "A tier is full at its first eviction (first_full_s).")
+    if hidden:
+        caption += " Far above: " + ", ".join(f"{c['series']} holds {fmt_bytes(c['bytes'])}" for c in hidden) + "."
+    return ChartSpec("sim-occupancy", "Offload tier occupancy", caption,
+                     _inline(_spec(alt.layer(*layers).properties(width=WIDTH, height=HEIGHT)), rows))
+
+
+def ttft_chart(res: dict) -> ChartSpec:
+    """TTFT p50 / p90 / max per cohort and configuration."""
+    import altair as alt
+
+    rows = []
+    for c in res["configs"]:
+        for key, label in SIM_COHORTS:
+            v = c["ttft"][key]
+            for q in ("p50_s", "p90_s", "max_s"):
+                if v[q] is not None:
+                    rows.append({"config": c["name"], "cohort": label, "q": q[:-2], "s": v[q]})
+    chart = alt.Chart(alt.Data(values=rows)).mark_point(filled=True, size=90).encode(
+        x=alt.X("config:N", title=None, sort=[c["name"] for c in res["configs"]]),
+        xOffset=alt.XOffset("q:N", sort=["p50", "p90", "max"]),
+        y=alt.Y("s:Q", title="TTFT (seconds, log)", scale=alt.Scale(type="log")),
+        color=alt.Color("q:N", title="Statistic", sort=["p50", "p90", "max"]),
+        column=alt.Column("cohort:N", title=None, sort=[label for _, label in SIM_COHORTS]),
+        tooltip=["config:N", "cohort:N", "q:N", alt.Tooltip("s:Q", format=",.2f")],
+    ).properties(width=WIDTH // 3 - 20, height=HEIGHT)
+    return ChartSpec("sim-ttft", "Time to first token by cohort",
+                     "Queueing, offload loads and prefill together; the JSON splits them.", _spec(chart))
+
+
+# The report's ``simulate`` section draws the same three charts.
+
+def simulate_throughput(d: dict) -> ChartSpec | None:
+    return throughput_chart(d["simulate"]) if d.get("simulate") else None
+
+
+def simulate_occupancy(d: dict) -> ChartSpec | None:
+    return occupancy_chart(d["simulate"]) if d.get("simulate") else None
+
+
+def simulate_ttft(d: dict) -> ChartSpec | None:
+    return ttft_chart(d["simulate"]) if d.get("simulate") else None
 
 
 @functools.cache

@@ -118,7 +118,7 @@ def _body(d: dict, charts: dict) -> str:
     """The page between header and footer: the cards, then each section of the registry that has
     tables or charts, under its title (the first table is titled by it, later ones by their own;
     a section without a title has none, and each table its own), with its charts before or after
-    its tables and its details last. ``charts``: chart id -> ChartSpec, built from ``d``."""
+    its tables, then its warnings, and its details last. ``charts``: chart id -> ChartSpec, built from ``d``."""
     if d.get("no_data"):
         return f'<p class="no-data">{_e(d["no_data"])}</p>'
     out = [_cards(d)]
@@ -127,11 +127,15 @@ def _body(d: dict, charts: dict) -> str:
         tables = [(f"<h3>{_e(t.title)}</h3>" if i or not section.title else "") + _table(t)
                   for i, t in enumerate(specs)]
         figs = [_figure(c) for c in charts.values() if c.section == section.key]
-        if not tables and not figs:
+        warns = section.warnings(d)
+        if not tables and not figs and not warns:
             continue
         if section.title:
             out.append(f"<h2>{_e(section.title)}</h2>")
         out += figs + tables if section.charts_first else tables + figs
+        if warns:
+            out.append('<ul class="warnings">' + "".join(f"<li><strong>Warning:</strong> {_e(w)}</li>"
+                                                         for w in warns) + "</ul>")
         if section.details:
             summary, items = section.details
             out.append(_details(summary, items(d)))

@@ -1,7 +1,7 @@
 """The report's sections, each declared once: its key, when it is computed, how, its tables, its
 charts and its title, in reading order. Every rendering reads this list: ``build_report`` computes
 the sections, the terminal and Markdown draw their tables and warnings, the HTML page their
-headings, tables, charts and details, the PNG/SVG export their charts.
+headings, tables, charts, warnings and details, the PNG/SVG export their charts.
 
 Adding a section means adding one :class:`Section` to ``SECTIONS`` (with its compute, table and
 chart functions in ``sections.py``, ``tables.py`` and ``charts.py``).
@@ -13,10 +13,11 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from kvtrace.report import sections
-from kvtrace.report.charts import (ChartSpec, miss_ratio_curves, reuse_time_cdf, spend_by_ttl, token_mix_over_time,
-                                   ttft_distributions, working_set_over_time, writes_and_dwpd)
-from kvtrace.report.tables import (TableSpec, capacity_table, group_table, mix_table, reuse_table, spend_table,
-                                   tier_table, ttft_table, ttl_table)
+from kvtrace.report.charts import (ChartSpec, miss_ratio_curves, reuse_time_cdf, simulate_occupancy, simulate_throughput,
+                                   simulate_ttft, spend_by_ttl, token_mix_over_time, ttft_distributions,
+                                   working_set_over_time, writes_and_dwpd)
+from kvtrace.report.tables import (TableSpec, capacity_table, group_table, mix_table, reuse_table, sim_assumptions,
+                                   simulate_tables, spend_table, tier_table, ttft_table, ttl_table)
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class Section:
     tables: Callable[[dict], list[TableSpec | None]] = lambda d: []   # terminal, Markdown, HTML
     charts: tuple[Callable[[dict], ChartSpec | None], ...] = ()      # HTML, PNG/SVG
     charts_first: bool = False                         # on the page, its charts come before its tables
-    warnings: Callable[[dict], list[str]] = lambda d: []   # sentences after its tables (terminal, Markdown)
+    warnings: Callable[[dict], list[str]] = lambda d: []   # sentences after its tables (terminal, Markdown, HTML)
     details: tuple[str, Callable[[dict], list]] | None = None   # HTML: a folded list (summary, items)
 
 
@@ -68,6 +69,10 @@ SECTIONS: tuple[Section, ...] = (
     Section("spend", "API spend by cache TTL", when=_option("ttls"), compute=sections.spend_section,
             tables=lambda d: [spend_table(d["spend"])] if d.get("spend") else [],
             charts=(spend_by_ttl,), charts_first=True),
+    Section("simulate", "Serving model (simulated)", when=_option("simulate"), compute=sections.simulate_section,
+            tables=lambda d: simulate_tables(d["simulate"]) if d.get("simulate") else [],
+            charts=(simulate_throughput, simulate_occupancy, simulate_ttft),
+            details=("Assumptions of the serving model", lambda d: sim_assumptions(d.get("simulate")))),
     Section("groups", None, when=_option("group_by"),
             tables=lambda d: [group_table(g, entries, (d.get("window") or {}).get("timezone", "UTC"))
                               for g, entries in (d.get("groups") or {}).items()]),

@@ -5,15 +5,15 @@ TTFT are the report's ``tiers`` section), plus the capacity x TTL grid only this
 """
 
 from __future__ import annotations
+from kvtrace.report.render import print_tables
+from kvtrace.report.tables import capacity_table, grid_table, tier_table, ttft_table
+from kvtrace.units import fmt_bytes_compact, fmt_duration, fmt_tokens_compact
 
 
 def render_table(res, console) -> None:
     """The replay result as terminal tables."""
     from dataclasses import replace
 
-    from kvtrace.report.render import print_tables
-    from kvtrace.report.tables import capacity_table, grid_table, tier_table, ttft_table
-    from kvtrace.units import fmt_bytes_compact, fmt_duration, fmt_tokens_compact
 
     tr = res.trace
     console.print(f"[bold]{tr['name']}[/]: {tr['requests']:,} requests, {tr['blocks']:,} block accesses of "

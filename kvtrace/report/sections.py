@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 
 def _trace(store, win, ids: bool = False):
     # Loaded once per report: every section of one build_report call shares the window dict.
@@ -79,3 +81,26 @@ def spend_section(store, opts, win) -> dict | None:
     if trace.n_requests == 0 or "chain_prev" not in trace.meta:
         return None
     return spend_whatif(trace, load_pricing(opts.pricing))
+
+
+def _bound_text(t) -> str | None:
+    # the window bound as the warehouse query reads it: naive UTC, to the microsecond
+    return t.isoformat() if isinstance(t, datetime) else t
+
+
+def simulate_section(store, opts, win) -> dict | None:
+    """The ``simulate`` section: ``kvtrace simulate``'s serving model (a ``kvtrace.simulate/1``
+    dict) of the window's warehouse sessions, from its first request to 5 minutes after its last
+    (``warehouse_span_s``), under each ``--simulate`` configuration; ``--model`` is the served
+    model (default: kvtrace simulate's)."""
+    from kvtrace.simulate.run import Scenario, parse_config, simulate, warehouse_span_s
+
+    since, until = _bound_text(win["since"]), _bound_text(win["until"])
+    span = warehouse_span_s(store, since, until)
+    if span is None:
+        return None
+    sc = Scenario(sessions="warehouse", since=since, until=until, duration_s=span,
+                  configs=[parse_config(c, option="--simulate") for c in opts.simulate])
+    if opts.model:
+        sc.model = opts.model
+    return simulate(sc, store=store)

@@ -268,9 +268,106 @@ def ttft_table(ttft: dict) -> TableSpec | None:
                                                                  "p99 without cache (ms)"), rows, notes=notes)
 
 
-def report_tables(d: dict) -> list[TableSpec]:
-    """Every table of the report, in reading order, titled; sections without data are left out
-    (:func:`kvtrace.report.registry.report_tables`)."""
-    from kvtrace.report.registry import report_tables as tables_of   # the registry imports this module
+# -- the serving model (a ``kvtrace.simulate/1`` dict: the report's ``simulate`` section, or the
+# page of ``kvtrace simulate --format html``) -----------------------------------------------------
 
-    return tables_of(d)
+SIM_COHORTS = (("new", "New session"), ("continuing", "Continuing"), ("resumed", "Resumed after idle"))
+
+
+def _s2(v) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def sim_throughput_table(res: dict, title: str | None = None, notes: list[str] | None = None) -> TableSpec:
+    """Per configuration: nodes, peak and steady processed tokens/s and their ratios to the first,
+    GPU busy share, cost per million processed tokens."""
+    rows = []
+    for c in res["configs"]:
+        usd = c["cost"]["usd_per_million_processed_tokens"]
+        rows.append((c["name"], str(c.get("nodes", 1)), f"{c['peak_tokens_per_s']:,.0f}",
+                     f"{c['steady_tokens_per_s']:,.0f}", _ratio(c["ratio_peak"]), _ratio(c["ratio_steady"]),
+                     f"{c['gpu_busy']:.0%}", "-" if usd is None else f"{usd:.3f}"))
+    return TableSpec("simulate", title, ("Configuration", "Nodes", "Peak tok/s", "Steady tok/s", "Peak ratio",
+                                         "Steady ratio", "GPU busy", "$ / M processed tokens"), rows,
+                     notes=list(notes or []))
+
+
+def _ratio(v) -> str:
+    return "-" if v is None else f"{v:.2f}x"
+
+
+def sim_tier_table(res: dict, title: str | None = None) -> TableSpec:
+    """Per configuration and tier (the GPU first): capacity, first fill, hit ratio, read and write
+    rates (means over the run), writes by cause, DWPD per drive."""
+    from kvtrace.simulate.render import causes_text   # here: the simulate package costs a report 0.2 s
+
+    rows = []
+    for c in res["configs"]:
+        for t in c["tiers"]:
+            ff, dw = t["first_full_s"], t.get("dwpd_per_drive")
+            rows.append((c["name"], t["name"], fmt_bytes(t["capacity_bytes"]),
+                         "never" if ff is None else f"{ff / 60:.1f} min", f"{t['hit_ratio']:.1%}",
+                         fmt_bytes(t["read_bytes_per_s"]) + "/s", fmt_bytes(t["write_bytes_per_s"]) + "/s",
+                         causes_text(t), "-" if dw is None else f"{dw:.2f}"))
+    return TableSpec("simulate", title, ("Configuration", "Tier", "Capacity", "First full", "Hit ratio", "Reads/s",
+                                         "Writes/s", "Writes by cause", "DWPD"), rows)
+
+
+def sim_ttft_table(res: dict, title: str | None = None) -> TableSpec:
+    """Per configuration and cohort: TTFT p50 / p90 / p99 / max and the p50 of its parts."""
+    rows = []
+    for c in res["configs"]:
+        for key, label in SIM_COHORTS:
+            v = c["ttft"][key]
+            rows.append((c["name"], label, str(v["count"]), *(_s2(v[k]) for k in (
+                "p50_s", "p90_s", "p99_s", "max_s", "queue_p50_s", "load_p50_s", "prefill_p50_s"))))
+    return TableSpec("simulate", title, ("Configuration", "Cohort", "Requests", "p50 s", "p90 s", "p99 s", "max s",
+                                         "queue p50", "load p50", "prefill p50"), rows)
+
+
+def sim_run_line(res: dict) -> str:
+    """What was simulated: the span, the sessions, the node."""
+    node = res["node"]
+    return (f"{res['duration_s'] / 3600:.3g} h of {res['sessions']} sessions on {node['gpus']} x {node['gpu']}, "
+            f"{node['model']} ({node['kv_dtype']} KV); efficiencies prefill {node['prefill_efficiency']:g}, "
+            f"decode {node['decode_efficiency']:g}")
+
+
+def simulate_tables(sim: dict) -> list[TableSpec]:
+    """The report's ``simulate`` section: throughput (titled by the section), tiers, TTFT."""
+    first = sim["configs"][0]["name"]
+    notes = [f"Closed-loop serving model of the window's requests: {sim_run_line(sim)}. Processed tokens/s "
+             f"count every prompt token (cached included) plus output; steady is the mean of the last hour; "
+             f"ratios are to {first}."]
+    unserved = {c["name"]: c["ttft"]["unserved"] for c in sim["configs"] if c["ttft"]["unserved"]}
+    if unserved:
+        notes.append("Requests still without a first token when the run ended: "
+                     + ", ".join(f"{k} {v:,}" for k, v in unserved.items()) + ".")
+    return [sim_throughput_table(sim, notes=notes),
+            sim_tier_table(sim, "Serving model: tiers (hit ratio of prompt tokens; rates are means over the run)"),
+            sim_ttft_table(sim, "Serving model: time to first token by cohort (seconds)")]
+
+
+def sim_assumptions(sim: dict | None) -> list[str]:
+    """What the report's ``simulate`` section rests on, one sentence each (the page folds them)."""
+    if not sim:
+        return []
+    node, pol = sim["node"], sim["policy"]
+    kv = ", ".join(f"{c['name']} {fmt_tokens(c['gpu_kv_tokens'])}" for c in sim["configs"])
+    return [
+        "Sessions: every thread of the window's sessions is a closed-loop client. It starts at its recorded "
+        "first request and sends each next request its recorded gap after the simulated response ends, so a "
+        "slower configuration stretches the sessions (docs/simulate.md).",
+        f"Span: {sim['duration_s'] / 60:,.0f} min, from the window's first request to 5 minutes after its last.",
+        f"Node: {node['gpus']} x {node['gpu']}, {node['model']} ({node['kv_dtype']} KV); GPU KV cache in tokens: "
+        f"{kv} (the tier file's HBM less the weights). Step cost from the hardware catalog at prefill efficiency "
+        f"{node['prefill_efficiency']:g} and decode efficiency {node['decode_efficiency']:g}, uncalibrated "
+        "(kvtrace simulate --calibrate fits them to a measured throughput).",
+        f"Offload: {pol['tier_mode']} tiers, {pol['chunk_tokens']}-token chunks, store {pol['store']}, "
+        f"loads {pol['load']}, write-back {'on' if pol['write_back'] else 'off'}; {node['max_num_seqs']} sequences "
+        f"and {node['max_num_batched_tokens']:,} tokens per step at most.",
+        "kvtrace simulate --sessions warehouse with this window's --since and --until, --duration "
+        f"{sim['duration_s'] / 60:.0f}m, the same --model and the same --config values gives the same figures "
+        "(and, with --format html, its own page).",
+    ]
+

@@ -24,7 +24,7 @@ _TABLES = {
     "": {"name", "title", "inputs", "window", "analysis", "output", "schedule"},
     "inputs": {"warehouse", "spool", "files"},
     "window": {"period", "timezone"},
-    "analysis": {"ttls", "model", "tiers", "tier_ttl", "group_by", "capacities"},
+    "analysis": {"ttls", "model", "tiers", "tier_ttl", "group_by", "capacities", "simulate"},
     "output": {"root", "formats", "write_empty"},
     "schedule": {"cron"},
 }
@@ -48,6 +48,7 @@ class Profile:
     tier_ttl: str | None = None                       # [analysis] idle TTL of the tier replay ("1h", "none")
     group_by: list[str] = field(default_factory=list)  # [analysis]
     capacities: list[float] = field(default_factory=list)  # [analysis] tokens
+    simulate: list[str] = field(default_factory=list)  # [analysis] serving-model configurations ([NAME=]TIERS[:TIER,...])
     output_root: Path = Path("reports/out")           # [output] root
     formats: list[str] = field(default_factory=lambda: list(DEFAULT_FORMATS))  # [output]
     write_empty: bool = False                         # [output] write a report for a period without requests
@@ -72,6 +73,23 @@ def _list(v, where: str) -> list:
     if not isinstance(v, list):
         raise ConfigError(f"{where} must be a list")
     return v
+
+
+def _simulate_configs(v, where: str) -> list[str]:
+    """The ``simulate`` configurations, each as ``kvtrace report --simulate`` takes it, checked now
+    (tier file, tiers, distinct names) so a bad one fails when the profile is read, not at its run."""
+    specs = _list(v, where)
+    if not all(isinstance(x, str) for x in specs):
+        raise ConfigError(f"{where} must be a list of strings",
+                          hint='e.g. simulate = ["gpu=seed-testbed:HBM", "dram=seed-testbed:HBM,DRAM"]')
+    if specs:
+        from kvtrace.simulate.run import check_configs, parse_config   # here: the simulate package loads numpy
+
+        try:
+            check_configs([parse_config(x, option="") for x in specs], option="")
+        except ConfigError as e:
+            raise ConfigError(f"{where}: {e.args[0]}", hint=e.hint) from None
+    return specs
 
 
 def find_profile(ref: str | Path) -> Path:
@@ -128,6 +146,7 @@ def profile_from_dict(doc: dict, name: str, source: Path | None = None) -> Profi
     prof.tier_ttl = None if ana.get("tier_ttl") is None else str(ana["tier_ttl"])
     prof.group_by = [str(g) for g in _list(ana.get("group_by", []), f"{where}: [analysis] group_by")]
     prof.capacities = [float(c) for c in _list(ana.get("capacities", []), f"{where}: [analysis] capacities")]
+    prof.simulate = _simulate_configs(ana.get("simulate", []), f"{where}: [analysis] simulate")
     prof.output_root = _path(out.get("root", "reports/out"))
     prof.formats = [str(f) for f in _list(out.get("formats", DEFAULT_FORMATS), f"{where}: [output] formats")]
     bad = [f for f in prof.formats if f not in OUTPUT_FORMATS]

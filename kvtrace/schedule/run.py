@@ -21,6 +21,13 @@ from pathlib import Path
 from kvtrace.errors import ConfigError, ReportExists
 from kvtrace.schedule.periods import Period, period_for
 from kvtrace.schedule.profile import Profile
+from kvtrace.collect.config import CollectorConfig
+from kvtrace.collect.worker import finish_segments, ingest_segments
+from kvtrace.units import parse_duration, parse_durations
+from kvtrace.report.files import write_atomic
+from kvtrace.report.output import write_report
+from kvtrace.report.registry import build_charts
+from kvtrace.schedule.index import summarize, write_index
 
 
 @dataclass
@@ -49,8 +56,6 @@ def _now() -> datetime:
 def _ingest_spool(spool: Path, db: Path | None) -> dict:
     """Ingest the closed segments of a ``kvtrace collect`` spool, as the collector's own worker does
     (under the spool's lock, so a running collector and this run never ingest the same segment)."""
-    from kvtrace.collect.config import CollectorConfig
-    from kvtrace.collect.worker import finish_segments, ingest_segments
     from kvtrace.store.store import default_db_path
 
     if not spool.is_dir():
@@ -70,14 +75,14 @@ def report_options(profile: Profile, period: Period):
     """The report options of one period of ``profile`` (its ``[analysis]`` table enables the
     report's sections)."""
     from kvtrace.report.build import ReportOptions
-    from kvtrace.units import parse_duration, parse_durations
 
     since, until = period.iso()
     tier_ttl = None if profile.tier_ttl is None else parse_duration(profile.tier_ttl, what="[analysis] tier_ttl",
                                                                     unlimited=True)
     return ReportOptions(since=since, until=until, group_by=list(profile.group_by),
                          ttls=parse_durations(profile.ttls), model=profile.model, tiers=profile.tiers, tier_ttl=tier_ttl,
-                         capacities=list(profile.capacities), timezone=profile.timezone, title=f"{profile.title} · {period.label}")
+                         capacities=list(profile.capacities), timezone=profile.timezone, title=f"{profile.title} · {period.label}",
+                         simulate=list(profile.simulate))
 
 
 def _report(store, profile: Profile, period: Period):
@@ -87,10 +92,6 @@ def _report(store, profile: Profile, period: Period):
 
 
 def _write_outputs(data: dict, folder: Path, profile: Profile, period: Period, ingest: dict) -> list[Path]:
-    from kvtrace.report.files import write_atomic
-    from kvtrace.report.output import write_report
-    from kvtrace.report.registry import build_charts
-    from kvtrace.schedule.index import summarize
 
     fmts = set(profile.formats)
     charts = build_charts(data) if fmts & {"html", "png", "svg"} else None   # built once for all
@@ -165,7 +166,6 @@ def run_profile(profile: Profile, *, at: datetime | None = None, force: bool = F
     Raises:
         ReportExists: the period's folder exists and ``force`` is off.
     """
-    from kvtrace.schedule.index import summarize, write_index
     from kvtrace.store import open_store
 
     period = period_for(profile.window, at or _now(), profile.timezone)

@@ -274,9 +274,9 @@ class Node:
         if not self._fast_forward(horizon):
             self._step(next_event)
 
-    def _end(self, prev_t: float) -> None:
-        if not self.running and not self.waiting:     # idle since its last step: sampled to then
-            self._sample_to(max(self.now, prev_t))
+    def _end(self) -> None:
+        if not self.running and not self.waiting:     # idle since its last step: it holds what it
+            self._sample_to(self._duration)           # held then to the end of the run
         for r in [self.gpu, *self.res]:
             r.now = self.now
 
@@ -935,5 +935,5 @@ class Fleet:
                     horizon = n.now
             node._act(horizon, nxt)
         for n in nodes:
-            n._end(self._prev_t)
+            n._end()
         return [n.metrics for n in nodes]

@@ -39,24 +39,31 @@ class TierConfig:
     tiers: str
     use: list[str] | None = None
 
-    def resolve(self) -> tuple[TierSet, list]:
-        ts = load_tiers(self.tiers)
+    def resolve(self, option: str = "--config") -> tuple[TierSet, list]:
+        """The tier file and the chosen tiers; errors name the configuration and ``option``."""
+        what = {"--config": "config", "": "configuration"}.get(option, option)
+        try:
+            ts = load_tiers(self.tiers)
+        except ConfigError as e:
+            raise ConfigError(f"{what} {self.name}: {e.args[0]}", hint=e.hint) from None
         chosen = ts.tiers if not self.use else []
         if self.use:
             by = {t.name.lower(): t for t in ts.tiers}
             for n in self.use:
                 if n.lower() not in by:
-                    raise ConfigError(f"config {self.name}: tier {n!r} is not in {ts.name}",
+                    raise ConfigError(f"{what} {self.name}: tier {n!r} is not in {ts.name}",
                                       hint="tiers: " + ", ".join(t.name for t in ts.tiers))
                 chosen.append(by[n.lower()])
         if not chosen or chosen[0].kind != "hbm" and chosen[0] is not ts.tiers[0]:
-            raise ConfigError(f"config {self.name}: the first tier must be the GPU's (HBM)",
-                              hint="e.g. --config dram=seed-testbed:HBM,DRAM")
+            raise ConfigError(f"{what} {self.name}: the first tier must be the GPU's (HBM)",
+                              hint="e.g. " + _as(option, "dram=seed-testbed:HBM,DRAM"))
         return ts, chosen
 
 
-def parse_config(spec: str) -> TierConfig:
-    """``[NAME=]TIERS[:TIER,TIER]``: ``dram=seed-testbed:HBM,DRAM``, ``my.toml``."""
+def parse_config(spec: str, option: str = "--config") -> TierConfig:
+    """``[NAME=]TIERS[:TIER,TIER]``: ``dram=seed-testbed:HBM,DRAM``, ``my.toml``. ``option`` names
+    where the text came from in errors (``--config``; ``kvtrace report --simulate``; empty: a
+    profile's list, whose error names the file and key)."""
     name, sep, rest = spec.partition("=")
     if not sep:
         name, rest = "", spec
@@ -64,7 +71,7 @@ def parse_config(spec: str) -> TierConfig:
     if not colon:
         path = rest
     if not path:
-        raise ConfigError(f"--config {spec!r}: no tier file", hint="e.g. --config dram=seed-testbed:HBM,DRAM")
+        raise ConfigError(f"{option} {spec!r}: no tier file".lstrip(), hint="e.g. " + _as(option, "dram=seed-testbed:HBM,DRAM"))
     names = [u.strip() for u in use.split(",") if u.strip()] or None
     return TierConfig(name=name.strip() or (path if names is None else f"{Path(path).stem}:{use}"), tiers=path,
                       use=names)
@@ -146,7 +153,25 @@ def load_scenario(spec: str) -> Scenario:
     return Scenario(**doc, configs=configs)
 
 
-def _source(sc: Scenario, shard: tuple[int, int] = (0, 1)):
+def _as(option: str, value: str) -> str:
+    return f"{option} {value}" if option else value
+
+
+def check_configs(configs: list[TierConfig], option: str = "--config") -> None:
+    """Every configuration names a tier file and tiers that exist, and no two share a name
+    (errors name ``option``): checked before anything runs."""
+    if not configs:
+        raise ConfigError("no configuration to simulate", hint=f"pass {_as(option, 'TIERS')} (or --scenario seed-study)")
+    names = [c.name for c in configs]
+    if len(set(names)) != len(names):
+        raise ConfigError("two configurations share a name", hint="name them: " + _as(option, "gpu=seed-testbed:HBM"))
+    for c in configs:
+        c.resolve(option)
+
+
+def _source(sc: Scenario, shard: tuple[int, int] = (0, 1), store=None):
+    """The sessions of ``sc`` for node ``shard[0]`` of ``shard[1]``; ``store``: an open warehouse to
+    read ``warehouse`` sessions from instead of opening ``sc.db``."""
     gap = sc.policy_obj().resume_gap_s
     if sc.sessions in PRESETS:
         over = {**sc.workload, "seed": sc.seed, "days": sc.duration_s / 86400.0}
@@ -154,9 +179,11 @@ def _source(sc: Scenario, shard: tuple[int, int] = (0, 1)):
             over["arrival_rate_per_min"] = sc.rate_per_min
         return SynthSource(preset(sc.sessions, **over), sc.duration_s, resume_gap_s=gap, shard=shard)
     if sc.sessions == "warehouse":
-        with open_store(sc.db, read_only=True) as store:
+        if store is not None:
             return WarehouseSource.from_store(store, _bound(store, sc.since), _bound(store, sc.until), resume_gap_s=gap,
                                               shard=shard)
+        with open_store(sc.db, read_only=True) as opened:
+            return _source(sc, shard, opened)
     p = Path(sc.sessions)
     files = sorted(p.glob("*.json*")) if p.is_dir() else [Path(x) for x in sc.sessions.split(",")]
     missing = [str(f) for f in files if not f.exists()]
@@ -164,6 +191,20 @@ def _source(sc: Scenario, shard: tuple[int, int] = (0, 1)):
         raise ConfigError(f"sessions {sc.sessions!r}: not a synth preset and no trace files found",
                           hint="use " + ", ".join(PRESETS) + ", warehouse (with --db), or kv-cache-tester trace files / a folder")
     return TesterSource(files, sc.rate_per_min or 2.5, sc.duration_s, seed=sc.seed, resume_gap_s=gap, shard=shard)
+
+
+# Simulated time after a window's last recorded request, for the last responses to finish.
+WAREHOUSE_TAIL_S = 300.0
+
+
+def warehouse_span_s(store, since: str | None = None, until: str | None = None) -> float | None:
+    """The simulated time that covers the warehouse sessions of a window: from its first request's
+    start to its last request's end, plus ``WAREHOUSE_TAIL_S``, rounded up to whole minutes (the
+    series' bins); ``None`` when the window holds no request."""
+    rows = WarehouseSource.rows(store, _bound(store, since), _bound(store, until))
+    if not rows:
+        return None
+    return math.ceil((WarehouseSource(rows).span_s + WAREHOUSE_TAIL_S) / 60.0) * 60.0
 
 
 def _bound(store, v: str | None):
@@ -207,11 +248,11 @@ class NodeRun:
 
 
 def run_node(sc: Scenario, cfg: TierConfig, shard: tuple[int, int] = (0, 1), cost: StepCost | None = None,
-             on_progress=None) -> NodeRun:
+             on_progress=None, store=None) -> NodeRun:
     """Simulate one node of a fleet of ``shard[1]`` under session affinity: it serves every
     ``shard[1]``-th session, starting with session ``shard[0]``."""
     node = build_node(sc, cfg, cost)
-    src = _source(sc, shard)
+    src = _source(sc, shard, store)
     node.run(src, sc.duration_s, on_progress)
     return _node_run(node, src.sessions)
 
@@ -222,11 +263,12 @@ def _node_run(node: Node, sessions: int) -> NodeRun:
                    len(node.waiting) + sum(1 for s in node.running if s.turn.first_t is None), sessions)
 
 
-def run_fleet(sc: Scenario, cfg: TierConfig, nodes: int, cost: StepCost | None = None, on_progress=None) -> NodeRun:
+def run_fleet(sc: Scenario, cfg: TierConfig, nodes: int, cost: StepCost | None = None, on_progress=None,
+              store=None) -> NodeRun:
     """Simulate ``nodes`` nodes on one event clock behind the scenario's per-request router
     (round-robin or least-loaded): every session, any node."""
     fleet = Fleet([build_node(sc, cfg, cost) for _ in range(nodes)], sc.router)
-    src = _source(sc)
+    src = _source(sc, store=store)
     fleet.run(src, sc.duration_s, on_progress)
     return replace(_merge([_node_run(n, 0) for n in fleet.nodes]), sessions=src.sessions)
 
@@ -261,11 +303,13 @@ def _merge(runs: list[NodeRun]) -> NodeRun:
 
 
 def run_config(sc: Scenario, cfg: TierConfig, cost: StepCost | None = None, nodes: int = 1, jobs: int = 1,
-               on_progress=None) -> dict:
+               on_progress=None, store=None) -> dict:
     """Simulate one configuration on ``nodes`` nodes behind the scenario's router; its ``configs[]``
     entry. Under session affinity the nodes are independent: with ``jobs`` > 1 they run in that
     many worker processes (same results). Other routers share one event clock in this process.
-    ``on_progress``: called with the share of the work done (simulated time over the nodes)."""
+    ``on_progress``: called with the share of the work done (simulated time over the nodes).
+    ``store``: an open warehouse for ``warehouse`` sessions (it stays in this process: the nodes
+    then run here whatever ``jobs`` says)."""
     if nodes < 1:
         raise ConfigError("--nodes must be >= 1", hint="e.g. --nodes 4, or --nodes auto with --ttft-p90")
     sc.check_router()
@@ -275,8 +319,8 @@ def run_config(sc: Scenario, cfg: TierConfig, cost: StepCost | None = None, node
         return None if on_progress is None else (lambda f: on_progress((i + f) / nodes))
 
     if sc.router != "affinity" and nodes > 1:
-        runs = [run_fleet(sc, cfg, nodes, cost, on_progress)]
-    elif jobs > 1 and nodes > 1:
+        runs = [run_fleet(sc, cfg, nodes, cost, on_progress, store)]
+    elif jobs > 1 and nodes > 1 and store is None:
         from concurrent.futures import ProcessPoolExecutor
 
         with ProcessPoolExecutor(max_workers=min(jobs, nodes)) as ex:
@@ -286,7 +330,7 @@ def run_config(sc: Scenario, cfg: TierConfig, cost: StepCost | None = None, node
                 if on_progress is not None:
                     on_progress(len(runs) / nodes)
     else:
-        runs = [run_node(sc, cfg, sh, cost, node_share(i)) for i, sh in enumerate(shards)]
+        runs = [run_node(sc, cfg, sh, cost, node_share(i), store) for i, sh in enumerate(shards)]
     merged = _merge(runs)
     merged.nodes = nodes
     out = summarize(merged, sc, cfg, cost or sc.cost())
@@ -295,14 +339,14 @@ def run_config(sc: Scenario, cfg: TierConfig, cost: StepCost | None = None, node
 
 
 def size_fleet(sc: Scenario, cfg: TierConfig, ttft_p90_s: float, cost: StepCost | None = None, jobs: int = 1,
-               max_nodes: int = 256) -> dict:
+               max_nodes: int = 256, store=None) -> dict:
     """The fewest nodes whose pooled p90 TTFT (every cohort) is at most ``ttft_p90_s`` (doubling,
     then bisection); that fleet's ``configs[]`` entry with the sizes tried."""
     tried: dict[int, dict] = {}
 
     def p90(n: int) -> float:
         if n not in tried:
-            tried[n] = run_config(sc, cfg, cost, nodes=n, jobs=jobs)
+            tried[n] = run_config(sc, cfg, cost, nodes=n, jobs=jobs, store=store)
         v = tried[n]["ttft"]["all"]["p90_s"]
         return math.inf if v is None or tried[n]["ttft"]["unserved"] else v
 
@@ -412,33 +456,32 @@ def _capex(t, kv_bytes: float) -> float | None:
     return raw / 1e12 * float(t.usd_per_tb)
 
 
-def simulate(sc: Scenario, progress=None, nodes: int = 1, ttft_p90_s: float | None = None, jobs: int = 1) -> dict:
+def simulate(sc: Scenario, progress=None, nodes: int = 1, ttft_p90_s: float | None = None, jobs: int = 1,
+             store=None) -> dict:
     """Run every configuration of ``sc`` on the same sessions; ratios are to the first.
 
     ``progress``: called as ``progress(name, share)`` when a configuration starts (share 0) and as
     its simulated time advances (the share of it done; not within a ``ttft_p90_s`` search).
 
     ``nodes``: identical nodes behind the scenario's router; ``ttft_p90_s``: instead, find for
-    each configuration the fewest nodes meeting that p90 TTFT; ``jobs``: worker processes."""
-    if not sc.configs:
-        raise ConfigError("no configuration to simulate", hint="pass --config TIERS (or --scenario seed-study)")
-    names = [c.name for c in sc.configs]
-    if len(set(names)) != len(names):
-        raise ConfigError("two configurations share a name", hint="name them: --config gpu=seed-testbed:HBM")
+    each configuration the fewest nodes meeting that p90 TTFT; ``jobs``: worker processes.
+    ``store``: an open warehouse that ``warehouse`` sessions are read from (``kvtrace report``'s);
+    else ``sc.db`` is opened."""
+    check_configs(sc.configs)
     cost = sc.cost()
     sc.check_router()
     for c in sc.configs:                  # every configuration is checked before any runs
         build_node(sc, c, cost)
-    _source(sc)
+    _source(sc, store=store)
     out = []
     for c in sc.configs:
         if progress:
             progress(c.name, 0.0)
         if ttft_p90_s is not None:
-            out.append(size_fleet(sc, c, ttft_p90_s, cost, jobs=jobs))
+            out.append(size_fleet(sc, c, ttft_p90_s, cost, jobs=jobs, store=store))
         else:
             within = (lambda f, name=c.name: progress(name, f)) if progress else None
-            out.append(run_config(sc, c, cost, nodes=nodes, jobs=jobs, on_progress=within))
+            out.append(run_config(sc, c, cost, nodes=nodes, jobs=jobs, on_progress=within, store=store))
     base = out[0]
     for o in out:
         o["ratio_peak"] = o["peak_tokens_per_s"] / base["peak_tokens_per_s"] if base["peak_tokens_per_s"] else None

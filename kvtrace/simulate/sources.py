@@ -200,17 +200,24 @@ class WarehouseSource:
             t0 = start if t0 is None else min(t0, start)
             threads.setdefault((session, thread), []).append((start, end, int(prompt), int(out)))
         order = {sid: k for k, sid in enumerate(dict.fromkeys(s for s, _ in threads))}   # by first appearance
+        # from the first request's start to the last request's end (every session, whatever the shard)
+        self.span_s = max(b for v in threads.values() for _, b, _, _ in v) - t0
         self.threads = {k: [(a - t0, b - t0, p, o) for a, b, p, o in v] for k, v in threads.items()
                         if order[k[0]] % shard[1] == shard[0]}
         self.sessions = 0
 
-    @classmethod
-    def from_store(cls, store, since=None, until=None, resume_gap_s: float = 300.0,
-                   shard: tuple[int, int] = (0, 1)) -> "WarehouseSource":
+    @staticmethod
+    def rows(store, since=None, until=None) -> list[tuple]:
+        """The window's requests with a prompt, as the constructor takes them."""
         from kvtrace.store import load_query
 
         rows = store.query(load_query("simulate_turns").sql, {"since": since, "until": until})
-        return cls([r for r in rows if r[4] and r[4] > 0], resume_gap_s, shard)
+        return [r for r in rows if r[4] and r[4] > 0]
+
+    @classmethod
+    def from_store(cls, store, since=None, until=None, resume_gap_s: float = 300.0,
+                   shard: tuple[int, int] = (0, 1)) -> "WarehouseSource":
+        return cls(cls.rows(store, since, until), resume_gap_s, shard)
 
     def __call__(self, node: Node) -> None:
         seen = set()

@@ -22,8 +22,7 @@ CREATE OR REPLACE MACRO otlp_num(x) AS TRY_CAST(x AS DOUBLE);
 CREATE OR REPLACE MACRO otlp_int(x) AS TRY_CAST(x AS BIGINT);
 
 -- Present, not dropped, and not a count (text, NaN, infinite, negative, beyond int64): the
--- record is rejected, naming the attribute. (The collector runs this macro too, to answer such
--- a record with a partial success: kvtrace.collect.validate.)
+-- record is rejected, naming the attribute.
 CREATE OR REPLACE MACRO otlp_bad_count(x) AS
     x IS NOT NULL AND NOT otlp_dropped(x) AND coalesce(TRY_CAST(x AS BIGINT) < 0, true);
 
@@ -35,8 +34,7 @@ CREATE OR REPLACE MACRO otlp_ns(x) AS
 CREATE OR REPLACE MACRO otlp_ts(ns) AS make_timestamp(ns // 1000);
 
 -- An event.timestamp attribute (ISO 8601 text as DuckDB reads a TIMESTAMPTZ) → TIMESTAMP in UTC;
--- NULL when it does not parse. The collector answers a record whose only time fails this with
--- a partial success, so it runs this macro too (kvtrace.collect.validate).
+-- NULL when it does not parse.
 CREATE OR REPLACE MACRO otlp_event_ts(x) AS CAST(TRY_CAST(x AS TIMESTAMPTZ) AS TIMESTAMP);
 
 -- The members of a JSON object (without braces), '' or NULL for none: parallel key / text
