@@ -85,15 +85,6 @@ def parse(paths: list[Path]) -> Parsed:
     return parsed
 
 
-def _is_readable(path: Path) -> bool:
-    try:
-        with open(path, "rb") as fh:
-            fh.read(1)
-    except OSError:
-        return False
-    return True
-
-
 # Parse tables of at most this many lines stay until the next parse replaces them (dropping
 # costs a statement); bigger ones are dropped at once.
 _KEEP_LINES = 200_000
@@ -237,6 +228,15 @@ def _parse_group(db: _Db, k: int, paths: list[Path], idx: list[int], in_python: 
     in_python.update(i for (i,) in cur.execute(
         f"SELECT file_idx FROM tx_names ANTI JOIN (SELECT file_idx FROM main.tx_rec_{k} WHERE file_lines IS NOT NULL) "
         "USING (file_idx)").fetchall())
+    return True
+
+
+def _is_readable(path: Path) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            fh.read(1)
+    except OSError:
+        return False
     return True
 
 
