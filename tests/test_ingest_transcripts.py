@@ -270,6 +270,26 @@ def test_a_file_with_bytes_that_are_not_utf8_is_still_read(tmp_path):
     assert got["m3"]["ingested_from"] == f"{latin}:2"
 
 
+@pytest.mark.parametrize("parallel", [False, True])
+def test_only_the_files_duckdb_cannot_read_are_read_in_python(tmp_path, monkeypatch, parallel):
+    import kvtrace.ingest.claude_transcripts as ct
+
+    monkeypatch.setattr(ct, "_PARALLEL_BYTES", 0 if parallel else 1 << 60)
+    others = [write(main_file(tmp_path, f"s{k}"), [assistant(msg=f"m{k}", req=f"r{k}", out=k + 1)]) for k in range(4)]
+    # a session being written: its last line is torn inside a character ("\u2014", 3 bytes)
+    torn = main_file(tmp_path, "torn")
+    torn.write_bytes(json.dumps(assistant(msg="m9", req="r9")).encode() + b'\n{"type":"user","message":"a \xe2\x80')
+    gz = tmp_path / "projects" / PROJECT / "zipped.jsonl.gz"
+    gz.write_bytes(gzip.compress(json.dumps(assistant(msg="m8", req="r8")).encode() + b"\n"))
+    read_in_python = []
+    read_whole = ct.read_whole
+    monkeypatch.setattr(ct, "read_whole", lambda p: read_in_python.append(p) or read_whole(p))
+    got = parse([*others, torn, gz])
+    assert set(rows(got)) == {"m0", "m1", "m2", "m3", "m8", "m9"} and not got.rejects
+    assert sorted(read_in_python) == sorted([torn, gz])
+    assert rows(got)["m3"]["output_tokens"] == 4 and rows(got)["m9"]["ingested_from"] == f"{torn}:1"
+
+
 def test_a_vanished_file_is_reported_and_the_rest_is_read(tmp_path):
     ok = write(main_file(tmp_path), [assistant()])
     p = parse([ok, tmp_path / "projects" / PROJECT / "gone.jsonl"])

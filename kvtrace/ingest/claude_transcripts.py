@@ -5,7 +5,10 @@ on a private in-memory database (kept for the process, see ``_Db``), because a P
 the lines is several times slower than the files take to read. The files are split into one
 group per core; each group's lines are filtered and parsed on its own cursor in parallel
 (``queries/ingest/transcripts_lines.sql``), then one query de-duplicates the whole batch
-(``queries/ingest/transcripts_requests.sql``).
+(``queries/ingest/transcripts_requests.sql``). Files DuckDB cannot read as text (gzip, bytes
+that are not UTF-8, such as a line torn inside a character while the CLI writes it; a file that
+vanished) are read in Python and go through the same query as one more group: each costs its own
+read, not the batch's.
 
 Only lines containing the JSON token ``"assistant"`` (or ``"compact_boundary"``) are parsed;
 the match does not depend on whitespace, and a line is used only if its parsed top-level
@@ -50,6 +53,7 @@ _REJECTS = {
 _COUNTED = ("torn_last_line", "synthetic", "api_error", "assistant_without_usage", "compact_boundary")
 
 _MAX_GROUPS = 4      # parallel groups (connections) at most
+_PY_GROUP = _MAX_GROUPS   # the group (cursor, table) of the files read in Python
 
 # Below this many bytes one connection is quicker than starting threads.
 _PARALLEL_BYTES = 16 << 20
@@ -66,8 +70,6 @@ def parse(paths: list[Path]) -> Parsed:
         A :class:`~kvtrace.ingest.base.Parsed` with ``requests`` (REQUEST_SCHEMA columns),
         the rejected lines (each naming its file) and counts of records not used.
     """
-    import duckdb
-
     paths = [Path(p) for p in paths]
     parsed = Parsed()
     if not paths:
@@ -76,15 +78,10 @@ def parse(paths: list[Path]) -> Parsed:
     with _connection() as db:
         con = db.cursor(0)
         con.register("tx_files", _files_table(paths))
-        try:
-            n_groups = _parse_fast(db, paths)
-        except (OSError, duckdb.IOException, duckdb.InvalidInputException, duckdb.ConversionException):
-            # A gzip file, a file that vanished, or bytes that are not UTF-8: read each file in
-            # Python instead, so one bad file does not sink the batch.
-            n_groups = _parse_slow(db, paths, parsed)
-        db.union_view(n_groups)
+        groups = _parse_groups(db, paths, parsed)
+        db.union_view(groups)
         _collect(con, parsed, paths)
-        db.big = n_groups > 1 or parsed.lines > _KEEP_LINES
+        db.big = len(groups) > 1 or parsed.lines > _KEEP_LINES
     return parsed
 
 
@@ -94,7 +91,8 @@ _KEEP_LINES = 200_000
 
 
 class _Db:
-    """Connections for one parse at a time: cursor ``k`` parses group ``k``, cursor 0 collects.
+    """Connections for one parse at a time: cursor ``k`` parses group ``k`` (``_PY_GROUP``: the
+    files read in Python), cursor 0 collects.
 
     The process keeps one in-memory DuckDB and its cursors, each set up once (settings, the
     views over the file list): a new in-memory DuckDB costs 10-20 ms, and a resident ``kvtrace
@@ -105,7 +103,7 @@ class _Db:
     def __init__(self, con):
         self.con = con
         self.cursors: dict[int, object] = {}
-        self.view_groups = 0        # the groups the temp view tx_rec of cursor 0 reads
+        self.view_groups: tuple = ()   # the groups the temp view tx_rec of cursor 0 reads
         self.one_thread = False     # DuckDB's own threads set to 1 (small batches)
         self.raw_views: set[int] = set()   # cursors with their view tx_raw
         self.big = False
@@ -124,13 +122,14 @@ class _Db:
 
     def names(self, k: int, names: list[str], idx: list[int], raw: bool = True) -> None:
         """The file list that cursor ``k``'s views ``tx_names(filename, file_idx)`` and (``raw``)
-        ``tx_raw`` read (read_text gives filenames back as given)."""
+        ``tx_raw`` read (read_blob gives filenames back as given). A file whose bytes are not
+        UTF-8 reads as NULL content (no lines): reading it as text would fail the statement."""
         cur = self.cursor(k)
         cur.execute("SET VARIABLE tx_names = ?", [names])
         cur.execute("SET VARIABLE tx_idx = ?", [idx])
-        if raw and k not in self.raw_views and names:      # read_text needs the list to bind the view
+        if raw and k not in self.raw_views and names:      # read_blob needs the list to bind the view
             cur.execute("CREATE OR REPLACE TEMP VIEW tx_raw AS "
-                        "SELECT filename, content FROM read_text(getvariable('tx_names'))")
+                        "SELECT filename, try(decode(content)) AS content FROM read_blob(getvariable('tx_names'))")
             self.raw_views.add(k)
 
     def threads_for(self, total_bytes: int) -> None:
@@ -141,11 +140,11 @@ class _Db:
             self.con.execute("SET threads = 1" if one else "RESET threads")
             self.one_thread = one
 
-    def union_view(self, n_groups: int) -> None:
-        if n_groups != self.view_groups:
+    def union_view(self, groups: tuple[int, ...]) -> None:
+        if groups != self.view_groups:
             self.cursor(0).execute("CREATE OR REPLACE TEMP VIEW tx_rec AS " + " UNION ALL ".join(
-                f"SELECT * FROM main.tx_rec_{k}" for k in range(n_groups)))
-            self.view_groups = n_groups
+                f"SELECT * FROM main.tx_rec_{k}" for k in groups))
+            self.view_groups = groups
 
     def end(self, ok: bool) -> None:
         """After a parse: drop big tables; after a failure forget every cursor (whatever state
@@ -155,7 +154,7 @@ class _Db:
         self.big = False
         try:
             with self.con.cursor() as cur:
-                cur.execute("; ".join(f"DROP TABLE IF EXISTS main.tx_rec_{k}" for k in range(_MAX_GROUPS)))
+                cur.execute("; ".join(f"DROP TABLE IF EXISTS main.tx_rec_{k}" for k in range(_PY_GROUP + 1)))
         finally:
             if not ok:
                 self.close_cursors()
@@ -164,7 +163,7 @@ class _Db:
         for cur in self.cursors.values():
             cur.close()
         self.cursors.clear()
-        self.view_groups = 0
+        self.view_groups = ()
         self.raw_views.clear()
 
 
@@ -206,10 +205,39 @@ def _connection():
         _DB_LOCK.release()
 
 
-def _parse_group(db: _Db, k: int, paths: list[Path], idx: list[int]) -> None:
-    """Filter and parse one group of plain files on cursor ``k``."""
-    db.names(k, [str(paths[i]) for i in idx], idx)
-    _run_lines(db.cursor(k), k)
+def _parse_group(db: _Db, k: int, paths: list[Path], idx: list[int], in_python: set[int]) -> bool:
+    """Filter and parse one group of plain files on cursor ``k``; returns whether it made its
+    table. A file whose bytes are not UTF-8 yields no line there (every other file has its last
+    piece, with the file's line count) and goes to ``in_python``; so does one that cannot be read
+    (gone since it was listed: found by reading the group's files once more, only after such a
+    failure; all of them if none is found)."""
+    import duckdb
+
+    cur = db.cursor(k)
+    try:
+        db.names(k, [str(paths[i]) for i in idx], idx)
+        _run_lines(cur, k)
+    except (duckdb.IOException, duckdb.InvalidInputException, duckdb.ConversionException):
+        bad = {i for i in idx if not _is_readable(paths[i])} or set(idx)
+        in_python.update(bad)
+        rest = [i for i in idx if i not in bad]
+        if not rest:
+            return False
+        db.names(k, [str(paths[i]) for i in rest], rest)
+        _run_lines(cur, k)
+    in_python.update(i for (i,) in cur.execute(
+        f"SELECT file_idx FROM tx_names ANTI JOIN (SELECT file_idx FROM main.tx_rec_{k} WHERE file_lines IS NOT NULL) "
+        "USING (file_idx)").fetchall())
+    return True
+
+
+def _is_readable(path: Path) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            fh.read(1)
+    except OSError:
+        return False
+    return True
 
 
 def _run_lines(cur, k: int) -> None:
@@ -220,31 +248,49 @@ def _run_lines(cur, k: int) -> None:
     cur.execute(named)
 
 
-def _parse_fast(db: _Db, paths: list[Path]) -> int:
-    """DuckDB reads the files itself, one group per core in parallel (plain UTF-8 files only);
-    returns the number of groups."""
-    if any(p.name.endswith(".gz") for p in paths):
-        raise OSError("gzip input: read in Python")
-    sizes = [p.stat().st_size for p in paths]   # OSError if a file vanished: read in Python
-    total = sum(sizes)
+def _parse_groups(db: _Db, paths: list[Path], parsed: Parsed) -> tuple[int, ...]:
+    """Parse the plain files, one group per core in parallel, then those DuckDB cannot read
+    (gzip, gone, not UTF-8) in Python; returns the groups (table numbers) parsed."""
+    in_python, sizes = set(), {}
+    for i, p in enumerate(paths):
+        try:
+            if not p.name.endswith(".gz"):
+                sizes[i] = p.stat().st_size
+                continue
+        except OSError:     # gone: the Python read says so
+            pass
+        in_python.add(i)
+    total = sum(sizes.values())
     db.threads_for(total)
-    n_groups = min(os.cpu_count() or 1, _MAX_GROUPS, len(paths)) if total >= _PARALLEL_BYTES else 1
+    n_groups = min(os.cpu_count() or 1, _MAX_GROUPS, len(sizes)) if total >= _PARALLEL_BYTES else 1
     groups: list[list[int]] = [[] for _ in range(max(n_groups, 1))]
     load = [0] * len(groups)
-    for i in sorted(range(len(paths)), key=lambda i: -sizes[i]):  # largest first, to the lightest group
+    for i in sorted(sizes, key=lambda i: -sizes[i]):  # largest first, to the lightest group
         g = load.index(min(load))
         groups[g].append(i)
         load[g] += sizes[i]
     groups = [g for g in groups if g]
+    made = [False] * len(groups)
     if len(groups) == 1:
-        _parse_group(db, 0, paths, groups[0])
-        return 1
+        made[0] = _parse_group(db, 0, paths, groups[0], in_python)
+    elif groups:
+        _parse_parallel(db, paths, groups, in_python, made)
+    done = tuple(k for k in range(len(groups)) if made[k])
+    if in_python:
+        _parse_in_python(db, paths, sorted(in_python), parsed)
+        done += (_PY_GROUP,)
+    return done
+
+
+def _parse_parallel(db: _Db, paths: list[Path], groups: list[list[int]], in_python: set[int],
+                    made: list[bool]) -> None:
+    """Parse each group on its own cursor in its own thread (``_parse_group``)."""
     cursors = [db.cursor(k) for k in range(len(groups))]
     errors: list[BaseException | None] = [None] * len(groups)
 
     def work(k: int) -> None:
         try:
-            _parse_group(db, k, paths, groups[k])
+            made[k] = _parse_group(db, k, paths, groups[k], in_python)
         except BaseException as e:  # re-raised in the calling thread
             errors[k] = e
 
@@ -263,13 +309,14 @@ def _parse_fast(db: _Db, paths: list[Path]) -> int:
     for e in errors:
         if e is not None:
             raise e
-    return len(groups)
 
 
-def _parse_slow(db: _Db, paths: list[Path], parsed: Parsed) -> int:
-    """Read each file in Python (gzip, undecodable bytes replaced, unreadable files rejected)."""
-    idx, texts = [], []
-    for i, p in enumerate(paths):
+def _parse_in_python(db: _Db, paths: list[Path], idx: list[int], parsed: Parsed) -> None:
+    """Read files in Python (gzip, undecodable bytes replaced, unreadable files rejected) and
+    parse them as group ``_PY_GROUP``."""
+    read, texts = [], []
+    for i in idx:
+        p = paths[i]
         try:
             data, damage = read_whole(p)
         except OSError as e:
@@ -277,21 +324,17 @@ def _parse_slow(db: _Db, paths: list[Path], parsed: Parsed) -> int:
             continue
         if damage:      # the whole lines before it are read
             parsed.rejects.append(Reject(None, damage_reason(damage), path=str(p)))
-        idx.append(i)
+        read.append(i)
         texts.append(data.decode("utf-8", errors="replace"))
-    names = [str(paths[i]) for i in idx]
-    con = db.cursor(0)
-    db.names(0, names, idx, raw=False)
-    if 0 in db.raw_views:                      # tx_raw is the table registered below instead
-        con.execute("DROP VIEW tx_raw")
-        db.raw_views.discard(0)
+    names = [str(paths[i]) for i in read]
+    con = db.cursor(_PY_GROUP)
+    db.names(_PY_GROUP, names, read, raw=False)
     con.register("tx_raw", pa.table({"filename": pa.array(names, pa.string()),
                                      "content": pa.array(texts, pa.large_string())}))
     try:
-        _run_lines(con, 0)
+        _run_lines(con, _PY_GROUP)
     finally:
         con.unregister("tx_raw")
-    return 1
 
 
 def _collect(con, parsed: Parsed, paths: list[Path]) -> None:
