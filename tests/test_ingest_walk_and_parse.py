@@ -1,5 +1,5 @@
-"""The folder walk of ingest, and the kept parse connection of the transcripts parser: same results
-as a first parse, in a row, beside each other and after a failure."""
+"""The folder walk of ingest, and the transcripts parser run again: same results as a first parse,
+in a row, from threads beside each other and after a failure."""
 
 from __future__ import annotations
 
@@ -45,20 +45,18 @@ def transcripts(root: Path, n: int, start: int = 0) -> list[Path]:
             for i in range(start, start + n)]
 
 
-# -- the transcripts parser's kept connection ----------------------------------------------------
+# -- the transcripts parser, again and again -----------------------------------------------------
 
-def test_parses_in_a_row_and_beside_each_other_agree_with_a_first_parse(tmp_path, monkeypatch):
+def test_parses_in_a_row_agree_with_a_first_parse(tmp_path, monkeypatch):
     small = transcripts(tmp_path, 2)
     big = transcripts(tmp_path, 8, start=2)
     monkeypatch.setattr(ct, "_PARALLEL_BYTES", 0)
     assert ct.parse(big).requests.num_rows == 8       # four groups
     monkeypatch.undo()
-    again = ct.parse(small)                            # one group, on the same kept connection
+    again = ct.parse(small)                            # one group, after four
     assert sorted(again.requests.column("request_key").to_pylist()) == ["r0", "r1"]
-    # While one parse holds the kept connection, another gets its own.
-    with ct._DB_LOCK:
-        beside = ct.parse(small)
-    assert beside.requests.to_pylist() == again.requests.to_pylist() and beside.lines == again.lines
+    first = ct.parse(small)
+    assert first.requests.to_pylist() == again.requests.to_pylist() and first.lines == again.lines
 
 
 def test_a_parse_after_a_failed_one_starts_clean(tmp_path, monkeypatch):
@@ -73,7 +71,6 @@ def test_a_parse_after_a_failed_one_starts_clean(tmp_path, monkeypatch):
         ct.parse(files)
     monkeypatch.setattr(ct, "_collect", real)
     assert ct.parse(files[:1]).requests.column("request_key").to_pylist() == ["r0"]
-    assert not ct._DB_LOCK.locked()
 
 
 def test_parse_from_threads_one_at_a_time_or_beside(tmp_path):

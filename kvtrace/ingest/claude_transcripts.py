@@ -81,23 +81,16 @@ def parse(paths: list[Path]) -> Parsed:
         groups = _parse_groups(db, paths, parsed)
         db.union_view(groups)
         _collect(con, parsed, paths)
-        db.big = len(groups) > 1 or parsed.lines > _KEEP_LINES
     return parsed
-
-
-# Parse tables of at most this many lines stay until the next parse replaces them (dropping
-# costs a statement); bigger ones are dropped at once.
-_KEEP_LINES = 200_000
 
 
 class _Db:
     """Connections for one parse at a time: cursor ``k`` parses group ``k`` (``_PY_GROUP``: the
     files read in Python), cursor 0 collects.
 
-    The process keeps one in-memory DuckDB and its cursors, each set up once (settings, the
-    views over the file list): a new in-memory DuckDB costs 10-20 ms, and a resident ``kvtrace
-    serve`` parses a few new files per command. A cursor's temporary views and registrations are
-    its own; the ``main.tx_rec_<k>`` tables are shared by a parse's cursors.
+    Each parse has its own in-memory DuckDB, with its cursors set up once (settings, the views
+    over the file list). A cursor's temporary views and registrations are its own; the
+    ``main.tx_rec_<k>`` tables are shared by a parse's cursors.
     """
 
     def __init__(self, con):
@@ -106,7 +99,6 @@ class _Db:
         self.view_groups: tuple = ()   # the groups the temp view tx_rec of cursor 0 reads
         self.one_thread = False     # DuckDB's own threads set to 1 (small batches)
         self.raw_views: set[int] = set()   # cursors with their view tx_raw
-        self.big = False
 
     def cursor(self, k: int):
         cur = self.cursors.get(k)
@@ -146,63 +138,22 @@ class _Db:
                 f"SELECT * FROM main.tx_rec_{k}" for k in groups))
             self.view_groups = groups
 
-    def end(self, ok: bool) -> None:
-        """After a parse: drop big tables; after a failure forget every cursor (whatever state
-        it was left in)."""
-        if ok and not self.big:
-            return
-        self.big = False
-        try:
-            with self.con.cursor() as cur:
-                cur.execute("; ".join(f"DROP TABLE IF EXISTS main.tx_rec_{k}" for k in range(_PY_GROUP + 1)))
-        finally:
-            if not ok:
-                self.close_cursors()
-
-    def close_cursors(self) -> None:
+    def close(self) -> None:
         for cur in self.cursors.values():
             cur.close()
-        self.cursors.clear()
-        self.view_groups = ()
-        self.raw_views.clear()
-
-
-_DB: _Db | None = None
-_DB_LOCK = threading.Lock()
-
-
-def warm() -> None:
-    """Open the kept in-memory DuckDB and its first cursor now (a server's start-up) rather than
-    in the first parse (10-20 ms)."""
-    with _connection() as db:
-        db.cursor(0)
+        self.con.close()
 
 
 @contextmanager
 def _connection():
-    """The process's kept :class:`_Db`, or a new one while another parse holds that."""
-    global _DB
+    """A new in-memory DuckDB for one parse (10-20 ms), closed after it."""
     import duckdb
 
-    if not _DB_LOCK.acquire(blocking=False):
-        db = _Db(duckdb.connect())
-        try:
-            yield db
-        finally:
-            db.close_cursors()
-            db.con.close()
-        return
+    db = _Db(duckdb.connect())
     try:
-        if _DB is None:
-            _DB = _Db(duckdb.connect())
-        ok = False
-        try:
-            yield _DB
-            ok = True
-        finally:
-            _DB.end(ok)
+        yield db
     finally:
-        _DB_LOCK.release()
+        db.close()
 
 
 def _parse_group(db: _Db, k: int, paths: list[Path], idx: list[int], in_python: set[int]) -> bool:
