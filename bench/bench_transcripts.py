@@ -17,7 +17,7 @@ Measures, as whole processes with repeats (min / median of N, after a warm-up, p
   (unchanged files are skipped), against ccusage again (it re-reads everything);
 * **repeat in one process**: ``kvtrace report --ingest <tree>/projects --group-by day --format
   json`` after one new file, as one local process;
-* **repeat served**: the same command while ``kvtrace serve`` holds the warehouse (started before
+* **repeat served**: the same command while ``kvtrace serve`` runs for the warehouse (started before
   the timed runs and given one untimed call first; its start-up is not timed): the client's
   whole-process wall, against ccusage measured in the same rounds, and its JSON against the truth
   and against a local run's;

@@ -2,8 +2,8 @@
 
 Standard library only, and nothing but one ``stat`` when no server runs: a warehouse command
 whose warehouse (``--db``, ``$KVTRACE_DB`` or ``./kvtrace.duckdb``) has a serve socket beside it
-is forwarded to that server, which has the warehouse open and the heavy modules imported, so a
-repeat report takes milliseconds instead of a Python start-up. Everything else, and any command
+is forwarded to that server, which runs it in a fork of itself with the heavy modules imported,
+so a repeat report skips most of a Python start-up. Everything else, and any command
 the server does not take, runs in this process exactly as before.
 """
 

@@ -121,8 +121,11 @@ for stmt in statements:            # each in a fork of this bare interpreter: wh
     pid = os.fork()
     if pid == 0:
         os.close(r)
-        exec(stmt, {})
-        os.write(w, json.dumps([m for m in heavy if m in sys.modules]).encode())
+        try:
+            exec(stmt, {})
+            os.write(w, json.dumps([m for m in heavy if m in sys.modules]).encode())
+        except BaseException as e:
+            os.write(w, json.dumps("error: " + repr(e)).encode())
         os._exit(0)
     os.close(w)
     with os.fdopen(r) as fh:
@@ -138,6 +141,7 @@ def test_kvtrace_modules_are_imported_inside_functions_only_when_heavy():
     import sys
 
     inside: dict[str, list[str]] = {}
+    kept = set()
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = str(path.relative_to(PACKAGE.parent))
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -146,11 +150,16 @@ def test_kvtrace_modules_are_imported_inside_functions_only_when_heavy():
             mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
             if any(m == "kvtrace" or m.startswith("kvtrace.") for m in mods) and getattr(node, "level", 0) == 0:
                 stmt = ast.unparse(node)
-                if (rel, stmt) not in KEPT_INSIDE:
+                if (rel, stmt) in KEPT_INSIDE:
+                    kept.add((rel, stmt))
+                else:
                     inside.setdefault(stmt, []).append(f"{rel}:{node.lineno}")
+    assert kept == set(KEPT_INSIDE), f"KEPT_INSIDE names imports no longer there: {set(KEPT_INSIDE) - kept}"
     probe = subprocess.run([sys.executable, "-c", _PROBE], input=json.dumps([HEAVY, sorted(inside)]),
                            capture_output=True, text=True, cwd=PACKAGE.parent, check=True)
     loads = json.loads(probe.stdout)
+    broken = {stmt: got for stmt, got in loads.items() if isinstance(got, str)}
+    assert not broken, f"imports that fail on their own: {broken}"
     light = sorted(f"{where}: {stmt}" for stmt, wheres in inside.items() if not loads[stmt] for where in wheres)
     assert not light, ("kvtrace imports inside functions that bring no heavy library; import them at the top "
                        "of the file (or add the place to KEPT_INSIDE with its reason):\n" + "\n".join(light))

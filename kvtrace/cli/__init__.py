@@ -1,7 +1,8 @@
 """The ``kvtrace`` command line: thin typer commands over the library.
 
-Each command lives in its own module and imports heavy libraries inside its function, so
-``kvtrace --help`` and ``kvtrace ingest`` do not pay for charting or JIT start-up.
+Each command lives in its own module and imports heavy libraries (Altair, numba, DuckDB, ...)
+inside its function, so ``kvtrace --help`` and ``kvtrace ingest`` do not pay for charting or JIT
+start-up; kvtrace's own modules are imported at the top (``tests/test_layers.py``).
 """
 
 from __future__ import annotations

@@ -11,12 +11,16 @@ never holds the warehouse and never changes its own process state for a command.
 of the client reaches the child as a SIGINT (a client that goes away sends one too), so a
 forwarded command ends exactly as a local one would.
 
-Nothing the server runs itself may start a thread pool (DuckDB, polars, numba): a fork copies
-only the thread that forks, so it only imports.
+A fork copies only the thread that forks, so the server only imports: DuckDB, polars and numba
+start their worker pools on first use, which must be in the fork. (Importing pyarrow, polars and
+numpy starts a few native threads, jemalloc's background threads and OpenBLAS's, which both
+handle a fork themselves.) A command cancelled before its turn never runs; one refused because
+the server stops runs in its client.
 
 Stops on SIGTERM / SIGINT, ``kvtrace serve --stop`` or ``--idle-exit``: the socket is removed
-first (new commands then run in their own process), the running command finishes, and the pid
-file is removed.
+first (new commands then run in their own process), the running command finishes (it runs in a
+session of its own, so a signal to the server's process group is not its), and the pid file is
+removed.
 """
 
 from __future__ import annotations
