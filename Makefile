@@ -33,6 +33,7 @@ demo: install
 
 lint: install
 	$(PY) -m ruff check kvtrace tests bench
+	$(PY) -m ruff format --check kvtrace tests bench
 
 test: lint
 	$(PY) -m pytest -n 2 -m "not slow" tests

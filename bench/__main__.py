@@ -19,7 +19,7 @@ RESULTS = HERE / "results"
 
 
 def available() -> list[str]:
-    return sorted(p.stem[len("bench_"):] for p in HERE.glob("bench_*.py"))
+    return sorted(p.stem[len("bench_") :] for p in HERE.glob("bench_*.py"))
 
 
 def run(name: str) -> dict:

@@ -33,8 +33,12 @@ def corpus(repo: Path) -> tuple[list[bytes], int]:
     git = ["git", "-C", str(repo)]
     listing = subprocess.run(git + ["ls-tree", "HEAD", "traces/"], check=True, capture_output=True, text=True).stdout
     names = sorted(line.split("\t")[1] for line in listing.splitlines() if line.endswith(".json"))
-    batch = subprocess.run(git + ["cat-file", "--batch"], input="".join(f"HEAD:{n}\n" for n in names).encode(),
-                           check=True, capture_output=True).stdout
+    batch = subprocess.run(
+        git + ["cat-file", "--batch"],
+        input="".join(f"HEAD:{n}\n" for n in names).encode(),
+        check=True,
+        capture_output=True,
+    ).stdout
     out, missing, at = [], 0, 0
     for _ in names:
         end = batch.index(b"\n", at)
@@ -44,7 +48,7 @@ def corpus(repo: Path) -> tuple[list[bytes], int]:
             missing += 1
             continue
         size = int(header[2])
-        out.append(batch[at:at + size])
+        out.append(batch[at : at + size])
         at += size + 1
     return out, missing
 
@@ -61,10 +65,14 @@ def main() -> dict:
     n_req = sum(len(_requests(c)) for c in convs)
     t1 = time.perf_counter()
     result = compare(convs, ChainParams(head_tokens=0))
-    return {"conversations": len(convs), "missing": missing, "requests": n_req,
-            "read_s": round(t1 - t0, 2), "compare_s": round(time.perf_counter() - t1, 2),
-            "ttl": {k: {a: (round(b, 6) if isinstance(b, float) else b) for a, b in v.items()}
-                    for k, v in result.items()}}
+    return {
+        "conversations": len(convs),
+        "missing": missing,
+        "requests": n_req,
+        "read_s": round(t1 - t0, 2),
+        "compare_s": round(time.perf_counter() - t1, 2),
+        "ttl": {k: {a: (round(b, 6) if isinstance(b, float) else b) for a, b in v.items()} for k, v in result.items()},
+    }
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ DATA = REPO / "bench" / "data"
 _SCRIPT = Path(sys.executable).parent / "kvtrace"
 KVTRACE = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "kvtrace"]
 SEED = 7
-COLLECTOR_BATCH = 64          # log records per line in the collector shape (see _rebatch)
+COLLECTOR_BATCH = 64  # log records per line in the collector shape (see _rebatch)
 
 FLOOR = r"""
 import sys, time, orjson
@@ -56,6 +56,7 @@ print(n, time.perf_counter() - t)
 
 
 # -- processes -----------------------------------------------------------------------------------
+
 
 def _run(argv: list[str]) -> dict:
     c = child.run(argv, cwd=REPO)
@@ -80,6 +81,7 @@ def _ingest(path: Path, work: Path) -> dict:
 
 # -- inputs --------------------------------------------------------------------------------------
 
+
 def _synth(days: float) -> Path:
     """``kvtrace synth`` OTLP output (cached in bench/data)."""
     root = DATA / f"otlp-synth-{days:g}d-seed{SEED}"
@@ -87,8 +89,25 @@ def _synth(days: float) -> Path:
     if logs.is_file() and (root / "synth-run.md").is_file():
         return logs
     t = time.perf_counter()
-    subprocess.run(KVTRACE + ["synth", "--preset", "seed-study", "--days", f"{days:g}", "--seed", str(SEED),
-                              "--format", "otlp", "--out", str(root), "--quiet"], check=True, cwd=REPO)
+    subprocess.run(
+        KVTRACE
+        + [
+            "synth",
+            "--preset",
+            "seed-study",
+            "--days",
+            f"{days:g}",
+            "--seed",
+            str(SEED),
+            "--format",
+            "otlp",
+            "--out",
+            str(root),
+            "--quiet",
+        ],
+        check=True,
+        cwd=REPO,
+    )
     print(f"   synth: {logs.stat().st_size / 1e6:.0f} MB in {time.perf_counter() - t:.0f}s: {logs}", file=sys.stderr)
     return logs
 
@@ -121,19 +140,37 @@ def _quick_input() -> Path:
     root = DATA / f"otlp-synth-quick-seed{SEED}"
     logs = root / "otlp" / "logs.jsonl"
     if not logs.is_file():
-        subprocess.run(KVTRACE + ["synth", "--preset", "seed-study", "--days", "0.05", "--seed", str(SEED),
-                                  "--format", "otlp", "--out", str(root), "--quiet"], check=True, cwd=REPO)
+        subprocess.run(
+            KVTRACE
+            + [
+                "synth",
+                "--preset",
+                "seed-study",
+                "--days",
+                "0.05",
+                "--seed",
+                str(SEED),
+                "--format",
+                "otlp",
+                "--out",
+                str(root),
+                "--quiet",
+            ],
+            check=True,
+            cwd=REPO,
+        )
     return logs
 
 
 # -- measurement ---------------------------------------------------------------------------------
+
 
 def _stats(xs: list[float]) -> dict:
     return {"min": round(min(xs), 3), "median": round(statistics.median(xs), 3), "runs": len(xs)}
 
 
 def _measure(path: Path, reps: int, work: Path) -> dict:
-    with open(path, "rb") as fh:          # warm the page cache for both contenders
+    with open(path, "rb") as fh:  # warm the page cache for both contenders
         while fh.read(64 << 20):
             pass
     floors, ingests = [], []
@@ -154,21 +191,28 @@ def _measure(path: Path, reps: int, work: Path) -> dict:
         "metric_points_added": s["metric_points_added"],
         "lines_rejected": s["lines_rejected"],
         "unknown_records": s["unknown_records"],
-        "floor": {"loop_s": _stats(floor_loop), "process_wall_s": _stats([f["wall_s"] for f in floors]),
-                  "cpu_s": _stats([f["cpu_s"] for f in floors]),
-                  "records_per_s_median": round(records / statistics.median(floor_loop)),
-                  "maxrss_mb": round(max(f["maxrss_mb"] for f in floors))},
-        "ingest": {"wall_s": _stats(ingest_wall), "cpu_s": _stats([i["cpu_s"] for i in ingests]),
-                   "records_per_s_median": round(records / statistics.median(ingest_wall)),
-                   "maxrss_mb": round(max(i["maxrss_mb"] for i in ingests))},
+        "floor": {
+            "loop_s": _stats(floor_loop),
+            "process_wall_s": _stats([f["wall_s"] for f in floors]),
+            "cpu_s": _stats([f["cpu_s"] for f in floors]),
+            "records_per_s_median": round(records / statistics.median(floor_loop)),
+            "maxrss_mb": round(max(f["maxrss_mb"] for f in floors)),
+        },
+        "ingest": {
+            "wall_s": _stats(ingest_wall),
+            "cpu_s": _stats([i["cpu_s"] for i in ingests]),
+            "records_per_s_median": round(records / statistics.median(ingest_wall)),
+            "maxrss_mb": round(max(i["maxrss_mb"] for i in ingests)),
+        },
         # Each round runs the floor then the ingest back to back, so both see the same load.
         "ratio_per_round": [round(f / i, 3) for f, i in zip(floor_loop, ingest_wall)],
         "ratio_median": round(ratio_median, 3),
         "ratio_best": round(min(floor_loop) / min(ingest_wall), 3),
         # CPU seconds, whole processes: the work, whatever else the machine runs (ingest uses
         # two threads for parsing, so on an idle machine its wall time is below its CPU time).
-        "cpu_ratio_median": round(statistics.median(f["cpu_s"] for f in floors)
-                                  / statistics.median(i["cpu_s"] for i in ingests), 3),
+        "cpu_ratio_median": round(
+            statistics.median(f["cpu_s"] for f in floors) / statistics.median(i["cpu_s"] for i in ingests), 3
+        ),
     }
 
 
@@ -178,18 +222,28 @@ def main() -> dict:
     days = float(os.environ.get("KVTRACE_BENCH_DAYS", "2"))
     sdk = _quick_input() if quick else _synth(days)
     inputs = {"sdk": sdk, "collector": _rebatch(sdk)}
-    out = {"goal": "ingest records/s >= 0.5x the floor's (orjson.loads of every line + a count of log records)",
-           "quick": quick, "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                                        "load_avg_at_start": os.getloadavg()[0]},
-           "command": "kvtrace ingest FILE --db fresh.duckdb --json --quiet", "inputs": {}}
+    out = {
+        "goal": "ingest records/s >= 0.5x the floor's (orjson.loads of every line + a count of log records)",
+        "quick": quick,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "load_avg_at_start": os.getloadavg()[0],
+        },
+        "command": "kvtrace ingest FILE --db fresh.duckdb --json --quiet",
+        "inputs": {},
+    }
     with tempfile.TemporaryDirectory(prefix="kvtrace-bench-") as tmp:
         for name, path in inputs.items():
             r = _measure(path, reps, Path(tmp))
             out["inputs"][name] = r
-            print(f"   {name}: {r['bytes'] / 1e6:.0f} MB, {r['log_records']} log records; floor "
-                  f"{r['floor']['records_per_s_median']}/s, ingest {r['ingest']['records_per_s_median']}/s "
-                  f"(peak {r['ingest']['maxrss_mb']} MB): {r['ratio_median']}x the floor "
-                  f"(per round {r['ratio_per_round']}; CPU seconds {r['cpu_ratio_median']}x)", file=sys.stderr)
+            print(
+                f"   {name}: {r['bytes'] / 1e6:.0f} MB, {r['log_records']} log records; floor "
+                f"{r['floor']['records_per_s_median']}/s, ingest {r['ingest']['records_per_s_median']}/s "
+                f"(peak {r['ingest']['maxrss_mb']} MB): {r['ratio_median']}x the floor "
+                f"(per round {r['ratio_per_round']}; CPU seconds {r['cpu_ratio_median']}x)",
+                file=sys.stderr,
+            )
     out["machine"]["load_avg_at_end"] = os.getloadavg()[0]
     out["ratio_median_worst_input"] = min(r["ratio_median"] for r in out["inputs"].values())
     return out

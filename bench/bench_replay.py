@@ -72,34 +72,64 @@ def _wall(cmd: list[str]) -> tuple[float, int, float]:
 
 
 def mooncake_grid(tmp: Path) -> dict:
-    kv = [sys.executable, "-m", "kvtrace", "replay", str(CONVERSATION), "--format", "json",
-          "--out", str(tmp / "grid.json")] + [a for t in TTLS for a in ("--ttl", t)]
+    kv = [
+        sys.executable,
+        "-m",
+        "kvtrace",
+        "replay",
+        str(CONVERSATION),
+        "--format",
+        "json",
+        "--out",
+        str(tmp / "grid.json"),
+    ] + [a for t in TTLS for a in ("--ttl", t)]
     # The same command function without the CLI framework's option parsing (typer 0.29 coerces
     # options through pydantic, ~0.17 s of CPU per invocation): what the replay itself costs.
-    direct = [sys.executable, "-c", "from pathlib import Path; from kvtrace.cli.replay import replay; "
-              f"replay(Path({str(CONVERSATION)!r}), ttl={TTLS!r}, format='json', out=Path({str(tmp / 'g2.json')!r}))"]
+    direct = [
+        sys.executable,
+        "-c",
+        "from pathlib import Path; from kvtrace.cli.replay import replay; "
+        f"replay(Path({str(CONVERSATION)!r}), ttl={TTLS!r}, format='json', out=Path({str(tmp / 'g2.json')!r}))",
+    ]
     out: dict = {"trace": CONVERSATION.name, "block_accesses": 288_500, "grid_ttls": len(TTLS)}
     try:
         import libcachesim  # noqa: F401
+
         have_lcs = True
     except ImportError:
         have_lcs = False
     binpath = tmp / "conv.oracleGeneral"
     cmds = {"kvtrace": kv, "kvtrace_without_cli_parsing": direct}
     if have_lcs:
-        cmds["libcachesim_from_jsonl"] = [sys.executable, "-c", LCS_SCRIPT, str(CONVERSATION), str(binpath),
-                                          str(LCS_CAPACITY_BLOCKS)]
-        cmds["libcachesim_from_binary"] = [sys.executable, "-c", LCS_SCRIPT, str(binpath), str(binpath),
-                                           str(LCS_CAPACITY_BLOCKS)]
-    for cmd in cmds.values():                              # warm caches; writes the binary trace
+        cmds["libcachesim_from_jsonl"] = [
+            sys.executable,
+            "-c",
+            LCS_SCRIPT,
+            str(CONVERSATION),
+            str(binpath),
+            str(LCS_CAPACITY_BLOCKS),
+        ]
+        cmds["libcachesim_from_binary"] = [
+            sys.executable,
+            "-c",
+            LCS_SCRIPT,
+            str(binpath),
+            str(binpath),
+            str(LCS_CAPACITY_BLOCKS),
+        ]
+    for cmd in cmds.values():  # warm caches; writes the binary trace
         _wall(cmd)
     runs: dict = {k: [] for k in cmds}
-    for _ in range(REPEATS):                               # interleaved, best of REPEATS
+    for _ in range(REPEATS):  # interleaved, best of REPEATS
         for k, cmd in cmds.items():
             runs[k].append(_wall(cmd))
     grid = json.loads((tmp / "grid.json").read_text())
-    out.update(grid_capacities=len({g["capacity_tokens"] for g in grid["grid"]}), grid_points=len(grid["grid"]),
-               engine=grid["engine"]["kernel"], libcachesim_capacity_blocks=LCS_CAPACITY_BLOCKS if have_lcs else None)
+    out.update(
+        grid_capacities=len({g["capacity_tokens"] for g in grid["grid"]}),
+        grid_points=len(grid["grid"]),
+        engine=grid["engine"]["kernel"],
+        libcachesim_capacity_blocks=LCS_CAPACITY_BLOCKS if have_lcs else None,
+    )
     for k, rs in runs.items():
         out[k] = {"wall_s": round(min(r[0] for r in rs), 3), "cpu_s": round(min(r[2] for r in rs), 3)}
     if have_lcs:
@@ -110,15 +140,24 @@ def mooncake_grid(tmp: Path) -> dict:
     return out
 
 
-def make_fleet(n: int, seed: int = 0, span_s: float = 86400.0, turns_median: float = 16, gap_median_s: float = 20,
-               head_share: float = 0.7, head_blocks: int = 4):
+def make_fleet(
+    n: int,
+    seed: int = 0,
+    span_s: float = 86400.0,
+    turns_median: float = 16,
+    gap_median_s: float = 20,
+    head_share: float = 0.7,
+    head_blocks: int = 4,
+):
     """A prefix-chained fleet trace of ``n`` requests (see the module docstring; the keywords
     shape it: turns per session, seconds between turns, share of sessions with the shared head)."""
     from kvtrace.analyze._kernels import chain_ids
     from kvtrace.analyze.blocktrace import BlockTrace
 
     rng = np.random.default_rng(seed)
-    turns = np.clip(rng.lognormal(np.log(turns_median), 0.6, size=max(n // 8, int(2 * n / turns_median))), 1, 400).astype(np.int64)
+    turns = np.clip(
+        rng.lognormal(np.log(turns_median), 0.6, size=max(n // 8, int(2 * n / turns_median))), 1, 400
+    ).astype(np.int64)
     turns = turns[np.cumsum(turns) <= n]
     if turns.sum() < n:
         turns = np.append(turns, n - turns.sum())
@@ -127,14 +166,14 @@ def make_fleet(n: int, seed: int = 0, span_s: float = 86400.0, turns_median: flo
     np.cumsum(turns, out=first[1:])
     sess = np.repeat(np.arange(s), turns)
     turn = np.arange(n) - first[sess]
-    gap = rng.lognormal(np.log(gap_median_s), 1.2, size=n)   # think + tool time between turns
+    gap = rng.lognormal(np.log(gap_median_s), 1.2, size=n)  # think + tool time between turns
     gap[turn == 0] = 0
     cg = np.cumsum(gap)
     t = rng.uniform(0, span_s, size=s)[sess] + cg - np.repeat(cg[first[:-1]], turns)
     B = 512
     grow = rng.integers(250, 1000, size=n)
     cgrow = np.cumsum(grow)
-    head = np.where(rng.random(s) < head_share, head_blocks, 0)[sess]   # the shared system prompt + tools
+    head = np.where(rng.random(s) < head_share, head_blocks, 0)[sess]  # the shared system prompt + tools
     prompt = np.minimum(head * B + 2000 + cgrow - np.repeat(cgrow[first[:-1]], turns), 64_000)
     nb = -(-prompt // B)
     order = np.argsort(t, kind="stable")
@@ -146,10 +185,19 @@ def make_fleet(n: int, seed: int = 0, span_s: float = 86400.0, turns_median: flo
     chain_prev = np.where(turn > 0, pos[prev], -1)
     inherit = np.where(turn > 0, np.minimum(prompt[prev] // B, nb), 0)
     ids = np.empty(int(offsets[-1]), dtype=np.int64)
-    chain_ids(pos, offsets, chain_prev[order], head[order], np.zeros(n, np.int64),
-              np.maximum(inherit, head)[order], ids)
-    return BlockTrace(t[order], prompt[order], rng.integers(20, 800, size=n)[order], offsets, ids, B,
-                      session=sess[order], name=f"fleet-{n}")
+    chain_ids(
+        pos, offsets, chain_prev[order], head[order], np.zeros(n, np.int64), np.maximum(inherit, head)[order], ids
+    )
+    return BlockTrace(
+        t[order],
+        prompt[order],
+        rng.integers(20, 800, size=n)[order],
+        offsets,
+        ids,
+        B,
+        session=sess[order],
+        name=f"fleet-{n}",
+    )
 
 
 def _save_fleet(n: int, path: str) -> dict:
@@ -157,10 +205,13 @@ def _save_fleet(n: int, path: str) -> dict:
 
     t = time.perf_counter()
     trace = make_fleet(n)
-    info = {"requests": trace.n_requests, "block_accesses": trace.n_blocks,
-            "blocks_per_request": round(trace.n_blocks / trace.n_requests, 2),
-            "span_h": round(float(trace.ts[-1] - trace.ts[0]) / 3600, 2),
-            "generate_s": round(time.perf_counter() - t, 1)}
+    info = {
+        "requests": trace.n_requests,
+        "block_accesses": trace.n_blocks,
+        "blocks_per_request": round(trace.n_blocks / trace.n_requests, 2),
+        "span_h": round(float(trace.ts[-1] - trace.ts[0]) / 3600, 2),
+        "generate_s": round(time.perf_counter() - t, 1),
+    }
     save_npz(trace, path)
     return info
 
@@ -169,21 +220,53 @@ def fleet(tmp: Path) -> dict:
     # Generated in a child process: a forked child starts with its parent's resident pages, and
     # ru_maxrss would charge a large parent to the replay measured next.
     path = tmp / "fleet.npz"
-    out = subprocess.run([sys.executable, "-m", "bench.bench_replay", "--make-fleet", str(N_FLEET), str(path)],
-                         cwd=ROOT, capture_output=True, text=True, check=True, timeout=3600)
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.bench_replay", "--make-fleet", str(N_FLEET), str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=3600,
+    )
     info = json.loads(out.stdout.strip().splitlines()[-1])
-    cmd = [sys.executable, "-m", "kvtrace", "replay", str(path), "--tiers", "seed-testbed", "--model", "MiniMax-M2.7",
-           "--kv-dtype", "fp8", "--format", "json", "--out", str(tmp / "fleet.json")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "kvtrace",
+        "replay",
+        str(path),
+        "--tiers",
+        "seed-testbed",
+        "--model",
+        "MiniMax-M2.7",
+        "--kv-dtype",
+        "fp8",
+        "--format",
+        "json",
+        "--out",
+        str(tmp / "fleet.json"),
+    ]
     cold = _wall(cmd)
     warm = _wall(cmd)
     res = json.loads((tmp / "fleet.json").read_text())
-    info.update(first_run_wall_s=round(cold[0], 1), wall_s=round(warm[0], 1), cpu_s=round(warm[2], 1),
-                peak_rss_mb=warm[1],
-                engine=res["engine"], grid_points=len(res["grid"]),
-                hit_ratio_tokens_unlimited_no_ttl=round(res["grid"][-1]["hit_ratio_tokens"], 4),
-                tiers={t["name"]: {"hit_ratio_tokens": round(t["hit_ratio_tokens"], 4), "fills_at": t["fills_at"],
-                                   "write_GBps_mean": round((t["write_bytes_per_s_mean"] or 0) / 1e9, 2),
-                                   "dwpd_per_drive": t.get("dwpd_per_drive")} for t in res["tiers"]})
+    info.update(
+        first_run_wall_s=round(cold[0], 1),
+        wall_s=round(warm[0], 1),
+        cpu_s=round(warm[2], 1),
+        peak_rss_mb=warm[1],
+        engine=res["engine"],
+        grid_points=len(res["grid"]),
+        hit_ratio_tokens_unlimited_no_ttl=round(res["grid"][-1]["hit_ratio_tokens"], 4),
+        tiers={
+            t["name"]: {
+                "hit_ratio_tokens": round(t["hit_ratio_tokens"], 4),
+                "fills_at": t["fills_at"],
+                "write_GBps_mean": round((t["write_bytes_per_s_mean"] or 0) / 1e9, 2),
+                "dwpd_per_drive": t.get("dwpd_per_drive"),
+            }
+            for t in res["tiers"]
+        },
+    )
     return info
 
 

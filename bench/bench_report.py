@@ -48,7 +48,7 @@ def build_warehouse(path: Path, n: int) -> dict:
         except duckdb.Error:
             same = False
         if same:
-            Store(path).close()          # apply any newer migration
+            Store(path).close()  # apply any newer migration
             return {"reused": True}
         path.unlink()
     from bench.bench_reuse import make_telemetry
@@ -69,15 +69,22 @@ def build_warehouse(path: Path, n: int) -> dict:
             FROM tel""")
         store.con.unregister("tel")
         store.run("CHECKPOINT")
-    return {"reused": False, "generate_s": round(gen_s, 2), "insert_s": round(time.perf_counter() - t, 2),
-            "file_mb": round(path.stat().st_size / 1e6, 1)}
+    return {
+        "reused": False,
+        "generate_s": round(gen_s, 2),
+        "insert_s": round(time.perf_counter() - t, 2),
+        "file_mb": round(path.stat().st_size / 1e6, 1),
+    }
 
 
 def timed(cmd: list[str]) -> dict:
     """Wall time and peak RSS of one process."""
     c = child.run(cmd, cwd=ROOT)
-    return {"wall_s": round(c.wall_s, 2), "peak_rss_mb": round(c.maxrss_mb, 1),
-            "stdout": c.stdout.decode(errors="replace").strip()[-300:]}
+    return {
+        "wall_s": round(c.wall_s, 2),
+        "peak_rss_mb": round(c.maxrss_mb, 1),
+        "stdout": c.stdout.decode(errors="replace").strip()[-300:],
+    }
 
 
 def _bounds(db: Path) -> tuple[str, str]:
@@ -108,9 +115,11 @@ def main() -> dict:
         end = datetime.fromisoformat(last).replace(hour=0, minute=0, second=0, microsecond=0)
         for name, window, at in (("run_daily", "last 1d", end), ("run_weekly", "last 7d", end + timedelta(days=1))):
             prof = tmp / f"{name}.toml"
-            prof.write_text(f'[inputs]\nwarehouse = "{db}"\n[window]\nperiod = "{window}"\n'
-                            f'[analysis]\nttls = ["5m", "1h"]\ngroup_by = ["model"]\n'
-                            f'[output]\nroot = "{tmp / "out"}"\nformats = ["html", "json", "md", "png"]\n')
+            prof.write_text(
+                f'[inputs]\nwarehouse = "{db}"\n[window]\nperiod = "{window}"\n'
+                f'[analysis]\nttls = ["5m", "1h"]\ngroup_by = ["model"]\n'
+                f'[output]\nroot = "{tmp / "out"}"\nformats = ["html", "json", "md", "png"]\n'
+            )
             result[name] = timed([*KVTRACE, "run", str(prof), "--at", at.isoformat()])
     return result
 

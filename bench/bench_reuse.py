@@ -59,13 +59,12 @@ def make_block_trace(n: int, seed: int = 0):
     s = _sessions(n, rng)
     B = 512
     grow = rng.integers(300, 1500, size=n)
-    head = np.where(rng.random(len(s["turns"])) < 0.7, 4, 0)[s["sess"]]       # 4-block shared head
-    base = np.cumsum(grow) - np.repeat(np.cumsum(grow)[np.concatenate(([0], np.cumsum(s["turns"])[:-1]))],
-                                       s["turns"])
+    head = np.where(rng.random(len(s["turns"])) < 0.7, 4, 0)[s["sess"]]  # 4-block shared head
+    base = np.cumsum(grow) - np.repeat(np.cumsum(grow)[np.concatenate(([0], np.cumsum(s["turns"])[:-1]))], s["turns"])
     prompt = head * B + 2000 + base
     prompt = np.minimum(prompt, 128_000)
     nb = -(-prompt // B)
-    order_t = np.argsort(s["t"], kind="stable")               # time order of the requests
+    order_t = np.argsort(s["t"], kind="stable")  # time order of the requests
     pos = np.empty(n, dtype=np.int64)
     pos[order_t] = np.arange(n)
     offsets = np.zeros(n + 1, dtype=np.int64)
@@ -86,20 +85,30 @@ def make_telemetry(n: int, seed: int = 1):
     rng = np.random.default_rng(seed)
     s = _sessions(n, rng)
     grow = rng.integers(300, 3500, size=n)
-    base = np.cumsum(grow) - np.repeat(np.cumsum(grow)[np.concatenate(([0], np.cumsum(s["turns"])[:-1]))],
-                                       s["turns"])
+    base = np.cumsum(grow) - np.repeat(np.cumsum(grow)[np.concatenate(([0], np.cumsum(s["turns"])[:-1]))], s["turns"])
     cached = 16_842 + base % 60_000
     prev_t = np.where(s["turn"] > 0, s["t"][np.maximum(np.arange(n) - 1, 0)], -1e18)
     read = np.where((s["t"] - prev_t) <= 300, np.where(s["turn"] > 0, cached - grow, 0), 0)
     read = np.maximum(read, 0)
-    return pl.DataFrame({
-        "request_key": np.arange(n).astype(str), "ts_us": (1.7e15 + s["t"] * 1e6).astype(np.int64),
-        "org_id": "o", "session_id": s["sess"].astype(str), "thread_id": "main",
-        "model": np.where(s["sess"] % 10 < 6, "claude-sonnet-4-6", "claude-opus-4-6"), "query_source": "main",
-        "read_tokens": read, "write_tokens": cached - read, "write_5m_tokens": cached - read,
-        "write_1h_tokens": np.zeros(n, np.int64), "input_tokens": rng.integers(1, 10, size=n),
-        "output_tokens": rng.integers(40, 900, size=n), "is_compact_request": False, "after_compaction": False,
-    }).sort("ts_us", "request_key")
+    return pl.DataFrame(
+        {
+            "request_key": np.arange(n).astype(str),
+            "ts_us": (1.7e15 + s["t"] * 1e6).astype(np.int64),
+            "org_id": "o",
+            "session_id": s["sess"].astype(str),
+            "thread_id": "main",
+            "model": np.where(s["sess"] % 10 < 6, "claude-sonnet-4-6", "claude-opus-4-6"),
+            "query_source": "main",
+            "read_tokens": read,
+            "write_tokens": cached - read,
+            "write_5m_tokens": cached - read,
+            "write_1h_tokens": np.zeros(n, np.int64),
+            "input_tokens": rng.integers(1, 10, size=n),
+            "output_tokens": rng.integers(40, 900, size=n),
+            "is_compact_request": False,
+            "after_compaction": False,
+        }
+    ).sort("ts_us", "request_key")
 
 
 def _child(kind: str, path: str) -> dict:
@@ -112,8 +121,9 @@ def _child(kind: str, path: str) -> dict:
         from kvtrace.analyze.blocktrace import BlockTrace
 
         z = np.load(path)
-        trace = BlockTrace(z["ts"], z["input_length"], z["output_length"], z["offsets"], z["hash_ids"],
-                           int(z["block_size"]))
+        trace = BlockTrace(
+            z["ts"], z["input_length"], z["output_length"], z["offsets"], z["hash_ids"], int(z["block_size"])
+        )
         steps["load_s"] = time.perf_counter() - t0
         from kvtrace.analyze.access import access_runs
 
@@ -149,7 +159,9 @@ def _child(kind: str, path: str) -> dict:
         sp = spend_whatif(trace)
         steps["spend_s"] = time.perf_counter() - t
     return {
-        "requests": trace.n_requests, "blocks": trace.n_blocks, "runs": len(runs),
+        "requests": trace.n_requests,
+        "blocks": trace.n_blocks,
+        "runs": len(runs),
         "steps_s": {k: round(v, 2) for k, v in steps.items()},
         "total_s": round(time.perf_counter() - t0, 2),
         # CPU time beside wall time: on a shared machine the wall time includes waiting.
@@ -164,8 +176,14 @@ def _child(kind: str, path: str) -> dict:
 
 def _run_child(kind: str, path: str) -> dict:
     t = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "bench.bench_reuse", "--child", kind, path], cwd=ROOT,
-                         capture_output=True, text=True, check=True, timeout=3600)
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.bench_reuse", "--child", kind, path],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=3600,
+    )
     res = json.loads(out.stdout.strip().splitlines()[-1])
     res["process_wall_s"] = round(time.perf_counter() - t, 2)
     return res
@@ -178,8 +196,15 @@ def main() -> dict:
         bt = make_block_trace(N)
         result["generate_block_trace_s"] = round(time.perf_counter() - t, 2)
         p = Path(tmp) / "trace.npz"
-        np.savez(p, ts=bt.ts, input_length=bt.input_length, output_length=bt.output_length,
-                 offsets=bt.offsets, hash_ids=bt.hash_ids, block_size=bt.block_size)
+        np.savez(
+            p,
+            ts=bt.ts,
+            input_length=bt.input_length,
+            output_length=bt.output_length,
+            offsets=bt.offsets,
+            hash_ids=bt.hash_ids,
+            block_size=bt.block_size,
+        )
         del bt
         result["block_trace"] = _run_child("block_trace", str(p))
         p.unlink()
@@ -192,8 +217,24 @@ def main() -> dict:
         result["derived"] = _run_child("derived", str(p))
     if CONVERSATION.exists():
         t = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "kvtrace", "reuse", str(CONVERSATION), "--ttl", "1m,5m,1h,none",
-                        "--format", "json", "--out", os.devnull], cwd=ROOT, check=True, timeout=600)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "kvtrace",
+                "reuse",
+                str(CONVERSATION),
+                "--ttl",
+                "1m,5m,1h,none",
+                "--format",
+                "json",
+                "--out",
+                os.devnull,
+            ],
+            cwd=ROOT,
+            check=True,
+            timeout=600,
+        )
         result["cli_mooncake_conversation_wall_s"] = round(time.perf_counter() - t, 2)
     return result
 

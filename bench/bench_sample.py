@@ -48,11 +48,15 @@ def _errors(exact: dict, sampled: dict) -> dict:
         out[f"mae_{name}"] = round(float(np.abs(a - b).mean()), 5)
         out[f"max_abs_error_{name}"] = round(float(np.abs(a - b).max()), 5)
     s = sampled["sample"]
-    out.update(stated_error=round(s["expected_error"], 5), stated_error_blocks=round(s["expected_error_blocks"], 5),
-               bound_held=bool(s["expected_error"] >= out["mae_tokens"]
-                               and s["expected_error_blocks"] >= out["mae_blocks"]),
-               rate=round(s["rate"], 6), heavy_blocks=s["heavy_blocks"], sampled_blocks=s["sampled_blocks"],
-               sampled_accesses=s["sampled_accesses"])
+    out.update(
+        stated_error=round(s["expected_error"], 5),
+        stated_error_blocks=round(s["expected_error_blocks"], 5),
+        bound_held=bool(s["expected_error"] >= out["mae_tokens"] and s["expected_error_blocks"] >= out["mae_blocks"]),
+        rate=round(s["rate"], 6),
+        heavy_blocks=s["heavy_blocks"],
+        sampled_blocks=s["sampled_blocks"],
+        sampled_accesses=s["sampled_accesses"],
+    )
     return out
 
 
@@ -76,24 +80,37 @@ def mooncake() -> dict:
         trace = read_trace(path)
         ex_s, ex = _best(lambda: replay(trace))
         exact = ex.to_dict()
-        row = {"requests": trace.n_requests, "block_accesses": trace.n_blocks, "grid_cells": len(exact["grid"]),
-               "exact_s": ex_s}
-        for label, sampling in (("rate_1pct", Sampling(rate=0.01)), ("rate_10pct", Sampling(rate=0.1)),
-                                ("size_5000_blocks", Sampling(size=5000)),
-                                ("plain_shards_1pct", Sampling(rate=0.01, heavy=False))):
+        row = {
+            "requests": trace.n_requests,
+            "block_accesses": trace.n_blocks,
+            "grid_cells": len(exact["grid"]),
+            "exact_s": ex_s,
+        }
+        for label, sampling in (
+            ("rate_1pct", Sampling(rate=0.01)),
+            ("rate_10pct", Sampling(rate=0.1)),
+            ("size_5000_blocks", Sampling(size=5000)),
+            ("plain_shards_1pct", Sampling(rate=0.01, heavy=False)),
+        ):
             s_s, res = _best(lambda: sampled_replay(trace, sampling))
             row[label] = {"wall_s": s_s, **_errors(exact, res.to_dict())}
         if path == CONVERSATION:
             m = resolve_model("MiniMax-M2.7:fp8")
             ex = replay(trace, ttls=[300.0], model=m, tiers=load_tiers("seed-testbed"), tier_ttl=300.0)
-            res = sampled_replay(trace, Sampling(rate=0.01), ttls=[300.0], model=m, tiers=load_tiers("seed-testbed"),
-                                 tier_ttl=300.0)
-            tiers = {a["name"]: {"exact": round(a["hit_ratio_tokens"], 4), "sampled": round(b["hit_ratio_tokens"], 4)}
-                     for a, b in zip(ex.tiers["tiers"], res.tiers["tiers"])}
+            res = sampled_replay(
+                trace, Sampling(rate=0.01), ttls=[300.0], model=m, tiers=load_tiers("seed-testbed"), tier_ttl=300.0
+            )
+            tiers = {
+                a["name"]: {"exact": round(a["hit_ratio_tokens"], 4), "sampled": round(b["hit_ratio_tokens"], 4)}
+                for a, b in zip(ex.tiers["tiers"], res.tiers["tiers"])
+            }
             mae = float(np.mean([abs(v["exact"] - v["sampled"]) for v in tiers.values()]))
-            row["tiers_1pct"] = {"tiers": tiers, "mae": round(mae, 4),
-                                 "stated_error": round(res.sample["expected_error_tiers"], 4),
-                                 "bound_held": res.sample["expected_error_tiers"] >= mae}
+            row["tiers_1pct"] = {
+                "tiers": tiers,
+                "mae": round(mae, 4),
+                "stated_error": round(res.sample["expected_error_tiers"], 4),
+                "bound_held": res.sample["expected_error_tiers"] >= mae,
+            }
         out[path.name.split(".")[0]] = row
     return out
 
@@ -102,21 +119,34 @@ def fleet(tmp: Path) -> dict:
     out = {}
     for shape, kw in SHAPES.items():
         path = tmp / f"{shape}.npz"
-        made = subprocess.run([sys.executable, "-m", "bench.bench_sample", "--make-fleet", str(N_FLEET), shape,
-                               str(path)], cwd=ROOT, capture_output=True, text=True, check=True, timeout=3600)
+        made = subprocess.run(
+            [sys.executable, "-m", "bench.bench_sample", "--make-fleet", str(N_FLEET), shape, str(path)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=3600,
+        )
         info = json.loads(made.stdout.strip().splitlines()[-1])
         runs = {}
         for label, extra in (("exact", []), ("sample_1pct", ["--sample", "1%"])):
             res = tmp / f"{shape}-{label}.json"
-            c = child.run([sys.executable, "-m", "kvtrace", "replay", str(path), "--format", "json", "--out", str(res),
-                           *extra], cwd=ROOT)
+            c = child.run(
+                [sys.executable, "-m", "kvtrace", "replay", str(path), "--format", "json", "--out", str(res), *extra],
+                cwd=ROOT,
+            )
             runs[label] = (c, json.loads(res.read_text()))
         ex, sm = runs["exact"], runs["sample_1pct"]
-        info.update(exact={"wall_s": round(ex[0].wall_s, 1), "peak_rss_mb": round(ex[0].maxrss_mb),
-                           "engine": ex[1]["engine"]},
-                    sample_1pct={"wall_s": round(sm[0].wall_s, 1), "peak_rss_mb": round(sm[0].maxrss_mb),
-                                 "engine": sm[1]["engine"], **_errors(ex[1], sm[1])},
-                    hit_ratio_tokens_unlimited_no_ttl=round(ex[1]["grid"][-1]["hit_ratio_tokens"], 4))
+        info.update(
+            exact={"wall_s": round(ex[0].wall_s, 1), "peak_rss_mb": round(ex[0].maxrss_mb), "engine": ex[1]["engine"]},
+            sample_1pct={
+                "wall_s": round(sm[0].wall_s, 1),
+                "peak_rss_mb": round(sm[0].maxrss_mb),
+                "engine": sm[1]["engine"],
+                **_errors(ex[1], sm[1]),
+            },
+            hit_ratio_tokens_unlimited_no_ttl=round(ex[1]["grid"][-1]["hit_ratio_tokens"], 4),
+        )
         out[shape] = info
         path.unlink()
     return out
@@ -128,9 +158,13 @@ def _make_fleet(n: int, shape: str, path: str) -> dict:
 
     trace = make_fleet(n, **SHAPES[shape])
     save_npz(trace, path)
-    return {"requests": trace.n_requests, "block_accesses": trace.n_blocks,
-            "blocks_per_request": round(trace.n_blocks / trace.n_requests, 2),
-            "span_h": round(float(trace.ts[-1] - trace.ts[0]) / 3600, 2), "shape": SHAPES[shape]}
+    return {
+        "requests": trace.n_requests,
+        "block_accesses": trace.n_blocks,
+        "blocks_per_request": round(trace.n_blocks / trace.n_requests, 2),
+        "span_h": round(float(trace.ts[-1] - trace.ts[0]) / 3600, 2),
+        "shape": SHAPES[shape],
+    }
 
 
 def main() -> dict:

@@ -29,18 +29,43 @@ def main() -> dict:
     with tempfile.TemporaryDirectory(prefix="kvtrace-bench-") as tmp:
         out = Path(tmp) / "seed.json"
         for _ in range(REPEATS):
-            c = child.run([sys.executable, "-m", "kvtrace", "simulate", "--scenario", "seed-study", "--duration",
-                           DURATION, "--format", "json", "--out", str(out)], cwd=ROOT)
+            c = child.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "kvtrace",
+                    "simulate",
+                    "--scenario",
+                    "seed-study",
+                    "--duration",
+                    DURATION,
+                    "--format",
+                    "json",
+                    "--out",
+                    str(out),
+                ],
+                cwd=ROOT,
+            )
             runs.append(c)
         doc = json.loads(out.read_text())
     best = min(runs, key=lambda c: c.wall_s)
     sim_s = doc["duration_s"] * len(doc["configs"])
     return {
-        "scenario": "seed-study", "duration_s": doc["duration_s"], "configs": [c["name"] for c in doc["configs"]],
-        "wall_s": round(best.wall_s, 2), "cpu_s": round(best.cpu_s, 2), "maxrss_mb": round(best.maxrss_mb, 1),
-        "walls_s": [round(c.wall_s, 2) for c in runs], "target_wall_s": 30.0,
+        "scenario": "seed-study",
+        "duration_s": doc["duration_s"],
+        "configs": [c["name"] for c in doc["configs"]],
+        "wall_s": round(best.wall_s, 2),
+        "cpu_s": round(best.cpu_s, 2),
+        "maxrss_mb": round(best.maxrss_mb, 1),
+        "walls_s": [round(c.wall_s, 2) for c in runs],
+        "target_wall_s": 30.0,
         "speedup_vs_real_time_per_config": round(sim_s / best.wall_s, 1),
-        "figures": {c["name"]: {"peak_tokens_per_s": round(c["peak_tokens_per_s"]),
-                                "steady_tokens_per_s": round(c["steady_tokens_per_s"]),
-                                "requests_started": c["requests_started"]} for c in doc["configs"]},
+        "figures": {
+            c["name"]: {
+                "peak_tokens_per_s": round(c["peak_tokens_per_s"]),
+                "steady_tokens_per_s": round(c["steady_tokens_per_s"]),
+                "requests_started": c["requests_started"],
+            }
+            for c in doc["configs"]
+        },
     }

@@ -34,8 +34,12 @@ KVTRACE = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "kvtrac
 
 def _ingest(path: Path, db: Path) -> dict:
     c = child.run(KVTRACE + ["ingest", path, "--db", db, "--json", "--quiet"], cwd=REPO)
-    return {"wall_s": round(c.wall_s, 3), "cpu_s": round(c.cpu_s, 3), "maxrss_mb": round(c.maxrss_mb),
-            "summary": json.loads(c.stdout)}
+    return {
+        "wall_s": round(c.wall_s, 3),
+        "cpu_s": round(c.cpu_s, 3),
+        "maxrss_mb": round(c.maxrss_mb),
+        "summary": json.loads(c.stdout),
+    }
 
 
 _WORKER = """
@@ -58,8 +62,12 @@ def _worker_cycle(folder: Path, work: Path) -> dict:
     _fresh(db)
     c = child.run([sys.executable, "-c", _WORKER, spool, db], cwd=REPO)
     out = json.loads(c.stdout)
-    return {"in_process_s": round(out["in_process_s"], 3), "wall_s": round(c.wall_s, 3),
-            "segments": out["totals"]["segments"], "requests_added": out["totals"]["requests_added"]}
+    return {
+        "in_process_s": round(out["in_process_s"], 3),
+        "wall_s": round(c.wall_s, 3),
+        "segments": out["totals"]["segments"],
+        "requests_added": out["totals"]["requests_added"],
+    }
 
 
 def _fresh(db: Path) -> None:
@@ -72,7 +80,7 @@ def main() -> dict:
     repeats = 1 if quick else int(os.environ.get("KVTRACE_BENCH_REPEATS", "3"))
     lines = gzip.decompress(SAMPLE.read_bytes()).splitlines(keepends=True)
     if quick or os.environ.get("KVTRACE_BENCH_FILES"):
-        lines = lines[:200 if quick else int(os.environ["KVTRACE_BENCH_FILES"])]
+        lines = lines[: 200 if quick else int(os.environ["KVTRACE_BENCH_FILES"])]
     with tempfile.TemporaryDirectory(prefix="kvtrace-bench-small-") as tmp:
         work = Path(tmp)
         folder = work / "segments"
@@ -90,21 +98,33 @@ def main() -> dict:
             repeat_runs.append(_ingest(folder, db))
             _fresh(db)
             one_runs.append(_ingest(one, db))
-        stored = ({r["summary"]["requests_added"] for r in runs} | {r["summary"]["requests_added"] for r in one_runs}
-                  | {r["requests_added"] for r in worker_runs})
+        stored = (
+            {r["summary"]["requests_added"] for r in runs}
+            | {r["summary"]["requests_added"] for r in one_runs}
+            | {r["requests_added"] for r in worker_runs}
+        )
         if len(stored) != 1 or any(r["summary"]["requests_added"] for r in repeat_runs):
             raise RuntimeError(f"stored requests differ: files {runs[0]['summary']}, one file {one_runs[0]['summary']}")
     med = lambda rs, k="wall_s": round(statistics.median(r[k] for r in rs), 3)  # noqa: E731
     result = {
-        "files": len(lines), "requests": stored.pop(), "repeats": repeats,
-        "folder_first_ingest_s": med(runs), "folder_first_ingest_cpu_s": med(runs, "cpu_s"),
+        "files": len(lines),
+        "requests": stored.pop(),
+        "repeats": repeats,
+        "folder_first_ingest_s": med(runs),
+        "folder_first_ingest_cpu_s": med(runs, "cpu_s"),
         "per_file_ms": round(1000 * med(runs) / len(lines), 2),
-        "folder_repeat_ingest_s": med(repeat_runs), "one_file_ingest_s": med(one_runs),
+        "folder_repeat_ingest_s": med(repeat_runs),
+        "one_file_ingest_s": med(one_runs),
         "worker_cycle_s": med(worker_runs, "in_process_s"),
         "worker_segments_per_s": round(len(lines) / med(worker_runs, "in_process_s")),
-        "runs": runs, "worker_runs": worker_runs, "load_average": os.getloadavg(),
+        "runs": runs,
+        "worker_runs": worker_runs,
+        "load_average": os.getloadavg(),
     }
-    print(f"   {len(lines)} files: {result['folder_first_ingest_s']} s ({result['per_file_ms']} ms/file); "
-          f"repeat {result['folder_repeat_ingest_s']} s; one file {result['one_file_ingest_s']} s; "
-          f"collector worker {result['worker_cycle_s']} s ({result['worker_segments_per_s']} segments/s)", file=sys.stderr)
+    print(
+        f"   {len(lines)} files: {result['folder_first_ingest_s']} s ({result['per_file_ms']} ms/file); "
+        f"repeat {result['folder_repeat_ingest_s']} s; one file {result['one_file_ingest_s']} s; "
+        f"collector worker {result['worker_cycle_s']} s ({result['worker_segments_per_s']} segments/s)",
+        file=sys.stderr,
+    )
     return result

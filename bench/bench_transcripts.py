@@ -54,10 +54,15 @@ _SCRIPT = Path(sys.executable).parent / "kvtrace"
 KVTRACE = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "kvtrace"]
 # The kvtrace the commands run: the first on PYTHONPATH (another checkout, for a side-by-side
 # run), else this one. In-process measurements import it too (python -P: not this folder's).
-KV_ROOT = next((Path(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
-                if p and (Path(p) / "kvtrace").is_dir()), REPO)
-KV_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(
-    [str(KV_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]))}
+KV_ROOT = next(
+    (Path(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and (Path(p) / "kvtrace").is_dir()), REPO
+)
+KV_ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join(
+        dict.fromkeys([str(KV_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
+    ),
+}
 SEED = 7
 # Each shape's size in MiB (generate's unit): 316 MB and 291 MB.
 SHAPE_MB = {"default": 300, "current": 277}
@@ -66,6 +71,7 @@ KEYS = ("input", "cache_read", "cache_write", "output")
 
 # -- processes -----------------------------------------------------------------------------------
 
+
 def _run(argv: list[str], env: dict | None = None) -> tuple[float, int, bytes]:
     """Run a process; return (wall seconds, peak RSS in KiB, stdout)."""
     c = child.run(argv, cwd=REPO, env=env)
@@ -73,11 +79,15 @@ def _run(argv: list[str], env: dict | None = None) -> tuple[float, int, bytes]:
 
 
 def _stats(times: list[float]) -> dict:
-    return {"min_s": round(min(times), 3), "median_s": round(statistics.median(times), 3),
-            "mean_s": round(statistics.fmean(times), 3), "runs": len(times)}
+    return {
+        "min_s": round(min(times), 3),
+        "median_s": round(statistics.median(times), 3),
+        "mean_s": round(statistics.fmean(times), 3),
+        "runs": len(times),
+    }
 
 
-INGEST_FORMAT: list[str] = []   # ["--input-format", "claude-transcript"] if auto-detection fails on the tree
+INGEST_FORMAT: list[str] = []  # ["--input-format", "claude-transcript"] if auto-detection fails on the tree
 
 
 def _auto_detect_fails(tree: Path, work: Path) -> str | None:
@@ -121,51 +131,91 @@ def _ccusage_version() -> str:
 
 # -- totals --------------------------------------------------------------------------------------
 
+
 def _truth_days(truth: dict) -> dict[str, dict]:
-    return {d: {"input": v["input"], "cache_read": v["cache_read"],
-                "cache_write": v["cache_write_5m"] + v["cache_write_1h"], "output": v["output"]}
-            for d, v in truth["days"].items()}
+    return {
+        d: {
+            "input": v["input"],
+            "cache_read": v["cache_read"],
+            "cache_write": v["cache_write_5m"] + v["cache_write_1h"],
+            "output": v["output"],
+        }
+        for d, v in truth["days"].items()
+    }
 
 
 def _kvtrace_days(report: dict) -> dict[str, dict]:
     out = {}
     for g in report["groups"]["day"]:
         m = g["token_mix"]
-        out[str(g["key"])[:10]] = {"input": m["input_uncached"], "cache_read": m["cache_read"],
-                                   "cache_write": m["cache_write_5m"] + m["cache_write_1h"] + m["cache_write_unknown"],
-                                   "output": m["output"]}
+        out[str(g["key"])[:10]] = {
+            "input": m["input_uncached"],
+            "cache_read": m["cache_read"],
+            "cache_write": m["cache_write_5m"] + m["cache_write_1h"] + m["cache_write_unknown"],
+            "output": m["output"],
+        }
     return out
 
 
 def _ccusage_days(doc: dict) -> dict[str, dict]:
-    return {d["period"]: {"input": d["inputTokens"], "cache_read": d["cacheReadTokens"],
-                          "cache_write": d["cacheCreationTokens"], "output": d["outputTokens"]}
-            for d in doc["daily"]}
+    return {
+        d["period"]: {
+            "input": d["inputTokens"],
+            "cache_read": d["cacheReadTokens"],
+            "cache_write": d["cacheCreationTokens"],
+            "output": d["outputTokens"],
+        }
+        for d in doc["daily"]
+    }
 
 
 def _compare(got: dict[str, dict], want: dict[str, dict]) -> dict:
     tot = {k: sum(v[k] for v in got.values()) for k in KEYS}
     want_tot = {k: sum(v[k] for v in want.values()) for k in KEYS}
     bad_days = sorted(d for d in set(got) | set(want) if got.get(d) != want.get(d))
-    return {"exact": not bad_days, "days": len(got), "days_differing": len(bad_days),
-            "totals": tot, "diff_vs_truth": {k: tot[k] - want_tot[k] for k in KEYS},
-            "ratio_vs_truth": {k: round(tot[k] / want_tot[k], 6) if want_tot[k] else None for k in KEYS}}
+    return {
+        "exact": not bad_days,
+        "days": len(got),
+        "days_differing": len(bad_days),
+        "totals": tot,
+        "diff_vs_truth": {k: tot[k] - want_tot[k] for k in KEYS},
+        "ratio_vs_truth": {k: round(tot[k] / want_tot[k], 6) if want_tot[k] else None for k in KEYS},
+    }
 
 
 # -- the repeat through `kvtrace serve` ----------------------------------------------------------
 
+
 def _report_ingest(tree: Path, db: Path) -> tuple[float, dict]:
     """``kvtrace report --ingest <tree>/projects`` as one client process."""
-    wall, _, out = _run(KVTRACE + ["report", "--ingest", str(tree / "projects"), "--group-by", "day",
-                                   "--format", "json", "--db", str(db), *INGEST_FORMAT])
+    wall, _, out = _run(
+        KVTRACE
+        + [
+            "report",
+            "--ingest",
+            str(tree / "projects"),
+            "--group-by",
+            "day",
+            "--format",
+            "json",
+            "--db",
+            str(db),
+            *INGEST_FORMAT,
+        ]
+    )
     return wall, json.loads(out)
 
 
 def _start_server(db: Path, log: Path) -> subprocess.Popen:
     from kvtrace.serve.server import status
 
-    proc = subprocess.Popen(KVTRACE + ["serve", "--db", str(db)], cwd=REPO, stdin=subprocess.DEVNULL,
-                            stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        KVTRACE + ["serve", "--db", str(db)],
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
     deadline = time.monotonic() + 120
     while status(db) is None:
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -189,8 +239,17 @@ def _without(report: dict, key: str = "generated_at") -> dict:
     return {k: v for k, v in report.items() if k != key}
 
 
-def _served_repeat(tree: Path, db: Path, home: Path, reps: int, seed: int, have_ccusage: bool,
-                   work: Path, added: list[Path], shape: str) -> tuple[dict, dict]:
+def _served_repeat(
+    tree: Path,
+    db: Path,
+    home: Path,
+    reps: int,
+    seed: int,
+    have_ccusage: bool,
+    work: Path,
+    added: list[Path],
+    shape: str,
+) -> tuple[dict, dict]:
     """The one-process repeat, locally and then through `kvtrace serve` (interleaved with ccusage);
     returns (results, truth per day of the sessions added here)."""
     extra: dict = {}
@@ -204,7 +263,7 @@ def _served_repeat(tree: Path, db: Path, home: Path, reps: int, seed: int, have_
     proc = _start_server(db, work / "serve.log")
     served, cc = [], []
     try:
-        _report_ingest(tree, db)          # untimed: nothing new; the server's first command
+        _report_ingest(tree, db)  # untimed: nothing new; the server's first command
         for i in range(reps):
             path, t = add_session(tree, seed=seed + 100 + i, shape=shape)
             extra.update(t)
@@ -218,10 +277,12 @@ def _served_repeat(tree: Path, db: Path, home: Path, reps: int, seed: int, have_
         info = status(db)
     finally:
         _stop_server(proc, db)
-    _, local_report = _report_ingest(tree, db)   # the same warehouse, no server: nothing new to read
+    _, local_report = _report_ingest(tree, db)  # the same warehouse, no server: nothing new to read
     out["kvtrace_served"] = _stats(served)
-    out["server"] = {"commands": info["commands"] if info else None,
-                     "json_same_as_local_run": _without(report) == _without(local_report)}
+    out["server"] = {
+        "commands": info["commands"] if info else None,
+        "json_same_as_local_run": _without(report) == _without(local_report),
+    }
     if have_ccusage:
         out["ccusage_daily_same_rounds"] = _stats(cc)
         out["speedup_ccusage_over_served_median"] = round(statistics.median(cc) / statistics.median(served), 2)
@@ -233,13 +294,19 @@ def _served_repeat(tree: Path, db: Path, home: Path, reps: int, seed: int, have_
 
 # -- where a repeat's time goes ------------------------------------------------------------------
 
+
 def _importtime(argv: list[str]) -> dict:
     """Import time of a kvtrace command: the total and the heaviest imports (cumulative ms, depth <= 2)."""
-    p = subprocess.run([sys.executable, "-P", "-X", "importtime", "-m", "kvtrace", *argv], cwd=REPO,
-                       capture_output=True, text=True, env=KV_ENV)
+    p = subprocess.run(
+        [sys.executable, "-P", "-X", "importtime", "-m", "kvtrace", *argv],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=KV_ENV,
+    )
     rows = []
     for line in p.stderr.splitlines():
-        parts = line[len("import time:"):].split("|") if line.startswith("import time:") else []
+        parts = line[len("import time:") :].split("|") if line.startswith("import time:") else []
         if len(parts) != 3 or not parts[1].strip().isdigit():
             continue
         raw = parts[2].rstrip()
@@ -247,8 +314,10 @@ def _importtime(argv: list[str]) -> dict:
         rows.append((raw.strip(), int(parts[1]) / 1000, depth))
     total = sum(ms for _, ms, d in rows if d == 0)
     heavy = sorted((r for r in rows if r[2] <= 2), key=lambda r: -r[1])[:12]
-    return {"imports_total_ms": round(total, 1),
-            "heaviest_ms": [{"module": m, "cumulative_ms": round(ms, 1), "depth": d} for m, ms, d in heavy]}
+    return {
+        "imports_total_ms": round(total, 1),
+        "heaviest_ms": [{"module": m, "cumulative_ms": round(ms, 1), "depth": d} for m, ms, d in heavy],
+    }
 
 
 # Run in a child process: the library ingest with its phases timed by wrapping pipeline functions.
@@ -305,13 +374,16 @@ def _whitespace_variant(work: Path, home: Path, have_ccusage: bool) -> dict:
     truth = generate(root, 2 << 20, seed=SEED + 1)
     for f in (root / "projects").rglob("*.jsonl"):
         lines = f.read_bytes().splitlines()
-        f.write_text("".join(json.dumps(json.loads(x), separators=(", ", ": "), ensure_ascii=False) + "\n"
-                             for x in lines))
+        f.write_text(
+            "".join(json.dumps(json.loads(x), separators=(", ", ": "), ensure_ascii=False) + "\n" for x in lines)
+        )
     want = _truth_days(truth)
     db = work / "spaced.duckdb"
     _, report, _, _ = _kvtrace_pair(root, db)
-    out = {"responses": truth["totals"]["responses"],
-           "kvtrace": _compare(_kvtrace_days(report), want) | {"requests": report["requests"]}}
+    out = {
+        "responses": truth["totals"]["responses"],
+        "kvtrace": _compare(_kvtrace_days(report), want) | {"requests": report["requests"]},
+    }
     if have_ccusage:
         _, doc, _ = _ccusage(root, home)
         out["ccusage"] = _compare(_ccusage_days(doc), want)
@@ -319,6 +391,7 @@ def _whitespace_variant(work: Path, home: Path, have_ccusage: bool) -> dict:
 
 
 # -- main ----------------------------------------------------------------------------------------
+
 
 def _torn_line_run(tree: Path, truth: dict, reps: int, home: Path, work: Path, have_ccusage: bool) -> dict:
     """The first run on a tree read while a session starts: one more session file holds its
@@ -330,7 +403,8 @@ def _torn_line_run(tree: Path, truth: dict, reps: int, home: Path, work: Path, h
         b'{"type":"queue-operation","operation":"enqueue","timestamp":"%s","sessionId":"%s","content":"and \xe2\x80\x94 more"}\n'
         b'{"type":"queue-operation","operation":"dequeue","timestamp":"%s","sessionId":"%s"}\n'
         b'{"parentUuid":null,"isSidechain":false,"type":"user","message":{"role":"user","content":"and \xe2\x80'
-        % (ts.encode(), sid.encode(), ts.encode(), sid.encode()))
+        % (ts.encode(), sid.encode(), ts.encode(), sid.encode())
+    )
     kv, kv_cpu, cc, cc_cpu = [], [], [], []
     want = _truth_days(truth)
     db = work / "torn.duckdb"
@@ -350,13 +424,19 @@ def _torn_line_run(tree: Path, truth: dict, reps: int, home: Path, work: Path, h
                     cc_cpu += cpu
     finally:
         target.unlink()
-    out = {"file": str(target.relative_to(tree)), "kvtrace_ingest_plus_report": _stats(kv),
-           "kvtrace_cpu_s_median": round(statistics.median(kv_cpu), 3),
-           "totals_kvtrace": _compare(_kvtrace_days(report), want)}
+    out = {
+        "file": str(target.relative_to(tree)),
+        "kvtrace_ingest_plus_report": _stats(kv),
+        "kvtrace_cpu_s_median": round(statistics.median(kv_cpu), 3),
+        "totals_kvtrace": _compare(_kvtrace_days(report), want),
+    }
     if have_ccusage:
-        out |= {"ccusage_daily": _stats(cc), "ccusage_cpu_s_median": round(statistics.median(cc_cpu), 3),
-                "ratio_kvtrace_over_ccusage_median": round(statistics.median(kv) / statistics.median(cc), 2),
-                "totals_ccusage": _compare(_ccusage_days(cc_doc), want)}
+        out |= {
+            "ccusage_daily": _stats(cc),
+            "ccusage_cpu_s_median": round(statistics.median(cc_cpu), 3),
+            "ratio_kvtrace_over_ccusage_median": round(statistics.median(kv) / statistics.median(cc), 2),
+            "totals_ccusage": _compare(_ccusage_days(cc_doc), want),
+        }
     return out
 
 
@@ -368,8 +448,11 @@ def _remove_orphans(tree: Path, truth_file: Path) -> int:
     """Delete subagent sidecars (``agent-*.meta.json``) that an earlier run added and left without
     their transcript (only ``*.jsonl`` used to be cleaned up); returns how many."""
     since = truth_file.stat().st_mtime
-    orphans = [p for p in (tree / "projects").rglob("agent-*.meta.json")
-               if p.stat().st_mtime > since and not p.with_name(p.name[:-len(".meta.json")] + ".jsonl").exists()]
+    orphans = [
+        p
+        for p in (tree / "projects").rglob("agent-*.meta.json")
+        if p.stat().st_mtime > since and not p.with_name(p.name[: -len(".meta.json")] + ".jsonl").exists()
+    ]
     for p in orphans:
         p.unlink()
     return len(orphans)
@@ -400,8 +483,7 @@ def _tree(mb: int, shape: str = "default") -> tuple[Path, dict]:
     return root, truth
 
 
-def _first_runs(trees: dict[str, tuple[Path, dict]], reps: int, home: Path, work: Path,
-                have_ccusage: bool) -> dict:
+def _first_runs(trees: dict[str, tuple[Path, dict]], reps: int, home: Path, work: Path, have_ccusage: bool) -> dict:
     """The first run on each tree: a fresh warehouse each time, one warm-up of each tool first;
     in each round every shape's kvtrace pair, then its ccusage run. Returns per shape its tree,
     figures and totals (and ``_report``, the last kvtrace report; its warehouse is kept as
@@ -435,23 +517,40 @@ def _first_runs(trees: dict[str, tuple[Path, dict]], reps: int, home: Path, work
         w, r = walls[name], rss[name]
         want = _truth_days(truth)
         report, cc_doc = last[name]
-        first = {"kvtrace_ingest_plus_report": _stats(w["kv"]), "kvtrace_ingest_only": _stats(w["ingest"]),
-                 "kvtrace_cpu_s_median": round(statistics.median(w["kv_cpu"]), 3),
-                 "kvtrace_ingest_phases_in_process": _ingest_phases(tree, work / "phases.duckdb", fresh=True),
-                 "kvtrace_peak_rss_mb": round(r["kv"] / 1024) if r["kv"] else None}
-        totals = {"truth": {k: sum(v[k] for v in want.values()) for k in KEYS} | {"responses": truth["totals"]["responses"]},
-                  "kvtrace": _compare(_kvtrace_days(report), want) | {"requests": report["requests"]}}
+        first = {
+            "kvtrace_ingest_plus_report": _stats(w["kv"]),
+            "kvtrace_ingest_only": _stats(w["ingest"]),
+            "kvtrace_cpu_s_median": round(statistics.median(w["kv_cpu"]), 3),
+            "kvtrace_ingest_phases_in_process": _ingest_phases(tree, work / "phases.duckdb", fresh=True),
+            "kvtrace_peak_rss_mb": round(r["kv"] / 1024) if r["kv"] else None,
+        }
+        totals = {
+            "truth": {k: sum(v[k] for v in want.values()) for k in KEYS} | {"responses": truth["totals"]["responses"]},
+            "kvtrace": _compare(_kvtrace_days(report), want) | {"requests": report["requests"]},
+        }
         if have_ccusage:
             first["ccusage_daily"] = _stats(w["cc"])
             first["ccusage_cpu_s_median"] = round(statistics.median(w["cc_cpu"]), 3)
             first["ccusage_peak_rss_mb"] = round(r["cc"] / 1024) if r["cc"] else None
-            first["ratio_kvtrace_over_ccusage_median"] = round(statistics.median(w["kv"]) / statistics.median(w["cc"]), 2)
-            first["ratio_kvtrace_over_ccusage_cpu"] = round(first["kvtrace_cpu_s_median"] / first["ccusage_cpu_s_median"], 2)
+            first["ratio_kvtrace_over_ccusage_median"] = round(
+                statistics.median(w["kv"]) / statistics.median(w["cc"]), 2
+            )
+            first["ratio_kvtrace_over_ccusage_cpu"] = round(
+                first["kvtrace_cpu_s_median"] / first["ccusage_cpu_s_median"], 2
+            )
             totals["ccusage"] = _compare(_ccusage_days(cc_doc), want)
-        out[name] = {"tree": {"path": str(tree.relative_to(REPO)), "bytes": truth["bytes"], "files": truth.get("files"),
-                              "responses": truth["totals"]["responses"],
-                              "subagent_responses": truth["subagent_responses"]},
-                     "first_run": first, "totals": totals, "_report": report}
+        out[name] = {
+            "tree": {
+                "path": str(tree.relative_to(REPO)),
+                "bytes": truth["bytes"],
+                "files": truth.get("files"),
+                "responses": truth["totals"]["responses"],
+                "subagent_responses": truth["subagent_responses"],
+            },
+            "first_run": first,
+            "totals": totals,
+            "_report": report,
+        }
     return out
 
 
@@ -464,13 +563,17 @@ def main() -> dict:
     if unknown:
         raise SystemExit(f"unknown tree shape(s) {unknown}; known: {', '.join(SHAPES)}")
     trees = {name: _tree(int(mb_env) if mb_env else SHAPE_MB.get(name, 300), name) for name in shapes}
-    tree, truth = trees[shapes[0]]          # the repeats run on the first shape's tree
+    tree, truth = trees[shapes[0]]  # the repeats run on the first shape's tree
     want = _truth_days(truth)
     have_ccusage = CCUSAGE.exists()
     result: dict = {
         "benchmark": "transcripts",
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
-                    "loadavg_1m_at_start": round(os.getloadavg()[0], 2)},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "loadavg_1m_at_start": round(os.getloadavg()[0], 2),
+        },
         "repeats": reps,
         "ccusage": _ccusage_version() if have_ccusage else "not installed (make tools)",
         "kvtrace_bytecode": _compile_bytecode(),
@@ -491,8 +594,9 @@ def main() -> dict:
             v.pop("_report")
         result["repeats_on_shape"] = shapes[0]
         for name, (t_tree, t_truth) in trees.items():
-            result["shapes"][name]["first_run_torn_line"] = _torn_line_run(t_tree, t_truth, reps, home, work,
-                                                                            have_ccusage)
+            result["shapes"][name]["first_run_torn_line"] = _torn_line_run(
+                t_tree, t_truth, reps, home, work, have_ccusage
+            )
 
         # -- repeat: the warehouse is kept; each round adds one new session file.
         rep_kv, rep_ingest, rep_cc = [], [], []
@@ -508,13 +612,16 @@ def main() -> dict:
                 cc_wall, cc_doc, _ = _ccusage(tree, home)
                 rep_cc.append(cc_wall)
         want_now = _add_days(want, _truth_days(summarize(extra)))
-        result["repeat_after_one_new_file"] = {"kvtrace_ingest_plus_report": _stats(rep_kv),
-                                               "kvtrace_ingest_only": _stats(rep_ingest)}
+        result["repeat_after_one_new_file"] = {
+            "kvtrace_ingest_plus_report": _stats(rep_kv),
+            "kvtrace_ingest_only": _stats(rep_ingest),
+        }
         result["repeat_after_one_new_file"]["totals_kvtrace"] = _compare(_kvtrace_days(report), want_now)
         if have_ccusage:
             result["repeat_after_one_new_file"]["ccusage_daily"] = _stats(rep_cc)
             result["repeat_after_one_new_file"]["speedup_ccusage_over_kvtrace_median"] = round(
-                statistics.median(rep_cc) / statistics.median(rep_kv), 2)
+                statistics.median(rep_cc) / statistics.median(rep_kv), 2
+            )
             result["repeat_after_one_new_file"]["totals_ccusage"] = _compare(_ccusage_days(cc_doc), want_now)
 
         # -- the repeat as one process, then through `kvtrace serve` (a resident process).
@@ -533,10 +640,12 @@ def main() -> dict:
         py = min(_run([sys.executable, "-c", "pass"])[0] for _ in range(3))
         help_t = min(_run(KVTRACE + ["--help"])[0] for _ in range(3))
         result["startup"] = {
-            "python_bare_s": round(py, 3), "kvtrace_help_s": round(help_t, 3),
+            "python_bare_s": round(py, 3),
+            "kvtrace_help_s": round(help_t, 3),
             "repeat_ingest_phases_in_process": phases,
-            "ingest_unchanged_tree": _importtime(["ingest", str(tree / "projects"), "--db", str(db), "--quiet",
-                                                  *INGEST_FORMAT]),
+            "ingest_unchanged_tree": _importtime(
+                ["ingest", str(tree / "projects"), "--db", str(db), "--quiet", *INGEST_FORMAT]
+            ),
             "report_day_json": _importtime(["report", "--db", str(db), "--group-by", "day", "--format", "json"]),
         }
     finally:
@@ -566,13 +675,18 @@ def _print(r: dict) -> None:
     line = lambda name, d: f"{name:<34}{d['median_s']:>7.3f}s median  {d['min_s']:>7.3f}s min"  # noqa: E731
     for name, sh in r["shapes"].items():
         t, f, tot = sh["tree"], sh["first_run"], sh["totals"]
-        print(f"{name} tree: {t['bytes'] / 1e6:.0f} MB, {t['files']} files, {t['responses']} responses", file=sys.stderr)
+        print(
+            f"{name} tree: {t['bytes'] / 1e6:.0f} MB, {t['files']} files, {t['responses']} responses", file=sys.stderr
+        )
         print("  first run", file=sys.stderr)
         print("    " + line("kvtrace ingest + report", f["kvtrace_ingest_plus_report"]), file=sys.stderr)
         if "ccusage_daily" in f:
             print("    " + line("ccusage daily --json --offline", f["ccusage_daily"]), file=sys.stderr)
-            print(f"    kvtrace / ccusage: {f['ratio_kvtrace_over_ccusage_median']}x wall (median), "
-                  f"{f['ratio_kvtrace_over_ccusage_cpu']}x CPU", file=sys.stderr)
+            print(
+                f"    kvtrace / ccusage: {f['ratio_kvtrace_over_ccusage_median']}x wall (median), "
+                f"{f['ratio_kvtrace_over_ccusage_cpu']}x CPU",
+                file=sys.stderr,
+            )
         for tool in ("kvtrace", "ccusage"):
             if tool in tot:
                 print(f"  totals {tool}: exact={tot[tool]['exact']} diff={tot[tool]['diff_vs_truth']}", file=sys.stderr)
@@ -582,8 +696,11 @@ def _print(r: dict) -> None:
             print("    " + line("kvtrace ingest + report", tl["kvtrace_ingest_plus_report"]), file=sys.stderr)
             if "ccusage_daily" in tl:
                 print("    " + line("ccusage daily --json --offline", tl["ccusage_daily"]), file=sys.stderr)
-                print(f"    kvtrace / ccusage: {tl['ratio_kvtrace_over_ccusage_median']}x wall (median); totals exact: "
-                      f"kvtrace {tl['totals_kvtrace']['exact']}, ccusage {tl['totals_ccusage']['exact']}", file=sys.stderr)
+                print(
+                    f"    kvtrace / ccusage: {tl['ratio_kvtrace_over_ccusage_median']}x wall (median); totals exact: "
+                    f"kvtrace {tl['totals_kvtrace']['exact']}, ccusage {tl['totals_ccusage']['exact']}",
+                    file=sys.stderr,
+                )
     print(f"on the {r['repeats_on_shape']} tree:", file=sys.stderr)
     print("repeat after one new file", file=sys.stderr)
     print("  " + line("kvtrace ingest + report", rep["kvtrace_ingest_plus_report"]), file=sys.stderr)
@@ -596,10 +713,16 @@ def _print(r: dict) -> None:
         print("  " + line("through kvtrace serve", sv["kvtrace_served"]), file=sys.stderr)
         if "ccusage_daily_same_rounds" in sv:
             print("  " + line("ccusage (same rounds)", sv["ccusage_daily_same_rounds"]), file=sys.stderr)
-            print(f"  ccusage / served: {sv['speedup_ccusage_over_served_median']}x (median), "
-                  f"{sv['speedup_ccusage_over_served_min']}x (min)", file=sys.stderr)
-        print(f"  served totals exact={sv['totals_vs_truth']['exact']}, "
-              f"JSON same as a local run={sv['server']['json_same_as_local_run']}", file=sys.stderr)
+            print(
+                f"  ccusage / served: {sv['speedup_ccusage_over_served_median']}x (median), "
+                f"{sv['speedup_ccusage_over_served_min']}x (min)",
+                file=sys.stderr,
+            )
+        print(
+            f"  served totals exact={sv['totals_vs_truth']['exact']}, "
+            f"JSON same as a local run={sv['server']['json_same_as_local_run']}",
+            file=sys.stderr,
+        )
     for tool, v in r.get("whitespace_variant", {}).items():
         if isinstance(v, dict):
             print(f"spaced JSON, {tool}: exact={v['exact']} totals={v['totals']}", file=sys.stderr)

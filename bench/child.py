@@ -19,7 +19,7 @@ from pathlib import Path
 @dataclass(frozen=True)
 class Child:
     wall_s: float
-    cpu_s: float          # user + system
+    cpu_s: float  # user + system
     maxrss_mb: float
     stdout: bytes
     stderr: bytes
@@ -37,6 +37,7 @@ def run(argv: list, *, cwd: Path, env: dict | None = None) -> Child:
         err.seek(0)
         stdout, stderr = out.read(), err.read()
     if p.returncode != 0:
-        raise RuntimeError(f"{' '.join(map(str, argv))} exited {p.returncode}: "
-                           f"{stderr.decode(errors='replace')[-2000:]}")
+        raise RuntimeError(
+            f"{' '.join(map(str, argv))} exited {p.returncode}: {stderr.decode(errors='replace')[-2000:]}"
+        )
     return Child(wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024, stdout, stderr)

@@ -10,7 +10,7 @@ class KvtraceError(Exception):
     """Base class of every error kvtrace raises on purpose."""
 
     hint: str | None = None
-    exit_code = 1        # the process exit code when the CLI reports it
+    exit_code = 1  # the process exit code when the CLI reports it
 
     def __init__(self, message: str, *, hint: str | None = None):
         super().__init__(message)
@@ -25,8 +25,7 @@ class KvtraceError(Exception):
 class BadTraceInput(KvtraceError):
     """An input file (or one line of it) that cannot be read as the format it claims."""
 
-    def __init__(self, path: str, line: int | None, reason: str, *, field: str | None = None,
-                 hint: str | None = None):
+    def __init__(self, path: str, line: int | None, reason: str, *, field: str | None = None, hint: str | None = None):
         self.path, self.line, self.reason, self.field = str(path), line, reason, field
         where = f"{path}:{line}" if line is not None else str(path)
         what = f"field '{field}': {reason}" if field else reason

@@ -17,7 +17,6 @@ from kvtrace.wire import protocol
 from kvtrace.wire.paths import served
 
 
-
 def db_arg(argv: list[str]) -> tuple[bool, str | None]:
     """Whether ``--db`` is given, and its value (the last one wins, as in click)."""
     found, value = False, None
@@ -27,7 +26,7 @@ def db_arg(argv: list[str]) -> tuple[bool, str | None]:
         if a == "--db" and i + 1 < len(argv):
             found, value = True, argv[i + 1]
         elif a.startswith("--db="):
-            found, value = True, a[len("--db="):]
+            found, value = True, a[len("--db=") :]
     return found, value
 
 
@@ -40,7 +39,7 @@ def forward_target(argv: list[str], environ=None) -> tuple[str, str] | None:
         return None
     given, db = db_arg(argv)
     if argv[0] == "run" and not given:
-        return None          # the profile names its warehouse; only an explicit --db is known here
+        return None  # the profile names its warehouse; only an explicit --db is known here
 
     return served(db, environ)
 
@@ -101,11 +100,11 @@ def main() -> None:
     if target is not None:
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
             signal.signal(signal.SIGINT, _on_sigint)
-        from kvtrace.wire.client import forward   # _socket: ~5 ms a command without a server would pay
+        from kvtrace.wire.client import forward  # _socket: ~5 ms a command without a server would pay
 
         code = forward(target[0], argv, target[1], prog_name())
         if code is not None:
-            exit_flushed(code)   # no teardown: ~1 ms of a ~15 ms client process
+            exit_flushed(code)  # no teardown: ~1 ms of a ~15 ms client process
     run_here()
 
 
@@ -126,7 +125,7 @@ def exit_flushed(code: int) -> None:
     """Flush the standard streams and leave the process at once (``os._exit``)."""
     try:
         sys.stdout.flush()
-    except Exception:                     # a full disk or closed pipe: exit 120, as the interpreter does
+    except Exception:  # a full disk or closed pipe: exit 120, as the interpreter does
         code = code or 120
     try:
         sys.stderr.flush()

@@ -32,13 +32,37 @@ from kvtrace.errors import ConfigError
 _NUM = r"([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)"
 _TOKEN_SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "B": 10**9, "T": 10**12}
 _BYTE_UNITS = {
-    "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "PB": 10**15,
-    "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "PIB": 2**50,
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "PB": 10**15,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+    "TIB": 2**40,
+    "PIB": 2**50,
 }
 _DURATION_UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-_DURATION_WORDS = {"sec": "s", "secs": "s", "second": "s", "seconds": "s", "mins": "min", "minute": "min",
-                   "minutes": "min", "hr": "h", "hrs": "h", "hour": "h", "hours": "h", "day": "d", "days": "d",
-                   "wk": "w", "week": "w", "weeks": "w"}
+_DURATION_WORDS = {
+    "sec": "s",
+    "secs": "s",
+    "second": "s",
+    "seconds": "s",
+    "mins": "min",
+    "minute": "min",
+    "minutes": "min",
+    "hr": "h",
+    "hrs": "h",
+    "hour": "h",
+    "hours": "h",
+    "day": "d",
+    "days": "d",
+    "wk": "w",
+    "week": "w",
+    "weeks": "w",
+}
 _DURATION = re.compile(_NUM + r"\s*([a-z]*)")
 _SPAN = re.compile(r"\s*" + _NUM + r"\s*(ms|s|min|m|h|d|w)\s*", re.IGNORECASE)
 UNLIMITED = ("none", "inf", "infinite", "unlimited", "off", "never")
@@ -47,14 +71,16 @@ DASH = "–"
 
 # -- parsing ---------------------------------------------------------------------------------------
 
+
 def parse_tokens(text: str | int | float, *, what: str = "token count") -> int:
     """``"1.5M"`` -> 1,500,000. Plain numbers are tokens."""
     if isinstance(text, (int, float)):
         return int(text)
     m = re.fullmatch(_NUM + r"\s*([kKmMgGbBtT]?)", str(text).strip())
     if not m:
-        raise ConfigError(f"{what} {text!r} is not a number of tokens",
-                          hint="use e.g. 500000, 500K, 1.5M or 2G (powers of 1000)")
+        raise ConfigError(
+            f"{what} {text!r} is not a number of tokens", hint="use e.g. 500000, 500K, 1.5M or 2G (powers of 1000)"
+        )
     return int(round(float(m.group(1)) * _TOKEN_SUFFIX[m.group(2).upper()]))
 
 
@@ -70,8 +96,10 @@ def parse_bytes(text: str | int | float, *, what: str = "size") -> int:
     m = re.fullmatch(_NUM + r"\s*([a-zA-Z]*)", str(text).strip())
     unit = m.group(2).upper() if m else None
     if not m or unit not in _BYTE_UNITS and unit != "":
-        raise ConfigError(f"{what} {text!r} is not a byte size",
-                          hint="use e.g. 512GB, 12.8TB or 96GiB (KB/MB/GB/TB are powers of 1000)")
+        raise ConfigError(
+            f"{what} {text!r} is not a byte size",
+            hint="use e.g. 512GB, 12.8TB or 96GiB (KB/MB/GB/TB are powers of 1000)",
+        )
     return int(round(float(m.group(1)) * _BYTE_UNITS.get(unit, 1)))
 
 
@@ -110,11 +138,16 @@ def parse_duration(text: str | int | float | None, *, what: str = "", unlimited:
         if float(m.group(1)) == 0:
             return 0.0
         n = m.group(1)
-        raise ConfigError(f"{what + ' ' if what else ''}{text!r} has no unit",
-                          hint=f"write {n}s, {n}m or {n}h: a bare number could be any of them")
+        raise ConfigError(
+            f"{what + ' ' if what else ''}{text!r} has no unit",
+            hint=f"write {n}s, {n}m or {n}h: a bare number could be any of them",
+        )
     if not m or unit not in _DURATION_UNITS:
-        hint = ("use e.g. 30s, 5m, 1h, 2d, or 'none' for no TTL" if unlimited
-                else "use a number with s, m, h, d or w, e.g. 30s, 5m, 1h, 2d")
+        hint = (
+            "use e.g. 30s, 5m, 1h, 2d, or 'none' for no TTL"
+            if unlimited
+            else "use a number with s, m, h, d or w, e.g. 30s, 5m, 1h, 2d"
+        )
         raise ConfigError(f"{what + ' ' if what else ''}{text!r} is not a duration", hint=hint)
     return float(m.group(1)) * _DURATION_UNITS[unit]
 
@@ -145,6 +178,7 @@ def parse_ttls(text: str | list[str] | None, *, what: str = "") -> list[float | 
 
 # -- formatting: shared ------------------------------------------------------------------------------
 
+
 def fmt_int(n: int | float | None) -> str:
     """1234567 -> ``"1,234,567"``."""
     return DASH if n is None else f"{int(round(n)):,}"
@@ -163,7 +197,6 @@ def fmt_usd(v: float | None) -> str:
 def fmt_seconds(v: float | None) -> str:
     """A length of time (see the rule above), or a dash: 6707 -> ``"1.86 h"``, 5400 -> ``"90m"``."""
     return fmt_duration(v) if v is not None else DASH
-
 
 
 def _fmt_measured(v: float) -> str:
@@ -187,6 +220,7 @@ _TOKEN_STEPS = (("G", 1e9), ("M", 1e6), ("K", 1e3))
 
 
 # -- formatting: report style (report, reuse, schedule index, charts) --------------------------------
+
 
 def fmt_ttl(s: float | None) -> str:
     """Seconds as the TTL spellings people type: 30s, 5m, 90m, 1h, 2d (``none`` for no TTL)."""
@@ -212,6 +246,7 @@ def fmt_bytes(n: float | None) -> str:
 
 
 # -- formatting: compact style (replay, size, tiers) --------------------------------------------------
+
 
 def fmt_duration(seconds: float | None) -> str:
     """The time rule above: 300 -> ``"5m"``, 5400 -> ``"90m"``, 6707 -> ``"1.86 h"``,

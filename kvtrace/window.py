@@ -16,14 +16,16 @@ def parse_instant(text: str | None, last: datetime | None, tz: str = "UTC") -> d
     if is_span(text):
         if last is None:
             return None
-        if isinstance(last, str):       # a stored time beyond year 9999 (DuckDB hands it over as text)
+        if isinstance(last, str):  # a stored time beyond year 9999 (DuckDB hands it over as text)
             last = datetime.max
         return last - timedelta(seconds=parse_duration(text))
     try:
         dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise ConfigError(f"'{text}' is not a date or a span",
-                          hint="use an ISO date such as 2026-11-02 or 2026-11-02T08:00, or a span such as 7d") from None
+        raise ConfigError(
+            f"'{text}' is not a date or a span",
+            hint="use an ISO date such as 2026-11-02 or 2026-11-02T08:00, or a span such as 7d",
+        ) from None
     if dt.tzinfo is None and tz != "UTC":
         from zoneinfo import ZoneInfo
 

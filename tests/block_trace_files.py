@@ -11,14 +11,46 @@ from pathlib import Path
 import orjson
 
 BAILIAN_LINES = [
-    {"chat_id": 1, "parent_chat_id": -1, "timestamp": 0.5, "input_length": 40, "output_length": 7,
-     "type": "text", "turn": 1, "hash_ids": [10, 11, 12]},
-    {"chat_id": 2, "parent_chat_id": -1, "timestamp": 1.25, "input_length": 20, "output_length": 3,
-     "type": "search", "turn": 1, "hash_ids": [20, 21]},
-    {"chat_id": 3, "parent_chat_id": 1, "timestamp": 61.0, "input_length": 70, "output_length": 9,
-     "type": "text", "turn": 2, "hash_ids": [10, 11, 12, 13, 14]},
-    {"chat_id": 4, "parent_chat_id": 3, "timestamp": 90.0, "input_length": 90, "output_length": 9,
-     "type": "text", "turn": 3, "hash_ids": [10, 11, 12, 13, 14, 15]},
+    {
+        "chat_id": 1,
+        "parent_chat_id": -1,
+        "timestamp": 0.5,
+        "input_length": 40,
+        "output_length": 7,
+        "type": "text",
+        "turn": 1,
+        "hash_ids": [10, 11, 12],
+    },
+    {
+        "chat_id": 2,
+        "parent_chat_id": -1,
+        "timestamp": 1.25,
+        "input_length": 20,
+        "output_length": 3,
+        "type": "search",
+        "turn": 1,
+        "hash_ids": [20, 21],
+    },
+    {
+        "chat_id": 3,
+        "parent_chat_id": 1,
+        "timestamp": 61.0,
+        "input_length": 70,
+        "output_length": 9,
+        "type": "text",
+        "turn": 2,
+        "hash_ids": [10, 11, 12, 13, 14],
+    },
+    {
+        "chat_id": 4,
+        "parent_chat_id": 3,
+        "timestamp": 90.0,
+        "input_length": 90,
+        "output_length": 9,
+        "type": "text",
+        "turn": 3,
+        "hash_ids": [10, 11, 12, 13, 14, 15],
+    },
 ]
 
 

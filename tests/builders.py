@@ -9,11 +9,29 @@ import pyarrow as pa
 from kvtrace.ingest.base import REQUEST_SCHEMA, Parsed
 
 DEFAULTS = dict(
-    request_id=None, message_id=None, source="test", agent="claude-code", session_id="s1", thread_id="main",
-    user_id="u1", org_id="o1", project=None, model="claude-sonnet-4-6", query_source="main",
-    input_tokens=0, cache_read_tokens=0, cache_write_5m_tokens=0, cache_write_1h_tokens=0,
-    cache_write_unknown_tokens=0, output_tokens=0, cost_usd=None, duration_ms=None, ttft_ms=None,
-    is_sidechain=False, attributes=None, ingested_from="test:1",
+    request_id=None,
+    message_id=None,
+    source="test",
+    agent="claude-code",
+    session_id="s1",
+    thread_id="main",
+    user_id="u1",
+    org_id="o1",
+    project=None,
+    model="claude-sonnet-4-6",
+    query_source="main",
+    input_tokens=0,
+    cache_read_tokens=0,
+    cache_write_5m_tokens=0,
+    cache_write_1h_tokens=0,
+    cache_write_unknown_tokens=0,
+    output_tokens=0,
+    cost_usd=None,
+    duration_ms=None,
+    ttft_ms=None,
+    is_sidechain=False,
+    attributes=None,
+    ingested_from="test:1",
 )
 
 

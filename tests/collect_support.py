@@ -47,8 +47,14 @@ class Connection(http.client.HTTPConnection):
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
-def post(port: int, path: str, body: bytes, headers: dict[str, str] | None = None,
-         method: str = "POST", conn: http.client.HTTPConnection | None = None):
+def post(
+    port: int,
+    path: str,
+    body: bytes,
+    headers: dict[str, str] | None = None,
+    method: str = "POST",
+    conn: http.client.HTTPConnection | None = None,
+):
     """One request; returns ``(status, headers dict, body)``."""
     own = conn is None
     conn = conn or Connection(port)
@@ -61,27 +67,48 @@ def post(port: int, path: str, body: bytes, headers: dict[str, str] | None = Non
             conn.close()
 
 
-def api_request_json(request_id: str, tokens: tuple[int, int, int, int], *, as_string: bool = False,
-                     session: str = "sess-1", model: str = "claude-test") -> dict:
+def api_request_json(
+    request_id: str,
+    tokens: tuple[int, int, int, int],
+    *,
+    as_string: bool = False,
+    session: str = "sess-1",
+    model: str = "claude-test",
+) -> dict:
     """One Claude Code ``api_request`` log record in OTLP JSON."""
+
     def num(v):
         return {"stringValue": str(v)} if as_string else {"intValue": str(v)}
 
-    attrs = [{"key": "event.name", "value": {"stringValue": "api_request"}},
-             {"key": "session.id", "value": {"stringValue": session}},
-             {"key": "model", "value": {"stringValue": model}},
-             {"key": "request_id", "value": {"stringValue": request_id}},
-             {"key": "cost_usd", "value": {"doubleValue": 0.001}},
-             {"key": "duration_ms", "value": {"intValue": "120"}}]
+    attrs = [
+        {"key": "event.name", "value": {"stringValue": "api_request"}},
+        {"key": "session.id", "value": {"stringValue": session}},
+        {"key": "model", "value": {"stringValue": model}},
+        {"key": "request_id", "value": {"stringValue": request_id}},
+        {"key": "cost_usd", "value": {"doubleValue": 0.001}},
+        {"key": "duration_ms", "value": {"intValue": "120"}},
+    ]
     attrs += [{"key": k, "value": num(v)} for k, v in zip(TOKEN_KEYS, tokens)]
-    return {"timeUnixNano": "1791447318137000000", "body": {"stringValue": "claude_code.api_request"},
-            "attributes": attrs, "traceId": "5b8efff798038103d269b633813fc60c", "spanId": "eee19b7ec3c1b174"}
+    return {
+        "timeUnixNano": "1791447318137000000",
+        "body": {"stringValue": "claude_code.api_request"},
+        "attributes": attrs,
+        "traceId": "5b8efff798038103d269b633813fc60c",
+        "spanId": "eee19b7ec3c1b174",
+    }
 
 
 def logs_request_json(records: list[dict]) -> dict:
-    return {"resourceLogs": [{"resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "claude-code"}}]},
-                              "scopeLogs": [{"scope": {"name": "com.anthropic.claude_code.events", "version": "2.1.0"},
-                                             "logRecords": records}]}]}
+    return {
+        "resourceLogs": [
+            {
+                "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "claude-code"}}]},
+                "scopeLogs": [
+                    {"scope": {"name": "com.anthropic.claude_code.events", "version": "2.1.0"}, "logRecords": records}
+                ],
+            }
+        ]
+    }
 
 
 def logs_request_pb(items: list[tuple[str, tuple[int, int, int, int]]], *, bad: set[str] = frozenset()):
@@ -145,15 +172,19 @@ def sdk_payloads() -> dict[str, bytes]:
         span.add_event("e", {"k": "v"})
         with tracer.start_as_current_span("inner"):
             lp.get_logger("com.anthropic.claude_code.events").emit(
-                body="claude_code.api_request", severity_number=SeverityNumber.INFO,
-                attributes={"input_tokens": 7, "cost_usd": 0.5, "flag": True, "tags": ["a", "b"]})
+                body="claude_code.api_request",
+                severity_number=SeverityNumber.INFO,
+                attributes={"input_tokens": 7, "cost_usd": 0.5, "flag": True, "tags": ["a", "b"]},
+            )
     reader = InMemoryMetricReader()
     meter = MeterProvider(metric_readers=[reader]).get_meter("m")
     meter.create_counter("claude_code.token.usage").add(11, {"type": "input"})
     meter.create_histogram("latency").record(2.5)
-    return {"logs": encode_logs(lexp.get_finished_logs()).SerializeToString(),
-            "metrics": encode_metrics(reader.get_metrics_data()).SerializeToString(),
-            "traces": encode_spans(sexp.get_finished_spans()).SerializeToString()}
+    return {
+        "logs": encode_logs(lexp.get_finished_logs()).SerializeToString(),
+        "metrics": encode_metrics(reader.get_metrics_data()).SerializeToString(),
+        "traces": encode_spans(sexp.get_finished_spans()).SerializeToString(),
+    }
 
 
 def as_protobuf(signal: str, line: bytes | str) -> bytes:
@@ -167,13 +198,20 @@ def as_protobuf(signal: str, line: bytes | str) -> bytes:
 
     def fix(node):
         if isinstance(node, dict):
-            return {k: (base64.b64encode(bytes.fromhex(v)).decode() if k in ("traceId", "spanId", "parentSpanId")
-                        else fix(v)) for k, v in node.items()}
+            return {
+                k: (
+                    base64.b64encode(bytes.fromhex(v)).decode()
+                    if k in ("traceId", "spanId", "parentSpanId")
+                    else fix(v)
+                )
+                for k, v in node.items()
+            }
         return [fix(v) for v in node] if isinstance(node, list) else node
 
     sig = otlp.SIGNALS[signal]
-    return json_format.ParseDict(fix(orjson.loads(line)), sig.pb(sig.request)(),
-                                 ignore_unknown_fields=True).SerializeToString()
+    return json_format.ParseDict(
+        fix(orjson.loads(line)), sig.pb(sig.request)(), ignore_unknown_fields=True
+    ).SerializeToString()
 
 
 def receive(spool: Path, signal: str, media: str, body: bytes, name: str = "1") -> int:

@@ -73,8 +73,11 @@ def small_tmpfs(tmp_path):
     def mount(size: str):
         folder = tmp_path / f"tmpfs{len(mounted)}"
         folder.mkdir()
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(folder)],
-                           capture_output=True, text=True)
+        r = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(folder)],
+            capture_output=True,
+            text=True,
+        )
         if r.returncode != 0:
             why = f"cannot mount a tmpfs to fill: {r.stderr.strip() or r.returncode}"
             if os.environ.get("KVTRACE_REQUIRE_TOOLS") == "1":

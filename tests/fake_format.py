@@ -18,8 +18,15 @@ def parse(path: Path) -> Parsed:
             n += 1
             try:
                 obj = orjson.loads(raw)
-                rows.append(dict(request_key=obj["key"], ts=obj["minute"], output_tokens=int(obj["out"]),
-                                 cache_read_tokens=int(obj.get("read", 0)), ingested_from=f"{path}:{i}"))
+                rows.append(
+                    dict(
+                        request_key=obj["key"],
+                        ts=obj["minute"],
+                        output_tokens=int(obj["out"]),
+                        cache_read_tokens=int(obj.get("read", 0)),
+                        ingested_from=f"{path}:{i}",
+                    )
+                )
             except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as e:
                 rejects.append(Reject(i, f"bad line: {e}", field="out" if isinstance(e, ValueError) else None))
     return Parsed(requests=request_rows(*rows) if rows else None, rejects=rejects, lines=n)

@@ -13,9 +13,19 @@ import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-extensions",
-         "--proxy-server=127.0.0.1:9", "--host-resolver-rules=MAP * ~NOTFOUND", "--hide-scrollbars"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-extensions",
+    "--proxy-server=127.0.0.1:9",
+    "--host-resolver-rules=MAP * ~NOTFOUND",
+    "--hide-scrollbars",
+]
 
 
 def _netns_prefix() -> list[str]:
@@ -25,12 +35,21 @@ def _netns_prefix() -> list[str]:
     return []
 
 
-def dump_dom(chromium: str, page: Path, profile_dir: Path, budget_ms: int = 30_000, timeout_s: float = 120,
-             extra: list[str] = ()) -> str:
+def dump_dom(
+    chromium: str, page: Path, profile_dir: Path, budget_ms: int = 30_000, timeout_s: float = 120, extra: list[str] = ()
+) -> str:
     """The DOM after scripts ran (virtual time lets vega-embed's promises settle); ``extra``: more
     Chromium flags (``--window-size=1400,3000``)."""
-    cmd = [*_netns_prefix(), chromium, *FLAGS, *extra, f"--user-data-dir={profile_dir}",
-           f"--virtual-time-budget={budget_ms}", "--dump-dom", page.resolve().as_uri()]
+    cmd = [
+        *_netns_prefix(),
+        chromium,
+        *FLAGS,
+        *extra,
+        f"--user-data-dir={profile_dir}",
+        f"--virtual-time-budget={budget_ms}",
+        "--dump-dom",
+        page.resolve().as_uri(),
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     assert res.returncode == 0, f"chromium failed ({res.returncode}): {res.stderr[-2000:]}"
     return res.stdout
@@ -45,7 +64,7 @@ class Dom(HTMLParser):
         self.id_text: dict[str, list[str]] = {}
         self.charts: dict[str, dict] = {}
         self.svg_in_chart: dict[str, int] = {}
-        self._stack: list[tuple[str, str | None]] = []   # (tag, chart id it belongs to)
+        self._stack: list[tuple[str, str | None]] = []  # (tag, chart id it belongs to)
         self._open_ids: list[str] = []
         self._skip = 0
         self.text: list[str] = []

@@ -38,7 +38,7 @@ from kvtrace.ingest import ingest
 from kvtrace.store import Store
 
 BLOCK = 64
-BASE_NS = 1_790_000_000 * 10**9          # 2026-09-21T14:13:20Z, every conversation's t = 0
+BASE_NS = 1_790_000_000 * 10**9  # 2026-09-21T14:13:20Z, every conversation's t = 0
 API_TTL_S = 300.0
 TTLS = (60.0, 300.0, 3600.0, None)
 AGENT_NAME = "general-purpose"
@@ -62,8 +62,10 @@ def _requests(conv: dict) -> list[dict]:
     for r in conv["requests"]:
         if r.get("type") == "subagent":
             if isinstance(r.get("requests"), list):
-                reqs += [{**q, "t": float(r["t"]) + float(q["t"]), "agent": r.get("subagent_type") or AGENT_NAME}
-                         for q in r["requests"]]
+                reqs += [
+                    {**q, "t": float(r["t"]) + float(q["t"]), "agent": r.get("subagent_type") or AGENT_NAME}
+                    for q in r["requests"]
+                ]
         else:
             reqs.append({**r, "agent": AGENT_NAME if r.get("type") == "s" else None})
     return [reqs[k] for k in sorted(range(len(reqs)), key=lambda k: (float(reqs[k]["t"]), k))]
@@ -73,8 +75,11 @@ def _dense_blocks(reqs: list[dict]) -> tuple[list[np.ndarray], int]:
     """Each request's full blocks as dense ids of the conversation, kept apart per model."""
     models = {m: k for k, m in enumerate(sorted({r["model"] for r in reqs}))}
     lens = [len(r["hash_ids"]) for r in reqs]
-    keys = np.concatenate([np.asarray(r["hash_ids"], dtype=np.int64) + (models[r["model"]] << 40)
-                           for r in reqs]) if sum(lens) else np.zeros(0, np.int64)
+    keys = (
+        np.concatenate([np.asarray(r["hash_ids"], dtype=np.int64) + (models[r["model"]] << 40) for r in reqs])
+        if sum(lens)
+        else np.zeros(0, np.int64)
+    )
     uniq, dense = np.unique(keys, return_inverse=True)
     cuts = np.cumsum(lens)[:-1]
     return np.split(dense.astype(np.int64).ravel(), cuts), len(uniq)
@@ -86,7 +91,7 @@ def api_reads(conv: dict, api_ttl_s: float = API_TTL_S) -> list[int]:
     B = int(conv.get("block_size", BLOCK))
     blocks, n_ids = _dense_blocks(reqs)
     last_use = np.full(n_ids, -np.inf)
-    entries: dict[tuple, dict[int, float]] = {}     # (blocks, last block id) -> {prompt length: last use}
+    entries: dict[tuple, dict[int, float]] = {}  # (blocks, last block id) -> {prompt length: last use}
     out = []
     for r, ids in zip(reqs, blocks):
         t, n_in = float(r["t"]), int(r["in"])
@@ -123,22 +128,45 @@ def otlp_lines(convs: list[dict], api_ttl_s: float = API_TTL_S) -> list[bytes]:
         for k, (r, read) in enumerate(zip(reqs, reads)):
             sub = r["agent"] is not None
             write = int(r["in"]) - read
-            attrs = [("event.name", "api_request"), ("session.id", conv["id"]), ("user.id", "kv-cache-tester"),
-                     ("organization.id", "kv-cache-tester"), ("model", r["model"]),
-                     ("request_id", f"req_{conv['id']}_{k:05d}"),
-                     ("query_source", "agent:custom" if sub else "repl_main_thread"),
-                     ("input_tokens", 0), ("output_tokens", int(r["out"])), ("cache_read_tokens", read),
-                     ("cache_creation_tokens", write), ("cache_creation_5m_tokens", write),
-                     ("cache_creation_1h_tokens", 0),
-                     ("duration_ms", int(round(float(r.get("api_time") or 0) * 1000)))]
+            attrs = [
+                ("event.name", "api_request"),
+                ("session.id", conv["id"]),
+                ("user.id", "kv-cache-tester"),
+                ("organization.id", "kv-cache-tester"),
+                ("model", r["model"]),
+                ("request_id", f"req_{conv['id']}_{k:05d}"),
+                ("query_source", "agent:custom" if sub else "repl_main_thread"),
+                ("input_tokens", 0),
+                ("output_tokens", int(r["out"])),
+                ("cache_read_tokens", read),
+                ("cache_creation_tokens", write),
+                ("cache_creation_5m_tokens", write),
+                ("cache_creation_1h_tokens", 0),
+                ("duration_ms", int(round(float(r.get("api_time") or 0) * 1000))),
+            ]
             if sub:
                 attrs.append(("agent.name", r["agent"]))
-            records.append({"timeUnixNano": str(BASE_NS + int(round(float(r["t"]) * 1e9))),
-                            "body": {"stringValue": "claude_code.api_request"},
-                            "attributes": [_attr(a, v) for a, v in attrs]})
-        lines.append(orjson.dumps({"resourceLogs": [{
-            "resource": {"attributes": [_attr("service.name", "claude-code")]},
-            "scopeLogs": [{"scope": {"name": "com.anthropic.claude_code.events"}, "logRecords": records}]}]}))
+            records.append(
+                {
+                    "timeUnixNano": str(BASE_NS + int(round(float(r["t"]) * 1e9))),
+                    "body": {"stringValue": "claude_code.api_request"},
+                    "attributes": [_attr(a, v) for a, v in attrs],
+                }
+            )
+        lines.append(
+            orjson.dumps(
+                {
+                    "resourceLogs": [
+                        {
+                            "resource": {"attributes": [_attr("service.name", "claude-code")]},
+                            "scopeLogs": [
+                                {"scope": {"name": "com.anthropic.claude_code.events"}, "logRecords": records}
+                            ],
+                        }
+                    ]
+                }
+            )
+        )
     return lines
 
 
@@ -160,7 +188,7 @@ def truth_trace(convs: list[dict]) -> BlockTrace:
                 ids = np.append(ids, n_ids)
                 n_ids += 1
             lists.append(ids + base)
-            ts.append((BASE_NS + int(round(float(r["t"]) * 1e9))) // 1000)     # as the events say
+            ts.append((BASE_NS + int(round(float(r["t"]) * 1e9))) // 1000)  # as the events say
             lens.append(n_in)
             outs.append(int(r["out"]))
             sess.append(c)
@@ -170,9 +198,16 @@ def truth_trace(convs: list[dict]) -> BlockTrace:
     sizes = np.array([len(lists[k]) for k in order], dtype=np.int64)
     offsets = np.concatenate(([0], np.cumsum(sizes)))
     ids = np.concatenate([lists[k] for k in order]) if len(order) else np.zeros(0, np.int64)
-    return BlockTrace(np.array([ts[k] for k in order]) / 1e6, np.array([lens[k] for k in order]),
-                      np.array([outs[k] for k in order]), offsets, ids, BLOCK,
-                      session=np.array([sess[k] for k in order], dtype=np.int64), name="hashes")
+    return BlockTrace(
+        np.array([ts[k] for k in order]) / 1e6,
+        np.array([lens[k] for k in order]),
+        np.array([outs[k] for k in order]),
+        offsets,
+        ids,
+        BLOCK,
+        session=np.array([sess[k] for k in order], dtype=np.int64),
+        name="hashes",
+    )
 
 
 def derived_trace(convs: list[dict], params, api_ttl_s: float = API_TTL_S) -> BlockTrace:
@@ -192,8 +227,7 @@ def figures(trace: BlockTrace, ttls=TTLS) -> dict:
     out = {}
     for h in hit_ratios(trace, list(ttls)):
         ws = working_set(trace, h["ttl_s"], series_points=0)
-        out[_label(h["ttl_s"])] = {"hit": h["hit_ratio_tokens"], "peak": ws["peak_tokens"],
-                                   "mean": ws["mean_tokens"]}
+        out[_label(h["ttl_s"])] = {"hit": h["hit_ratio_tokens"], "peak": ws["peak_tokens"], "mean": ws["mean_tokens"]}
     return out
 
 
@@ -208,13 +242,19 @@ def compare(convs: list[dict], params, api_ttl_s: float = API_TTL_S, ttls=TTLS) 
     for ttl, (label, t) in zip(ttls, truth.items()):
         d = derived[label]
         diff = request_hits(derived_tr, ttl)[1] - request_hits(truth_tr, ttl)[1]
-        out[label] = {"hit_truth": t["hit"], "hit_derived": d["hit"], "pp": 100 * (d["hit"] - t["hit"]),
-                      "pp_over": 100 * int(diff[diff > 0].sum()) / total,
-                      "pp_under": 100 * int(diff[diff < 0].sum()) / total,
-                      "peak_truth": t["peak"], "peak_derived": d["peak"],
-                      "peak_err": d["peak"] / t["peak"] - 1 if t["peak"] else 0.0,
-                      "mean_truth": t["mean"], "mean_derived": d["mean"],
-                      "mean_err": d["mean"] / t["mean"] - 1 if t["mean"] else 0.0}
+        out[label] = {
+            "hit_truth": t["hit"],
+            "hit_derived": d["hit"],
+            "pp": 100 * (d["hit"] - t["hit"]),
+            "pp_over": 100 * int(diff[diff > 0].sum()) / total,
+            "pp_under": 100 * int(diff[diff < 0].sum()) / total,
+            "peak_truth": t["peak"],
+            "peak_derived": d["peak"],
+            "peak_err": d["peak"] / t["peak"] - 1 if t["peak"] else 0.0,
+            "mean_truth": t["mean"],
+            "mean_derived": d["mean"],
+            "mean_err": d["mean"] / t["mean"] - 1 if t["mean"] else 0.0,
+        }
     return out
 
 

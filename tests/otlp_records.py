@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-T0 = 1_795_953_115_943_000_000          # ns
+T0 = 1_795_953_115_943_000_000  # ns
 COUNTS = {"input_tokens": 113, "output_tokens": 127, "cache_read_tokens": 21000, "cache_creation_tokens": 417}
 
 
@@ -17,7 +17,7 @@ def av(v, wire: str = "js") -> dict:
     """An AnyValue; ``wire`` picks the encoding of numbers: js (JSON number), collector (int64 as
     a string), string (every attribute a stringValue, CC < 2.1.122), double (doubleValue)."""
     if isinstance(v, dict):
-        return v                                   # already an AnyValue
+        return v  # already an AnyValue
     if isinstance(v, bool):
         return {"boolValue": v}
     if isinstance(v, str):
@@ -37,11 +37,24 @@ RESOURCE = {"service.name": "claude-code", "service.version": "2.1.197", "os.typ
 
 
 def event(name: str = "api_request", *, wire: str = "js", time_ns=T0, observed_ns=None, **attrs) -> dict:
-    base = {"user.id": "u-hash", "session.id": "s1", "terminal.type": "non-interactive", "event.name": name,
-            "event.timestamp": "2026-11-29T11:51:55.943Z", "event.sequence": 2, "prompt.id": "p1"}
+    base = {
+        "user.id": "u-hash",
+        "session.id": "s1",
+        "terminal.type": "non-interactive",
+        "event.name": name,
+        "event.timestamp": "2026-11-29T11:51:55.943Z",
+        "event.sequence": 2,
+        "prompt.id": "p1",
+    }
     if name == "api_request":
-        base |= {"model": "claude-opus-4-8", **COUNTS, "cost_usd": 0.01684625, "duration_ms": 36,
-                 "request_id": "req_1", "query_source": "sdk"}
+        base |= {
+            "model": "claude-opus-4-8",
+            **COUNTS,
+            "cost_usd": 0.01684625,
+            "duration_ms": 36,
+            "request_id": "req_1",
+            "query_source": "sdk",
+        }
     rec = {"body": {"stringValue": f"claude_code.{name}"}, "attributes": kvs(base | attrs, wire)}
     if time_ns is not None:
         rec["timeUnixNano"] = str(time_ns)
@@ -51,14 +64,27 @@ def event(name: str = "api_request", *, wire: str = "js", time_ns=T0, observed_n
 
 
 def logs_line(*records, resource=RESOURCE) -> str:
-    return json.dumps({"resourceLogs": [{"resource": {"attributes": kvs(resource)},
-                                         "scopeLogs": [{"scope": {"name": "com.anthropic.claude_code.events"},
-                                                        "logRecords": list(records)}]}]})
+    return json.dumps(
+        {
+            "resourceLogs": [
+                {
+                    "resource": {"attributes": kvs(resource)},
+                    "scopeLogs": [{"scope": {"name": "com.anthropic.claude_code.events"}, "logRecords": list(records)}],
+                }
+            ]
+        }
+    )
 
 
 def point(token_type: str, value, start_ns: int, end_ns: int, *, session="s1", value_key="asDouble", **attrs) -> dict:
-    a = {"user.id": "u-hash", "session.id": session, "model": "claude-opus-4-8", "query_source": "main",
-         "type": token_type, **attrs}
+    a = {
+        "user.id": "u-hash",
+        "session.id": session,
+        "model": "claude-opus-4-8",
+        "query_source": "main",
+        "type": token_type,
+        **attrs,
+    }
     return {"attributes": kvs(a), "startTimeUnixNano": str(start_ns), "timeUnixNano": str(end_ns), value_key: value}
 
 
@@ -66,23 +92,57 @@ def metrics_line(*points, temporality=1, name="claude_code.token.usage") -> str:
     s = {"isMonotonic": True, "dataPoints": list(points)}
     if temporality is not None:
         s["aggregationTemporality"] = temporality
-    return json.dumps({"resourceMetrics": [{"resource": {"attributes": kvs(RESOURCE)},
-                                            "scopeMetrics": [{"scope": {"name": "com.anthropic.claude_code"},
-                                                              "metrics": [{"name": name, "unit": "tokens", "sum": s}]}]}]})
+    return json.dumps(
+        {
+            "resourceMetrics": [
+                {
+                    "resource": {"attributes": kvs(RESOURCE)},
+                    "scopeMetrics": [
+                        {
+                            "scope": {"name": "com.anthropic.claude_code"},
+                            "metrics": [{"name": name, "unit": "tokens", "sum": s}],
+                        }
+                    ],
+                }
+            ]
+        }
+    )
 
 
 def span(name="claude_code.llm_request", *, start_ns=T0 - 40_000_000, end_ns=T0, **attrs) -> dict:
-    a = {"session.id": "s1", "user.id": "u-hash", "span.type": "llm_request", "model": "claude-opus-4-8[1m]",
-         "gen_ai.request.model": "claude-opus-4-8[1m]", **COUNTS, "request_id": "req_1", "ttft_ms": 14,
-         "duration_ms": 41} | attrs
-    return {"traceId": "efed979384993c475b3ccea96ca0e6f1", "spanId": "0dd57ea632ef143e", "name": name, "kind": 1,
-            "startTimeUnixNano": str(start_ns), "endTimeUnixNano": str(end_ns), "attributes": kvs(a)}
+    a = {
+        "session.id": "s1",
+        "user.id": "u-hash",
+        "span.type": "llm_request",
+        "model": "claude-opus-4-8[1m]",
+        "gen_ai.request.model": "claude-opus-4-8[1m]",
+        **COUNTS,
+        "request_id": "req_1",
+        "ttft_ms": 14,
+        "duration_ms": 41,
+    } | attrs
+    return {
+        "traceId": "efed979384993c475b3ccea96ca0e6f1",
+        "spanId": "0dd57ea632ef143e",
+        "name": name,
+        "kind": 1,
+        "startTimeUnixNano": str(start_ns),
+        "endTimeUnixNano": str(end_ns),
+        "attributes": kvs(a),
+    }
 
 
 def spans_line(*spans) -> str:
-    return json.dumps({"resourceSpans": [{"resource": {"attributes": kvs(RESOURCE)},
-                                          "scopeSpans": [{"scope": {"name": "com.anthropic.claude_code.tracing"},
-                                                          "spans": list(spans)}]}]})
+    return json.dumps(
+        {
+            "resourceSpans": [
+                {
+                    "resource": {"attributes": kvs(RESOURCE)},
+                    "scopeSpans": [{"scope": {"name": "com.anthropic.claude_code.tracing"}, "spans": list(spans)}],
+                }
+            ]
+        }
+    )
 
 
 def lines(*ls) -> bytes:

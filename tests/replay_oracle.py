@@ -45,7 +45,7 @@ def prefix_trace(draw):
         base: list[int] = []
         if lists and draw(st.booleans()):
             parent = lists[draw(st.integers(0, len(lists) - 1))]
-            base = parent[:draw(st.integers(0, len(parent)))]
+            base = parent[: draw(st.integers(0, len(parent)))]
         new = draw(st.integers(0 if base else 1, 5))
         lists.append(base + list(range(fresh, fresh + new)))
         fresh += new
@@ -56,7 +56,7 @@ def prefix_trace(draw):
 
 def simulate(trace, capacity_blocks: int | None, ttl_us: int | None):
     """Hit blocks and hit tokens of ``trace`` under LRU (``None`` = unlimited) and an idle TTL."""
-    cache: OrderedDict = OrderedDict()          # block -> last access (µs); first = least recent
+    cache: OrderedDict = OrderedDict()  # block -> last access (µs); first = least recent
     t_us = np.rint(trace.ts * 1e6).astype(np.int64)
     hit_blocks = hit_tokens = 0
     for i in range(trace.n_requests):
@@ -92,11 +92,11 @@ def simulate_tiers(trace, caps: list[int], mode: str, ttl_us: int | None):
     top = bounds[-1]
     bs = trace.block_size
     t_us = np.rint(trace.ts * 1e6).astype(np.int64)
-    stack: list = []                            # most recent first
+    stack: list = []  # most recent first
     last: dict = {}
     out = []
 
-    def band(pos):                              # 1-based position -> tier index, K = gone
+    def band(pos):  # 1-based position -> tier index, K = gone
         if pos is None:
             return K
         for k, b in enumerate(bounds):
@@ -126,13 +126,15 @@ def simulate_tiers(trace, caps: list[int], mode: str, ttl_us: int | None):
         writes = [0] * (K + 1)
         if mode == "exclusive":
             writes[0] = sum(1 for b in uniq if before.get(b, K) != 0)
-            for k in range(K):                  # crossings of boundary k downward
+            for k in range(K):  # crossings of boundary k downward
                 writes[k + 1] = sum(1 for b, bb in before.items() if bb <= k and after.get(b, K) > k)
         else:
             for k in range(K):
                 writes[k] = sum(1 for b in uniq if before.get(b, K) > k)
             writes[K] = sum(1 for b in before if b not in after)
-        occ = [sum(1 for v in after.values() if v == k) if mode == "exclusive"
-               else min(len(stack), caps[k]) for k in range(K)]
+        occ = [
+            sum(1 for v in after.values() if v == k) if mode == "exclusive" else min(len(stack), caps[k])
+            for k in range(K)
+        ]
         out.append((hb, ht, writes, occ))
     return out

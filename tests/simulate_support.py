@@ -42,5 +42,6 @@ def trace_of(turns, bs: int) -> BlockTrace:
                 key = ("chain", id(ch), k)
             blocks.append(ids.setdefault(key, len(ids)))
         lists.append(blocks)
-    return BlockTrace.from_lists([t.issue_t for t in turns], [t.prompt for t in turns], [t.output for t in turns],
-                                 lists, bs)
+    return BlockTrace.from_lists(
+        [t.issue_t for t in turns], [t.prompt for t in turns], [t.output for t in turns], lists, bs
+    )

@@ -31,31 +31,45 @@ def test_mooncake_real_traces(path, rows):
 
 
 def test_mooncake_timestamps_are_milliseconds_from_the_epoch(tmp_path):
-    f = write_lines(tmp_path / "t.jsonl", [{"timestamp": 1500, "input_length": 10, "output_length": 1, "hash_ids": [1]}])
+    f = write_lines(
+        tmp_path / "t.jsonl", [{"timestamp": 1500, "input_length": 10, "output_length": 1, "hash_ids": [1]}]
+    )
     ts = parse_mooncake(f, block_size=16).block_requests.column("ts")[0].as_py()
     assert ts.isoformat() == "1970-01-01T00:00:01.500000"
 
 
 def test_bad_lines_are_rejected_with_line_numbers(tmp_path):
     good = {"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}
-    f = write_lines(tmp_path / "bad.jsonl", [
-        orjson.dumps(good).decode(), "",
-        '{"timestamp": 5, "input_length": "12", "output_length": 1, "hash_ids": [1, 2]}',
-        '{"timestamp": 7, "input_length": 12, "hash_ids": [1, 2]}',
-        '{"timestamp": 7, "input_length": -3, "output_length": 1, "hash_ids": [1]}',
-        '{"timestamp": 7, "input_length": 12, "output_length": 1, "hash_ids": [1, "x"]}',
-        "{not json"], raw=True)
+    f = write_lines(
+        tmp_path / "bad.jsonl",
+        [
+            orjson.dumps(good).decode(),
+            "",
+            '{"timestamp": 5, "input_length": "12", "output_length": 1, "hash_ids": [1, 2]}',
+            '{"timestamp": 7, "input_length": 12, "hash_ids": [1, 2]}',
+            '{"timestamp": 7, "input_length": -3, "output_length": 1, "hash_ids": [1]}',
+            '{"timestamp": 7, "input_length": 12, "output_length": 1, "hash_ids": [1, "x"]}',
+            "{not json",
+        ],
+        raw=True,
+    )
     p = parse_mooncake(f)
-    assert p.block_requests.column("input_length").to_pylist() == [10, 12]   # "12": numbers by name
+    assert p.block_requests.column("input_length").to_pylist() == [10, 12]  # "12": numbers by name
     assert p.block_requests.column("ingested_from").to_pylist()[1].endswith(":3")
-    assert [(r.line, r.field) for r in p.rejects] == [(4, "output_length"), (5, "input_length"),
-                                                      (6, "hash_ids"), (7, None)]
+    assert [(r.line, r.field) for r in p.rejects] == [
+        (4, "output_length"),
+        (5, "input_length"),
+        (6, "hash_ids"),
+        (7, None),
+    ]
     assert "bad.jsonl:4: field 'output_length'" in p.rejects[0].describe(str(f))
 
 
 def test_blank_lines_keep_line_numbers_on_the_fast_path(tmp_path):
     rec = {"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [1]}
-    f = write_lines(tmp_path / "gaps.jsonl", [orjson.dumps(rec).decode(), "", "  ", orjson.dumps(rec).decode()], raw=True)
+    f = write_lines(
+        tmp_path / "gaps.jsonl", [orjson.dumps(rec).decode(), "", "  ", orjson.dumps(rec).decode()], raw=True
+    )
     p = parse_mooncake(f)
     assert not p.rejects
     assert [x.rsplit(":", 1)[1] for x in p.block_requests.column("ingested_from").to_pylist()] == ["1", "4"]
@@ -73,7 +87,7 @@ def test_bailian(tmp_path):
     assert t.column("turn").to_pylist() == [1, 1, 2, 3]
     assert t.column("ts")[2].as_py().isoformat() == "1970-01-01T00:01:01"
     tr = read_block_trace(f)
-    assert tr.session.tolist() == [0, 1, 0, 0]          # chats 3 and 4 belong to root chat 1
+    assert tr.session.tolist() == [0, 1, 0, 0]  # chats 3 and 4 belong to root chat 1
 
 
 def test_sniff():
@@ -90,8 +104,9 @@ def test_export_round_trips_a_mooncake_trace(tmp_path):
     assert n == 12031
     # Same records, compact JSON, in the same order (the source's times start at 0), each with
     # the block size the trace was read with.
-    assert [orjson.loads(x) for x in out.read_bytes().splitlines()] == \
-        [{**orjson.loads(x), "block_size": 512} for x in raw(src).splitlines()]
+    assert [orjson.loads(x) for x in out.read_bytes().splitlines()] == [
+        {**orjson.loads(x), "block_size": 512} for x in raw(src).splitlines()
+    ]
     assert b" " not in out.read_bytes()[:200]
 
 
@@ -99,9 +114,11 @@ def test_export_of_a_derived_trace_is_a_valid_mooncake_trace(tmp_path):
     from tests.chain_frames import frame
     from kvtrace.analyze.chains import ChainParams, derive_chains
 
-    tr = derive_chains(frame(dict(t=100, read=0, write=1000), dict(t=100.5, read=1000, write=250),
-                             dict(t=160, read=1250, write=10)), ChainParams(block_size=64, head_tokens=0),
-                       materialize=False)
+    tr = derive_chains(
+        frame(dict(t=100, read=0, write=1000), dict(t=100.5, read=1000, write=250), dict(t=160, read=1250, write=10)),
+        ChainParams(block_size=64, head_tokens=0),
+        materialize=False,
+    )
     out = tmp_path / "derived.jsonl"
     write_mooncake(tr, out)
     recs = [orjson.loads(x) for x in out.read_bytes().splitlines()]
@@ -110,8 +127,8 @@ def test_export_of_a_derived_trace_is_a_valid_mooncake_trace(tmp_path):
     assert {r["block_size"] for r in recs} == {64}
     for r in recs:
         assert len(r["hash_ids"]) == -(-r["input_length"] // 64)
-    assert recs[1]["hash_ids"][:15] == recs[0]["hash_ids"][:15]      # 1000 cached tokens = 15 whole blocks
-    back = read_block_trace(out)                  # the file says 64
+    assert recs[1]["hash_ids"][:15] == recs[0]["hash_ids"][:15]  # 1000 cached tokens = 15 whole blocks
+    back = read_block_trace(out)  # the file says 64
     assert back.block_size == 64
     assert hit_ratios(back, [None]) == hit_ratios(tr, [None])
 
@@ -122,7 +139,7 @@ def test_ingest_then_load_from_the_warehouse(store, tmp_path):
     src = SYNTHETIC
     s1 = ingest(store, [src])
     assert s1.block_requests_added == 3993
-    assert ingest(store, [src], force=True).block_requests_added == 0          # idempotent
+    assert ingest(store, [src], force=True).block_requests_added == 0  # idempotent
     bailian = write_lines(tmp_path / "b.jsonl", BAILIAN_LINES)
     ingest(store, [bailian])
     with pytest.raises(Exception, match="block sizes"):

@@ -36,11 +36,20 @@ def test_the_fast_path_and_the_line_by_line_path_read_alike(tmp_path, engine):
     assert not fast.rejects and [(r.line, r.field) for r in slow.rejects] == [(12032, "input_length")]
     assert fast.block_requests.drop(["ingested_from"]).equals(slow.block_requests.drop(["ingested_from"]))
     # Bailian chat ids as numbers (the published traces) or text: the same rows
-    line = {"chat_id": 7, "parent_chat_id": -1, "timestamp": 1.5, "input_length": 20, "output_length": 2,
-            "type": "text", "turn": 1, "hash_ids": [1, 2]}
+    line = {
+        "chat_id": 7,
+        "parent_chat_id": -1,
+        "timestamp": 1.5,
+        "input_length": 20,
+        "output_length": 2,
+        "type": "text",
+        "turn": 1,
+        "hash_ids": [1, 2],
+    }
     as_numbers = parse_bailian(_jsonl(tmp_path / "n.jsonl", [line]), trace="b", engine=engine)
-    as_text = parse_bailian(_jsonl(tmp_path / "s.jsonl", [{**line, "chat_id": "7", "parent_chat_id": "-1"}]),
-                            trace="b", engine=engine)
+    as_text = parse_bailian(
+        _jsonl(tmp_path / "s.jsonl", [{**line, "chat_id": "7", "parent_chat_id": "-1"}]), trace="b", engine=engine
+    )
     mixed = parse_bailian(_jsonl(tmp_path / "m.jsonl", [line, {**line, "chat_id": "x8"}]), trace="b", engine=engine)
     assert as_numbers.block_requests.drop(["ingested_from"]).equals(as_text.block_requests.drop(["ingested_from"]))
     assert mixed.block_requests.column("chat_id").to_pylist() == ["7", "x8"] and not mixed.rejects
@@ -48,14 +57,26 @@ def test_the_fast_path_and_the_line_by_line_path_read_alike(tmp_path, engine):
 
 def test_both_engines_read_every_file_alike(tmp_path):
     """The engine is a speed choice only: rows, rejects and warnings are the same."""
-    bad = [LINE, "", '{"timestamp": 5, "input_length": "12", "output_length": 1, "hash_ids": [1, 2]}',
-           '{"timestamp": 7, "input_length": 12, "hash_ids": [1, 2]}', '[1, 2]', "{not json",
-           {**LINE, "hash_ids": [1, 2**63]}, {**LINE, "timestamp": -1}, {**LINE, "block_size": 0}]
+    bad = [
+        LINE,
+        "",
+        '{"timestamp": 5, "input_length": "12", "output_length": 1, "hash_ids": [1, 2]}',
+        '{"timestamp": 7, "input_length": 12, "hash_ids": [1, 2]}',
+        "[1, 2]",
+        "{not json",
+        {**LINE, "hash_ids": [1, 2**63]},
+        {**LINE, "timestamp": -1},
+        {**LINE, "block_size": 0},
+    ]
     cut = tmp_path / "cut.jsonl.gz"
     cut.write_bytes(gzip.compress(raw(CONVERSATION), mtime=0)[:300_000])
-    files = [(parse_mooncake, CONVERSATION), (parse_mooncake, _jsonl(tmp_path / "bad.jsonl", bad)),
-             (parse_mooncake, cut), (parse_bailian, _jsonl(tmp_path / "b.jsonl", BAILIAN)),
-             (parse_bailian, _jsonl(tmp_path / "b2.jsonl", [{**BAILIAN[0], "chat_id": "c1"}, BAILIAN[1], "{"]))]
+    files = [
+        (parse_mooncake, CONVERSATION),
+        (parse_mooncake, _jsonl(tmp_path / "bad.jsonl", bad)),
+        (parse_mooncake, cut),
+        (parse_bailian, _jsonl(tmp_path / "b.jsonl", BAILIAN)),
+        (parse_bailian, _jsonl(tmp_path / "b2.jsonl", [{**BAILIAN[0], "chat_id": "c1"}, BAILIAN[1], "{"])),
+    ]
     for parse, f in files:
         a, d = parse(f, engine="arrow"), parse(f, engine="duckdb")
         assert a.block_requests.equals(d.block_requests), f
@@ -75,9 +96,14 @@ def test_replay_and_reuse_of_a_file_stop_at_a_bad_line(tmp_path):
 
 def test_replay_reads_a_file_as_ingest_stores_it(tmp_path):
     """Numbers written as text and blank lines: the replay's trace is the ingested one."""
-    f = _jsonl(tmp_path / "t.jsonl", [
-        {**LINE, "timestamp": "2000", "input_length": "1030", "hash_ids": [1, 2, 3]}, "",
-        {**LINE, "timestamp": 1000, "input_length": 600, "hash_ids": [1, 2]}])
+    f = _jsonl(
+        tmp_path / "t.jsonl",
+        [
+            {**LINE, "timestamp": "2000", "input_length": "1030", "hash_ids": [1, 2, 3]},
+            "",
+            {**LINE, "timestamp": 1000, "input_length": 600, "hash_ids": [1, 2]},
+        ],
+    )
     tr = read_trace(f)
     assert tr.ts.tolist() == [1.0, 2.0] and tr.input_length.tolist() == [600, 1030]
     assert tr.hash_ids.tolist() == [1, 2, 1, 2, 3] and tr.block_size == 512
@@ -86,24 +112,41 @@ def test_replay_reads_a_file_as_ingest_stores_it(tmp_path):
     assert tr.meta["block_size_assumed"].startswith("t.jsonl: no block size in the file; assumed 512")
 
 
-BAILIAN = [{"chat_id": 1, "parent_chat_id": -1, "timestamp": 0, "input_length": 40, "output_length": 7,
-            "type": "text", "turn": 1, "hash_ids": [10, 11, 12]},
-           {"chat_id": 2, "parent_chat_id": 1, "timestamp": 60, "input_length": 50, "output_length": 7,
-            "type": "text", "turn": 2, "hash_ids": [10, 11, 12, 13]}]
+BAILIAN = [
+    {
+        "chat_id": 1,
+        "parent_chat_id": -1,
+        "timestamp": 0,
+        "input_length": 40,
+        "output_length": 7,
+        "type": "text",
+        "turn": 1,
+        "hash_ids": [10, 11, 12],
+    },
+    {
+        "chat_id": 2,
+        "parent_chat_id": 1,
+        "timestamp": 60,
+        "input_length": 50,
+        "output_length": 7,
+        "type": "text",
+        "turn": 2,
+        "hash_ids": [10, 11, 12, 13],
+    },
+]
 
 
 def test_format_is_the_output_format_of_ingest_and_the_old_spelling_says_the_new_one(tmp_path):
     f, db = _jsonl(tmp_path / "conv.jsonl", [LINE]), str(tmp_path / "w.duckdb")
     r = CliRunner().invoke(app, ["ingest", f, "--db", db, "--format", "mooncake"])
     assert r.exit_code == 1
-    assert r.output == ("Error: --format is the output format; to force the input format use "
-                        "--input-format mooncake\n")
+    assert r.output == ("Error: --format is the output format; to force the input format use --input-format mooncake\n")
     r = CliRunner().invoke(app, ["ingest", f, "--db", db, "-f", "otlp-json"])
     assert r.exit_code == 1 and "use --input-format otlp-json" in r.output
     r = CliRunner().invoke(app, ["ingest", f, "--db", db, "-i", "mooncake", "--format", "json"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["block_requests_added"] == 1
-    again = CliRunner().invoke(app, ["ingest", f, "--db", db, "--json", "--force"])   # --json: --format json
+    again = CliRunner().invoke(app, ["ingest", f, "--db", db, "--json", "--force"])  # --json: --format json
     assert json.loads(again.stdout)["duplicates_skipped"] == 1
     text = CliRunner().invoke(app, ["ingest", f, "--db", db, "--format", "text"])
     assert text.exit_code == 0 and text.stdout.startswith("1 files (1 unchanged)")
@@ -128,10 +171,17 @@ def test_every_command_that_reads_a_file_forces_its_format_with_input_format(tmp
     db = str(tmp_path / "w.duckdb")
     r = CliRunner().invoke(app, ["report", "--db", db, "--ingest", f, "--input-format", "mooncake", "--format", "json"])
     assert r.exit_code == 0, r.output
-    assert CliRunner().invoke(app, ["replay", "--db", db, "-c", "1M", "--ttl", "none", "--format", "json"]
-                              ).stdout.count('"span_s": 0.06') == 1
-    for command in (["replay", f, "-i", "otlp-json"], ["reuse", "-i", "mooncake"],
-                    ["report", "--db", db, "-i", "bailian"]):
+    assert (
+        CliRunner()
+        .invoke(app, ["replay", "--db", db, "-c", "1M", "--ttl", "none", "--format", "json"])
+        .stdout.count('"span_s": 0.06')
+        == 1
+    )
+    for command in (
+        ["replay", f, "-i", "otlp-json"],
+        ["reuse", "-i", "mooncake"],
+        ["report", "--db", db, "-i", "bailian"],
+    ):
         r = CliRunner().invoke(app, command)
         assert r.exit_code == 1 and "--input-format" in r.output, (command, r.output)
 
@@ -152,8 +202,10 @@ def test_ingest_block_size_is_stored_with_the_trace(tmp_path):
     assumed, given = str(tmp_path / "a.duckdb"), str(tmp_path / "b.duckdb")
     r = runner.invoke(app, ["ingest", str(CONVERSATION), "--db", assumed])
     assert r.exit_code == 0, r.output
-    assert ("warning: conversation_trace.jsonl.gz: no block size in the file; assumed 512 tokens per block "
-            "(Mooncake's). Pass --block-size if it differs") in r.stderr
+    assert (
+        "warning: conversation_trace.jsonl.gz: no block size in the file; assumed 512 tokens per block "
+        "(Mooncake's). Pass --block-size if it differs"
+    ) in r.stderr
     r = runner.invoke(app, ["ingest", str(CONVERSATION), "--db", given, "--block-size", "64", "--json"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["warnings"] == []
@@ -164,7 +216,7 @@ def test_ingest_block_size_is_stored_with_the_trace(tmp_path):
     r = runner.invoke(app, ["ingest", str(CONVERSATION), "--db", given, "--block-size", "16", "--force"])
     assert r.exit_code == 1
     assert "trace 'conversation_trace' is stored with 64 tokens per block, this read gives 16" in r.output
-    assert 8 * _peaks(given)[0] == _peaks(assumed)[0]                 # nothing of that read stored
+    assert 8 * _peaks(given)[0] == _peaks(assumed)[0]  # nothing of that read stored
     # a file without block-hash traces: --block-size has nothing to apply to, and says so
     otlp = _jsonl(tmp_path / "empty-logs.jsonl", [{"resourceLogs": []}])
     r = runner.invoke(app, ["ingest", otlp, "--db", given, "--block-size", "64"])
@@ -178,9 +230,11 @@ def test_a_file_with_its_own_block_size_keeps_it_and_a_different_block_size_is_r
     db = tmp_path / "w.duckdb"
     r = runner.invoke(app, ["ingest", f, "--db", str(db), "--block-size", "512"])
     assert r.exit_code == 1
-    assert r.output == (f"Error: {f}: field 'block_size': the file says 64 tokens per block, --block-size says 512 "
-                        "(drop --block-size: the file's own size is used)\n")
-    assert not db.exists()                    # a failed first ingest leaves no warehouse behind
+    assert r.output == (
+        f"Error: {f}: field 'block_size': the file says 64 tokens per block, --block-size says 512 "
+        "(drop --block-size: the file's own size is used)\n"
+    )
+    assert not db.exists()  # a failed first ingest leaves no warehouse behind
     for extra in ([], ["--block-size", "64"]):
         r = runner.invoke(app, ["ingest", f, "--db", str(db), "--force", "--json", *extra])
         assert r.exit_code == 0 and json.loads(r.stdout)["warnings"] == [], r.output
@@ -209,8 +263,10 @@ def test_reading_a_trace_file_does_not_start_duckdb():
     import subprocess
     import sys
 
-    code = ("import sys; from kvtrace.replay.tracefile import read_trace; "
-            f"t = read_trace({str(CONVERSATION)!r}); print(t.n_requests, 'duckdb' in sys.modules)")
+    code = (
+        "import sys; from kvtrace.replay.tracefile import read_trace; "
+        f"t = read_trace({str(CONVERSATION)!r}); print(t.n_requests, 'duckdb' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["12031", "False"]
 
@@ -221,8 +277,10 @@ def test_replaying_a_small_trace_file_starts_neither_duckdb_nor_numba():
     import subprocess
     import sys
 
-    code = ("import sys; from kvtrace.replay import replay; from kvtrace.replay.tracefile import read_trace; "
-            f"r = replay(read_trace({str(CONVERSATION)!r}), ttls=[300.0, None]); "
-            "print(r.trace['requests'], 'duckdb' in sys.modules, 'numba' in sys.modules)")
+    code = (
+        "import sys; from kvtrace.replay import replay; from kvtrace.replay.tracefile import read_trace; "
+        f"r = replay(read_trace({str(CONVERSATION)!r}), ttls=[300.0, None]); "
+        "print(r.trace['requests'], 'duckdb' in sys.modules, 'numba' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["12031", "False", "False"]

@@ -20,8 +20,10 @@ def chains_of(tr) -> list[int]:
 
 
 def test_a_growing_thread_is_one_chain_and_reads_its_prefix():
-    tr = derive_chains(frame(dict(t=0, read=0, write=1000), dict(t=10, read=1000, write=300),
-                             dict(t=20, read=1300, write=200)), ChainParams(block_size=100, head_tokens=0))
+    tr = derive_chains(
+        frame(dict(t=0, read=0, write=1000), dict(t=10, read=1000, write=300), dict(t=20, read=1300, write=200)),
+        ChainParams(block_size=100, head_tokens=0),
+    )
     assert chains_of(tr) == [0, 0, 0]
     assert tr.meta["chain_prev"].tolist() == [-1, 0, 1]
     blocks, tokens = request_hits(tr, 300)
@@ -30,21 +32,26 @@ def test_a_growing_thread_is_one_chain_and_reads_its_prefix():
     assert chain_reads(tr, 5).tolist() == [0, 0, 0]
 
 
-@pytest.mark.parametrize("second, breaks", [
-    (dict(t=10, read=0, write=500), True),                           # shrank below the cached 1000
-    (dict(t=10, read=0, write=1500, after_compaction=True), True),   # marked as after a compaction
-    (dict(t=10, read=0, write=1500, model="other"), True),           # another model
-    (dict(t=10, read=1000, write=500), False),
-])
+@pytest.mark.parametrize(
+    "second, breaks",
+    [
+        (dict(t=10, read=0, write=500), True),  # shrank below the cached 1000
+        (dict(t=10, read=0, write=1500, after_compaction=True), True),  # marked as after a compaction
+        (dict(t=10, read=0, write=1500, model="other"), True),  # another model
+        (dict(t=10, read=1000, write=500), False),
+    ],
+)
 def test_chain_breaks(second, breaks):
     tr = derive_chains(frame(dict(t=0, read=0, write=1000), second), ChainParams(block_size=100, head_tokens=0))
     assert (chains_of(tr)[0] != chains_of(tr)[1]) == breaks
 
 
 def test_a_compaction_request_ends_the_chain_after_it():
-    rows = [dict(t=0, read=0, write=1000), dict(t=5, read=1000, write=600, query_source="auxiliary",
-                                                is_compact_request=True),
-            dict(t=400, read=0, write=2000)]      # (after the 5 min cache: its read says nothing)
+    rows = [
+        dict(t=0, read=0, write=1000),
+        dict(t=5, read=1000, write=600, query_source="auxiliary", is_compact_request=True),
+        dict(t=400, read=0, write=2000),
+    ]  # (after the 5 min cache: its read says nothing)
     tr = derive_chains(frame(*rows), ChainParams(block_size=100, head_tokens=0))
     assert tr.meta["chain_prev"].tolist() == [-1, 0, -1]
     tr = derive_chains(frame(*rows), ChainParams(block_size=100, head_tokens=0, compaction_ends_chain=False))
@@ -52,24 +59,35 @@ def test_a_compaction_request_ends_the_chain_after_it():
 
 
 def test_auxiliary_requests_and_other_models_do_not_break_the_conversation():
-    rows = [dict(t=0, read=0, write=1000), dict(t=1, read=0, write=200, query_source="auxiliary"),
-            dict(t=2, read=0, write=4000, model="small"), dict(t=3, read=1000, write=100)]
+    rows = [
+        dict(t=0, read=0, write=1000),
+        dict(t=1, read=0, write=200, query_source="auxiliary"),
+        dict(t=2, read=0, write=4000, model="small"),
+        dict(t=3, read=1000, write=100),
+    ]
     tr = derive_chains(frame(*rows), ChainParams(block_size=100, head_tokens=0))
     assert tr.meta["chain_prev"].tolist() == [-1, -1, -1, 0]
-    strict = derive_chains(frame(*rows), ChainParams(block_size=100, head_tokens=0, chain_per_model=False,
-                                                     auxiliary_own_chain=False, link_window=1))
+    strict = derive_chains(
+        frame(*rows),
+        ChainParams(block_size=100, head_tokens=0, chain_per_model=False, auxiliary_own_chain=False, link_window=1),
+    )
     assert strict.meta["chain_prev"][3] == -1
     # With parallel chains allowed, the exact read of request 0's cached prefix links them anyway.
-    loose = derive_chains(frame(*rows), ChainParams(block_size=100, head_tokens=0, chain_per_model=False,
-                                                    auxiliary_own_chain=False))
+    loose = derive_chains(
+        frame(*rows), ChainParams(block_size=100, head_tokens=0, chain_per_model=False, auxiliary_own_chain=False)
+    )
     assert loose.meta["chain_prev"][3] == 0
 
 
 def test_parallel_subagents_under_one_thread_id_are_told_apart_by_their_reads():
     # Two subagents interleave under the thread id "subagent"; each reads its own previous prefix.
-    rows = [dict(t=0, read=0, write=3000, thread_id="subagent"), dict(t=1, read=0, write=5000, thread_id="subagent"),
-            dict(t=2, read=3000, write=400, thread_id="subagent"), dict(t=3, read=5000, write=300, thread_id="subagent"),
-            dict(t=4, read=3400, write=100, thread_id="subagent")]
+    rows = [
+        dict(t=0, read=0, write=3000, thread_id="subagent"),
+        dict(t=1, read=0, write=5000, thread_id="subagent"),
+        dict(t=2, read=3000, write=400, thread_id="subagent"),
+        dict(t=3, read=5000, write=300, thread_id="subagent"),
+        dict(t=4, read=3400, write=100, thread_id="subagent"),
+    ]
     tr = derive_chains(frame(*rows), ChainParams(block_size=100, head_tokens=0))
     assert tr.meta["chain_prev"].tolist() == [-1, -1, 0, 1, 2]
     assert chain_reads(tr, 300).tolist() == [0, 0, 3000, 5000, 3400]
@@ -90,12 +108,16 @@ def test_a_deep_rewrite_shares_only_what_it_read():
     assert chain_reads(tr, None).tolist() == [0, 2000, 11000]
     assert request_hits(tr, None)[0].tolist() == [0, 20, 110]
     # Beyond the provider's TTL a read of 0 says nothing: the prompt holds the cached prefix.
-    late = derive_chains(frame(dict(t=0, read=0, write=10000), dict(t=400, read=0, write=11000)),
-                         ChainParams(block_size=100, head_tokens=0))
+    late = derive_chains(
+        frame(dict(t=0, read=0, write=10000), dict(t=400, read=0, write=11000)),
+        ChainParams(block_size=100, head_tokens=0),
+    )
     assert chain_reads(late, None).tolist() == [0, 10000]
     # A 1 h cache write makes the read evidence for an hour.
-    hour = derive_chains(frame(dict(t=0, read=0, write=10000, write_1h=10000), dict(t=400, read=0, write=11000)),
-                         ChainParams(block_size=100, head_tokens=0))
+    hour = derive_chains(
+        frame(dict(t=0, read=0, write=10000, write_1h=10000), dict(t=400, read=0, write=11000)),
+        ChainParams(block_size=100, head_tokens=0),
+    )
     assert chain_reads(hour, None).tolist() == [0, 0]
     # cache_ttl_s=0: the read never limits a link (the append-only rule alone).
     blind = derive_chains(frame(*rows), ChainParams(block_size=100, head_tokens=0, cache_ttl_s=0))
@@ -104,8 +126,12 @@ def test_a_deep_rewrite_shares_only_what_it_read():
 
 def test_a_shrink_after_a_rewind_keeps_the_prefix_it_read():
     # Request 2 is shorter than what request 1 cached, yet it read request 0's 5,000 tokens.
-    rows = [dict(t=0, read=0, write=5000), dict(t=10, read=5000, write=3000), dict(t=20, read=5000, write=1000),
-            dict(t=30, read=6000, write=200)]
+    rows = [
+        dict(t=0, read=0, write=5000),
+        dict(t=10, read=5000, write=3000),
+        dict(t=20, read=5000, write=1000),
+        dict(t=30, read=6000, write=200),
+    ]
     tr = derive_chains(frame(*rows), ChainParams(block_size=100, head_tokens=0))
     assert tr.meta["chain_prev"].tolist() == [-1, 0, 1, 2]
     assert chain_reads(tr, None).tolist() == [0, 5000, 5000, 6000]
@@ -118,9 +144,13 @@ def test_a_shrink_after_a_rewind_keeps_the_prefix_it_read():
 def test_a_subagent_that_extends_the_main_prompt_links_across_threads():
     # The conversation alternates between the main thread and a subagent's thread id, each request
     # reading exactly what the other cached.
-    rows = [dict(t=0, read=0, write=10000), dict(t=5, read=10000, write=500, thread_id="general-purpose"),
-            dict(t=10, read=10500, write=400), dict(t=15, read=10900, write=300, thread_id="general-purpose"),
-            dict(t=900, read=0, write=11500)]
+    rows = [
+        dict(t=0, read=0, write=10000),
+        dict(t=5, read=10000, write=500, thread_id="general-purpose"),
+        dict(t=10, read=10500, write=400),
+        dict(t=15, read=10900, write=300, thread_id="general-purpose"),
+        dict(t=900, read=0, write=11500),
+    ]
     tr = derive_chains(frame(*rows), ChainParams(block_size=100, head_tokens=0))
     assert tr.meta["chain_prev"].tolist() == [-1, 0, 1, 2, 3]
     assert chain_reads(tr, 300).tolist() == [0, 10000, 10500, 10900, 0]
@@ -129,9 +159,14 @@ def test_a_subagent_that_extends_the_main_prompt_links_across_threads():
 
 
 def test_the_derivation_does_not_depend_on_row_order():
-    rows = [dict(t=0, read=0, write=3000, thread_id="sub"), dict(t=1, read=0, write=5000, thread_id="sub"),
-            dict(t=1, read=0, write=800), dict(t=2, read=3000, write=400, thread_id="sub"),
-            dict(t=3, read=5000, write=300, thread_id="sub"), dict(t=4, read=3400, write=100, thread_id="sub")]
+    rows = [
+        dict(t=0, read=0, write=3000, thread_id="sub"),
+        dict(t=1, read=0, write=5000, thread_id="sub"),
+        dict(t=1, read=0, write=800),
+        dict(t=2, read=3000, write=400, thread_id="sub"),
+        dict(t=3, read=5000, write=300, thread_id="sub"),
+        dict(t=4, read=3400, write=100, thread_id="sub"),
+    ]
     f = frame(*rows)
     want = derive_chains(f, ChainParams(block_size=100, head_tokens=0))
     for seed in range(5):
@@ -143,12 +178,14 @@ def test_the_derivation_does_not_depend_on_row_order():
 
 
 def test_shared_head_is_detected_and_shared_across_sessions():
-    rows = [dict(t=0, read=0, write=3000, session_id="a"),
-            dict(t=10, read=2000, write=1500, session_id="b"),
-            dict(t=20, read=2000, write=900, session_id="c"),
-            dict(t=30, read=0, write=5000, session_id="d", thread_id="agent-1")]
+    rows = [
+        dict(t=0, read=0, write=3000, session_id="a"),
+        dict(t=10, read=2000, write=1500, session_id="b"),
+        dict(t=20, read=2000, write=900, session_id="c"),
+        dict(t=30, read=0, write=5000, session_id="d", thread_id="agent-1"),
+    ]
     tr = derive_chains(frame(*rows), ChainParams(block_size=100))
-    assert tr.meta["head"].tolist() == [2000, 2000, 2000, 0]   # subagents have their own head
+    assert tr.meta["head"].tolist() == [2000, 2000, 2000, 0]  # subagents have their own head
     ids = [set(tr.blocks(i)[:20].tolist()) for i in range(3)]
     assert ids[0] == ids[1] == ids[2]
     assert not set(tr.blocks(0)[20:].tolist()) & set(tr.blocks(1)[20:].tolist())
@@ -167,6 +204,7 @@ def test_params_carry_help():
 
 # -- the derived runs are exactly the runs of the written block ids ------------------------------
 
+
 @st.composite
 def telemetry(draw):
     n = draw(st.integers(1, 40))
@@ -182,10 +220,19 @@ def telemetry(draw):
         grow = draw(st.integers(0, 700))
         prompt_cached = draw(st.sampled_from([prev + grow, max(0, prev - 300), 1200 + grow]))
         read = draw(st.sampled_from([0, min(prev, prompt_cached), min(1200, prompt_cached)]))
-        rows.append(dict(t=t, read=read, write=prompt_cached - read, session_id=sess, thread_id=thread,
-                         model=model, input_tokens=draw(st.integers(0, 150)),
-                         query_source=draw(st.sampled_from(["main", "main", "auxiliary"])),
-                         is_compact_request=draw(st.booleans()) and k % 7 == 3))
+        rows.append(
+            dict(
+                t=t,
+                read=read,
+                write=prompt_cached - read,
+                session_id=sess,
+                thread_id=thread,
+                model=model,
+                input_tokens=draw(st.integers(0, 150)),
+                query_source=draw(st.sampled_from(["main", "main", "auxiliary"])),
+                is_compact_request=draw(st.booleans()) and k % 7 == 3,
+            )
+        )
         cached[key] = prompt_cached
     return frame(*rows)
 
@@ -217,22 +264,33 @@ def test_without_blocks_the_analysis_is_the_same(f):
 
 # -- consistency with the synthetic generator ------------------------------------------------------
 
+
 def _ledger_frame(cfg) -> pl.DataFrame:
     from kvtrace.synth import simulate
 
     tb = pl.from_arrow(simulate(cfg).to_arrow())
     return tb.select(
-        pl.col("request_id").alias("request_key"), (pl.col("start_ms") * 1000).alias("ts_us"),
-        "org_id", "session_id",
+        pl.col("request_id").alias("request_key"),
+        (pl.col("start_ms") * 1000).alias("ts_us"),
+        "org_id",
+        "session_id",
         pl.when(pl.col("is_sidechain")).then(pl.col("thread_id")).otherwise(pl.lit("main")).alias("thread_id"),
-        "model", pl.when(pl.col("query_source") == "compact").then(pl.lit("auxiliary"))
-        .when(pl.col("is_sidechain")).then(pl.lit("subagent")).otherwise(pl.lit("main")).alias("query_source"),
+        "model",
+        pl.when(pl.col("query_source") == "compact")
+        .then(pl.lit("auxiliary"))
+        .when(pl.col("is_sidechain"))
+        .then(pl.lit("subagent"))
+        .otherwise(pl.lit("main"))
+        .alias("query_source"),
         pl.col("cache_read_tokens").alias("read_tokens"),
         (pl.col("cache_write_5m_tokens") + pl.col("cache_write_1h_tokens")).alias("write_tokens"),
         pl.col("cache_write_5m_tokens").alias("write_5m_tokens"),
-        pl.col("cache_write_1h_tokens").alias("write_1h_tokens"), "input_tokens", "output_tokens",
+        pl.col("cache_write_1h_tokens").alias("write_1h_tokens"),
+        "input_tokens",
+        "output_tokens",
         (pl.col("query_source") == "compact").alias("is_compact_request"),
-        pl.lit(False).alias("after_compaction")).sort("ts_us", "request_key")
+        pl.lit(False).alias("after_compaction"),
+    ).sort("ts_us", "request_key")
 
 
 @pytest.mark.parametrize("ttl", [300, 3600])
@@ -252,13 +310,15 @@ def test_chains_reproduce_the_generators_cache_reads(ttl):
 
 # -- from the warehouse -----------------------------------------------------------------------------
 
+
 def test_load_block_trace_derives_chains_from_requests(store):
     from kvtrace.ingest.base import Parsed
 
     rows = request_rows(
         dict(request_key="a", ts=0, cache_write_5m_tokens=5000, input_tokens=3, output_tokens=50),
         dict(request_key="b", ts=1, cache_read_tokens=5000, cache_write_5m_tokens=400, input_tokens=3),
-        dict(request_key="c", ts=30, cache_read_tokens=0, cache_write_1h_tokens=5600, input_tokens=3))
+        dict(request_key="c", ts=30, cache_read_tokens=0, cache_write_1h_tokens=5600, input_tokens=3),
+    )
     from kvtrace.ingest.pipeline import _merge, IngestSummary
 
     with store.transaction():
@@ -267,7 +327,7 @@ def test_load_block_trace_derives_chains_from_requests(store):
     assert tr.n_requests == 3 and tr.name == "derived"
     assert tr.input_length.tolist() == [5003, 5403, 5603]
     assert tr.meta["chain_prev"].tolist() == [-1, 0, 1]
-    assert chain_reads(tr, 300).tolist() == [0, 5000, 0]       # 29 minutes later: expired
+    assert chain_reads(tr, 300).tolist() == [0, 5000, 0]  # 29 minutes later: expired
     assert chain_reads(tr, 3600).tolist() == [0, 5000, 5400]
     later = load_block_trace(store, since="2026-11-02T09:10")
     assert later.n_requests == 1

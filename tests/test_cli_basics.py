@@ -22,7 +22,12 @@ def test_bad_ttl_suggests_the_syntax(tmp_path, monkeypatch):
     r = runner.invoke(app, ["report", "--db", str(tmp_path / "kv.duckdb"), "--ttl", "5 fortnights"])
     assert r.exit_code == 1 and "30s, 5m, 1h" in r.output
     db = ["--db", str(tmp_path / "kv.duckdb")]
-    for cmd in (["report", *db], ["reuse", *db], ["replay", *db], ["size", "--model", "MiniMax-M2.7", "--rate", "4200"]):
+    for cmd in (
+        ["report", *db],
+        ["reuse", *db],
+        ["replay", *db],
+        ["size", "--model", "MiniMax-M2.7", "--rate", "4200"],
+    ):
         r = runner.invoke(app, [*cmd, "--ttl", "60"])
         assert r.exit_code == 1 and "'60' has no unit" in r.output and "60s, 60m or 60h" in r.output, (cmd, r.output)
 
@@ -41,8 +46,16 @@ def test_report_json_to_file(tmp_path):
     assert r.exit_code == 0, r.output
     d = json.loads(out.read_text())
     assert set(d) >= {"schema_version", "window", "requests", "sessions", "token_mix"}
-    assert set(d["token_mix"]) >= {"cache_read", "cache_write_5m", "cache_write_1h", "cache_write_unknown", "output",
-                                   "input_uncached", "total", "shares"}
+    assert set(d["token_mix"]) >= {
+        "cache_read",
+        "cache_write_5m",
+        "cache_write_1h",
+        "cache_write_unknown",
+        "output",
+        "input_uncached",
+        "total",
+        "shares",
+    }
 
 
 def test_query_list_and_run(tmp_path):
@@ -66,9 +79,13 @@ def test_report_can_ingest_first_in_one_process(tmp_path):
     d = tmp_path / "otlp"
     shutil.copytree(src, d)
     db = str(tmp_path / "kv.duckdb")
-    r = runner.invoke(app, ["report", "--db", db, "--ingest", str(d), "--format", "json", "--out", str(tmp_path / "r.json")])
+    r = runner.invoke(
+        app, ["report", "--db", db, "--ingest", str(d), "--format", "json", "--out", str(tmp_path / "r.json")]
+    )
     assert r.exit_code == 0, r.output
     first = json.loads((tmp_path / "r.json").read_text())
     assert first["requests"] > 0
-    r = runner.invoke(app, ["report", "--db", db, "--ingest", str(d), "--format", "json", "--out", str(tmp_path / "r2.json")])
+    r = runner.invoke(
+        app, ["report", "--db", db, "--ingest", str(d), "--format", "json", "--out", str(tmp_path / "r2.json")]
+    )
     assert json.loads((tmp_path / "r2.json").read_text())["token_mix"] == first["token_mix"]

@@ -25,7 +25,7 @@ def test_output_is_complete_and_the_warehouse_is_closed(tmp_path):
     assert db.exists() and not Path(f"{db}.wal").exists()
     rep = kvtrace("report", "--db", str(db), "--group-by", "day", "--format", "json", cwd=tmp_path)
     assert rep.returncode == 0, rep.stderr
-    assert json.loads(rep.stdout)["requests"] == added   # the whole document arrived through the pipe
+    assert json.loads(rep.stdout)["requests"] == added  # the whole document arrived through the pipe
 
 
 def test_exit_codes_are_the_commands(tmp_path):

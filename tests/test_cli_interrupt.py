@@ -13,18 +13,24 @@ import pytest
 
 from kvtrace.store import Store
 
-pytestmark = pytest.mark.slow     # end-to-end: real processes, servers or long runs (make test-all)
+pytestmark = pytest.mark.slow  # end-to-end: real processes, servers or long runs (make test-all)
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = ROOT / "sample_traces" / "otlp" / "logs.jsonl.gz"
-REQUESTS = 1947            # distinct requests in LOGS (each copy holds the same ones)
+REQUESTS = 1947  # distinct requests in LOGS (each copy holds the same ones)
 COPIES = 16
 
 
 def start(args: list[str], cwd: Path) -> subprocess.Popen:
     env = {**os.environ, "KVTRACE_NO_SERVE": "1", "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-m", "kvtrace", *args], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "kvtrace", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +55,7 @@ def test_ctrl_c_keeps_whole_files_and_says_which(inputs, tmp_path, delay):
     time.sleep(delay)
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=60)
-    if p.returncode == 0:          # finished before the signal (a fast machine): nothing to check
+    if p.returncode == 0:  # finished before the signal (a fast machine): nothing to check
         assert delay >= 2.0, err
         return
     assert p.returncode == 130, err

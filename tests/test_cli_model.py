@@ -13,9 +13,12 @@ from kvtrace.cli import app
 from kvtrace.replay.catalog import catalog_names
 from tests.paths import SYNTHETIC
 
-FP8, BF16 = 126_976, 253_952          # MiniMax-M2.7: 2 x 62 layers x 8 KV heads x 128 x 1 or 2 bytes
-SPELLINGS = {"suffix": ["--model", "MiniMax-M2.7:fp8"], "option": ["--model", "MiniMax-M2.7", "--kv-dtype", "fp8"],
-             "both": ["--model", "MiniMax-M2.7:FP8", "--kv-dtype", "fp8"]}
+FP8, BF16 = 126_976, 253_952  # MiniMax-M2.7: 2 x 62 layers x 8 KV heads x 128 x 1 or 2 bytes
+SPELLINGS = {
+    "suffix": ["--model", "MiniMax-M2.7:fp8"],
+    "option": ["--model", "MiniMax-M2.7", "--kv-dtype", "fp8"],
+    "both": ["--model", "MiniMax-M2.7:FP8", "--kv-dtype", "fp8"],
+}
 SAMPLE_LOGS = Path(__file__).resolve().parents[1] / "sample_traces" / "otlp" / "logs.jsonl.gz"
 
 

@@ -18,14 +18,34 @@ def _run(*args):
 
 
 def test_json_grid_and_tiers():
-    r = _run(SYNTH, "-c", "1M,3M", "-c", "none", "--ttl", "5m", "--ttl", "none", "--tiers", "seed-testbed",
-             "--model", "MiniMax-M2.7", "--kv-dtype", "fp8", "--format", "json")
+    r = _run(
+        SYNTH,
+        "-c",
+        "1M,3M",
+        "-c",
+        "none",
+        "--ttl",
+        "5m",
+        "--ttl",
+        "none",
+        "--tiers",
+        "seed-testbed",
+        "--model",
+        "MiniMax-M2.7",
+        "--kv-dtype",
+        "fp8",
+        "--format",
+        "json",
+    )
     assert r.exit_code == 0, r.output
     out = json.loads(r.output)
     assert len(out["grid"]) == 6
     assert set(out["grid"][0]) >= {"capacity_tokens", "ttl_s", "hit_ratio_tokens", "hit_ratio_blocks"}
-    assert [(g["capacity_tokens"], g["ttl_s"]) for g in out["grid"][:3]] == [(1_000_000, 300.0), (3_000_000, 300.0),
-                                                                              (None, 300.0)]
+    assert [(g["capacity_tokens"], g["ttl_s"]) for g in out["grid"][:3]] == [
+        (1_000_000, 300.0),
+        (3_000_000, 300.0),
+        (None, 300.0),
+    ]
     assert [t["name"] for t in out["tiers"]] == ["HBM", "DRAM", "NVMe"]
     assert out["tiers"][2]["dwpd_per_drive"] is not None and out["hierarchy"]["mode"] == "exclusive"
     assert out["ttft"]["all"]["count"] == 3993
@@ -52,8 +72,10 @@ def test_bad_inputs_name_the_line(tmp_path):
     bad.write_text('{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1]}\n{"timestamp": 1,\n')
     r = _run(str(bad))
     assert r.exit_code == 1 and "t.jsonl:2" in r.output
-    bad.write_text('{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1]}\n'
-                   '{"timestamp": 1, "input_length": 5, "output_length": 1, "hash_ids": "1,2"}\n')
+    bad.write_text(
+        '{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1]}\n'
+        '{"timestamp": 1, "input_length": 5, "output_length": 1, "hash_ids": "1,2"}\n'
+    )
     r = _run(str(bad))
     assert r.exit_code == 1 and "t.jsonl:2" in r.output and "hash_ids" in r.output
     r = _run(str(tmp_path / "missing.jsonl"))
@@ -108,14 +130,17 @@ def test_a_block_trace_without_its_block_size_says_what_was_assumed(tmp_path):
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["warnings"] == [
         "synthetic_trace.jsonl.gz: no block size in the file; assumed 512 tokens per block (Mooncake's). "
-        "Pass --block-size if it differs: every token and byte figure scales with it."]
+        "Pass --block-size if it differs: every token and byte figure scales with it."
+    ]
     r = _run(SYNTH, "-c", "1M", "--ttl", "none")
     assert "assumed 512 tokens per block" in r.output
     r = _run(SYNTH, "-c", "1M", "--ttl", "none", "--block-size", "512", "--format", "json")
     assert json.loads(r.stdout)["warnings"] == []
     # lines that disagree name the line
     bad = tmp_path / "mixed.jsonl"
-    bad.write_text('{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1], "block_size": 64}\n'
-                   '{"timestamp": 1, "input_length": 5, "output_length": 1, "hash_ids": [1], "block_size": 16}\n')
+    bad.write_text(
+        '{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1], "block_size": 64}\n'
+        '{"timestamp": 1, "input_length": 5, "output_length": 1, "hash_ids": [1], "block_size": 16}\n'
+    )
     r = _run(str(bad))
     assert r.exit_code == 1 and "mixed.jsonl:2" in r.output and "block_size" in r.output

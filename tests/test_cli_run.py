@@ -55,23 +55,24 @@ def test_two_consecutive_periods_make_two_folders_and_an_index_with_changes(setu
     ch = runs[1]["changes"]
     assert ch["requests"] == pytest.approx(second["requests"] / first["requests"] - 1)
     assert ch["shares_pp"]["cache_read"] == pytest.approx(
-        100 * (second["shares"]["cache_read"] - first["shares"]["cache_read"]))
+        100 * (second["shares"]["cache_read"] - first["shares"]["cache_read"])
+    )
     assert ch["required_capacity"][0]["ttl_s"] == 300.0
     page = (out / "index.html").read_text()
     assert "Δ requests" in page and "Δ capacity" in page
-    assert page.count("<tr>") == 3                          # header + two runs
+    assert page.count("<tr>") == 3  # header + two runs
     assert ("▲" in page or "▼" in page or "= " in page) and 'href="nightly/2026-11-04/report.html"' in page
 
 
 def test_a_profile_time_zone_sets_the_period_and_the_report_days(setup):
     tmp, prof = setup
     prof.write_text(prof.read_text().replace('period = "last 1d"', 'period = "last 1d"\ntimezone = "America/New_York"'))
-    r = run(prof, "--at", "2026-11-04T00:15Z", "--json")   # 19:15 on 3 Nov in New York
+    r = run(prof, "--at", "2026-11-04T00:15Z", "--json")  # 19:15 on 3 Nov in New York
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["period"] == "2026-11-02"
     rep = json.loads((tmp / "out" / "nightly" / "2026-11-02" / "report.json").read_text())
     assert (rep["window"]["since"], rep["window"]["until"]) == ("2026-11-02T05:00:00Z", "2026-11-03T05:00:00Z")
-    r = run(prof, "--at", "2026-11-04T00:15", "--json")    # no offset: New York's 00:15
+    r = run(prof, "--at", "2026-11-04T00:15", "--json")  # no offset: New York's 00:15
     assert r.exit_code == 0, r.output
     assert (json.loads(r.output)["period"], json.loads(r.output)["since"]) == ("2026-11-03", "2026-11-03T05:00:00Z")
     assert rep["window"]["timezone"] == "America/New_York"
@@ -93,8 +94,8 @@ def test_rerun_refuses_and_force_replaces_atomically(setup):
     assert forced.exit_code == 0, forced.output
     assert "replaced" in forced.output
     assert not (folder / "sentinel").exists() and (folder / "report.html").exists()
-    assert folder.stat().st_ino != inode                       # a new folder was swapped in
-    assert [p.name for p in folder.parent.iterdir()] == ["2026-11-03"]   # no temporary folders left
+    assert folder.stat().st_ino != inode  # a new folder was swapped in
+    assert [p.name for p in folder.parent.iterdir()] == ["2026-11-03"]  # no temporary folders left
 
 
 def test_a_failed_forced_run_keeps_the_old_report(setup, monkeypatch):
@@ -136,29 +137,47 @@ def test_chart_images_decode_at_the_expected_size(setup):
     assert {p.stem for p in pngs} >= {"token-mix-over-time", "working-set", "reuse-time-cdf"}
     for png in pngs:
         svg = ET.parse(png.with_suffix(".svg")).getroot()
-        assert png_size(png.read_bytes()) == (round(float(svg.get("width")) * PNG_SCALE),
-                                              round(float(svg.get("height")) * PNG_SCALE)), png.name
+        assert png_size(png.read_bytes()) == (
+            round(float(svg.get("width")) * PNG_SCALE),
+            round(float(svg.get("height")) * PNG_SCALE),
+        ), png.name
     summary = json.loads((charts.parent / "summary.json").read_text())
-    assert sorted(summary["files"]) == sorted(str(p.relative_to(charts.parent)) for p in charts.parent.rglob("*")
-                                              if p.is_file() and p.name != "summary.json")
+    assert sorted(summary["files"]) == sorted(
+        str(p.relative_to(charts.parent)) for p in charts.parent.rglob("*") if p.is_file() and p.name != "summary.json"
+    )
 
 
 def test_run_ingests_the_profile_inputs(tmp_path):
-    synth = runner.invoke(app, ["synth", "--preset", "sample-week", "--days", "1", "--seed", "3", "-f", "otlp",
-                                "--out", str(tmp_path / "in"), "-q"])
+    synth = runner.invoke(
+        app,
+        [
+            "synth",
+            "--preset",
+            "sample-week",
+            "--days",
+            "1",
+            "--seed",
+            "3",
+            "-f",
+            "otlp",
+            "--out",
+            str(tmp_path / "in"),
+            "-q",
+        ],
+    )
     assert synth.exit_code == 0, synth.output
     spool = tmp_path / "spool"
     spool.mkdir()
     prof = tmp_path / "p.toml"
     prof.write_text(f"""
 [inputs]
-warehouse = "{tmp_path / 'w.duckdb'}"
-files = ["{tmp_path / 'in' / 'otlp'}"]
+warehouse = "{tmp_path / "w.duckdb"}"
+files = ["{tmp_path / "in" / "otlp"}"]
 spool = "{spool}"
 [window]
 period = "last 7d"
 [output]
-root = "{tmp_path / 'out'}"
+root = "{tmp_path / "out"}"
 formats = ["json"]
 """)
     res = run_profile(load_profile(prof), at=datetime(2026, 3, 9))
@@ -166,7 +185,7 @@ formats = ["json"]
     rep = json.loads((res.folder / "report.json").read_text())
     assert rep["requests"] == res.ingest["files"]["requests_added"]
     assert res.folder.name == "2026-03-02--2026-03-08"
-    again = run_profile(load_profile(prof), at=datetime(2026, 3, 10))      # the inputs are not re-read
+    again = run_profile(load_profile(prof), at=datetime(2026, 3, 10))  # the inputs are not re-read
     assert again.ingest["files"]["requests_added"] == 0 and again.ingest["files"]["files_skipped"] == 2
     prof.write_text(prof.read_text().replace(str(spool), str(tmp_path / "missing")))
     with pytest.raises(ConfigError, match="spool folder"):
@@ -192,7 +211,7 @@ def test_published_folders_are_readable(setup):
     tmp, prof = setup
     assert run(prof, "--at", "2026-11-04T00:15").exit_code == 0
     mode = (tmp / "out" / "nightly" / "2026-11-03").stat().st_mode & 0o777
-    assert mode & 0o055 == 0o055, oct(mode)             # not mkdtemp's private 0700
+    assert mode & 0o055 == 0o055, oct(mode)  # not mkdtemp's private 0700
     assert os.access(tmp / "out" / "index.html", os.R_OK) and Path(tmp / "out" / "index.json").exists()
 
 
@@ -204,16 +223,21 @@ def test_schedule_runs_until_sigterm(setup):
     import time
 
     tmp, prof = setup
-    proc = subprocess.Popen([sys.executable, "-m", "kvtrace", "schedule", str(prof), "--write-empty"], cwd=tmp,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kvtrace", "schedule", str(prof), "--write-empty"],
+        cwd=tmp,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 120
-        while not any((tmp / "out" / "nightly").glob("*/summary.json")):   # the catch-up run
+        while not any((tmp / "out" / "nightly").glob("*/summary.json")):  # the catch-up run
             assert proc.poll() is None, proc.stderr.read()
             assert time.monotonic() < deadline, "no catch-up run within 120 s"
             time.sleep(0.2)
         time.sleep(0.5)
-        assert proc.poll() is None                       # still waiting for the next slot
+        assert proc.poll() is None  # still waiting for the next slot
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=30)
     finally:

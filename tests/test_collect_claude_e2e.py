@@ -47,8 +47,9 @@ def runner() -> None:
     from kvtrace.store import Store
 
     db = out / "kv.duckdb"
-    collector = Collector(CollectorConfig(spool=out / "spool", db=db, http_port=0, grpc_port=0,
-                                          ingest_every=60)).start()
+    collector = Collector(
+        CollectorConfig(spool=out / "spool", db=db, http_port=0, grpc_port=0, ingest_every=60)
+    ).start()
     served, runs = {}, []
     try:
         for k, (protocol, extra) in enumerate(PROTOCOLS.items()):
@@ -56,39 +57,80 @@ def runner() -> None:
             work, config, home = (scratch / d for d in ("work", "config", "home"))
             for d in (work, config, home):
                 d.mkdir(parents=True)
-            script = {"main": [Reply.tool("Bash", {"command": "echo hi", "description": "Print hi"}),
-                               Reply.text("It printed hi.")]}
-            with StubAnthropic(ScriptedResponder(script), name=f"collect-e2e-{protocol}", token_base=60 + 5 * k) as stub:
+            script = {
+                "main": [
+                    Reply.tool("Bash", {"command": "echo hi", "description": "Print hi"}),
+                    Reply.text("It printed hi."),
+                ]
+            }
+            with StubAnthropic(
+                ScriptedResponder(script), name=f"collect-e2e-{protocol}", token_base=60 + 5 * k
+            ) as stub:
                 port = collector.grpc_port if protocol == "grpc" else collector.http_port
                 env = base_env(stub.url, f"http://127.0.0.1:{port}", config, home, protocol, True) | extra
                 t0 = time.time()
-                proc = subprocess.run([str(CLAUDE), "-p", "Say hi with bash.", "--output-format", "json",
-                                       "--allowedTools", "Bash(echo:*)"], env=env, cwd=work, capture_output=True,
-                                      text=True, timeout=180, stdin=subprocess.DEVNULL)
-                time.sleep(1.5)   # the CLI flushes on exit; a late export still lands
-                runs.append({"protocol": protocol, "exit": proc.returncode, "wall_s": round(time.time() - t0, 1),
-                             "stderr": proc.stderr[-1500:]})
+                proc = subprocess.run(
+                    [
+                        str(CLAUDE),
+                        "-p",
+                        "Say hi with bash.",
+                        "--output-format",
+                        "json",
+                        "--allowedTools",
+                        "Bash(echo:*)",
+                    ],
+                    env=env,
+                    cwd=work,
+                    capture_output=True,
+                    text=True,
+                    timeout=180,
+                    stdin=subprocess.DEVNULL,
+                )
+                time.sleep(1.5)  # the CLI flushes on exit; a late export still lands
+                runs.append(
+                    {
+                        "protocol": protocol,
+                        "exit": proc.returncode,
+                        "wall_s": round(time.time() - t0, 1),
+                        "stderr": proc.stderr[-1500:],
+                    }
+                )
                 for rid, row in stub.expected()["requests"].items():
                     if row["status"] == 200:
-                        served[rid] = {"protocol": protocol, **{key: row[key] for key in (
-                            "input_tokens", "output_tokens", "cache_read_tokens", "cache_creation_tokens")}}
+                        served[rid] = {
+                            "protocol": protocol,
+                            **{
+                                key: row[key]
+                                for key in (
+                                    "input_tokens",
+                                    "output_tokens",
+                                    "cache_read_tokens",
+                                    "cache_creation_tokens",
+                                )
+                            },
+                        }
     finally:
         collector.stop()
     with Store(db, read_only=True) as store:
-        rows = store.query("SELECT request_id, input_tokens, output_tokens, cache_read_tokens, "
-                           "cache_write_5m_tokens + cache_write_1h_tokens + cache_write_unknown_tokens FROM requests")
-    stored = {r[0]: dict(zip(("input_tokens", "output_tokens", "cache_read_tokens", "cache_creation_tokens"), r[1:]))
-              for r in rows}
+        rows = store.query(
+            "SELECT request_id, input_tokens, output_tokens, cache_read_tokens, "
+            "cache_write_5m_tokens + cache_write_1h_tokens + cache_write_unknown_tokens FROM requests"
+        )
+    stored = {
+        r[0]: dict(zip(("input_tokens", "output_tokens", "cache_read_tokens", "cache_creation_tokens"), r[1:]))
+        for r in rows
+    }
     requests_by_protocol = {}
     for line in collector.metrics.render().splitlines():
         if line.startswith("kvtrace_collect_requests_total{"):
             requests_by_protocol[line.split(" ")[0]] = float(line.split(" ")[1])
-    (out / "result.json").write_text(json.dumps({"runs": runs, "served": served, "stored": stored,
-                                                 "requests": requests_by_protocol}, indent=1))
+    (out / "result.json").write_text(
+        json.dumps({"runs": runs, "served": served, "stored": stored, "requests": requests_by_protocol}, indent=1)
+    )
 
 
 def _missing(why: str) -> None:
-    if os.environ.get("KVTRACE_REQUIRE_TOOLS") == "1":   # CI: a missing tool is a failure, not a skip
+    if os.environ.get("KVTRACE_REQUIRE_TOOLS") == "1":  # CI: a missing tool is a failure, not a skip
         pytest.fail(why)
     pytest.skip(why)
 
@@ -101,9 +143,21 @@ def test_claude_code_cli_to_collect_exact_tokens_over_each_protocol(tmp_path):
         _missing("needs root, unshare and ip for a loopback-only network namespace")
     if subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode != 0:
         _missing("unshare -n is not permitted here")
-    proc = subprocess.run(["unshare", "-n", "--", sys.executable, "-c",
-                           "from tests.test_collect_claude_e2e import runner; runner()", str(tmp_path)],
-                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            "unshare",
+            "-n",
+            "--",
+            sys.executable,
+            "-c",
+            "from tests.test_collect_claude_e2e import runner; runner()",
+            str(tmp_path),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((tmp_path / "result.json").read_text())
     for run in result["runs"]:
@@ -115,6 +169,9 @@ def test_claude_code_cli_to_collect_exact_tokens_over_each_protocol(tmp_path):
     for rid, row in served.items():
         assert stored[rid] == {k: v for k, v in row.items() if k != "protocol"}, (rid, row["protocol"])
     answered = {k for k, n in result["requests"].items() if n > 0 and ('code="200"' in k or 'code="OK"' in k)}
-    for label in ('encoding="json",protocol="http",signal="logs"', 'encoding="protobuf",protocol="http",signal="logs"',
-                  'encoding="protobuf",protocol="grpc",signal="logs"'):
+    for label in (
+        'encoding="json",protocol="http",signal="logs"',
+        'encoding="protobuf",protocol="http",signal="logs"',
+        'encoding="protobuf",protocol="grpc",signal="logs"',
+    ):
         assert any(label in k for k in answered), (label, answered)

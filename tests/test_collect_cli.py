@@ -26,7 +26,9 @@ def _body(prefix: str, n: int) -> bytes:
 
 
 def test_non_loopback_without_token_exits_1(tmp_path):
-    res = CliRunner().invoke(app, ["collect", "--host", "0.0.0.0", "--spool", str(tmp_path / "s"), "--ingest-every", "off"])
+    res = CliRunner().invoke(
+        app, ["collect", "--host", "0.0.0.0", "--spool", str(tmp_path / "s"), "--ingest-every", "off"]
+    )
     assert res.exit_code == 1
     assert "without a token" in res.output and "--token" in res.output
     assert not (tmp_path / "s").exists()
@@ -35,9 +37,27 @@ def test_non_loopback_without_token_exits_1(tmp_path):
 def test_sigterm_stops_cleanly_after_flushing_and_ingesting(tmp_path):
     pytest.importorskip("kvtrace.ingest.otlp_json")
     db = tmp_path / "kv.duckdb"
-    proc = subprocess.Popen([sys.executable, "-m", "kvtrace", "collect", "--spool", str(tmp_path / "spool"),
-                             "--db", str(db), "--http-port", "0", "--grpc-port", "-1", "--ingest-every", "1h"],
-                            cwd=REPO, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kvtrace",
+            "collect",
+            "--spool",
+            str(tmp_path / "spool"),
+            "--db",
+            str(db),
+            "--http-port",
+            "0",
+            "--grpc-port",
+            "-1",
+            "--ingest-every",
+            "1h",
+        ],
+        cwd=REPO,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stderr.readline()
         port = int(re.search(r"http://127\.0\.0\.1:(\d+)", line).group(1))
@@ -79,9 +99,9 @@ def test_reports_read_the_warehouse_while_the_collector_runs(tmp_path):
         while c.metrics.get("kvtrace_collect_segments_ingested_total") < 1:
             assert time.monotonic() < deadline, "no ingest happened"
             time.sleep(0.1)
-        time.sleep(0.2)   # let the worker close the warehouse
+        time.sleep(0.2)  # let the worker close the warehouse
         n = None
-        for _ in range(3):   # between ingests the warehouse is free for readers
+        for _ in range(3):  # between ingests the warehouse is free for readers
             try:
                 with Store(db, read_only=True) as store:
                     n = store.query("SELECT count(*) FROM requests")[0][0]
@@ -107,4 +127,8 @@ def test_status_says_what_waits_and_what_is_set_aside(tmp_path):
     res = CliRunner().invoke(app, ["collect", "--status", "--spool", str(spool)])
     assert res.exit_code == 1
     assert orjson.loads(res.output)["set_aside"] == [
-        {"path": str(spool / "failed" / "seg-1.jsonl"), "error": "seg-1.jsonl:1: field 'input_tokens': not a token count"}]
+        {
+            "path": str(spool / "failed" / "seg-1.jsonl"),
+            "error": "seg-1.jsonl:1: field 'input_tokens': not a token count",
+        }
+    ]

@@ -72,8 +72,8 @@ def test_otelcol_configs_write_what_ingest_reads_and_forward_with_a_token():
     assert len(exporters) == 3
     for block in exporters:
         assert "append: true" in block and "format: json" in block and "rotation:" in block
-        assert "compression" not in block                   # kvtrace reads plain JSON lines
-        assert re.search(r"path: \S+\.jsonl\n", block)     # rotated copies keep .jsonl: a folder walk finds them
+        assert "compression" not in block  # kvtrace reads plain JSON lines
+        assert re.search(r"path: \S+\.jsonl\n", block)  # rotated copies keep .jsonl: a folder walk finds them
     forward = (COLLECTORS / "otelcol-forward.yaml").read_text()
     assert "otlphttp/kvtrace:" in forward and 'Authorization: "Bearer ${env:KVTRACE_COLLECT_TOKEN}"' in forward
     assert "retry_on_failure:" in forward and "storage: file_storage/queue" in forward

@@ -40,6 +40,7 @@ def tokens_for(i: int) -> tuple[int, int, int, int]:
 
 # -- the load generator process --------------------------------------------------------------
 
+
 def load_main() -> None:
     """``python -c 'from tests.test_collect_fault import load_main; load_main()' NAME PROTOCOL ENDPOINT N ACKED``."""
     name, protocol, endpoint, n, acked_path = sys.argv[1:6]
@@ -77,22 +78,30 @@ def load_main() -> None:
             return True
 
     provider = LoggerProvider()
-    provider.add_log_record_processor(BatchLogRecordProcessor(
-        AckLogging(), max_queue_size=100_000, max_export_batch_size=200, schedule_delay_millis=20))
+    provider.add_log_record_processor(
+        BatchLogRecordProcessor(
+            AckLogging(), max_queue_size=100_000, max_export_batch_size=200, schedule_delay_millis=20
+        )
+    )
     logger = provider.get_logger("com.anthropic.claude_code.events", "2.1.0")
     rng = random.Random(name)
     for i in range(int(n)):
-        attrs = {"event.name": "api_request", "session.id": f"sess-{name}", "model": "claude-test",
-                 "request_id": f"{name}-{i:06d}"}
+        attrs = {
+            "event.name": "api_request",
+            "session.id": f"sess-{name}",
+            "model": "claude-test",
+            "request_id": f"{name}-{i:06d}",
+        }
         attrs.update(dict(zip(TOKEN_KEYS, tokens_for(i))))
         logger.emit(body="claude_code.api_request", attributes=attrs)
         if i % 50 == 0:
-            time.sleep(rng.uniform(0.1, 0.4))   # sustained load (~20 s), spread over the kills
+            time.sleep(rng.uniform(0.1, 0.4))  # sustained load (~20 s), spread over the kills
     provider.shutdown()
     acked.close()
 
 
 # -- the test --------------------------------------------------------------------------------
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -101,9 +110,24 @@ def _free_port() -> int:
 
 
 def _start_collector(spool: Path, db: Path, http_port: int, grpc_port: int, log) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "kvtrace", "collect", "--spool", str(spool), "--db", str(db),
-           "--http-port", str(http_port), "--grpc-port", str(grpc_port), "--ingest-every", "1s",
-           "--segment-age", "0.5s"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "kvtrace",
+        "collect",
+        "--spool",
+        str(spool),
+        "--db",
+        str(db),
+        "--http-port",
+        str(http_port),
+        "--grpc-port",
+        str(grpc_port),
+        "--ingest-every",
+        "1s",
+        "--segment-age",
+        "0.5s",
+    ]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=log)
     deadline = time.monotonic() + 30
     while True:
@@ -127,10 +151,22 @@ def test_kill_9_under_load_loses_nothing_acknowledged_and_duplicates_nothing(tmp
     for g in range(GENERATORS):
         protocol = "grpc" if g % 2 else "http"
         endpoint = f"127.0.0.1:{grpc_port}" if protocol == "grpc" else f"http://127.0.0.1:{http_port}/v1/logs"
-        gens.append(subprocess.Popen(
-            [sys.executable, "-c", "from tests.test_collect_fault import load_main; load_main()",
-             f"g{g}", protocol, endpoint, str(RECORDS_PER_GENERATOR), str(tmp_path / f"acked-g{g}.txt")],
-            cwd=REPO, stderr=subprocess.DEVNULL))
+        gens.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    "from tests.test_collect_fault import load_main; load_main()",
+                    f"g{g}",
+                    protocol,
+                    endpoint,
+                    str(RECORDS_PER_GENERATOR),
+                    str(tmp_path / f"acked-g{g}.txt"),
+                ],
+                cwd=REPO,
+                stderr=subprocess.DEVNULL,
+            )
+        )
     rng = random.Random(7)
     kills = 0
     try:
@@ -148,7 +184,7 @@ def test_kill_9_under_load_loses_nothing_acknowledged_and_duplicates_nothing(tmp
         for g in gens:
             if g.poll() is None:
                 g.kill()
-        proc.send_signal(signal.SIGTERM)   # a clean stop: flush, convert and ingest the rest
+        proc.send_signal(signal.SIGTERM)  # a clean stop: flush, convert and ingest the rest
         code = proc.wait(timeout=120)
         log.close()
     assert code == 0, (tmp_path / "collector.log").read_text()[-3000:]
@@ -158,19 +194,29 @@ def test_kill_9_under_load_loses_nothing_acknowledged_and_duplicates_nothing(tmp
     for g in range(GENERATORS):
         acked |= set((tmp_path / f"acked-g{g}.txt").read_text().split())
     sent = {f"g{g}-{i:06d}" for g in range(GENERATORS) for i in range(RECORDS_PER_GENERATOR)}
-    assert acked == sent   # every batch was eventually acknowledged (retried across the kills)
+    assert acked == sent  # every batch was eventually acknowledged (retried across the kills)
     with Store(db, read_only=True) as store:
-        rows = store.query("SELECT request_id, input_tokens, output_tokens, cache_read_tokens, "
-                           "cache_write_5m_tokens + cache_write_1h_tokens + cache_write_unknown_tokens FROM requests")
+        rows = store.query(
+            "SELECT request_id, input_tokens, output_tokens, cache_read_tokens, "
+            "cache_write_5m_tokens + cache_write_1h_tokens + cache_write_unknown_tokens FROM requests"
+        )
     text = (tmp_path / "collector.log").read_text()
     ids = [r[0] for r in rows]
     assert len(ids) == len(set(ids)), "duplicates in the warehouse"
     assert set(ids) == acked, (len(acked - set(ids)), len(set(ids) - acked))
     for rid, *tokens in rows:
         assert tuple(tokens) == tokens_for(int(rid.split("-")[1])), rid
-    print(json.dumps({"kills": kills, "acked": len(acked), "stored": len(ids),
-                      "restarts_that_recovered_a_segment": text.count("recovered"),
-                      "ingest_cycles_logged": text.count("ingested")}))
+    print(
+        json.dumps(
+            {
+                "kills": kills,
+                "acked": len(acked),
+                "stored": len(ids),
+                "restarts_that_recovered_a_segment": text.count("recovered"),
+                "ingest_cycles_logged": text.count("ingested"),
+            }
+        )
+    )
 
 
 @pytest.mark.slow
@@ -186,16 +232,29 @@ def test_a_volume_that_fills_and_empties_under_load_loses_nothing_acknowledged(t
     log = open(tmp_path / "collector.log", "ab")
     proc = _start_collector(spool, db, http_port, grpc_port, log)
     names = ("f0", "f1")
-    gens = [subprocess.Popen(
-        [sys.executable, "-c", "from tests.test_collect_fault import load_main; load_main()",
-         name, "http", f"http://127.0.0.1:{http_port}/v1/logs", "1500", str(tmp_path / f"acked-{name}.txt")],
-        cwd=REPO, stderr=subprocess.DEVNULL) for name in names]
+    gens = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "from tests.test_collect_fault import load_main; load_main()",
+                name,
+                "http",
+                f"http://127.0.0.1:{http_port}/v1/logs",
+                "1500",
+                str(tmp_path / f"acked-{name}.txt"),
+            ],
+            cwd=REPO,
+            stderr=subprocess.DEVNULL,
+        )
+        for name in names
+    ]
     try:
         for _ in range(2):
             time.sleep(2.0)
-            filler = fill(vol)                   # full: nothing more fits, not even a WAL page
+            filler = fill(vol)  # full: nothing more fits, not even a WAL page
             time.sleep(4.0)
-            os.unlink(filler)                    # and space returns, with no manual step
+            os.unlink(filler)  # and space returns, with no manual step
         for g in gens:
             assert g.wait(timeout=180) == 0
     finally:
@@ -213,13 +272,23 @@ def test_a_volume_that_fills_and_empties_under_load_loses_nothing_acknowledged(t
         acked |= set((tmp_path / f"acked-{name}.txt").read_text().split())
     assert acked == {f"{n}-{i:06d}" for n in names for i in range(1500)}
     with Store(db, read_only=True) as store:
-        rows = store.query("SELECT request_id, input_tokens, output_tokens, cache_read_tokens, "
-                           "cache_write_5m_tokens + cache_write_1h_tokens + cache_write_unknown_tokens FROM requests")
+        rows = store.query(
+            "SELECT request_id, input_tokens, output_tokens, cache_read_tokens, "
+            "cache_write_5m_tokens + cache_write_1h_tokens + cache_write_unknown_tokens FROM requests"
+        )
     ids = [r[0] for r in rows]
     assert len(ids) == len(set(ids)), "duplicates in the warehouse"
     assert set(ids) == acked, (len(acked - set(ids)), len(set(ids) - acked))
     for rid, *tokens in rows:
         assert tuple(tokens) == tokens_for(int(rid.split("-")[1])), rid
     assert not list((spool / "failed").glob("seg-*")) if (spool / "failed").exists() else True
-    print(json.dumps({"acked": len(acked), "stored": len(ids), "no_space_lines": text.count("No space left"),
-                      "retries_logged": text.count("failed (attempt")}))
+    print(
+        json.dumps(
+            {
+                "acked": len(acked),
+                "stored": len(ids),
+                "no_space_lines": text.count("No space left"),
+                "retries_logged": text.count("failed (attempt"),
+            }
+        )
+    )

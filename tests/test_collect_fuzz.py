@@ -18,26 +18,57 @@ import orjson
 import pytest
 
 from kvtrace.collect import segments
-from tests.collect_support import (Connection, api_request_json, logs_request_json, logs_request_pb, running_collector,
-                                   sdk_payloads)
+from tests.collect_support import (
+    Connection,
+    api_request_json,
+    logs_request_json,
+    logs_request_pb,
+    running_collector,
+    sdk_payloads,
+)
 
-pytestmark = pytest.mark.slow     # end-to-end: real processes, servers or long runs (make test-all)
+pytestmark = pytest.mark.slow  # end-to-end: real processes, servers or long runs (make test-all)
 
 N_PAYLOADS = 10_000
 ALLOWED = {200, 400, 404, 405, 413, 415, 503}
 PATHS = ["/v1/logs"] * 6 + ["/v1/metrics"] * 2 + ["/v1/traces"] * 2 + ["/v1/x", "/v1/logs/"]
-TYPES = ["application/json"] * 5 + ["application/x-protobuf"] * 5 + [
-    "application/json; charset=utf-8", "text/plain", "", "application/x-protobuf;proto=x", "\x00"]
+TYPES = (
+    ["application/json"] * 5
+    + ["application/x-protobuf"] * 5
+    + ["application/json; charset=utf-8", "text/plain", "", "application/x-protobuf;proto=x", "\x00"]
+)
 
 
 def _seeds() -> list[bytes]:
     recs = [api_request_json(f"req_f{i}", (i, 2 * i, 3 * i, 4 * i), as_string=i % 2 == 0) for i in range(4)]
-    out = [orjson.dumps(logs_request_json(recs)),
-           orjson.dumps({"resourceMetrics": [{"scopeMetrics": [{"metrics": [{"name": "claude_code.token.usage",
-               "sum": {"aggregationTemporality": 1, "dataPoints": [{"asDouble": 3, "timeUnixNano": "1"}]}}]}]}]}),
-           orjson.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "00" * 16, "spanId": "11" * 8,
-                                                                       "name": "s"}]}]}]}),
-           logs_request_pb([("req_p1", (1, 2, 3, 4)), ("req_p2", (5, 6, 7, 8))]).SerializeToString()]
+    out = [
+        orjson.dumps(logs_request_json(recs)),
+        orjson.dumps(
+            {
+                "resourceMetrics": [
+                    {
+                        "scopeMetrics": [
+                            {
+                                "metrics": [
+                                    {
+                                        "name": "claude_code.token.usage",
+                                        "sum": {
+                                            "aggregationTemporality": 1,
+                                            "dataPoints": [{"asDouble": 3, "timeUnixNano": "1"}],
+                                        },
+                                    }
+                                ]
+                            }
+                        ]
+                    }
+                ]
+            }
+        ),
+        orjson.dumps(
+            {"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "00" * 16, "spanId": "11" * 8, "name": "s"}]}]}]}
+        ),
+        logs_request_pb([("req_p1", (1, 2, 3, 4)), ("req_p2", (5, 6, 7, 8))]).SerializeToString(),
+    ]
     out += list(sdk_payloads().values())
     return out
 
@@ -50,13 +81,49 @@ def _dumps(obj) -> bytes:
 def _random_json(rng: random.Random, depth: int = 0):
     r = rng.random()
     if depth > 3 or r < 0.4:
-        return rng.choice([None, True, False, rng.randint(-2**70, 2**70), rng.random() * 1e300, "", "x" * rng.randint(0, 40),
-                           "claude_code.api_request", "api_request", "-1", "NaN", "1e999", {"stringValue": "many"}])
+        return rng.choice(
+            [
+                None,
+                True,
+                False,
+                rng.randint(-(2**70), 2**70),
+                rng.random() * 1e300,
+                "",
+                "x" * rng.randint(0, 40),
+                "claude_code.api_request",
+                "api_request",
+                "-1",
+                "NaN",
+                "1e999",
+                {"stringValue": "many"},
+            ]
+        )
     if r < 0.7:
         return [_random_json(rng, depth + 1) for _ in range(rng.randint(0, 4))]
-    keys = ["resourceLogs", "scopeLogs", "logRecords", "attributes", "key", "value", "body", "stringValue",
-            "intValue", "doubleValue", "timeUnixNano", "resourceMetrics", "scopeMetrics", "metrics", "sum",
-            "dataPoints", "resourceSpans", "scopeSpans", "spans", "traceId", "eventName", "arrayValue"]
+    keys = [
+        "resourceLogs",
+        "scopeLogs",
+        "logRecords",
+        "attributes",
+        "key",
+        "value",
+        "body",
+        "stringValue",
+        "intValue",
+        "doubleValue",
+        "timeUnixNano",
+        "resourceMetrics",
+        "scopeMetrics",
+        "metrics",
+        "sum",
+        "dataPoints",
+        "resourceSpans",
+        "scopeSpans",
+        "spans",
+        "traceId",
+        "eventName",
+        "arrayValue",
+    ]
     return {rng.choice(keys): _random_json(rng, depth + 1) for _ in range(rng.randint(0, 4))}
 
 
@@ -66,7 +133,7 @@ def _mutate_json_tree(rng: random.Random, body: bytes) -> bytes:
     except orjson.JSONDecodeError:
         return body
     node, steps = obj, rng.randint(1, 8)
-    for _ in range(steps):   # walk to a random container and replace one of its children
+    for _ in range(steps):  # walk to a random container and replace one of its children
         kids = list(node.items()) if isinstance(node, dict) else list(enumerate(node)) if isinstance(node, list) else []
         if not kids:
             break
@@ -87,7 +154,7 @@ def _mutate(rng: random.Random, seeds: list[bytes]) -> bytes:
             if body:
                 body[rng.randrange(len(body))] ^= 1 << rng.randrange(8)
     elif op == 1:
-        del body[rng.randrange(len(body) + 1):]
+        del body[rng.randrange(len(body) + 1) :]
     elif op == 2:
         at = rng.randrange(len(body) + 1)
         body[at:at] = rng.randbytes(rng.randint(1, 64))
@@ -97,7 +164,7 @@ def _mutate(rng: random.Random, seeds: list[bytes]) -> bytes:
         body[b:b] = body[a:b] * rng.randint(1, 4)
     elif op == 4:
         other = rng.choice(seeds)
-        body = body[:rng.randrange(len(body) + 1)] + other[rng.randrange(len(other) + 1):]
+        body = body[: rng.randrange(len(body) + 1)] + other[rng.randrange(len(other) + 1) :]
     elif op in (5, 6):
         return _mutate_json_tree(rng, bytes(body))
     elif op == 7:
@@ -113,13 +180,13 @@ def _encode(rng: random.Random, body: bytes) -> tuple[bytes, str | None]:
         return body, None
     if r < 0.85:
         z = gzip.compress(body)
-        if rng.random() < 0.3:   # damage the compressed stream
-            z = z[:rng.randrange(len(z) + 1)] + rng.randbytes(rng.randint(0, 8))
+        if rng.random() < 0.3:  # damage the compressed stream
+            z = z[: rng.randrange(len(z) + 1)] + rng.randbytes(rng.randint(0, 8))
         return z, "gzip"
     if r < 0.93:
         return zlib.compress(body), "deflate"
     if r < 0.97:
-        return body, "gzip"      # claims gzip, is not
+        return body, "gzip"  # claims gzip, is not
     return body, rng.choice(["br", "zstd", "GZIP", " identity "])
 
 
@@ -150,7 +217,7 @@ def test_fuzz_ten_thousand_payloads(tmp_path):
                     conn.close()
                     conn = Connection(c.http_port)
             if resp is None:
-                resets += 1   # three resets in a row: counted, and bounded below
+                resets += 1  # three resets in a row: counted, and bounded below
                 continue
             if resp.getheader("connection", "").lower() == "close":
                 conn.close()
@@ -165,8 +232,8 @@ def test_fuzz_ten_thousand_payloads(tmp_path):
         spool = c.config.spool
     print("statuses", sorted(statuses.items()), "stored records", stored)
     assert sum(statuses.values()) + resets == N_PAYLOADS
-    assert resets <= N_PAYLOADS // 1000, resets   # a rare client-side race, never a crash (healthy above)
-    assert statuses.get(200, 0) > 500 and statuses.get(400, 0) > 500, statuses   # both paths were exercised
+    assert resets <= N_PAYLOADS // 1000, resets  # a rare client-side race, never a crash (healthy above)
+    assert statuses.get(200, 0) > 500 and statuses.get(400, 0) > 500, statuses  # both paths were exercised
     assert stored > 0
     lines = [ln for p in segments.listing(spool, segments.READY) for ln in p.read_bytes().splitlines()]
     for ln in lines:

@@ -12,8 +12,14 @@ import pytest
 from kvtrace.collect import otlp, segments
 from kvtrace.collect.config import CollectorConfig
 from kvtrace.errors import ConfigError
-from tests.collect_support import (api_request_json, gzip_bomb, logs_request_json, logs_request_pb, post,
-                                        running_collector)
+from tests.collect_support import (
+    api_request_json,
+    gzip_bomb,
+    logs_request_json,
+    logs_request_pb,
+    post,
+    running_collector,
+)
 
 JSON = {"content-type": "application/json"}
 PB = {"content-type": "application/x-protobuf"}
@@ -128,8 +134,13 @@ def test_healthz_and_metrics(collector):
     st, h, body = post(collector.http_port, "/metrics", b"", method="GET")
     assert st == 200 and h["content-type"].startswith("text/plain")
     text = body.decode()
-    for name in ("received_records_total", "stored_records_total", "rejected_records_total", "spool_bytes",
-                 "last_ingest_timestamp_seconds"):
+    for name in (
+        "received_records_total",
+        "stored_records_total",
+        "rejected_records_total",
+        "spool_bytes",
+        "last_ingest_timestamp_seconds",
+    ):
         assert f"kvtrace_collect_{name}" in text
     assert _counter(collector, 'kvtrace_collect_stored_records_total{signal="logs"}') == before + 1
 
@@ -164,7 +175,7 @@ def test_non_loopback_bind_needs_a_token():
 def test_429_when_the_queue_is_over_its_bound(tmp_path):
     with running_collector(tmp_path, max_queue=1) as c:
         results = []
-        with c.spool._io:   # hold the writer mid-flight so batches pile up in the queue
+        with c.spool._io:  # hold the writer mid-flight so batches pile up in the queue
             t1 = threading.Thread(target=lambda: results.append(post(c.http_port, "/v1/logs", LOGS_BODY, JSON)[0]))
             t1.start()
             _wait(lambda: c.spool._queued_bytes == 0 and c.metrics.get("kvtrace_collect_received_records_total") >= 1)
@@ -195,13 +206,16 @@ def _wait(cond, timeout=10.0):
 
 # -- gRPC ------------------------------------------------------------------------------------
 
+
 def _grpc_export(port, body: bytes, *, metadata=(), compression=None):
     import grpc
 
     with grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.max_send_message_length", 256 << 20)]) as ch:
-        call = ch.unary_unary("/opentelemetry.proto.collector.logs.v1.LogsService/Export",
-                              request_serializer=None,
-                              response_deserializer=otlp.SIGNALS["logs"].pb("ExportLogsServiceResponse").FromString)
+        call = ch.unary_unary(
+            "/opentelemetry.proto.collector.logs.v1.LogsService/Export",
+            request_serializer=None,
+            response_deserializer=otlp.SIGNALS["logs"].pb("ExportLogsServiceResponse").FromString,
+        )
         return call(body, metadata=metadata, compression=compression, timeout=30)
 
 
@@ -212,13 +226,16 @@ def test_grpc_codes(tmp_path):
         auth = (("authorization", "Bearer tok"),)
         pb = logs_request_pb([("g1", (1, 2, 3, 4)), ("g2", (1, 2, 3, 4))], bad={"g2"}).SerializeToString()
         resp = _grpc_export(c.grpc_port, pb, metadata=auth, compression=grpc.Compression.Gzip)
-        assert not resp.HasField("partial_success")     # g2 is stored; ingest rejects it
+        assert not resp.HasField("partial_success")  # g2 is stored; ingest rejects it
         cases = [
             (dict(body=pb), grpc.StatusCode.UNAUTHENTICATED),
             (dict(body=b"\x0a\xff\xff\xff\xff\x0f", metadata=auth), grpc.StatusCode.INVALID_ARGUMENT),
             (dict(body=b"\x0a" + b"\x00" * (2 << 20), metadata=auth), grpc.StatusCode.RESOURCE_EXHAUSTED),
             # a gzip bomb: small on the wire, over the limit once inflated
-            (dict(body=bytes(8 << 20), metadata=auth, compression=grpc.Compression.Gzip), grpc.StatusCode.RESOURCE_EXHAUSTED),
+            (
+                dict(body=bytes(8 << 20), metadata=auth, compression=grpc.Compression.Gzip),
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+            ),
         ]
         for kwargs, code in cases:
             with pytest.raises(grpc.RpcError) as e:
@@ -248,11 +265,11 @@ def test_grpc_closes_connections_that_never_handshake(tmp_path):
             for s in idle:
                 s.settimeout(max(0.1, deadline - time.monotonic()))
                 try:
-                    while s.recv(4096):      # the server's preface and settings, then end of stream
+                    while s.recv(4096):  # the server's preface and settings, then end of stream
                         pass
                     closed += 1
                 except socket.timeout:
-                    pass                     # still open: counted as not closed
+                    pass  # still open: counted as not closed
                 except ConnectionResetError:
                     closed += 1
             assert closed == len(idle)
@@ -291,6 +308,7 @@ def test_stop_flushes_and_seals(tmp_path):
 
 # -- idle and slow connections, the connection cap, quiet logs -------------------------------------
 
+
 def _answer(sock, timeout: float = 5.0) -> bytes:
     """What the server writes before it closes the connection (within ``timeout``)."""
     sock.settimeout(timeout)
@@ -320,20 +338,22 @@ def test_idle_and_slow_connections_are_cut_and_over_the_limit_refused(tmp_path, 
         timed_out = [a for a in answers if a.startswith(b"HTTP/1.1 408")]
         assert (len(refused), len(timed_out)) == (20, 20), answers
         assert b"Retry-After: 1" in refused[0] and b"too many connections" in refused[0]
-        assert time.monotonic() - t0 < 4.5                     # nobody waited for more than the deadline
+        assert time.monotonic() - t0 < 4.5  # nobody waited for more than the deadline
         # headers that never finish, and a body that never finishes
         with socket.create_connection(("127.0.0.1", c.http_port)) as s:
             s.sendall(b"POST /v1/logs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n")
             assert _answer(s).startswith(b"HTTP/1.1 408")
         with socket.create_connection(("127.0.0.1", c.http_port)) as s:
-            s.sendall(b"POST /v1/logs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                      b"Content-Length: 100\r\n\r\n{\"resourceLogs\"")
+            s.sendall(
+                b"POST /v1/logs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b'Content-Length: 100\r\n\r\n{"resourceLogs"'
+            )
             a = _answer(s)
             assert a.startswith(b"HTTP/1.1 408") and b"did not arrive within 1 s" in a, a
         # and everyone else gets through
         assert post(c.http_port, "/v1/logs", LOGS_BODY, JSON)[0] == 200
     refusals = [r for r in caplog.records if r.getMessage().startswith("refused a connection")]
-    assert len(refusals) == 1, [r.getMessage() for r in refusals]    # 20 refusals, one log line
+    assert len(refusals) == 1, [r.getMessage() for r in refusals]  # 20 refusals, one log line
 
 
 def test_the_connection_cap_stays_under_the_open_file_limit():
@@ -354,14 +374,16 @@ def test_spool_files_are_private_whatever_the_umask(tmp_path):
 
     old = os.umask(0o022)
     try:
-        with running_collector(tmp_path / "a") as c:                        # spool only: .jsonl stays
+        with running_collector(tmp_path / "a") as c:  # spool only: .jsonl stays
             assert post(c.http_port, "/v1/logs", LOGS_BODY, JSON)[0] == 200
         with running_collector(tmp_path / "b", db=tmp_path / "kv.duckdb", ingest_every=3600) as c:
             assert post(c.http_port, "/v1/logs", LOGS_BODY, JSON)[0] == 200
     finally:
         os.umask(old)
-    files = [*segments.listing(tmp_path / "a" / "spool", segments.READY),
-             *(tmp_path / "b" / "spool" / segments.INGESTED_DIR).glob("*" + segments.DONE)]
+    files = [
+        *segments.listing(tmp_path / "a" / "spool", segments.READY),
+        *(tmp_path / "b" / "spool" / segments.INGESTED_DIR).glob("*" + segments.DONE),
+    ]
     assert len(files) == 2
     for p in files + [tmp_path / "a" / "spool", tmp_path / "b" / "spool" / segments.INGESTED_DIR]:
         assert stat.S_IMODE(p.stat().st_mode) & 0o077 == 0, (p, oct(p.stat().st_mode))
@@ -374,10 +396,12 @@ def test_the_access_log_redacts_query_values_and_a_dropped_client_is_one_line(tm
     caplog.set_level(logging.INFO)
     with running_collector(tmp_path, access_log=True) as c:
         assert post(c.http_port, "/v1/logs?token=s3cr3t-value&x=1", LOGS_BODY, JSON)[0] == 200
-        for _ in range(3):                                   # clients that go away mid-body
+        for _ in range(3):  # clients that go away mid-body
             with socket.create_connection(("127.0.0.1", c.http_port)) as s:
-                s.sendall(b"POST /v1/logs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                          b"Content-Length: 1000\r\n\r\n{\"resourceLogs\"")
+                s.sendall(
+                    b"POST /v1/logs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    b'Content-Length: 1000\r\n\r\n{"resourceLogs"'
+                )
                 time.sleep(0.2)
         time.sleep(0.3)
     text = "\n".join(r.getMessage() for r in caplog.records)

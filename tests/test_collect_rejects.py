@@ -22,6 +22,7 @@ from tests.otlp_records import T0, event, logs_line, metrics_line, point, span, 
 
 def _with_attr(line: bytes | str, key: str, value: dict) -> bytes:
     """Every attribute ``key`` of a request set to ``value`` (an AnyValue)."""
+
     def walk(node):
         if isinstance(node, dict):
             if node.get("key") == key and "value" in node:
@@ -31,6 +32,7 @@ def _with_attr(line: bytes | str, key: str, value: dict) -> bytes:
         elif isinstance(node, list):
             for v in node:
                 walk(v)
+
     obj = orjson.loads(line)
     walk(obj)
     return orjson.dumps(obj)
@@ -70,15 +72,23 @@ CASES = [
     ("codex-metrics", "metrics", ax.lines(CODEX, "metrics")[0], False),
     ("codex-metrics-negative", "metrics", _with_points(ax.lines(CODEX, "metrics")[0], -1.0), True),
     ("codex-spans", "traces", ax.lines(CODEX, "traces")[0], False),
-    ("codex-spans-bad-count", "traces", _with_attr(ax.lines(CODEX, "traces")[0], "gen_ai.usage.input_tokens", MANY),
-     True),
+    (
+        "codex-spans-bad-count",
+        "traces",
+        _with_attr(ax.lines(CODEX, "traces")[0], "gen_ai.usage.input_tokens", MANY),
+        True,
+    ),
     ("gemini-event", "logs", ax.lines(GEMINI, "logs")[0], False),
     ("gemini-event-bad-count", "logs", _with_attr(ax.lines(GEMINI, "logs")[0], "input_token_count", MANY), True),
     ("gemini-metrics", "metrics", ax.lines(GEMINI, "metrics")[0], False),
     ("gemini-metrics-negative", "metrics", _with_points(ax.lines(GEMINI, "metrics")[0], -1.0), True),
     ("genai-spans", "traces", ax.lines(ax.GENAI, "traces")[0], False),
-    ("genai-spans-bad-count", "traces", _with_attr(ax.lines(ax.GENAI, "traces")[0], "gen_ai.usage.input_tokens", MANY),
-     True),
+    (
+        "genai-spans-bad-count",
+        "traces",
+        _with_attr(ax.lines(ax.GENAI, "traces")[0], "gen_ai.usage.input_tokens", MANY),
+        True,
+    ),
 ]
 COUNTS = ("requests_added", "metric_points_added", "lines_rejected")
 
@@ -90,8 +100,14 @@ def _records(signal: str, line: bytes | str) -> int:
         return sum(len(s.get("logRecords", [])) for r in obj["resourceLogs"] for s in r["scopeLogs"])
     if signal == "traces":
         return sum(len(s.get("spans", [])) for r in obj["resourceSpans"] for s in r["scopeSpans"])
-    return sum(len(d.get("dataPoints", [])) for r in obj["resourceMetrics"] for s in r["scopeMetrics"]
-               for m in s["metrics"] for d in m.values() if isinstance(d, dict))
+    return sum(
+        len(d.get("dataPoints", []))
+        for r in obj["resourceMetrics"]
+        for s in r["scopeMetrics"]
+        for m in s["metrics"]
+        for d in m.values()
+        if isinstance(d, dict)
+    )
 
 
 def _reference(tmp_path: Path, line: bytes | str) -> dict:
@@ -114,7 +130,7 @@ def test_the_collectors_ingest_rejects_what_ingest_rejects(tmp_path, case, signa
     assert (expected["lines_rejected"] > 0) == rejects, expected["rejects"]
     body = orjson.dumps(orjson.loads(line)) if media == otlp.JSON_TYPE else as_protobuf(signal, line)
     spool = tmp_path / "spool"
-    assert receive(spool, signal, media, body) == _records(signal, line)    # every record acknowledged
+    assert receive(spool, signal, media, body) == _records(signal, line)  # every record acknowledged
     got = worker.ingest_segments(str(spool), str(tmp_path / "kv.duckdb"), 3600, now=True)
     assert got["segments"] == 1 and got["failed"] == 0, got
     assert {k: got[k] for k in COUNTS} == {k: expected[k] for k in COUNTS}

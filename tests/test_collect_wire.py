@@ -15,13 +15,21 @@ from hypothesis import strategies as st
 
 from kvtrace.collect import otlp, segments
 from kvtrace.collect.pbjson import protobuf_to_json_line
-from tests.collect_support import (api_request_json, gzip_bomb, logs_request_json, logs_request_pb, reasons, receive,
-                                   sdk_payloads)
+from tests.collect_support import (
+    api_request_json,
+    gzip_bomb,
+    logs_request_json,
+    logs_request_pb,
+    reasons,
+    receive,
+    sdk_payloads,
+)
 
 LOGS = otlp.SIGNALS["logs"]
 
 
 # -- decompression ---------------------------------------------------------------------------
+
 
 def test_gzip_bomb_stops_at_the_limit():
     bomb = gzip_bomb(50 << 20)
@@ -30,13 +38,16 @@ def test_gzip_bomb_stops_at_the_limit():
         otlp.decompress(bomb, "gzip", 1 << 20)
 
 
-@pytest.mark.parametrize("encoding,compress", [
-    ("gzip", gzip.compress),
-    ("deflate", zlib.compress),
-    ("deflate", lambda b: zlib.compress(b)[2:-4]),   # raw deflate, as some clients send it
-    ("identity", lambda b: b),
-    (None, lambda b: b),
-])
+@pytest.mark.parametrize(
+    "encoding,compress",
+    [
+        ("gzip", gzip.compress),
+        ("deflate", zlib.compress),
+        ("deflate", lambda b: zlib.compress(b)[2:-4]),  # raw deflate, as some clients send it
+        ("identity", lambda b: b),
+        (None, lambda b: b),
+    ],
+)
 def test_decompress_round_trips(encoding, compress):
     data = os.urandom(1000) + b"x" * 5000
     assert otlp.decompress(compress(data), encoding, 10_000) == data
@@ -66,9 +77,11 @@ def test_unknown_encoding():
 
 # -- JSON ------------------------------------------------------------------------------------
 
+
 def test_json_counts_and_keeps_compact_body():
-    body = orjson.dumps(logs_request_json([api_request_json("req_1", (1, 2, 3, 4)),
-                                           api_request_json("req_2", (5, 6, 7, 8))]))
+    body = orjson.dumps(
+        logs_request_json([api_request_json("req_1", (1, 2, 3, 4)), api_request_json("req_2", (5, 6, 7, 8))])
+    )
     b = otlp.decode_json(LOGS, body)
     assert (b.records, b.frame_kind) == (2, otlp.JSON_FRAME)
     assert b.payload == body
@@ -97,10 +110,20 @@ def test_json_multiline_body_becomes_one_line():
     assert b"\n" not in b.payload and orjson.loads(b.payload) == orjson.loads(body)
 
 
-@pytest.mark.parametrize("body", [b"{", b"[]", b'"x"', b'{"resourceLogs": 3}', b'{"resourceLogs": [1]}',
-                                  b'{"resourceLogs": [{"scopeLogs": {}}]}',
-                                  b'{"resourceLogs": [{"scopeLogs": [{"logRecords": [{"attributes": 5}]}]}]}',
-                                  b'{"resource_logs": []}', b"\xff\xfe"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"{",
+        b"[]",
+        b'"x"',
+        b'{"resourceLogs": 3}',
+        b'{"resourceLogs": [1]}',
+        b'{"resourceLogs": [{"scopeLogs": {}}]}',
+        b'{"resourceLogs": [{"scopeLogs": [{"logRecords": [{"attributes": 5}]}]}]}',
+        b'{"resource_logs": []}',
+        b"\xff\xfe",
+    ],
+)
 def test_json_malformed_is_bad_payload(body):
     with pytest.raises(otlp.BadPayload):
         otlp.decode_json(LOGS, body)
@@ -112,21 +135,63 @@ def test_json_empty_request_stores_nothing():
 
 
 def test_json_metrics_count_data_points():
-    body = {"resourceMetrics": [{"scopeMetrics": [{"metrics": [
-        {"name": "claude_code.token.usage", "sum": {"aggregationTemporality": 1, "dataPoints": [
-            {"asDouble": 3, "timeUnixNano": "5", "attributes": [{"key": "type", "value": {"stringValue": "input"}}]},
-            {"asDouble": 4}]}},
-        {"name": "g", "gauge": {"dataPoints": [{"asInt": "1"}]}}]}]}]}
+    body = {
+        "resourceMetrics": [
+            {
+                "scopeMetrics": [
+                    {
+                        "metrics": [
+                            {
+                                "name": "claude_code.token.usage",
+                                "sum": {
+                                    "aggregationTemporality": 1,
+                                    "dataPoints": [
+                                        {
+                                            "asDouble": 3,
+                                            "timeUnixNano": "5",
+                                            "attributes": [{"key": "type", "value": {"stringValue": "input"}}],
+                                        },
+                                        {"asDouble": 4},
+                                    ],
+                                },
+                            },
+                            {"name": "g", "gauge": {"dataPoints": [{"asInt": "1"}]}},
+                        ]
+                    }
+                ]
+            }
+        ]
+    }
     b = otlp.decode_json(otlp.SIGNALS["metrics"], orjson.dumps(body))
-    assert b.records == 3   # the second token.usage point has no time and no type: ingest rejects it
+    assert b.records == 3  # the second token.usage point has no time and no type: ingest rejects it
 
 
 _json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-2**63, 2**63 - 1) | st.floats(allow_nan=False) | st.text(max_size=8),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
-        st.sampled_from(["resourceLogs", "scopeLogs", "logRecords", "attributes", "key", "value", "body",
-                         "stringValue", "intValue", "eventName", "x"]), inner, max_size=4),
-    max_leaves=30)
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "resourceLogs",
+                    "scopeLogs",
+                    "logRecords",
+                    "attributes",
+                    "key",
+                    "value",
+                    "body",
+                    "stringValue",
+                    "intValue",
+                    "eventName",
+                    "x",
+                ]
+            ),
+            inner,
+            max_size=4,
+        )
+    ),
+    max_leaves=30,
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -142,6 +207,7 @@ def test_json_decoder_only_ever_raises_bad_payload(value):
 
 # -- protobuf --------------------------------------------------------------------------------
 
+
 def test_protobuf_body_is_stored_as_received_and_ingest_judges_its_records():
     from kvtrace.ingest.otlp_json import parse_lines
 
@@ -149,7 +215,9 @@ def test_protobuf_body_is_stored_as_received_and_ingest_judges_its_records():
     body = req.SerializeToString()
     b = otlp.decode_protobuf(LOGS, body)
     assert (b.records, b.payload, b.frame_kind) == (3, body, LOGS.frame_kind)
-    assert not LOGS.pb(LOGS.response).FromString(otlp.success_body(LOGS, otlp.PROTOBUF_TYPE)).HasField("partial_success")
+    assert (
+        not LOGS.pb(LOGS.response).FromString(otlp.success_body(LOGS, otlp.PROTOBUF_TYPE)).HasField("partial_success")
+    )
     parsed = parse_lines(protobuf_to_json_line(LOGS, b.payload), "seg")
     assert sorted(parsed.requests.column("request_id").to_pylist()) == ["req_a", "req_c"]
     assert [(r.field, r.reason) for r in parsed.rejects] == [("input_tokens", "not a token count: lots")]
@@ -181,8 +249,10 @@ def _reference_json(signal, body: bytes) -> dict:
 
     def fix(node):
         if isinstance(node, dict):
-            return {k: (base64.b64decode(v).hex() if k in ("traceId", "spanId", "parentSpanId") else fix(v))
-                    for k, v in node.items()}
+            return {
+                k: (base64.b64decode(v).hex() if k in ("traceId", "spanId", "parentSpanId") else fix(v))
+                for k, v in node.items()
+            }
         if isinstance(node, list):
             return [fix(v) for v in node]
         return node
@@ -200,18 +270,21 @@ def test_protobuf_to_otlp_json_matches_reference_with_hex_ids():
     spans = orjson.loads(protobuf_to_json_line(otlp.SIGNALS["traces"], payloads["traces"]))
     span = spans["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
     assert len(span["traceId"]) == 32 and int(span["traceId"], 16) and len(span["spanId"]) == 16
-    rec = orjson.loads(protobuf_to_json_line(LOGS, payloads["logs"]))["resourceLogs"][0]["scopeLogs"][0]["logRecords"][0]
+    rec = orjson.loads(protobuf_to_json_line(LOGS, payloads["logs"]))["resourceLogs"][0]["scopeLogs"][0]["logRecords"][
+        0
+    ]
     assert len(rec["traceId"]) == 32 and {"key": "input_tokens", "value": {"intValue": "7"}} in rec["attributes"]
 
 
 # -- segments --------------------------------------------------------------------------------
 
+
 def test_frames_survive_a_damaged_middle_and_a_torn_tail():
     frames = [segments.encode_frame(otlp.JSON_FRAME, f'{{"n":{i}}}'.encode()) for i in range(5)]
     data = bytearray(b"".join(frames))
     start2 = len(frames[0]) + len(frames[1])
-    data[start2 + 12] ^= 0xFF                     # corrupt frame 2's payload
-    data += frames[0][:7]                          # a torn, unacknowledged tail
+    data[start2 + 12] ^= 0xFF  # corrupt frame 2's payload
+    data += frames[0][:7]  # a torn, unacknowledged tail
     got = [orjson.loads(p)["n"] for _, _, p in segments.iter_frames(bytes(data))]
     assert got == [0, 1, 3, 4]
 
@@ -242,9 +315,11 @@ def test_tidy_removes_half_done_conversions(tmp_path):
 
 def test_a_frame_that_cannot_be_converted_is_kept_aside_and_the_segment_goes_on(tmp_path):
     js = orjson.dumps(logs_request_json([api_request_json("req_z", (1, 1, 1, 1))]))
-    (tmp_path / "seg-9.sealed").write_bytes(segments.encode_frame(otlp.JSON_FRAME, js)
-                                            + segments.encode_frame(LOGS.frame_kind, b"\x0a\xff\xff\xff\xff\x0f")
-                                            + segments.encode_frame(ord("?"), b"x"))
+    (tmp_path / "seg-9.sealed").write_bytes(
+        segments.encode_frame(otlp.JSON_FRAME, js)
+        + segments.encode_frame(LOGS.frame_kind, b"\x0a\xff\xff\xff\xff\x0f")
+        + segments.encode_frame(ord("?"), b"x")
+    )
     ready, lines = segments.convert_sealed(tmp_path / "seg-9.sealed")
     assert lines == 1 and ready.read_bytes() == js + b"\n"
     kept = list(segments.iter_frames((tmp_path / "failed" / "seg-9.frames").read_bytes()))
@@ -253,8 +328,10 @@ def test_a_frame_that_cannot_be_converted_is_kept_aside_and_the_segment_goes_on(
 
 def _two_ready_segments(spool: Path) -> None:
     for i in (1, 2):
-        lines = [orjson.dumps(logs_request_json([api_request_json(f"req_w{i}_{j}", (i, 1, 1, 1)) for j in range(100)]))
-                 for _ in range(3)]
+        lines = [
+            orjson.dumps(logs_request_json([api_request_json(f"req_w{i}_{j}", (i, 1, 1, 1)) for j in range(100)]))
+            for _ in range(3)
+        ]
         (spool / f"seg-{i}.jsonl").write_bytes(b"\n".join(lines) + b"\n")
 
 
@@ -269,18 +346,22 @@ def test_a_segment_whose_ingest_fails_on_a_full_volume_is_retried_until_it_is_st
     spool.mkdir()
     _two_ready_segments(spool)
     Store(db).close()
-    monkeypatch.setattr(worker, "BACKOFF_FIRST_S", 0.0)   # retry at once: the test needs no waiting
+    monkeypatch.setattr(worker, "BACKOFF_FIRST_S", 0.0)  # retry at once: the test needs no waiting
     filler = fill(vol)
-    for _ in range(5):                                     # more failures than any give-up count
+    for _ in range(5):  # more failures than any give-up count
         r = worker.ingest_segments(str(spool), str(db), 3600)
         assert (r["segments"], r["failed"], r["retrying"]) == (0, 0, 2)
     assert sorted(p.name for p in spool.glob("seg-*")) == ["seg-1.jsonl", "seg-2.jsonl"]
     assert not (spool / "failed").exists()
-    os.unlink(filler)                                      # space returns: stored, with no manual step
+    os.unlink(filler)  # space returns: stored, with no manual step
     r = worker.ingest_segments(str(spool), str(db), 3600)
     assert (r["segments"], r["requests_added"], r["failed"], r["retrying"]) == (2, 200, 0, 0)
     with Store(db, read_only=True) as store:
-        assert store.scalar("SELECT count(*) FROM requests") == store.scalar("SELECT count(DISTINCT request_id) FROM requests") == 200
+        assert (
+            store.scalar("SELECT count(*) FROM requests")
+            == store.scalar("SELECT count(DISTINCT request_id) FROM requests")
+            == 200
+        )
 
 
 def test_many_small_segments_are_stored_once_each_in_one_transaction(tmp_path):
@@ -290,7 +371,7 @@ def test_many_small_segments_are_stored_once_each_in_one_transaction(tmp_path):
 
     spool = tmp_path / "spool"
     spool.mkdir()
-    for i in range(60):                                   # a quiet collector: a request a segment
+    for i in range(60):  # a quiet collector: a request a segment
         line = orjson.dumps(logs_request_json([api_request_json(f"req_s{i}", (i + 1, 1, 1, 1))]))
         (spool / f"seg-{i:04d}.jsonl").write_bytes(line + b"\n")
     db = tmp_path / "kv.duckdb"
@@ -300,8 +381,9 @@ def test_many_small_segments_are_stored_once_each_in_one_transaction(tmp_path):
     assert len(list((spool / segments.INGESTED_DIR).glob("seg-*" + segments.DONE))) == 60
     with Store(db, read_only=True) as store:
         # one ledger row per segment, all written by one transaction
-        assert store.query("SELECT count(*), count(DISTINCT path), count(DISTINCT ingested_at) "
-                           "FROM ingested_files")[0] == (60, 60, 1)
+        assert store.query("SELECT count(*), count(DISTINCT path), count(DISTINCT ingested_at) FROM ingested_files")[
+            0
+        ] == (60, 60, 1)
         assert store.scalar("SELECT count(DISTINCT request_id) FROM requests") == 60
 
 
@@ -349,7 +431,7 @@ def test_only_a_segment_ingest_cannot_read_is_set_aside_readable_by_kvtrace_inge
     assert "seg-1.jsonl:3: field 'input_tokens'" in (spool / "failed" / "seg-1.error.txt").read_text()
     status = segments.spool_status(spool)
     assert status["ready"] == 1 and [a["path"] for a in status["set_aside"]] == [str(aside)]
-    with Store(tmp_path / "kv.duckdb") as store:           # what was set aside is plain OTLP JSON lines
+    with Store(tmp_path / "kv.duckdb") as store:  # what was set aside is plain OTLP JSON lines
         from kvtrace.ingest import ingest
 
         assert ingest(store, [spool / "failed"]).requests_added == 100
@@ -364,7 +446,9 @@ def test_segments_an_earlier_collector_gave_up_on_are_retried_at_start(tmp_path)
     _two_ready_segments(spool)
     os.replace(spool / "seg-1.jsonl", spool / "failed" / "seg-1.jsonl.failed")
     (spool / "failed" / "seg-1.jsonl.error.txt").write_text("TransactionException: Failed to commit: No space left\n")
-    sealed = segments.encode_frame(otlp.JSON_FRAME, orjson.dumps(logs_request_json([api_request_json("req_s", (1, 1, 1, 1))])))
+    sealed = segments.encode_frame(
+        otlp.JSON_FRAME, orjson.dumps(logs_request_json([api_request_json("req_s", (1, 1, 1, 1))]))
+    )
     (spool / "failed" / "seg-0.sealed.failed").write_bytes(sealed)
     sp = Spool(spool)
     sp.open()
@@ -381,7 +465,7 @@ def test_a_warehouse_created_on_a_full_volume_leaves_no_broken_file(small_tmpfs)
     filler = fill(vol)
     with pytest.raises(Exception):
         Store(vol / "kv.duckdb")
-    assert not (vol / "kv.duckdb").exists()              # not a half-written file refused for good
+    assert not (vol / "kv.duckdb").exists()  # not a half-written file refused for good
     os.unlink(filler)
     with Store(vol / "kv.duckdb") as store:
         assert store.scalar("SELECT count(*) FROM requests") == 0
@@ -391,8 +475,16 @@ def test_a_warehouse_created_on_a_full_volume_leaves_no_broken_file(small_tmpfs)
 # record, through both encodings, stored whole by the receiver; the spool's ingest and an ingest of
 # the same records as a file must store and reject the same.
 ODD_COUNTS = ["١٠٠٠", "１０００", "0x10", "1_000", " 12 ", "12.5", "1e3", "+5", "-1", "nan", "1e20", "lots", "12abc"]
-ODD_TIMES = ["20260302T091202Z", "2026-W10-1T09:12:02", "2026-03-02T09:12:02,5Z", "2026-03-02T09",
-             "2026-03-02T09:12:02Z", "2026-03-02 09:12:02", "2026-03-02T09:12:02.250+01:00", "yesterday"]
+ODD_TIMES = [
+    "20260302T091202Z",
+    "2026-W10-1T09:12:02",
+    "2026-03-02T09:12:02,5Z",
+    "2026-03-02T09",
+    "2026-03-02T09:12:02Z",
+    "2026-03-02 09:12:02",
+    "2026-03-02T09:12:02.250+01:00",
+    "yesterday",
+]
 
 
 def _odd_records() -> list[tuple[str, dict]]:
@@ -427,9 +519,9 @@ def test_the_collectors_ingest_stores_and_rejects_what_ingest_does(tmp_path, med
     from kvtrace.store import Store
 
     pairs = _odd_records()
-    if media == otlp.PROTOBUF_TYPE:     # a protobuf time is a number: only the attributes can be odd
+    if media == otlp.PROTOBUF_TYPE:  # a protobuf time is a number: only the attributes can be odd
         pairs = [(rid, rec) for rid, rec in pairs if rid != "req_ns_arabic"]
-    for rid, rec in pairs:              # one record per request, stored whole
+    for rid, rec in pairs:  # one record per request, stored whole
         body = orjson.dumps(logs_request_json([rec])) if media == otlp.JSON_TYPE else _as_protobuf([rec])
         assert receive(tmp_path / "spool", "logs", media, body, name=rid) == 1
     direct = tmp_path / "direct.jsonl"

@@ -27,10 +27,13 @@ from otlp_sink import OtlpSink, read_length_prefixed  # noqa: E402
 from stub_anthropic import COMPACT_MARKER, Reply, ScriptedResponder, StubAnthropic  # noqa: E402
 
 MAIN_BODY = {
-    "model": "claude-test", "max_tokens": 100, "stream": True,
-    "system": [{"type": "text", "text": "x-anthropic-billing-header: cc_version=0; "
-                                        "cc_entrypoint=sdk-cli;"},
-               {"type": "text", "text": "You are a test.", "cache_control": {"type": "ephemeral"}}],
+    "model": "claude-test",
+    "max_tokens": 100,
+    "stream": True,
+    "system": [
+        {"type": "text", "text": "x-anthropic-billing-header: cc_version=0; cc_entrypoint=sdk-cli;"},
+        {"type": "text", "text": "You are a test.", "cache_control": {"type": "ephemeral"}},
+    ],
     "tools": [{"name": "Agent"}, {"name": "Bash"}],
     "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
     "metadata": {"user_id": json.dumps({"session_id": "sess-1"})},
@@ -48,8 +51,7 @@ def _post(url: str, path: str, body: bytes, headers: dict[str, str]):
 
 
 def _messages(stub: StubAnthropic, body: dict):
-    return _post(stub.url, "/v1/messages?beta=true", json.dumps(body).encode(),
-                 {"content-type": "application/json"})
+    return _post(stub.url, "/v1/messages?beta=true", json.dumps(body).encode(), {"content-type": "application/json"})
 
 
 def _sse(data: bytes) -> list[tuple[str, dict]]:
@@ -79,8 +81,10 @@ def test_stub_streams_usage_like_the_api():
     usage = start["usage"]
     assert usage["input_tokens"] == row["input_tokens"]
     assert usage["cache_read_input_tokens"] == row["cache_read_tokens"]
-    assert usage["cache_creation"] == {"ephemeral_5m_input_tokens": row["cache_creation_5m_tokens"],
-                                       "ephemeral_1h_input_tokens": row["cache_creation_1h_tokens"]}
+    assert usage["cache_creation"] == {
+        "ephemeral_5m_input_tokens": row["cache_creation_5m_tokens"],
+        "ephemeral_1h_input_tokens": row["cache_creation_1h_tokens"],
+    }
     assert usage["cache_creation_input_tokens"] == row["cache_creation_tokens"]
     delta = events[-2][1]
     assert delta["usage"]["output_tokens"] == row["output_tokens"] != usage["output_tokens"]
@@ -117,24 +121,24 @@ def test_stub_error_once_then_success():
 
 
 def test_stub_sorts_requests_into_lanes_and_chains_prefixes():
-    sub = {**MAIN_BODY, "system": [{"type": "text", "text": "x-anthropic-billing-header: "
-                                                           "cc_is_subagent=true;"}]}
+    sub = {**MAIN_BODY, "system": [{"type": "text", "text": "x-anthropic-billing-header: cc_is_subagent=true;"}]}
     aux = {k: v for k, v in MAIN_BODY.items() if k != "tools"}
-    compact = {**MAIN_BODY, "messages": [{"role": "user", "content": [
-        {"type": "text", "text": "Your task is to " + COMPACT_MARKER + "."}]}]}
+    compact = {
+        **MAIN_BODY,
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "Your task is to " + COMPACT_MARKER + "."}]}
+        ],
+    }
     with StubAnthropic(name="t") as stub:
         for body in (MAIN_BODY, sub, MAIN_BODY, aux, compact, sub):
             assert _messages(stub, body)[0].status == 200
         rows = [stub.expected()["requests"][r] for r in stub.expected()["order"]]
-    assert [r["lane"] for r in rows] == ["main", "subagent", "main", "auxiliary", "compact",
-                                         "subagent"]
-    assert [r["thread"] for r in rows] == ["main", "subagent", "main", "auxiliary", "main",
-                                          "subagent"]
+    assert [r["lane"] for r in rows] == ["main", "subagent", "main", "auxiliary", "compact", "subagent"]
+    assert [r["thread"] for r in rows] == ["main", "subagent", "main", "auxiliary", "main", "subagent"]
     for thread in ("main", "subagent"):
         chain = [r for r in rows if r["thread"] == thread]
         for prev, cur in zip(chain, chain[1:]):
-            assert cur["cache_read_tokens"] == prev["cache_read_tokens"] + prev[
-                "cache_creation_tokens"]
+            assert cur["cache_read_tokens"] == prev["cache_read_tokens"] + prev["cache_creation_tokens"]
     for key in ("input_tokens", "output_tokens", "message_id"):
         assert len({r[key] for r in rows}) == len(rows)
 
@@ -149,9 +153,22 @@ def test_stub_answers_count_tokens_and_404s_the_rest():
 
 
 def test_sink_writes_chunked_gzip_json_as_one_line(tmp_path):
-    body = {"resourceLogs": [{"scopeLogs": [{"logRecords": [
-        {"body": {"stringValue": "claude_code.api_request"},
-         "attributes": [{"key": "input_tokens", "value": {"intValue": 7}}]}]}]}]}
+    body = {
+        "resourceLogs": [
+            {
+                "scopeLogs": [
+                    {
+                        "logRecords": [
+                            {
+                                "body": {"stringValue": "claude_code.api_request"},
+                                "attributes": [{"key": "input_tokens", "value": {"intValue": 7}}],
+                            }
+                        ]
+                    }
+                ]
+            }
+        ]
+    }
     raw = gzip.compress(json.dumps(body, indent=2).encode())
     with OtlpSink(tmp_path) as sink:
         host, port = sink.url.removeprefix("http://").split(":")
@@ -162,7 +179,7 @@ def test_sink_writes_chunked_gzip_json_as_one_line(tmp_path):
         conn.putheader("transfer-encoding", "chunked")
         conn.endheaders()
         for i in range(0, len(raw), 50):
-            part = raw[i:i + 50]
+            part = raw[i : i + 50]
             conn.send(f"{len(part):x}\r\n".encode() + part + b"\r\n")
         conn.send(b"0\r\n\r\n")
         resp = conn.getresponse()
@@ -175,8 +192,7 @@ def test_sink_writes_chunked_gzip_json_as_one_line(tmp_path):
 
 
 def test_sink_decodes_protobuf_with_hex_ids_and_keeps_raw_bodies(tmp_path):
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-        ExportTraceServiceRequest)
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
     req = ExportTraceServiceRequest()
     span = req.resource_spans.add().scope_spans.add().spans.add()
@@ -199,16 +215,17 @@ def test_sink_decodes_protobuf_with_hex_ids_and_keeps_raw_bodies(tmp_path):
 
 # -- the committed captures -----------------------------------------------------------------
 
-SCENARIOS = sorted(p.name for p in FIXTURES.iterdir() if (p / "expected.json").exists()) \
-    if FIXTURES.exists() else []
+SCENARIOS = sorted(p.name for p in FIXTURES.iterdir() if (p / "expected.json").exists()) if FIXTURES.exists() else []
 
 
 def _records(path: Path, kind: str):
     """Yield (record, {key: (wire type, value)}) from an OTLP JSON lines file."""
     if not path.exists():
         return
-    outer, scope, items = {"logs": ("resourceLogs", "scopeLogs", "logRecords"),
-                           "traces": ("resourceSpans", "scopeSpans", "spans")}[kind]
+    outer, scope, items = {
+        "logs": ("resourceLogs", "scopeLogs", "logRecords"),
+        "traces": ("resourceSpans", "scopeSpans", "spans"),
+    }[kind]
     for line in path.read_text().splitlines():
         for r in json.loads(line)[outer]:
             for s in r[scope]:
@@ -222,8 +239,7 @@ def _num(wire: tuple[str, object]) -> float:
 
 
 def _events(scenario: str, name: str) -> list[dict]:
-    return [a for _, a in _records(FIXTURES / scenario / "logs.jsonl", "logs")
-            if a["event.name"][1] == name]
+    return [a for _, a in _records(FIXTURES / scenario / "logs.jsonl", "logs") if a["event.name"][1] == name]
 
 
 def _transcript_assistants(scenario: str) -> list[tuple[Path, dict]]:
@@ -237,8 +253,7 @@ def _transcript_assistants(scenario: str) -> list[tuple[Path, dict]]:
 
 
 def test_fixtures_exist_and_stay_small():
-    assert {"multi_turn", "tool_call", "tool_call_protobuf", "subagent", "cumulative",
-            "retry"} <= set(SCENARIOS)
+    assert {"multi_turn", "tool_call", "tool_call_protobuf", "subagent", "cumulative", "retry"} <= set(SCENARIOS)
     total = sum(f.stat().st_size for f in FIXTURES.rglob("*") if f.is_file())
     assert total < 1_000_000
 
@@ -272,10 +287,15 @@ def test_fixture_transcripts_match_what_the_stub_served(scenario):
         seen.add(rec["requestId"])
         assert msg["id"] == row["message_id"]
         u = msg["usage"]
-        assert u["cache_creation"] == {"ephemeral_5m_input_tokens": row["cache_creation_5m_tokens"],
-                                       "ephemeral_1h_input_tokens": row["cache_creation_1h_tokens"]}
+        assert u["cache_creation"] == {
+            "ephemeral_5m_input_tokens": row["cache_creation_5m_tokens"],
+            "ephemeral_1h_input_tokens": row["cache_creation_1h_tokens"],
+        }
         assert (u["input_tokens"], u["cache_read_input_tokens"], u["output_tokens"]) == (
-            row["input_tokens"], row["cache_read_tokens"], row["output_tokens"])
+            row["input_tokens"],
+            row["cache_read_tokens"],
+            row["output_tokens"],
+        )
         assert rec["isSidechain"] == (row["thread"] == "subagent")
         assert ("subagents" in path.parts) == (row["thread"] == "subagent")
     # compaction answers become a summary record, not an assistant record
@@ -297,8 +317,7 @@ def test_fixture_token_metrics_add_up_to_the_served_totals(scenario):
                         continue
                     assert m["sum"]["aggregationTemporality"] == (2 if cumulative else 1)
                     for p in m["sum"]["dataPoints"]:
-                        attrs = {a["key"]: next(iter(a["value"].values()))
-                                 for a in p["attributes"]}
+                        attrs = {a["key"]: next(iter(a["value"].values())) for a in p["attributes"]}
                         if cumulative:
                             last[tuple(sorted(attrs.items()))] = float(p["asDouble"])
                         else:
@@ -308,9 +327,12 @@ def test_fixture_token_metrics_add_up_to_the_served_totals(scenario):
             t = dict(key)["type"]
             sums[t] = sums.get(t, 0) + value
     total = expected["totals"]["all"]
-    assert sums == {"input": total["input_tokens"], "output": total["output_tokens"],
-                    "cacheRead": total["cache_read_tokens"],
-                    "cacheCreation": total["cache_creation_tokens"]}
+    assert sums == {
+        "input": total["input_tokens"],
+        "output": total["output_tokens"],
+        "cacheRead": total["cache_read_tokens"],
+        "cacheCreation": total["cache_creation_tokens"],
+    }
 
 
 def test_protobuf_fixture_bodies_decode_to_the_json_lines():
@@ -335,8 +357,12 @@ def test_capture_runs_the_real_cli(tmp_path):
         pytest.skip("node_modules/.bin/claude missing: run `make tools`")
     if os.geteuid() != 0 or not shutil.which("unshare"):
         pytest.skip("needs root and unshare for a loopback-only network namespace")
-    proc = subprocess.run([sys.executable, str(CAPTURE / "capture.py"), "-s", "retry",
-                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(CAPTURE / "capture.py"), "-s", "retry", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "network namespace: loopback only" in proc.stdout
     expected = json.loads((tmp_path / "retry" / "expected.json").read_text())
@@ -350,16 +376,23 @@ def test_ccusage_reads_the_fixture_transcripts_as_served(scenario, tmp_path):
     ccusage = REPO / "node_modules" / ".bin" / "ccusage"
     if not ccusage.exists():
         pytest.skip("node_modules/.bin/ccusage missing: run `make tools`")
-    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path),
-           "CLAUDE_CONFIG_DIR": str(FIXTURES / scenario)}
-    proc = subprocess.run([str(ccusage), "daily", "--json", "--offline"], env=env,
-                          capture_output=True, text=True, timeout=120)
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), "CLAUDE_CONFIG_DIR": str(FIXTURES / scenario)}
+    proc = subprocess.run(
+        [str(ccusage), "daily", "--json", "--offline"], env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     totals = json.loads(proc.stdout)["totals"]
     expected = json.loads((FIXTURES / scenario / "expected.json").read_text())
     # a compaction answer is never written as an assistant record, so transcripts miss it
     rows = [r for r in expected["requests"].values() if r["lane"] != "compact"]
-    assert (totals["inputTokens"], totals["cacheReadTokens"], totals["cacheCreationTokens"],
-            totals["outputTokens"]) == (
-        sum(r["input_tokens"] for r in rows), sum(r["cache_read_tokens"] for r in rows),
-        sum(r["cache_creation_tokens"] for r in rows), sum(r["output_tokens"] for r in rows))
+    assert (
+        totals["inputTokens"],
+        totals["cacheReadTokens"],
+        totals["cacheCreationTokens"],
+        totals["outputTokens"],
+    ) == (
+        sum(r["input_tokens"] for r in rows),
+        sum(r["cache_read_tokens"] for r in rows),
+        sum(r["cache_creation_tokens"] for r in rows),
+        sum(r["output_tokens"] for r in rows),
+    )

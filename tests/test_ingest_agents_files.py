@@ -49,18 +49,24 @@ def want_buckets(r: dict) -> tuple[int, int, int, int]:
 
 # -- Codex rollouts ---------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("d", CODEX, ids=lambda d: d.name)
 def test_rollouts_give_the_served_usage_per_response(d):
     exp = expected(d)
     p = parse_rollouts(rollouts(d))
     assert not p.rejects, [r.describe() for r in p.rejects]
     got = {r["request_id"]: r for r in p.requests.to_pylist()}
-    assert set(got) == set(exp["requests"])       # keyed by the stub's response ids
+    assert set(got) == set(exp["requests"])  # keyed by the stub's response ids
     for rid, w in exp["requests"].items():
         g = got[rid]
         assert buckets(g) == want_buckets(w), rid
-        assert g["cache_write_5m_tokens"] == g["cache_write_1h_tokens"] == 0   # no TTL split
-        assert (g["agent"], g["source"], g["model"], g["session_id"]) == ("codex", "codex-rollout", w["model"], w["session_id"])
+        assert g["cache_write_5m_tokens"] == g["cache_write_1h_tokens"] == 0  # no TTL split
+        assert (g["agent"], g["source"], g["model"], g["session_id"]) == (
+            "codex",
+            "codex-rollout",
+            w["model"],
+            w["session_id"],
+        )
         assert json.loads(g["attributes"])["reasoning_output_tokens"] == w["reasoning_tokens"]
 
 
@@ -93,14 +99,15 @@ def test_a_token_count_written_twice_counts_once_and_totals_are_ignored(tmp_path
             out.append(x)
             if x.get("type") == "event_msg" and x["payload"].get("type") == "token_count":
                 y = json.loads(json.dumps(x))
-                y["payload"]["info"]["total_token_usage"]["input_tokens"] += 10**6   # must not matter
+                y["payload"]["info"]["total_token_usage"]["input_tokens"] += 10**6  # must not matter
                 out.append(y)
         return out
 
     files = _rewrite(rollouts(d), tmp_path, double)
     p = parse_rollouts(files)
-    assert sorted(buckets(r) for r in p.requests.to_pylist()) == \
-        sorted(want_buckets(w) for w in expected(d)["requests"].values())
+    assert sorted(buckets(r) for r in p.requests.to_pylist()) == sorted(
+        want_buckets(w) for w in expected(d)["requests"].values()
+    )
     assert p.unknown["codex-rollout:duplicate_usage"] > 0
 
 
@@ -150,10 +157,12 @@ def test_a_response_whose_record_has_a_non_numeric_count_counts_once(tmp_path):
         return out
 
     p = parse_rollouts(_rewrite(rollouts(d), tmp_path, edit))
-    assert sorted(buckets(r) for r in p.requests.to_pylist()) == \
-        sorted(want_buckets(w) for w in expected(d)["requests"].values())
+    assert sorted(buckets(r) for r in p.requests.to_pylist()) == sorted(
+        want_buckets(w) for w in expected(d)["requests"].values()
+    )
     assert [(r.field, r.reason) for r in p.rejects] == [
-        ("payload.usage.reasoning_output_tokens", 'not a token count (want a whole number from 0), got "many"')]
+        ("payload.usage.reasoning_output_tokens", 'not a token count (want a whole number from 0), got "many"')
+    ]
 
 
 def test_rollout_model_follows_turn_context_and_session_falls_back_to_the_file_name(tmp_path):
@@ -182,14 +191,19 @@ def test_rollout_problems_are_reported_not_fatal(tmp_path):
     usage = next(i for i, x in enumerate(src) if b'"token_count"' in x)
     bad = json.loads(src[usage])
     u = bad["payload"]["info"]["last_token_usage"]
-    u["cached_input_tokens"] = u["input_tokens"] + 5       # cached beyond input: clipped, kept
+    u["cached_input_tokens"] = u["input_tokens"] + 5  # cached beyond input: clipped, kept
     neg = json.loads(src[usage])
     neg["payload"]["info"]["last_token_usage"]["output_tokens"] = -1
     no_info = {"timestamp": bad["timestamp"], "type": "event_msg", "payload": {"type": "token_count", "info": None}}
-    lines = src + [json.dumps(bad).encode(), json.dumps(neg).encode(), b'{"type": "event_msg", "payload": {"type": "token_count", ',
-                   json.dumps(no_info).encode(), b'{"timestamp": "2026-01-01T00:00:00Z", "type": "event_msg", "payload": {"type": "token_count", "in']
+    lines = src + [
+        json.dumps(bad).encode(),
+        json.dumps(neg).encode(),
+        b'{"type": "event_msg", "payload": {"type": "token_count", ',
+        json.dumps(no_info).encode(),
+        b'{"timestamp": "2026-01-01T00:00:00Z", "type": "event_msg", "payload": {"type": "token_count", "in',
+    ]
     f = tmp_path / "rollout-x.jsonl"
-    f.write_bytes(b"\n".join(lines))            # no final newline: the last line is torn
+    f.write_bytes(b"\n".join(lines))  # no final newline: the last line is torn
     p = parse_rollouts([f])
     reasons = {(r.line, r.field): r.reason for r in p.rejects}
     n = len(src)
@@ -215,6 +229,7 @@ def test_rollouts_sniff_and_ingest_idempotently(store):
 
 # -- Gemini chat logs -------------------------------------------------------------------------
 
+
 def _main_requests(d: Path) -> list[dict]:
     """Chat logs hold the conversation only: the main lane, not the router's utility calls."""
     return [r for r in expected(d)["requests"].values() if r["lane"] == "main"]
@@ -228,7 +243,9 @@ def test_chat_logs_give_the_served_usage_per_response(d):
     rows = p.requests.to_pylist()
     got = sorted((r["model"], *buckets(r)) for r in rows)
     assert got == sorted((w["model"], *want_buckets(w)) for w in _main_requests(d))
-    assert {(r["agent"], r["source"], r["session_id"]) for r in rows} == {("gemini-cli", "gemini-chat", exp["session_id"])}
+    assert {(r["agent"], r["source"], r["session_id"]) for r in rows} == {
+        ("gemini-cli", "gemini-chat", exp["session_id"])
+    }
     assert all(r["message_id"] for r in rows)
 
 
@@ -240,7 +257,7 @@ def _as_json_document(f: Path) -> dict:
         if "projectHash" in x:
             header = header or x
         elif "$set" not in x:
-            messages[x["id"]] = x      # the last copy of a message wins
+            messages[x["id"]] = x  # the last copy of a message wins
     return {**header, "messages": list(messages.values())}
 
 
@@ -250,7 +267,7 @@ def test_older_single_document_chat_logs_give_the_same_rows(d, tmp_path):
     for i, f in enumerate(chats(d)):
         target = tmp_path / "proj" / "chats" / f"session-{i}.json"
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(json.dumps(_as_json_document(f), indent=2))   # pretty-printed, as written
+        target.write_text(json.dumps(_as_json_document(f), indent=2))  # pretty-printed, as written
         files.append(target)
     assert {sniff(f) for f in files} == {"gemini-chat"}
     old = {r["request_key"]: buckets(r) for r in parse_chats(files).requests.to_pylist()}
@@ -264,13 +281,13 @@ def test_two_chat_messages_with_the_same_counts_are_two_rows(tmp_path):
     again = {**msg, "id": "same-counts-again", "timestamp": "2026-12-31T00:00:00.000Z"}
     f = tmp_path / "chats" / chats(d)[0].name
     f.parent.mkdir()
-    f.write_bytes(b"\n".join(src + [orjson.dumps(again), orjson.dumps(again)]) + b"\n")   # the second: a copy
+    f.write_bytes(b"\n".join(src + [orjson.dumps(again), orjson.dumps(again)]) + b"\n")  # the second: a copy
     before = parse_chats(chats(d)).requests.to_pylist()
     p = parse_chats([f])
     rows = p.requests.to_pylist()
     assert len(rows) == len(before) + 1 and not p.rejects
     assert len({r["request_key"] for r in rows}) == len(rows)
-    assert {r["request_key"] for r in before} <= {r["request_key"] for r in rows}   # the first keeps its key
+    assert {r["request_key"] for r in before} <= {r["request_key"] for r in rows}  # the first keeps its key
     assert sum(r["message_id"] == "same-counts-again" for r in rows) == 1
 
 
@@ -283,11 +300,25 @@ def test_chat_log_problems_and_the_prompt_log_are_reported(tmp_path):
     untokened = {k: v for k, v in msg.items() if k != "tokens"} | {"id": "never"}
     f = tmp_path / "chats" / "session-x.jsonl"
     f.parent.mkdir()
-    f.write_bytes(b"\n".join(src + [orjson.dumps(clipped), orjson.dumps(neg), orjson.dumps(untokened),
-                                    b'{"id": "x", "type": "gemini", "tokens": {']) + b"\n")
+    f.write_bytes(
+        b"\n".join(
+            src
+            + [
+                orjson.dumps(clipped),
+                orjson.dumps(neg),
+                orjson.dumps(untokened),
+                b'{"id": "x", "type": "gemini", "tokens": {',
+            ]
+        )
+        + b"\n"
+    )
     prompt_log = tmp_path / "logs.json"
-    prompt_log.write_text(json.dumps([{"sessionId": "s", "messageId": 0, "type": "user", "message": "hi",
-                                       "timestamp": "2026-01-01T00:00:00Z"}] * 3))
+    prompt_log.write_text(
+        json.dumps(
+            [{"sessionId": "s", "messageId": 0, "type": "user", "message": "hi", "timestamp": "2026-01-01T00:00:00Z"}]
+            * 3
+        )
+    )
     assert sniff(prompt_log) == "gemini-chat"
     p = parse_chats([f, prompt_log])
     n = len(src)

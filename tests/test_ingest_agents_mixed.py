@@ -21,8 +21,12 @@ from kvtrace.store import Store
 
 FIX = Path(__file__).parent / "fixtures"
 # every data file of the fixtures (not expected.json, nor Claude Code's agent-*.meta.json sidecars)
-FILES = sorted(p for root in ("claude_code", "codex", "gemini", "genai")
-               for pattern in ("**/*.jsonl", "**/*.jsonl.gz") for p in (FIX / root).glob(pattern))
+FILES = sorted(
+    p
+    for root in ("claude_code", "codex", "gemini", "genai")
+    for pattern in ("**/*.jsonl", "**/*.jsonl.gz")
+    for p in (FIX / root).glob(pattern)
+)
 MIX = ("input_uncached", "cache_read", "cache_write", "output")
 
 
@@ -41,27 +45,50 @@ def expected_by_agent() -> dict[str, dict[str, int]]:
 
     for f in sorted((FIX / "claude_code").glob("*/expected.json")):
         t = _load(f)["totals"]["all"]
-        add("claude-code", t["requests"], t["input_tokens"], t["cache_read_tokens"],
-            t["cache_creation_tokens"], t["output_tokens"])
+        add(
+            "claude-code",
+            t["requests"],
+            t["input_tokens"],
+            t["cache_read_tokens"],
+            t["cache_creation_tokens"],
+            t["output_tokens"],
+        )
     for f in sorted((FIX / "codex").glob("*/expected.json")):
         t = _load(f)["totals"]
-        add("codex", t["requests"], t["input_tokens"], t["cache_read_tokens"], t["cache_write_tokens"],
-            t["output_tokens"])
+        add(
+            "codex",
+            t["requests"],
+            t["input_tokens"],
+            t["cache_read_tokens"],
+            t["cache_write_tokens"],
+            t["output_tokens"],
+        )
     for f in sorted((FIX / "gemini").glob("*/expected.json")):
         t = _load(f)["totals"]["all"]
-        add("gemini-cli", t["requests"], t["input_tokens"], t["cache_read_tokens"], t["cache_write_tokens"],
-            t["output_tokens"])
+        add(
+            "gemini-cli",
+            t["requests"],
+            t["input_tokens"],
+            t["cache_read_tokens"],
+            t["cache_write_tokens"],
+            t["output_tokens"],
+        )
     for agent, t in _load(FIX / "genai" / "spans" / "expected.json")["totals"].items():
-        add(agent, t["requests"], t["input_tokens"], t["cache_read_tokens"], t["cache_write_tokens"],
-            t["output_tokens"])
+        add(
+            agent, t["requests"], t["input_tokens"], t["cache_read_tokens"], t["cache_write_tokens"], t["output_tokens"]
+        )
     return out
 
 
 def mix_of(entry: dict) -> dict[str, int]:
     m = entry["token_mix"]
-    return {"requests": entry["requests"], "input_uncached": m["input_uncached"], "cache_read": m["cache_read"],
-            "cache_write": m["cache_write_5m"] + m["cache_write_1h"] + m["cache_write_unknown"],
-            "output": m["output"]}
+    return {
+        "requests": entry["requests"],
+        "input_uncached": m["input_uncached"],
+        "cache_read": m["cache_read"],
+        "cache_write": m["cache_write_5m"] + m["cache_write_1h"] + m["cache_write_unknown"],
+        "output": m["output"],
+    }
 
 
 @pytest.fixture(scope="module")
@@ -108,8 +135,13 @@ def test_ingesting_everything_again_changes_nothing(mixed):
 def test_unknown_records_are_reported_per_kind(mixed):
     _, first, _, _, _ = mixed
     kinds = first.unknown_records
-    for k in ("event:codex.api_request", "event:gemini_cli.api_request", "span:invoke_agent support",
-              "span:Agent.run", "metric:gen_ai.client.token.usage"):
+    for k in (
+        "event:codex.api_request",
+        "event:gemini_cli.api_request",
+        "span:invoke_agent support",
+        "span:Agent.run",
+        "metric:gen_ai.client.token.usage",
+    ):
         assert kinds.get(k, 0) > 0, k
 
 
@@ -129,12 +161,29 @@ def test_strict_makes_a_clip_fatal_and_unknown_records_never_are(store, tmp_path
     codex = FIX / "codex" / "exec_tool"
     s = ingest(store, [codex / "logs.jsonl", codex / "sessions"], strict=True)
     assert s.requests_added == len(_load(codex / "expected.json")["requests"]) and s.unknown_records
-    span = {"resourceSpans": [{"scopeSpans": [{"spans": [{
-        "traceId": "0af7651916cd43dd8448eb211c80319c", "spanId": "b7ad6b7169203331", "name": "chat",
-        "startTimeUnixNano": "1790000000000000000", "attributes": [
-            {"key": "gen_ai.usage.input_tokens", "value": {"intValue": "3"}},
-            {"key": "gen_ai.usage.output_tokens", "value": {"intValue": "9"}},
-            {"key": "gen_ai.usage.cache_read.input_tokens", "value": {"intValue": "900"}}]}]}]}]}
+    span = {
+        "resourceSpans": [
+            {
+                "scopeSpans": [
+                    {
+                        "spans": [
+                            {
+                                "traceId": "0af7651916cd43dd8448eb211c80319c",
+                                "spanId": "b7ad6b7169203331",
+                                "name": "chat",
+                                "startTimeUnixNano": "1790000000000000000",
+                                "attributes": [
+                                    {"key": "gen_ai.usage.input_tokens", "value": {"intValue": "3"}},
+                                    {"key": "gen_ai.usage.output_tokens", "value": {"intValue": "9"}},
+                                    {"key": "gen_ai.usage.cache_read.input_tokens", "value": {"intValue": "900"}},
+                                ],
+                            }
+                        ]
+                    }
+                ]
+            }
+        ]
+    }
     f = tmp_path / "spans.jsonl"
     f.write_text(json.dumps(span) + "\n")
     with pytest.raises(BadTraceInput, match="gen_ai.usage.input_tokens"):
@@ -145,8 +194,17 @@ def test_strict_makes_a_clip_fatal_and_unknown_records_never_are(store, tmp_path
 
 def test_the_cli_ingests_agent_folders(tmp_path):
     db = tmp_path / "kv.duckdb"
-    r = CliRunner().invoke(app, ["ingest", "--db", str(db), "--json", str(FIX / "codex" / "resume" / "sessions"),
-                                 str(FIX / "gemini" / "resume" / "tmp")])
+    r = CliRunner().invoke(
+        app,
+        [
+            "ingest",
+            "--db",
+            str(db),
+            "--json",
+            str(FIX / "codex" / "resume" / "sessions"),
+            str(FIX / "gemini" / "resume" / "tmp"),
+        ],
+    )
     assert r.exit_code == 0, r.output
     out = json.loads(r.output)
     assert out["requests_added"] == 4 and out["lines_rejected"] == 0

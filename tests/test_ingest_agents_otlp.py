@@ -41,6 +41,7 @@ def rows(parsed, agent: str) -> list[dict]:
 
 # -- Codex ------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("d", CODEX, ids=lambda d: d.name)
 @pytest.mark.parametrize("sig", ["logs", "traces"])
 def test_codex_events_and_spans_give_the_served_usage_per_response(d, sig):
@@ -48,8 +49,9 @@ def test_codex_events_and_spans_give_the_served_usage_per_response(d, sig):
     p = parse(signal(d, sig))
     assert not p.rejects, [r.describe() for r in p.rejects]
     got = rows(p, "codex")
-    assert sorted((r["session_id"], r["model"], *buckets(r)) for r in got) == \
-        sorted((w["session_id"], w["model"], *want(w)) for w in exp["requests"].values())
+    assert sorted((r["session_id"], r["model"], *buckets(r)) for r in got) == sorted(
+        (w["session_id"], w["model"], *want(w)) for w in exp["requests"].values()
+    )
     assert {r["source"] for r in got} == {"otlp-log" if sig == "logs" else "otlp-span"}
 
 
@@ -87,8 +89,12 @@ def test_codex_turn_token_usage_points_are_stored_in_disjoint_types(d):
         sums[r["token_type"]] += r["value"]
         assert (r["agent"], r["session_id"], r["temporality"]) == ("codex", None, 1)
     t = expected(d)["totals"]
-    assert dict(sums) == {"input": t["input_tokens"], "cacheRead": t["cache_read_tokens"],
-                          "cacheCreation": t["cache_write_tokens"], "output": t["output_tokens"]}
+    assert dict(sums) == {
+        "input": t["input_tokens"],
+        "cacheRead": t["cache_read_tokens"],
+        "cacheCreation": t["cache_write_tokens"],
+        "output": t["output_tokens"],
+    }
 
 
 def _edit_logs(d: Path, key: str, value: dict) -> list[str]:
@@ -119,11 +125,13 @@ def test_a_codex_count_that_is_not_a_number_rejects_the_record():
     d = CODEX[0]
     p = parse_lines(_edit_logs(d, "output_token_count", {"stringValue": "lots"}), "edited")
     assert not rows(p, "codex")
-    assert [(r.field, r.reason) for r in p.rejects] == \
-        [("output_token_count", "not a token count: lots")] * len(expected(d)["requests"])
+    assert [(r.field, r.reason) for r in p.rejects] == [("output_token_count", "not a token count: lots")] * len(
+        expected(d)["requests"]
+    )
 
 
 # -- Gemini CLI -------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("d", GEMINI, ids=lambda d: d.name)
 def test_gemini_events_give_the_served_usage_per_response(d):
@@ -132,8 +140,9 @@ def test_gemini_events_give_the_served_usage_per_response(d):
     assert not p.rejects, [r.describe() for r in p.rejects]
     got = rows(p, "gemini-cli")
     lane_qs = {"main": "main", "utility": "auxiliary"}
-    assert sorted((r["model"], r["query_source"], *buckets(r)) for r in got) == \
-        sorted((w["model"], lane_qs[w["lane"]], *want(w)) for w in exp["requests"].values())
+    assert sorted((r["model"], r["query_source"], *buckets(r)) for r in got) == sorted(
+        (w["model"], lane_qs[w["lane"]], *want(w)) for w in exp["requests"].values()
+    )
     assert {r["session_id"] for r in got} == {exp["session_id"]}
     # its copy of each response as a GenAI event (no cache counts) is counted, not read
     assert p.unknown["log:gen_ai.client.inference.operation.details"] > 0
@@ -153,13 +162,16 @@ def test_gemini_token_usage_metric_alone_gives_the_served_totals(d, store):
     """Cumulative points, one series per type; the warehouse differences them per series."""
     s = ingest(store, [signal(d, "metrics")])
     assert s.metric_points_added > 0 and s.requests_added == 0
-    got = store.query("SELECT sum(input_tokens), sum(cache_read_tokens), sum(cache_write_unknown_tokens), "
-                      "sum(output_tokens) FROM request_usage WHERE agent = 'gemini-cli'")[0]
+    got = store.query(
+        "SELECT sum(input_tokens), sum(cache_read_tokens), sum(cache_write_unknown_tokens), "
+        "sum(output_tokens) FROM request_usage WHERE agent = 'gemini-cli'"
+    )[0]
     t = expected(d)["totals"]["all"]
     assert tuple(int(x) for x in got) == tuple(t[k] for k in BUCKETS)
 
 
 # -- GenAI / OpenLLMetry / OpenInference spans -------------------------------------------------
+
 
 def test_genai_spans_give_the_usage_they_were_given_per_span():
     exp = expected(GENAI)
@@ -178,8 +190,9 @@ def test_genai_spans_give_the_usage_they_were_given_per_span():
 def test_genai_spans_that_are_not_requests_are_counted_by_name():
     exp = expected(GENAI)
     p = parse(GENAI / "traces.jsonl")
-    assert Counter(f"span:{s['name']}" for s in exp["spans"] if not s["request"]) == \
-        Counter({k: v for k, v in p.unknown.items() if k.startswith("span:")})
+    assert Counter(f"span:{s['name']}" for s in exp["spans"] if not s["request"]) == Counter(
+        {k: v for k, v in p.unknown.items() if k.startswith("span:")}
+    )
 
 
 def test_the_protobuf_bodies_and_their_json_give_the_same_rows():
@@ -202,18 +215,47 @@ def _span_line(attrs: dict, name: str = "chat m", service: str = "app") -> str:
         if isinstance(v, float):
             return {"doubleValue": v}
         return {"intValue": str(v)}
-    return json.dumps({"resourceSpans": [{"resource": {"attributes": [
-        {"key": "service.name", "value": {"stringValue": service}}]}, "scopeSpans": [{"spans": [{
-            "traceId": "0af7651916cd43dd8448eb211c80319c", "spanId": "b7ad6b7169203331", "name": name,
-            "startTimeUnixNano": "1790000000000000000", "endTimeUnixNano": "1790000001000000000",
-            "attributes": [{"key": k, "value": value(v)} for k, v in attrs.items()]}]}]}]})
+
+    return json.dumps(
+        {
+            "resourceSpans": [
+                {
+                    "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": service}}]},
+                    "scopeSpans": [
+                        {
+                            "spans": [
+                                {
+                                    "traceId": "0af7651916cd43dd8448eb211c80319c",
+                                    "spanId": "b7ad6b7169203331",
+                                    "name": name,
+                                    "startTimeUnixNano": "1790000000000000000",
+                                    "endTimeUnixNano": "1790000001000000000",
+                                    "attributes": [{"key": k, "value": value(v)} for k, v in attrs.items()],
+                                }
+                            ]
+                        }
+                    ],
+                }
+            ]
+        }
+    )
 
 
 def test_a_span_that_reports_input_without_its_cached_tokens_is_clipped_and_reported():
     """Anthropic's own convention (input excludes the cache) under GenAI names: visible, not hidden."""
-    p = parse_lines([_span_line({"gen_ai.usage.input_tokens": 3, "gen_ai.usage.output_tokens": 50,
-                                 "gen_ai.usage.cache_read.input_tokens": 9000,
-                                 "gen_ai.usage.cache_creation.input_tokens": 400})], "x")
+    p = parse_lines(
+        [
+            _span_line(
+                {
+                    "gen_ai.usage.input_tokens": 3,
+                    "gen_ai.usage.output_tokens": 50,
+                    "gen_ai.usage.cache_read.input_tokens": 9000,
+                    "gen_ai.usage.cache_creation.input_tokens": 400,
+                }
+            )
+        ],
+        "x",
+    )
     [r] = p.requests.to_pylist()
     assert buckets(r) == (0, 9000, 400, 50)
     [rej] = p.rejects
@@ -221,9 +263,19 @@ def test_a_span_that_reports_input_without_its_cached_tokens_is_clipped_and_repo
 
 
 def test_span_counts_are_read_by_name_whatever_the_wire_type():
-    p = parse_lines([_span_line({"llm.token_count.prompt": "1200", "llm.token_count.completion": 30.0,
-                                 "llm.token_count.prompt_details.cache_read": 1000,
-                                 "openinference.span.kind": "LLM"})], "x")
+    p = parse_lines(
+        [
+            _span_line(
+                {
+                    "llm.token_count.prompt": "1200",
+                    "llm.token_count.completion": 30.0,
+                    "llm.token_count.prompt_details.cache_read": 1000,
+                    "openinference.span.kind": "LLM",
+                }
+            )
+        ],
+        "x",
+    )
     [r] = p.requests.to_pylist()
     assert (buckets(r), r["agent"]) == ((200, 1000, 0, 30), "openinference")
     bad = parse_lines([_span_line({"gen_ai.usage.input_tokens": "many", "gen_ai.usage.output_tokens": 1})], "x")
@@ -232,21 +284,27 @@ def test_span_counts_are_read_by_name_whatever_the_wire_type():
 
 # -- the warehouse ------------------------------------------------------------------------------
 
+
 def test_a_session_less_metric_point_counts_only_without_request_rows_of_its_user_and_window(store):
     """codex.turn.token_usage has no session id: it must not double the request rows it repeats, and
     must not be dropped because of other users' requests or requests outside its window."""
     day = dt.datetime(2026, 11, 2, 10)
-    store.run("INSERT INTO requests (request_key, ts, source, agent, session_id, user_id, input_tokens, ingested_from) "
-              "VALUES ('r1', ?, 't', 'codex', 's1', 'alice', 7, 't:1')", [day])
+    store.run(
+        "INSERT INTO requests (request_key, ts, source, agent, session_id, user_id, input_tokens, ingested_from) "
+        "VALUES ('r1', ?, 't', 'codex', 's1', 'alice', 7, 't:1')",
+        [day],
+    )
     points = (  # (time, user, value): the repeat of r1; later that day; another user at the same time
         (day + dt.timedelta(seconds=20), "alice", 7),
         (day + dt.timedelta(hours=1), "alice", 5),
         (day + dt.timedelta(seconds=20), "bob", 11),
     )
     for i, (when, user, value) in enumerate(points):
-        store.run("INSERT INTO metric_points VALUES (?, 'codex.turn.token_usage', ?, 1, ?, ?, ?, 'input', "
-                  "'otlp-metric', 'codex', NULL, ?, NULL, 'm', NULL, NULL, 't:1')",
-                  [f"p{i}", f"series{i}", when - dt.timedelta(seconds=30), when, value, user])
+        store.run(
+            "INSERT INTO metric_points VALUES (?, 'codex.turn.token_usage', ?, 1, ?, ?, ?, 'input', "
+            "'otlp-metric', 'codex', NULL, ?, NULL, 'm', NULL, NULL, 't:1')",
+            [f"p{i}", f"series{i}", when - dt.timedelta(seconds=30), when, value, user],
+        )
     got = store.query("SELECT user_id, sum(input_tokens) FROM request_usage GROUP BY 1 ORDER BY 1")
     assert [(u, int(n)) for u, n in got] == [("alice", 7 + 5), ("bob", 11)]
 
@@ -256,8 +314,10 @@ def test_all_codex_sources_together_store_each_response_once(store):
     ingest(store, paths)
     n = sum(len(expected(d)["requests"]) for d in CODEX)
     assert store.scalar("SELECT count(*) FROM requests WHERE agent = 'codex'") == n
-    got = store.query("SELECT sum(input_tokens), sum(cache_read_tokens), sum(cache_write_unknown_tokens), "
-                      "sum(output_tokens), count(*) FROM request_usage WHERE agent = 'codex'")[0]
+    got = store.query(
+        "SELECT sum(input_tokens), sum(cache_read_tokens), sum(cache_write_unknown_tokens), "
+        "sum(output_tokens), count(*) FROM request_usage WHERE agent = 'codex'"
+    )[0]
     t = [expected(d)["totals"] for d in CODEX]
     assert tuple(int(x) for x in got) == tuple(sum(x[k] for x in t) for k in BUCKETS) + (n,)
 
@@ -266,14 +326,17 @@ def test_all_gemini_sources_together_store_each_response_once(store):
     paths = [p for d in GEMINI for p in (signal(d, "logs"), signal(d, "metrics"), d / "tmp")]
     ingest(store, paths)
     n = sum(len(expected(d)["requests"]) for d in GEMINI)
-    got = store.query("SELECT sum(input_tokens), sum(cache_read_tokens), sum(cache_write_unknown_tokens), "
-                      "sum(output_tokens), count(*), count(*) FILTER (WHERE from_metric) "
-                      "FROM request_usage WHERE agent = 'gemini-cli'")[0]
+    got = store.query(
+        "SELECT sum(input_tokens), sum(cache_read_tokens), sum(cache_write_unknown_tokens), "
+        "sum(output_tokens), count(*), count(*) FILTER (WHERE from_metric) "
+        "FROM request_usage WHERE agent = 'gemini-cli'"
+    )[0]
     t = [expected(d)["totals"]["all"] for d in GEMINI]
     assert tuple(int(x) for x in got) == tuple(sum(x[k] for x in t) for k in BUCKETS) + (n, 0)
     # the chat log's message id joins the event's row
-    assert store.scalar("SELECT count(*) FROM requests WHERE agent = 'gemini-cli' AND message_id IS NOT NULL") == \
-        sum(1 for d in GEMINI for r in expected(d)["requests"].values() if r["lane"] == "main")
+    assert store.scalar("SELECT count(*) FROM requests WHERE agent = 'gemini-cli' AND message_id IS NOT NULL") == sum(
+        1 for d in GEMINI for r in expected(d)["requests"].values() if r["lane"] == "main"
+    )
 
 
 def test_a_file_mixing_agents_and_signals_reads_the_same_in_small_chunks(tmp_path, monkeypatch):
@@ -287,8 +350,12 @@ def test_a_file_mixing_agents_and_signals_reads_the_same_in_small_chunks(tmp_pat
     mixed.write_bytes(b"".join(x + b"\n" for part in parts for x in part))
 
     def summary(p):
-        return (sorted((r["request_key"], buckets(r)) for r in p.requests.to_pylist()),
-                sorted(r["point_key"] for r in p.metric_points.to_pylist()), dict(p.unknown), len(p.rejects))
+        return (
+            sorted((r["request_key"], buckets(r)) for r in p.requests.to_pylist()),
+            sorted(r["point_key"] for r in p.metric_points.to_pylist()),
+            dict(p.unknown),
+            len(p.rejects),
+        )
 
     whole = summary(parse(mixed))
     monkeypatch.setattr(otlp_json, "CHUNK_BYTES", 64 << 10)

@@ -22,15 +22,20 @@ def test_a_wrong_format_does_not_hide_the_file_from_a_plain_ingest(store, tmp_pa
     f = _transcript(tmp_path)
     wrong = ingest(store, [f], format="codex-rollout")
     assert wrong.requests_added == 0
-    assert wrong.warnings == [f"{f}: nothing read as codex-rollout (it looks like claude-transcript); "
-                              "check --input-format, or ingest without it to detect the format"]
-    again = ingest(store, [f], format="codex-rollout")           # that read is remembered
+    assert wrong.warnings == [
+        f"{f}: nothing read as codex-rollout (it looks like claude-transcript); "
+        "check --input-format, or ingest without it to detect the format"
+    ]
+    again = ingest(store, [f], format="codex-rollout")  # that read is remembered
     assert again.files_skipped == 1 and not again.warnings
     plain = ingest(store, [f])
     assert (plain.files_skipped, plain.requests_added, plain.warnings) == (0, 2, [])
     assert ingest(store, [f]).files_skipped == 1
-    assert ingest(store, [f], format="claude-transcript").files_skipped == 1   # read as that already
-    assert store.scalar("SELECT list(format ORDER BY format) FROM ingested_files") == ["claude-transcript", "codex-rollout"]
+    assert ingest(store, [f], format="claude-transcript").files_skipped == 1  # read as that already
+    assert store.scalar("SELECT list(format ORDER BY format) FROM ingested_files") == [
+        "claude-transcript",
+        "codex-rollout",
+    ]
 
 
 def test_a_forced_right_format_is_remembered_for_plain_ingests(store, tmp_path):
@@ -51,7 +56,7 @@ def test_a_wrong_format_then_the_right_one_in_one_store(tmp_path):
 def test_ledger_rows_of_an_older_warehouse_are_kept_as_detected(tmp_path):
     f = _transcript(tmp_path)
     db = tmp_path / "old.duckdb"
-    with Store(db) as s:                   # a warehouse of the previous schema, with one ledger row
+    with Store(db) as s:  # a warehouse of the previous schema, with one ledger row
         ingest(s, [f])
     con = duckdb.connect(str(db))
     con.execute("DROP TABLE ingested_files")
@@ -60,9 +65,11 @@ def test_ledger_rows_of_an_older_warehouse_are_kept_as_detected(tmp_path):
             con.execute(sql.read_text())
     con.execute("DELETE FROM _migrations WHERE version >= 7")
     st = f.stat()
-    con.execute("INSERT INTO ingested_files (path, size, mtime_ns, format, ingested_at, rows_added, duplicates, "
-                "lines_rejected) VALUES (?, ?, ?, 'claude-transcript', now(), 2, 0, 0)",
-                [str(f.resolve()), st.st_size, max(st.st_mtime_ns, st.st_ctime_ns)])
+    con.execute(
+        "INSERT INTO ingested_files (path, size, mtime_ns, format, ingested_at, rows_added, duplicates, "
+        "lines_rejected) VALUES (?, ?, ?, 'claude-transcript', now(), 2, 0, 0)",
+        [str(f.resolve()), st.st_size, max(st.st_mtime_ns, st.st_ctime_ns)],
+    )
     con.close()
     with Store(db) as s:
         assert s.scalar("SELECT list((format, forced)) FROM ingested_files") == [("claude-transcript", False)]

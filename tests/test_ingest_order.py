@@ -16,7 +16,7 @@ from kvtrace.store import Store
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces"
 TRANSCRIPTS = sorted((SAMPLE / "claude" / "projects").rglob("*.jsonl.gz"))
 LOG_LINES = gzip.decompress((SAMPLE / "otlp" / "logs.jsonl.gz").read_bytes()).splitlines(keepends=True)
-REQUESTS = 1947    # sample_traces/README.md
+REQUESTS = 1947  # sample_traces/README.md
 
 ROWS_SQL = "SELECT * FROM requests ORDER BY request_key"
 
@@ -64,13 +64,13 @@ def test_any_order_and_batching_of_the_sources_gives_the_same_rows(reference, da
     pieces = list(zip([0] + cuts, cuts + [len(LOG_LINES)]))
     units = [("tx", b) for b in batches] + [("logs", p) for p in pieces] + [("metrics", None)]
     units = [units[k] for k in data.draw(st.permutations(range(len(units))), label="order")]
-    log_ends = iter(end for _, end in pieces)      # the file only grows: pieces in line order
+    log_ends = iter(end for _, end in pieces)  # the file only grows: pieces in line order
     s = Store(memory=True)
     for kind, what in units:
         if kind == "tx":
             ingest(s, what)
         elif kind == "logs":
-            logs.write_bytes(b"".join(LOG_LINES[:next(log_ends)]))
+            logs.write_bytes(b"".join(LOG_LINES[: next(log_ends)]))
             ingest(s, [logs])
         else:
             ingest(s, [root / "otlp" / "metrics.jsonl.gz"])
@@ -91,10 +91,11 @@ def test_every_request_of_the_sample_week_gets_its_user_and_project(order):
         ingest(s, [SAMPLE])
     else:
         parts = [[SAMPLE / "claude" / "projects"], sorted((SAMPLE / "otlp").glob("*.jsonl.gz"))]
-        for paths in (parts if order == "transcripts-first" else parts[::-1]):
+        for paths in parts if order == "transcripts-first" else parts[::-1]:
             ingest(s, paths)
-    assert s.query("SELECT count(*), count(user_id), count(org_id), count(DISTINCT user_id) FROM requests") == \
-        [(REQUESTS, REQUESTS, REQUESTS, 6)]
+    assert s.query("SELECT count(*), count(user_id), count(org_id), count(DISTINCT user_id) FROM requests") == [
+        (REQUESTS, REQUESTS, REQUESTS, 6)
+    ]
     # the 4 compaction requests are only in the events: no transcript names their project
     assert s.scalar("SELECT count(project) FROM requests") == REQUESTS - 4
     s.close()
@@ -102,9 +103,21 @@ def test_every_request_of_the_sample_week_gets_its_user_and_project(order):
 
 @pytest.mark.slow
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.booleans(), st.sampled_from(["none", "main", "side", "both"]), st.integers(1, 9),
-                          st.booleans(), st.booleans(), st.booleans()), min_size=1, max_size=5),
-       st.data())
+@given(
+    st.lists(
+        st.tuples(
+            st.booleans(),
+            st.sampled_from(["none", "main", "side", "both"]),
+            st.integers(1, 9),
+            st.booleans(),
+            st.booleans(),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=5,
+    ),
+    st.data(),
+)
 def test_two_sources_merge_to_the_same_rows_in_any_order_and_batching(requests, data):
     """Property over the merge itself: an event (user, organization, cost, a write of unknown
     split, its own attributes; with or without its request id) and transcript copies (the
@@ -120,21 +133,51 @@ def test_two_sources_merge_to_the_same_rows_in_any_order_and_batching(requests, 
         common = dict(ts=100 * i, session_id="s", input_tokens=3, cache_read_tokens=1000 * i)
         rid = f"req_{i}"
         if event:
-            copies["otlp-log"].append(dict(
-                common, request_key=rid if event_has_id else f"otlp:{i}", request_id=rid if event_has_id else None,
-                source="otlp-log", user_id="u1", org_id="o1", cost_usd=0.5 + i, cache_write_unknown_tokens=40,
-                output_tokens=out, thread_id="main", attributes=f'{{"prompt.id": "p{i}", "query_source": "main"}}'))
-        transcript = dict(common, message_id=f"msg_{i}", source="claude-transcript", project="/src/app",
-                          cache_write_5m_tokens=40, attributes=f'{{"cwd": "/src/app", "version": "2.1.{i}"}}')
+            copies["otlp-log"].append(
+                dict(
+                    common,
+                    request_key=rid if event_has_id else f"otlp:{i}",
+                    request_id=rid if event_has_id else None,
+                    source="otlp-log",
+                    user_id="u1",
+                    org_id="o1",
+                    cost_usd=0.5 + i,
+                    cache_write_unknown_tokens=40,
+                    output_tokens=out,
+                    thread_id="main",
+                    attributes=f'{{"prompt.id": "p{i}", "query_source": "main"}}',
+                )
+            )
+        transcript = dict(
+            common,
+            message_id=f"msg_{i}",
+            source="claude-transcript",
+            project="/src/app",
+            cache_write_5m_tokens=40,
+            attributes=f'{{"cwd": "/src/app", "version": "2.1.{i}"}}',
+        )
         if tx in ("main", "both"):
-            copies["claude-transcript"].append(dict(
-                transcript, request_key=rid if tx_has_id else f"msg_{i}", request_id=rid if tx_has_id else None,
-                output_tokens=out, thread_id="main"))
+            copies["claude-transcript"].append(
+                dict(
+                    transcript,
+                    request_key=rid if tx_has_id else f"msg_{i}",
+                    request_id=rid if tx_has_id else None,
+                    output_tokens=out,
+                    thread_id="main",
+                )
+            )
         if tx in ("side", "both"):
             side_id = f"req_{i}_side" if side_own_id else rid
-            copies["claude-transcript"].append(dict(
-                transcript, request_key=side_id if tx_has_id else f"msg_{i}", request_id=side_id if tx_has_id else None,
-                output_tokens=out + 1, is_sidechain=True, thread_id="agent-a"))
+            copies["claude-transcript"].append(
+                dict(
+                    transcript,
+                    request_key=side_id if tx_has_id else f"msg_{i}",
+                    request_id=side_id if tx_has_id else None,
+                    output_tokens=out + 1,
+                    is_sidechain=True,
+                    thread_id="agent-a",
+                )
+            )
     batches = []
     for source, rows in copies.items():
         k = data.draw(st.integers(1, 2), label=f"{source} batches")
@@ -152,7 +195,7 @@ def test_two_sources_merge_to_the_same_rows_in_any_order_and_batching(requests, 
     first = run(batches)
     again = run([batches[k] for k in data.draw(st.permutations(range(len(batches))), label="order")])
     assert again == first
-    assert run(batches + batches) == first          # repeats change nothing
+    assert run(batches + batches) == first  # repeats change nothing
 
 
 def test_a_sidechain_copy_under_its_own_request_id_folds_into_its_request_in_every_order():
@@ -166,12 +209,22 @@ def test_a_sidechain_copy_under_its_own_request_id_folds_into_its_request_in_eve
     from tests.builders import parsed
 
     common = dict(ts=0, session_id="s", input_tokens=3, cache_read_tokens=0)
-    event = dict(common, request_key="req_0", request_id="req_0", source="otlp-log", user_id="u1", cost_usd=0.25,
-                 cache_write_unknown_tokens=40, output_tokens=5, thread_id="main")
+    event = dict(
+        common,
+        request_key="req_0",
+        request_id="req_0",
+        source="otlp-log",
+        user_id="u1",
+        cost_usd=0.25,
+        cache_write_unknown_tokens=40,
+        output_tokens=5,
+        thread_id="main",
+    )
     copy = dict(common, message_id="msg_0", source="claude-transcript", project="/src/app", cache_write_5m_tokens=40)
     main = dict(copy, request_key="req_0", request_id="req_0", output_tokens=5, thread_id="main")
-    side = dict(copy, request_key="req_0_side", request_id="req_0_side", output_tokens=6, is_sidechain=True,
-                thread_id="agent-a")
+    side = dict(
+        copy, request_key="req_0_side", request_id="req_0_side", output_tokens=6, is_sidechain=True, thread_id="agent-a"
+    )
     results = set()
     for order in itertools.permutations([event, main, side]):
         s = Store(memory=True)
@@ -198,14 +251,28 @@ def test_requests_that_only_share_their_counts_are_never_folded_together():
     from tests.builders import parsed
 
     common = dict(session_id="s", input_tokens=3, cache_read_tokens=1000)
-    ev1 = dict(common, ts=0, request_key="h1", source="otlp-log", output_tokens=5, user_id="u1",
-               cache_write_unknown_tokens=40)
+    ev1 = dict(
+        common, ts=0, request_key="h1", source="otlp-log", output_tokens=5, user_id="u1", cache_write_unknown_tokens=40
+    )
     ev2 = dict(ev1, ts=2, request_key="h2", output_tokens=9)
-    tx1 = dict(common, ts=1, request_key="req_1", request_id="req_1", message_id="msg_1", source="claude-transcript",
-               output_tokens=5, thread_id="main", cache_write_5m_tokens=40)
+    tx1 = dict(
+        common,
+        ts=1,
+        request_key="req_1",
+        request_id="req_1",
+        message_id="msg_1",
+        source="claude-transcript",
+        output_tokens=5,
+        thread_id="main",
+        cache_write_5m_tokens=40,
+    )
     tx2 = dict(tx1, ts=3, request_key="req_2", request_id="req_2", message_id="msg_2", output_tokens=9)
-    for batches in ([[ev1, ev2], [tx1], [tx2]], [[tx1, tx2], [ev1, ev2]], [[ev1, ev2], [tx1, tx2]],
-                    [[tx1], [ev1, ev2], [tx2]]):
+    for batches in (
+        [[ev1, ev2], [tx1], [tx2]],
+        [[tx1, tx2], [ev1, ev2]],
+        [[ev1, ev2], [tx1, tx2]],
+        [[tx1], [ev1, ev2], [tx2]],
+    ):
         s = Store(memory=True)
         for b in batches:
             with s.transaction():

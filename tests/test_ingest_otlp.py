@@ -26,13 +26,17 @@ def rows(parsed) -> list[dict]:
 
 
 def usage(store, session="s1") -> dict:
-    r = store.query("""SELECT sum(input_tokens), sum(cache_read_tokens), sum(cache_write_unknown_tokens),
+    r = store.query(
+        """SELECT sum(input_tokens), sum(cache_read_tokens), sum(cache_write_unknown_tokens),
                               sum(output_tokens), count(*)
-                       FROM request_usage WHERE session_id = ?""", [session])[0]
+                       FROM request_usage WHERE session_id = ?""",
+        [session],
+    )[0]
     return dict(zip(("input", "read", "write", "output", "rows"), r))
 
 
 # -- api_request events --------------------------------------------------------------------------
+
 
 def test_api_request_becomes_one_exact_row():
     p = parse_lines(lines(logs_line(event())), "spool-7")
@@ -41,7 +45,7 @@ def test_api_request_becomes_one_exact_row():
     assert r["request_key"] == r["request_id"] == "req_1"
     assert r["ts"] == T0_DT and r["source"] == "otlp-log" and r["agent"] == "claude-code"
     assert (r["session_id"], r["user_id"], r["model"], r["thread_id"]) == ("s1", "u-hash", "claude-opus-4-8", "main")
-    assert r["query_source"] == "main"       # 'sdk' (headless main thread), normalized
+    assert r["query_source"] == "main"  # 'sdk' (headless main thread), normalized
     assert (r["input_tokens"], r["output_tokens"], r["cache_read_tokens"]) == (113, 127, 21000)
     assert (r["cache_write_unknown_tokens"], r["cache_write_5m_tokens"], r["cache_write_1h_tokens"]) == (417, 0, 0)
     assert r["cost_usd"] == pytest.approx(0.01684625) and r["duration_ms"] == 36 and r["ttft_ms"] is None
@@ -54,7 +58,12 @@ def test_api_request_becomes_one_exact_row():
 @pytest.mark.parametrize("wire", ["js", "collector", "string", "double"])
 def test_counts_are_read_by_name_whatever_the_wire_type(wire):
     [r] = rows(parse_lines(lines(logs_line(event(wire=wire))), "x"))
-    assert (r["input_tokens"], r["output_tokens"], r["cache_read_tokens"], r["cache_write_unknown_tokens"]) == (113, 127, 21000, 417)
+    assert (r["input_tokens"], r["output_tokens"], r["cache_read_tokens"], r["cache_write_unknown_tokens"]) == (
+        113,
+        127,
+        21000,
+        417,
+    )
     assert r["cost_usd"] == pytest.approx(0.01684625) and r["duration_ms"] == 36
 
 
@@ -73,7 +82,7 @@ def test_newer_clients_give_the_ttl_split_of_the_cache_write():
 def test_time_falls_back_to_observed_time_then_event_timestamp():
     a = event(time_ns=None, observed_ns=T0 + 5_000_000, request_id="a")
     b = event(time_ns=None, request_id="b", **{"event.timestamp": "2026-11-29T11:51:56.500Z"})
-    c = event(time_ns="0", request_id="c", **{"event.timestamp": None})       # 0 = unset in proto3
+    c = event(time_ns="0", request_id="c", **{"event.timestamp": None})  # 0 = unset in proto3
     p = parse_lines(lines(logs_line(a, b, c)), "x")
     ts = {r["request_id"]: r["ts"] for r in rows(p)}
     assert ts == {"a": T0_DT + dt.timedelta(milliseconds=5), "b": dt.datetime(2026, 11, 29, 11, 51, 56, 500000)}
@@ -81,8 +90,10 @@ def test_time_falls_back_to_observed_time_then_event_timestamp():
 
 
 def test_without_request_id_the_key_is_a_content_hash_stable_across_wire_encodings():
-    k = [rows(parse_lines(lines(logs_line(event(wire=w, request_id=None))), "x"))[0]["request_key"]
-         for w in ("js", "collector", "string")]
+    k = [
+        rows(parse_lines(lines(logs_line(event(wire=w, request_id=None))), "x"))[0]["request_key"]
+        for w in ("js", "collector", "string")
+    ]
     other = rows(parse_lines(lines(logs_line(event(request_id=None, output_tokens=128))), "x"))[0]["request_key"]
     assert k[0] == k[1] == k[2] and other != k[0] and k[0].startswith("otlp:")
 
@@ -96,13 +107,31 @@ def test_subagent_requests_get_the_agent_name_as_thread():
 
 
 def test_other_events_and_foreign_logs_are_counted_by_kind():
-    foreign = {"timeUnixNano": str(T0), "body": {"stringValue": "GET /health 200"}, "eventName": "http.access",
-               "attributes": kvs({"http.status": 200})}
-    p = parse_lines(lines(logs_line(event("user_prompt"), event("compaction", pre_tokens="1567"), event(),
-                                    event("api_error", status_code=529)),
-                          json.dumps({"resourceLogs": [{"scopeLogs": [{"logRecords": [foreign]}]}]})), "x")
+    foreign = {
+        "timeUnixNano": str(T0),
+        "body": {"stringValue": "GET /health 200"},
+        "eventName": "http.access",
+        "attributes": kvs({"http.status": 200}),
+    }
+    p = parse_lines(
+        lines(
+            logs_line(
+                event("user_prompt"),
+                event("compaction", pre_tokens="1567"),
+                event(),
+                event("api_error", status_code=529),
+            ),
+            json.dumps({"resourceLogs": [{"scopeLogs": [{"logRecords": [foreign]}]}]}),
+        ),
+        "x",
+    )
     assert len(rows(p)) == 1
-    assert dict(p.unknown) == {"event:user_prompt": 1, "event:compaction": 1, "event:api_error": 1, "log:http.access": 1}
+    assert dict(p.unknown) == {
+        "event:user_prompt": 1,
+        "event:compaction": 1,
+        "event:api_error": 1,
+        "log:http.access": 1,
+    }
 
 
 def test_event_name_attribute_alone_identifies_an_api_request():
@@ -113,27 +142,42 @@ def test_event_name_attribute_alone_identifies_an_api_request():
 
 # -- malformed input -----------------------------------------------------------------------------
 
+
 def test_bad_lines_and_bad_counts_are_rejected_with_line_and_field(tmp_path):
     f = tmp_path / "otel.jsonl"
-    f.write_text("\n".join([
-        logs_line(event(request_id="ok1")),
-        "{not json",
-        "[1, 2]",
-        json.dumps({"resourceLogs": {"oops": 1}}),
-        json.dumps({"resource_logs": []}),
-        json.dumps({"hello": "world"}),
-        logs_line(event(request_id="bad", input_tokens="12x")),
-        "",
-        logs_line(event(request_id="neg", output_tokens=-3), event(request_id="ok2")),
-        metrics_line(point("input", "lots", T0, T0 + 1)),
-        metrics_line(point(None, 5.0, T0, T0 + 1)),
-        '{"resourceLogs": [',                               # torn: no newline at the end
-    ]))
+    f.write_text(
+        "\n".join(
+            [
+                logs_line(event(request_id="ok1")),
+                "{not json",
+                "[1, 2]",
+                json.dumps({"resourceLogs": {"oops": 1}}),
+                json.dumps({"resource_logs": []}),
+                json.dumps({"hello": "world"}),
+                logs_line(event(request_id="bad", input_tokens="12x")),
+                "",
+                logs_line(event(request_id="neg", output_tokens=-3), event(request_id="ok2")),
+                metrics_line(point("input", "lots", T0, T0 + 1)),
+                metrics_line(point(None, 5.0, T0, T0 + 1)),
+                '{"resourceLogs": [',  # torn: no newline at the end
+            ]
+        )
+    )
     p = parse(f)
     assert sorted(r["request_id"] for r in rows(p)) == ["ok1", "ok2"]
     got = [(r.line, r.field) for r in p.rejects]
-    assert got == [(2, None), (3, None), (4, "resourceLogs"), (5, "resource_logs"), (6, None),
-                   (7, "input_tokens"), (9, "output_tokens"), (10, "asDouble"), (11, "type"), (12, None)]
+    assert got == [
+        (2, None),
+        (3, None),
+        (4, "resourceLogs"),
+        (5, "resource_logs"),
+        (6, None),
+        (7, "input_tokens"),
+        (9, "output_tokens"),
+        (10, "asDouble"),
+        (11, "type"),
+        (12, None),
+    ]
     reasons = {r.line: r.reason for r in p.rejects}
     assert "12x" in reasons[7] and "torn" in reasons[12] and "invalid JSON" in reasons[2]
     assert p.lines == 12
@@ -141,19 +185,26 @@ def test_bad_lines_and_bad_counts_are_rejected_with_line_and_field(tmp_path):
 
 def test_pipeline_reports_bad_lines_as_file_line_field(store, tmp_path):
     f = tmp_path / "otel.jsonl"
-    f.write_text(logs_line(event(request_id="ok")) + "\n" + logs_line(event(request_id="b", cache_read_tokens="n/a")) + "\n")
+    f.write_text(
+        logs_line(event(request_id="ok")) + "\n" + logs_line(event(request_id="b", cache_read_tokens="n/a")) + "\n"
+    )
     s = ingest(store, [f])
     assert s.requests_added == 1 and s.lines_rejected == 1
     assert s.rejects == [f"{f}:2: field 'cache_read_tokens': not a token count: n/a"]
 
 
 def test_a_line_that_is_not_utf8_is_rejected_and_the_rest_read():
-    data = lines(logs_line(event(request_id="a"))) + b'{"resourceLogs": "\xff\xfe"}\n' + lines(logs_line(event(request_id="b")))
+    data = (
+        lines(logs_line(event(request_id="a")))
+        + b'{"resourceLogs": "\xff\xfe"}\n'
+        + lines(logs_line(event(request_id="b")))
+    )
     p = parse_lines(data, "x")
     assert [r["request_id"] for r in rows(p)] == ["a", "b"] and [r.line for r in p.rejects] == [2]
 
 
 # -- inputs ----------------------------------------------------------------------------------------
+
 
 def test_gzip_and_plain_files_give_the_same_rows(tmp_path):
     text = "\n".join(logs_line(event(request_id=f"r{i}", output_tokens=i)) for i in range(5)) + "\n"
@@ -163,8 +214,10 @@ def test_gzip_and_plain_files_give_the_same_rows(tmp_path):
     a, b = parse(tmp_path / "a.jsonl"), parse(tmp_path / "a.jsonl.gz")
 
     def strip(p):
-        return sorted((r | {"ingested_from": r["ingested_from"].rsplit(":", 1)[1]} for r in rows(p)),
-                      key=lambda r: r["request_key"])
+        return sorted(
+            (r | {"ingested_from": r["ingested_from"].rsplit(":", 1)[1]} for r in rows(p)),
+            key=lambda r: r["request_key"],
+        )
 
     assert strip(a) == strip(b) and len(strip(a)) == 5
 
@@ -193,8 +246,11 @@ def test_line_numbers_stay_right_across_chunks_and_batches(monkeypatch):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"")), max_size=30), st.booleans(),
-       st.integers(1, 64))
+@given(
+    st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"")), max_size=30),
+    st.booleans(),
+    st.integers(1, 64),
+)
 def test_pieces_are_whole_lines_and_lose_nothing(lines_, final_newline, size):
     data = b"\n".join(lines_) + (b"\n" if final_newline and lines_ else b"")
     pieces = list(otlp_common.iter_chunks(io.BytesIO(data), size))
@@ -204,7 +260,7 @@ def test_pieces_are_whole_lines_and_lose_nothing(lines_, final_newline, size):
     held, prev = [], None
     for p in otlp_common.iter_chunks(io.BytesIO(data), size, buffers=2):
         if prev is not None:
-            held.append(bytes(prev))       # read after the next piece was filled
+            held.append(bytes(prev))  # read after the next piece was filled
         prev = p
     if prev is not None:
         held.append(bytes(prev))
@@ -230,17 +286,29 @@ def test_empty_and_blank_inputs():
 
 # -- metrics ---------------------------------------------------------------------------------------
 
+
 def test_token_usage_points_with_temporality_read_per_metric():
     s = 1_795_953_000_000_000_000
-    p = parse_lines(lines(metrics_line(point("input", 10.0, s, s + 10**9), point("cacheRead", "900", s, s + 10**9, value_key="asInt")),
-                          metrics_line(point("output", 5, s, s + 10**9), temporality=2),
-                          metrics_line(point("output", 7, s, s + 2 * 10**9), temporality=None),
-                          metrics_line(point("output", 1.0, s, s + 10**9), name="claude_code.cost.usage")), "m")
+    p = parse_lines(
+        lines(
+            metrics_line(
+                point("input", 10.0, s, s + 10**9), point("cacheRead", "900", s, s + 10**9, value_key="asInt")
+            ),
+            metrics_line(point("output", 5, s, s + 10**9), temporality=2),
+            metrics_line(point("output", 7, s, s + 2 * 10**9), temporality=None),
+            metrics_line(point("output", 1.0, s, s + 10**9), name="claude_code.cost.usage"),
+        ),
+        "m",
+    )
     pts = sorted(p.metric_points.to_pylist(), key=lambda r: r["ingested_from"])
     assert [(x["token_type"], x["value"], x["temporality"]) for x in pts] == [
-        ("input", 10.0, 1), ("cacheRead", 900.0, 1), ("output", 5.0, 2), ("output", 7.0, 1)]
+        ("input", 10.0, 1),
+        ("cacheRead", 900.0, 1),
+        ("output", 5.0, 2),
+        ("output", 7.0, 1),
+    ]
     assert all(x["source"] == "otlp-metric" and x["session_id"] == "s1" and x["query_source"] == "main" for x in pts)
-    assert pts[2]["series_key"] == pts[3]["series_key"]            # same resource and attributes
+    assert pts[2]["series_key"] == pts[3]["series_key"]  # same resource and attributes
     assert len({x["point_key"] for x in pts}) == 4
     assert dict(p.unknown) == {"metric:claude_code.cost.usage": 1}
 
@@ -254,8 +322,12 @@ def test_a_point_exported_twice_is_kept_once():
 def test_delta_points_are_summed(store, tmp_path):
     s = 1_795_953_000_000_000_000
     f = tmp_path / "m.jsonl"
-    f.write_text(metrics_line(point("input", 10.0, s, s + 60 * 10**9), point("output", 3.0, s, s + 60 * 10**9)) + "\n"
-                 + metrics_line(point("input", 5.0, s + 60 * 10**9, s + 120 * 10**9)) + "\n")
+    f.write_text(
+        metrics_line(point("input", 10.0, s, s + 60 * 10**9), point("output", 3.0, s, s + 60 * 10**9))
+        + "\n"
+        + metrics_line(point("input", 5.0, s + 60 * 10**9, s + 120 * 10**9))
+        + "\n"
+    )
     ingest(store, [f])
     assert usage(store) | {"rows": 0} == {"input": 15, "read": 0, "write": 0, "output": 3, "rows": 0}
 
@@ -264,13 +336,18 @@ def test_cumulative_points_are_differenced_with_resets(store, tmp_path):
     s, m = 1_795_953_000_000_000_000, 60 * 10**9
     f = tmp_path / "m.jsonl"
     # running totals 100, 250, 250 (unchanged), then the process restarts: 40, 90
-    f.write_text("\n".join([
-        metrics_line(point("cacheRead", 100.0, s, s + m), temporality=2),
-        metrics_line(point("cacheRead", 250.0, s, s + 2 * m), temporality=2),
-        metrics_line(point("cacheRead", 250.0, s, s + 3 * m), temporality=2),
-        metrics_line(point("cacheRead", 40.0, s + 4 * m, s + 5 * m), temporality=2),
-        metrics_line(point("cacheRead", 90.0, s + 4 * m, s + 6 * m), temporality=2),
-    ]) + "\n")
+    f.write_text(
+        "\n".join(
+            [
+                metrics_line(point("cacheRead", 100.0, s, s + m), temporality=2),
+                metrics_line(point("cacheRead", 250.0, s, s + 2 * m), temporality=2),
+                metrics_line(point("cacheRead", 250.0, s, s + 3 * m), temporality=2),
+                metrics_line(point("cacheRead", 40.0, s + 4 * m, s + 5 * m), temporality=2),
+                metrics_line(point("cacheRead", 90.0, s + 4 * m, s + 6 * m), temporality=2),
+            ]
+        )
+        + "\n"
+    )
     ingest(store, [f])
     assert usage(store)["read"] == 340
 
@@ -278,26 +355,37 @@ def test_cumulative_points_are_differenced_with_resets(store, tmp_path):
 def test_events_and_metrics_of_one_session_are_never_double_counted(store, tmp_path):
     s = T0 - 10**9
     (tmp_path / "logs.jsonl").write_text(logs_line(event()) + "\n")
-    (tmp_path / "metrics.jsonl").write_text(metrics_line(
-        point("input", 113.0, s, T0 + 10**9), point("output", 127.0, s, T0 + 10**9),
-        point("cacheRead", 21000.0, s, T0 + 10**9), point("cacheCreation", 417.0, s, T0 + 10**9),
-        point("input", 50.0, s, T0 + 10**9, session="s2")) + "\n")
+    (tmp_path / "metrics.jsonl").write_text(
+        metrics_line(
+            point("input", 113.0, s, T0 + 10**9),
+            point("output", 127.0, s, T0 + 10**9),
+            point("cacheRead", 21000.0, s, T0 + 10**9),
+            point("cacheCreation", 417.0, s, T0 + 10**9),
+            point("input", 50.0, s, T0 + 10**9, session="s2"),
+        )
+        + "\n"
+    )
     ingest(store, [tmp_path])
     assert usage(store) == {"input": 113, "read": 21000, "write": 417, "output": 127, "rows": 1}
-    assert usage(store, "s2")["input"] == 50             # a session known only from the metric
+    assert usage(store, "s2")["input"] == 50  # a session known only from the metric
 
 
 def test_reingest_adds_nothing(store, tmp_path):
     s = T0 - 10**9
-    (tmp_path / "a.jsonl").write_text("\n".join([
-        logs_line(event(request_id="r1"), event(request_id=None)),
-        metrics_line(point("input", 9.0, s, T0, session="s9")),
-        spans_line(span(request_id="r1")),
-    ]) + "\n")
+    (tmp_path / "a.jsonl").write_text(
+        "\n".join(
+            [
+                logs_line(event(request_id="r1"), event(request_id=None)),
+                metrics_line(point("input", 9.0, s, T0, session="s9")),
+                spans_line(span(request_id="r1")),
+            ]
+        )
+        + "\n"
+    )
     first = ingest(store, [tmp_path])
     before = store.query("SELECT count(*), sum(input_tokens), sum(output_tokens) FROM request_usage")
     again = ingest(store, [tmp_path], force=True)
-    (tmp_path / "copy.jsonl").write_bytes((tmp_path / "a.jsonl").read_bytes())   # the same batches re-sent
+    (tmp_path / "copy.jsonl").write_bytes((tmp_path / "a.jsonl").read_bytes())  # the same batches re-sent
     third = ingest(store, [tmp_path / "copy.jsonl"])
     assert first.requests_added == 2 and first.metric_points_added == 1
     assert again.requests_added == third.requests_added == 0
@@ -306,6 +394,7 @@ def test_reingest_adds_nothing(store, tmp_path):
 
 
 # -- spans ---------------------------------------------------------------------------------------
+
 
 def test_an_llm_request_span_merges_with_its_event():
     p = parse_lines(lines(logs_line(event()), spans_line(span(), span("claude_code.tool"))), "x")
@@ -329,22 +418,50 @@ def test_a_span_alone_is_a_request_and_merges_with_a_later_event(store, tmp_path
 # -- the decoder never crashes -------------------------------------------------------------------
 
 JSON = st.recursive(
-    st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
-    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=12),
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12),
     lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=8), kids, max_size=4),
-    max_leaves=12)
+    max_leaves=12,
+)
 
 # OTLP-shaped documents: the structure the parser walks, with arbitrary leaves (numbers in every
 # wire encoding, text, objects, huge and negative values) and, sometimes, arbitrary parts.
-NUMBERISH = st.one_of(st.integers(min_value=-(2**70), max_value=2**70), st.integers(0, 10**6).map(str),
-                      st.floats(allow_nan=False), st.just({}), JSON)
+NUMBERISH = st.one_of(
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.integers(0, 10**6).map(str),
+    st.floats(allow_nan=False),
+    st.just({}),
+    JSON,
+)
 ANY_VALUE = st.one_of(
     st.builds(lambda k, v: {k: v}, st.sampled_from(["stringValue", "intValue", "doubleValue", "boolValue"]), NUMBERISH),
     st.builds(lambda k, v: {k: v}, st.sampled_from(["arrayValue", "kvlistValue", "bytesValue"]), JSON),
-    JSON)
-KEYS = st.sampled_from(["input_tokens", "output_tokens", "cache_read_tokens", "cache_creation_tokens",
-                        "cache_creation_5m_tokens", "request_id", "session.id", "event.name", "type",
-                        "query_source", "event.timestamp", "ttft_ms", "cost_usd"]) | st.text(max_size=6) | st.none()
+    JSON,
+)
+KEYS = (
+    st.sampled_from(
+        [
+            "input_tokens",
+            "output_tokens",
+            "cache_read_tokens",
+            "cache_creation_tokens",
+            "cache_creation_5m_tokens",
+            "request_id",
+            "session.id",
+            "event.name",
+            "type",
+            "query_source",
+            "event.timestamp",
+            "ttft_ms",
+            "cost_usd",
+        ]
+    )
+    | st.text(max_size=6)
+    | st.none()
+)
 ATTR = st.fixed_dictionaries({"key": KEYS, "value": ANY_VALUE})
 TIME = st.one_of(st.integers(min_value=-(2**65), max_value=2**65).map(str), st.integers(0, 2**64), JSON)
 
@@ -356,36 +473,75 @@ def shaped(strategy, wild=True):
 
 def _record(wild):
     attrs = shaped(st.lists(shaped(ATTR, wild), max_size=8), wild)
-    return shaped(st.fixed_dictionaries(
-        {"attributes": attrs},
-        optional={"timeUnixNano": TIME, "observedTimeUnixNano": TIME, "eventName": JSON,
-                  "body": st.sampled_from([{"stringValue": "claude_code.api_request"},
-                                           {"stringValue": "claude_code.compaction"}]) | JSON}), wild), attrs
+    return shaped(
+        st.fixed_dictionaries(
+            {"attributes": attrs},
+            optional={
+                "timeUnixNano": TIME,
+                "observedTimeUnixNano": TIME,
+                "eventName": JSON,
+                "body": st.sampled_from(
+                    [{"stringValue": "claude_code.api_request"}, {"stringValue": "claude_code.compaction"}]
+                )
+                | JSON,
+            },
+        ),
+        wild,
+    ), attrs
 
 
 def _export(wild):
     record, attrs = _record(wild)
-    point = shaped(st.fixed_dictionaries({"attributes": attrs, "timeUnixNano": TIME},
-                                         optional={"startTimeUnixNano": TIME, "asDouble": NUMBERISH, "asInt": NUMBERISH}), wild)
-    span = shaped(st.fixed_dictionaries({"name": st.just("claude_code.llm_request") | JSON, "attributes": attrs},
-                                        optional={"startTimeUnixNano": TIME, "endTimeUnixNano": TIME}), wild)
-    metric = shaped(st.fixed_dictionaries({"name": st.just("claude_code.token.usage") | JSON,
-                                           "sum": shaped(st.fixed_dictionaries(
-                                               {"dataPoints": shaped(st.lists(point, max_size=3), wild)},
-                                               optional={"aggregationTemporality": st.sampled_from([1, 2, "2", 0]) | JSON}),
-                                               wild)}), wild)
+    point = shaped(
+        st.fixed_dictionaries(
+            {"attributes": attrs, "timeUnixNano": TIME},
+            optional={"startTimeUnixNano": TIME, "asDouble": NUMBERISH, "asInt": NUMBERISH},
+        ),
+        wild,
+    )
+    span = shaped(
+        st.fixed_dictionaries(
+            {"name": st.just("claude_code.llm_request") | JSON, "attributes": attrs},
+            optional={"startTimeUnixNano": TIME, "endTimeUnixNano": TIME},
+        ),
+        wild,
+    )
+    metric = shaped(
+        st.fixed_dictionaries(
+            {
+                "name": st.just("claude_code.token.usage") | JSON,
+                "sum": shaped(
+                    st.fixed_dictionaries(
+                        {"dataPoints": shaped(st.lists(point, max_size=3), wild)},
+                        optional={"aggregationTemporality": st.sampled_from([1, 2, "2", 0]) | JSON},
+                    ),
+                    wild,
+                ),
+            }
+        ),
+        wild,
+    )
 
     def resource(scopes_key, items_key, item):
-        scope = shaped(st.fixed_dictionaries({items_key: shaped(st.lists(item, max_size=3), wild)},
-                                             optional={"scope": JSON}), wild)
-        return shaped(st.fixed_dictionaries({scopes_key: shaped(st.lists(scope, max_size=2), wild)},
-                                            optional={"resource": shaped(st.fixed_dictionaries({"attributes": attrs}), wild)}),
-                      wild)
+        scope = shaped(
+            st.fixed_dictionaries({items_key: shaped(st.lists(item, max_size=3), wild)}, optional={"scope": JSON}), wild
+        )
+        return shaped(
+            st.fixed_dictionaries(
+                {scopes_key: shaped(st.lists(scope, max_size=2), wild)},
+                optional={"resource": shaped(st.fixed_dictionaries({"attributes": attrs}), wild)},
+            ),
+            wild,
+        )
 
-    return st.fixed_dictionaries({}, optional={
-        "resourceLogs": shaped(st.lists(resource("scopeLogs", "logRecords", record), max_size=2), wild),
-        "resourceMetrics": shaped(st.lists(resource("scopeMetrics", "metrics", metric), max_size=2), wild),
-        "resourceSpans": shaped(st.lists(resource("scopeSpans", "spans", span), max_size=2), wild)})
+    return st.fixed_dictionaries(
+        {},
+        optional={
+            "resourceLogs": shaped(st.lists(resource("scopeLogs", "logRecords", record), max_size=2), wild),
+            "resourceMetrics": shaped(st.lists(resource("scopeMetrics", "metrics", metric), max_size=2), wild),
+            "resourceSpans": shaped(st.lists(resource("scopeSpans", "spans", span), max_size=2), wild),
+        },
+    )
 
 
 EXPORT = _export(wild=True)
@@ -396,8 +552,11 @@ def _mutate(doc: dict, path_values) -> dict:
     """A valid export with some attribute values (or times) swapped for arbitrary ones."""
     items = doc.get("resourceLogs") or doc.get("resourceMetrics") or doc.get("resourceSpans")
     scope = items[0].get("scopeLogs") or items[0].get("scopeMetrics") or items[0].get("scopeSpans")
-    leaves = scope[0].get("logRecords") or scope[0].get("spans") \
+    leaves = (
+        scope[0].get("logRecords")
+        or scope[0].get("spans")
         or scope[0].get("metrics", [{}])[0].get("sum", {}).get("dataPoints")
+    )
     for i, (where, value) in enumerate(path_values):
         leaf = leaves[i % len(leaves)]
         if where == "time":
@@ -408,14 +567,21 @@ def _mutate(doc: dict, path_values) -> dict:
 
 
 _T = 1_795_953_000_000_000_000
-VALID = st.sampled_from([
-    lambda: json.loads(logs_line(event(), event(request_id=None), event("compaction"))),
-    lambda: json.loads(metrics_line(point("input", 5.0, _T, _T + 1), point("cacheRead", "7", _T, _T + 2, value_key="asInt"))),
-    lambda: json.loads(metrics_line(point("output", 5.0, _T, _T + 1), temporality=2)),
-    lambda: json.loads(spans_line(span(), span("claude_code.tool"))),
-])
-NEAR_VALID = st.builds(lambda make, changes: _mutate(make(), changes), VALID,
-                       st.lists(st.tuples(st.just("time") | st.integers(0, 30), ANY_VALUE | TIME), max_size=3))
+VALID = st.sampled_from(
+    [
+        lambda: json.loads(logs_line(event(), event(request_id=None), event("compaction"))),
+        lambda: json.loads(
+            metrics_line(point("input", 5.0, _T, _T + 1), point("cacheRead", "7", _T, _T + 2, value_key="asInt"))
+        ),
+        lambda: json.loads(metrics_line(point("output", 5.0, _T, _T + 1), temporality=2)),
+        lambda: json.loads(spans_line(span(), span("claude_code.tool"))),
+    ]
+)
+NEAR_VALID = st.builds(
+    lambda make, changes: _mutate(make(), changes),
+    VALID,
+    st.lists(st.tuples(st.just("time") | st.integers(0, 30), ANY_VALUE | TIME), max_size=3),
+)
 
 
 def _check(values):
@@ -428,7 +594,7 @@ def _check(values):
         assert t is not None
         for row in t.to_pylist():
             assert row["ingested_from"].startswith("h:") and row["ts"] is not None
-            json.loads(row["attributes"])                # stored as JSON: must be valid
+            json.loads(row["attributes"])  # stored as JSON: must be valid
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -487,29 +653,40 @@ def test_a_record_without_any_name_is_counted_as_unnamed():
 
 # -- lines the classification must see for what they are ------------------------------------------
 
+
 def _seen(p, reach: bool = False) -> tuple:
     """What a parse gives, in a comparable form (``reach``: with how far it read)."""
-    out = (sorted(rows(p), key=lambda r: (r["request_key"], r["ingested_from"])),
-           sorted(p.metric_points.to_pylist(), key=lambda r: r["point_key"]),
-           [(r.line, r.reason, r.field) for r in p.rejects], dict(p.unknown), p.lines)
+    out = (
+        sorted(rows(p), key=lambda r: (r["request_key"], r["ingested_from"])),
+        sorted(p.metric_points.to_pylist(), key=lambda r: r["point_key"]),
+        [(r.line, r.reason, r.field) for r in p.rejects],
+        dict(p.unknown),
+        p.lines,
+    )
     return out + (p.read_to, p.lines_read, p.tail_sha256) if reach else out
 
 
-@pytest.mark.parametrize("odd", [
-    "{not json",                                                                        # not JSON
-    '{"resourceLogs": [], "resourceMetrics": ' + json.dumps(json.loads(metrics_line(point("input", 5.0, T0, T0 + 1)))["resourceMetrics"]) + "}",
-    '{"resourceLogs": [], "resource\\u004detrics": []}',                             # an escaped key is the same key
-    '{"resourceLogs": [], "resource_logs": []}',                                        # snake_case beside camelCase
-    '{"resourceLogs": [], "resource_logs": null}',                                      # a null one is absent
-    '{"resourceLogs": [], "resourceSpans": ' + json.dumps(json.loads(spans_line(span()))["resourceSpans"]) + "}",
-    '{"resourceLogs": [{"scopeLogs": [{"logRecords": [1]}]}]} trailing',
-])
+@pytest.mark.parametrize(
+    "odd",
+    [
+        "{not json",  # not JSON
+        '{"resourceLogs": [], "resourceMetrics": '
+        + json.dumps(json.loads(metrics_line(point("input", 5.0, T0, T0 + 1)))["resourceMetrics"])
+        + "}",
+        '{"resourceLogs": [], "resource\\u004detrics": []}',  # an escaped key is the same key
+        '{"resourceLogs": [], "resource_logs": []}',  # snake_case beside camelCase
+        '{"resourceLogs": [], "resource_logs": null}',  # a null one is absent
+        '{"resourceLogs": [], "resourceSpans": ' + json.dumps(json.loads(spans_line(span()))["resourceSpans"]) + "}",
+        '{"resourceLogs": [{"scopeLogs": [{"logRecords": [1]}]}]} trailing',
+    ],
+)
 def test_an_odd_line_among_log_lines_is_classified_and_the_others_are_read(odd):
     data = lines(logs_line(event(request_id="a")), odd, logs_line(event(request_id="b")))
     assert {r["request_id"] for r in rows(parse_lines(data, "h"))} >= {"a", "b"}
 
 
 # -- a file read in pieces -----------------------------------------------------------------------
+
 
 def _file_in_pieces(tmp_path, monkeypatch, data: bytes) -> tuple:
     """``parse`` of a file cut into pieces of about 3000 bytes, and of the same lines in one piece."""
@@ -546,7 +723,7 @@ def test_pieces_of_every_signal_and_a_torn_last_line(tmp_path, monkeypatch):
     ls += [logs_line(event(request_id=f"q{i}")) for i in range(10)]
     pieces, whole = _file_in_pieces(tmp_path, monkeypatch, lines(*ls) + b'{"resourceLogs": [')
     assert pieces == whole
-    assert len(pieces[0]) == 40 and len(pieces[1]) == 10 and pieces[2][-1][0] == 51    # the torn last line
+    assert len(pieces[0]) == 40 and len(pieces[1]) == 10 and pieces[2][-1][0] == 51  # the torn last line
 
 
 def test_codex_events_among_claude_code_events_in_pieces(tmp_path, monkeypatch):

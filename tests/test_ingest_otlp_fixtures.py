@@ -27,8 +27,12 @@ def expected(scenario: str) -> dict:
 
 
 def served(req: dict) -> dict:
-    return {"input": req["input_tokens"], "read": req["cache_read_tokens"],
-            "write": req["cache_creation_5m_tokens"] + req["cache_creation_1h_tokens"], "output": req["output_tokens"]}
+    return {
+        "input": req["input_tokens"],
+        "read": req["cache_read_tokens"],
+        "write": req["cache_creation_5m_tokens"] + req["cache_creation_1h_tokens"],
+        "output": req["output_tokens"],
+    }
 
 
 def served_total(exp: dict) -> dict:
@@ -48,16 +52,21 @@ def test_each_request_has_exactly_the_served_usage(scenario):
     p = parse(FIXTURES / scenario / "logs.jsonl")
     assert not p.rejects
     got = {r["request_id"]: r for r in p.requests.to_pylist()}
-    assert set(got) == set(exp["requests"])             # errors and retried attempts are not requests
+    assert set(got) == set(exp["requests"])  # errors and retried attempts are not requests
     for rid, want in exp["requests"].items():
         r = got[rid]
         split = r["cache_write_5m_tokens"] + r["cache_write_1h_tokens"] > 0
-        assert {"input": r["input_tokens"], "read": r["cache_read_tokens"],
-                "write": r["cache_write_5m_tokens"] + r["cache_write_1h_tokens"] + r["cache_write_unknown_tokens"],
-                "output": r["output_tokens"]} == served(want), rid
-        if split:    # a client that sends the TTL split must send the served one
+        assert {
+            "input": r["input_tokens"],
+            "read": r["cache_read_tokens"],
+            "write": r["cache_write_5m_tokens"] + r["cache_write_1h_tokens"] + r["cache_write_unknown_tokens"],
+            "output": r["output_tokens"],
+        } == served(want), rid
+        if split:  # a client that sends the TTL split must send the served one
             assert (r["cache_write_5m_tokens"], r["cache_write_1h_tokens"]) == (
-                want["cache_creation_5m_tokens"], want["cache_creation_1h_tokens"])
+                want["cache_creation_5m_tokens"],
+                want["cache_creation_1h_tokens"],
+            )
         assert r["session_id"] == want["session_id"] and r["model"] == want["model"]
         lane = want["lane"]
         assert r["query_source"] == {"main": "main", "subagent": "subagent"}.get(lane, "auxiliary"), (rid, lane)

@@ -30,7 +30,9 @@ def write_lines(path, objs, raw_tail=None):
 
 
 def counts(store):
-    return store.scalar("SELECT count(*) FROM requests"), store.scalar("SELECT coalesce(sum(output_tokens),0) FROM requests")
+    return store.scalar("SELECT count(*) FROM requests"), store.scalar(
+        "SELECT coalesce(sum(output_tokens),0) FROM requests"
+    )
 
 
 def test_reingest_adds_nothing_even_with_force(store, tmp_path):
@@ -53,7 +55,11 @@ def test_changed_file_is_reread_and_only_new_rows_count(store, tmp_path):
 
 
 def test_bad_lines_are_reported_with_file_and_line(store, tmp_path):
-    f = write_lines(tmp_path / "a.jsonl", [{"key": "r1", "minute": 1, "out": 1}], raw_tail='{"key": "r2", "minute": 2, "out": "x"}\n{torn')
+    f = write_lines(
+        tmp_path / "a.jsonl",
+        [{"key": "r1", "minute": 1, "out": 1}],
+        raw_tail='{"key": "r2", "minute": 2, "out": "x"}\n{torn',
+    )
     s = ingest(store, [f], format="fake")
     assert s.requests_added == 1 and s.lines_rejected == 2
     assert s.rejects[0].startswith(f"{f}:2: field 'out'")
@@ -134,6 +140,7 @@ def test_sniffing_known_shapes(tmp_path):
 
 # -- merge rules -----------------------------------------------------------------------------------
 
+
 def merge(store, *rows):
     s = IngestSummary()
     with store.transaction():
@@ -142,30 +149,85 @@ def merge(store, *rows):
 
 
 def test_event_then_transcript_copy_fills_split_and_keeps_one_row(store):
-    merge(store, dict(request_key="req_1", request_id="req_1", ts=1, cache_write_unknown_tokens=50, ttft_ms=700.0, output_tokens=9))
-    s = merge(store, dict(request_key="req_1", request_id="req_1", message_id="msg_1", ts=1, cache_write_5m_tokens=30,
-                          cache_write_1h_tokens=20, output_tokens=9))
+    merge(
+        store,
+        dict(
+            request_key="req_1", request_id="req_1", ts=1, cache_write_unknown_tokens=50, ttft_ms=700.0, output_tokens=9
+        ),
+    )
+    s = merge(
+        store,
+        dict(
+            request_key="req_1",
+            request_id="req_1",
+            message_id="msg_1",
+            ts=1,
+            cache_write_5m_tokens=30,
+            cache_write_1h_tokens=20,
+            output_tokens=9,
+        ),
+    )
     assert (s.requests_added, s.duplicates_skipped) == (0, 1)
-    assert store.query("SELECT message_id, cache_write_5m_tokens, cache_write_1h_tokens, cache_write_unknown_tokens, ttft_ms "
-                       "FROM requests") == [("msg_1", 30, 20, 0, 700.0)]
+    assert store.query(
+        "SELECT message_id, cache_write_5m_tokens, cache_write_1h_tokens, cache_write_unknown_tokens, ttft_ms "
+        "FROM requests"
+    ) == [("msg_1", 30, 20, 0, 700.0)]
 
 
 def test_two_copies_matching_one_stored_row_fill_it_as_the_main_copy_would(store):
     """A stored event, then a transcript batch holding a main-thread copy (by request id) and a
     sidechain copy (by message id) of it: the main copy is the one that fills the stored row."""
-    merge(store, dict(request_key="req_1", request_id="req_1", message_id="msg_1", source="otlp-log", ts=1,
-                      thread_id="main", cache_write_unknown_tokens=120, output_tokens=9))
-    s = merge(store, dict(request_key="req_1", request_id="req_1", source="claude-transcript", ts=1,
-                          thread_id="main", cache_write_unknown_tokens=120, output_tokens=9),
-              dict(request_key="msg_1", message_id="msg_1", source="claude-transcript", ts=1, thread_id="agent-a",
-                   is_sidechain=True, cache_write_5m_tokens=120, output_tokens=9))
+    merge(
+        store,
+        dict(
+            request_key="req_1",
+            request_id="req_1",
+            message_id="msg_1",
+            source="otlp-log",
+            ts=1,
+            thread_id="main",
+            cache_write_unknown_tokens=120,
+            output_tokens=9,
+        ),
+    )
+    s = merge(
+        store,
+        dict(
+            request_key="req_1",
+            request_id="req_1",
+            source="claude-transcript",
+            ts=1,
+            thread_id="main",
+            cache_write_unknown_tokens=120,
+            output_tokens=9,
+        ),
+        dict(
+            request_key="msg_1",
+            message_id="msg_1",
+            source="claude-transcript",
+            ts=1,
+            thread_id="agent-a",
+            is_sidechain=True,
+            cache_write_5m_tokens=120,
+            output_tokens=9,
+        ),
+    )
     assert (s.requests_added, s.duplicates_skipped) == (0, 2)
-    assert store.query("SELECT thread_id, is_sidechain, cache_write_5m_tokens, cache_write_unknown_tokens "
-                       "FROM requests") == [("main", False, 0, 120)]
+    assert store.query(
+        "SELECT thread_id, is_sidechain, cache_write_5m_tokens, cache_write_unknown_tokens FROM requests"
+    ) == [("main", False, 0, 120)]
 
 
 def test_sidechain_replay_loses_to_main_copy_in_either_order(store):
-    side = dict(request_key="req_b", request_id="req_b", message_id="msg_1", ts=1, output_tokens=5, is_sidechain=True, thread_id="agent-1")
+    side = dict(
+        request_key="req_b",
+        request_id="req_b",
+        message_id="msg_1",
+        ts=1,
+        output_tokens=5,
+        is_sidechain=True,
+        thread_id="agent-1",
+    )
     main = dict(request_key="req_a", request_id="req_a", message_id="msg_1", ts=1, output_tokens=5, is_sidechain=False)
     merge(store, side)
     s = merge(store, main)
@@ -178,8 +240,11 @@ def test_sidechain_replay_loses_to_main_copy_in_either_order(store):
 
 
 def test_larger_output_wins_within_and_across_batches(store):
-    s = merge(store, dict(request_key="m1", message_id="m1", ts=1, output_tokens=1),
-              dict(request_key="m1", message_id="m1", ts=1, output_tokens=40))
+    s = merge(
+        store,
+        dict(request_key="m1", message_id="m1", ts=1, output_tokens=1),
+        dict(request_key="m1", message_id="m1", ts=1, output_tokens=40),
+    )
     assert s.requests_added == 1 and s.duplicates_skipped == 1
     merge(store, dict(request_key="m1", message_id="m1", ts=1, output_tokens=300))
     merge(store, dict(request_key="m1", message_id="m1", ts=1, output_tokens=2))
@@ -188,10 +253,13 @@ def test_larger_output_wins_within_and_across_batches(store):
 
 @pytest.mark.slow
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 3), st.integers(0, 50), st.booleans()), max_size=12),
-       st.integers(1, 4))
+@given(
+    st.lists(st.tuples(st.integers(0, 6), st.integers(0, 3), st.integers(0, 50), st.booleans()), max_size=12),
+    st.integers(1, 4),
+)
 def test_any_split_into_batches_and_repeats_gives_the_same_rows(rows, nbatches):
     """Property: the stored result depends on the set of copies, not on batching or repetition."""
+
     def run(batches):
         s = Store(memory=True)
         for b in batches:
@@ -202,8 +270,17 @@ def test_any_split_into_batches_and_repeats_gives_the_same_rows(rows, nbatches):
         s.close()
         return out
 
-    copies = [dict(request_key=f"m{m}", message_id=f"m{m}", ts=m, output_tokens=o, is_sidechain=sc,
-                   thread_id="x" if sc else "main") for m, _, o, sc in rows]
+    copies = [
+        dict(
+            request_key=f"m{m}",
+            message_id=f"m{m}",
+            ts=m,
+            output_tokens=o,
+            is_sidechain=sc,
+            thread_id="x" if sc else "main",
+        )
+        for m, _, o, sc in rows
+    ]
     best = run([copies])
     batches = [copies[i::nbatches] for i in range(nbatches)]
     assert run(batches) == best
@@ -216,16 +293,35 @@ def test_any_split_into_batches_and_repeats_gives_the_same_rows(rows, nbatches):
 def test_event_and_transcript_of_a_subagent_request_merge_in_either_order(store, event_first):
     """An OTLP event is the original request, not a 'main copy': a transcript of the same request
     from a subagent file enriches it (split, thread) instead of losing to it."""
-    event = dict(request_key="req_9", request_id="req_9", source="otlp-log", ts=1, query_source="subagent",
-                 cache_write_unknown_tokens=80, output_tokens=12, ttft_ms=400.0, cost_usd=0.01)
-    transcript = dict(request_key="req_9", request_id="req_9", message_id="msg_9", source="claude-transcript", ts=1,
-                      query_source="subagent", thread_id="agent-a1", is_sidechain=True,
-                      cache_write_5m_tokens=80, output_tokens=12)
-    for row in ([event, transcript] if event_first else [transcript, event]):
+    event = dict(
+        request_key="req_9",
+        request_id="req_9",
+        source="otlp-log",
+        ts=1,
+        query_source="subagent",
+        cache_write_unknown_tokens=80,
+        output_tokens=12,
+        ttft_ms=400.0,
+        cost_usd=0.01,
+    )
+    transcript = dict(
+        request_key="req_9",
+        request_id="req_9",
+        message_id="msg_9",
+        source="claude-transcript",
+        ts=1,
+        query_source="subagent",
+        thread_id="agent-a1",
+        is_sidechain=True,
+        cache_write_5m_tokens=80,
+        output_tokens=12,
+    )
+    for row in [event, transcript] if event_first else [transcript, event]:
         merge(store, row)
-    assert store.query("SELECT count(*), sum(output_tokens), sum(cache_write_5m_tokens), sum(cache_write_unknown_tokens), "
-                       "any_value(thread_id), any_value(ttft_ms), any_value(message_id) FROM requests") == \
-        [(1, 12, 80, 0, "agent-a1", 400.0, "msg_9")]
+    assert store.query(
+        "SELECT count(*), sum(output_tokens), sum(cache_write_5m_tokens), sum(cache_write_unknown_tokens), "
+        "any_value(thread_id), any_value(ttft_ms), any_value(message_id) FROM requests"
+    ) == [(1, 12, 80, 0, "agent-a1", 400.0, "msg_9")]
 
 
 def test_unrecognized_file_in_a_folder_is_counted_but_named_one_is_an_error(store, tmp_path):
@@ -240,12 +336,36 @@ def test_unrecognized_file_in_a_folder_is_counted_but_named_one_is_an_error(stor
 
 
 def test_event_after_its_span_sets_model_and_query_source(store):
-    merge(store, dict(request_key="req_5", request_id="req_5", source="otlp-span", ts=1, model="claude-opus-4-8[1m]",
-                      query_source=None, ttft_ms=321.0, output_tokens=4))
-    merge(store, dict(request_key="req_5", request_id="req_5", source="otlp-log", ts=1, model="claude-opus-4-8",
-                      query_source="subagent", thread_id="general-purpose", output_tokens=4))
-    assert store.query("SELECT count(*), any_value(model), any_value(query_source), any_value(thread_id), "
-                       "any_value(ttft_ms) FROM requests") == [(1, "claude-opus-4-8", "subagent", "general-purpose", 321.0)]
+    merge(
+        store,
+        dict(
+            request_key="req_5",
+            request_id="req_5",
+            source="otlp-span",
+            ts=1,
+            model="claude-opus-4-8[1m]",
+            query_source=None,
+            ttft_ms=321.0,
+            output_tokens=4,
+        ),
+    )
+    merge(
+        store,
+        dict(
+            request_key="req_5",
+            request_id="req_5",
+            source="otlp-log",
+            ts=1,
+            model="claude-opus-4-8",
+            query_source="subagent",
+            thread_id="general-purpose",
+            output_tokens=4,
+        ),
+    )
+    assert store.query(
+        "SELECT count(*), any_value(model), any_value(query_source), any_value(thread_id), "
+        "any_value(ttft_ms) FROM requests"
+    ) == [(1, "claude-opus-4-8", "subagent", "general-purpose", 321.0)]
 
 
 def test_unrecognized_files_are_not_sniffed_again_until_they_change(store, tmp_path, monkeypatch):
@@ -270,18 +390,37 @@ def test_unrecognized_files_are_not_sniffed_again_until_they_change(store, tmp_p
 def test_event_and_transcript_without_a_shared_id_are_one_request(store, event_has_id):
     """A gateway drops requestId from transcripts, or an event lacks request_id: the two copies still
     merge (same session, same prompt-side counts, close in time) instead of counting twice."""
-    event = dict(request_key="req_7" if event_has_id else "otlp:abc", request_id="req_7" if event_has_id else None,
-                 source="otlp-log", ts=2, session_id="s9", input_tokens=3, cache_read_tokens=900,
-                 cache_write_unknown_tokens=120, output_tokens=40, ttft_ms=250.0)
-    transcript = dict(request_key="msg_7", message_id="msg_7", request_id=None if event_has_id else "req_8",
-                      source="claude-transcript", ts=1, session_id="s9", input_tokens=3, cache_read_tokens=900,
-                      cache_write_5m_tokens=120, output_tokens=40)
+    event = dict(
+        request_key="req_7" if event_has_id else "otlp:abc",
+        request_id="req_7" if event_has_id else None,
+        source="otlp-log",
+        ts=2,
+        session_id="s9",
+        input_tokens=3,
+        cache_read_tokens=900,
+        cache_write_unknown_tokens=120,
+        output_tokens=40,
+        ttft_ms=250.0,
+    )
+    transcript = dict(
+        request_key="msg_7",
+        message_id="msg_7",
+        request_id=None if event_has_id else "req_8",
+        source="claude-transcript",
+        ts=1,
+        session_id="s9",
+        input_tokens=3,
+        cache_read_tokens=900,
+        cache_write_5m_tokens=120,
+        output_tokens=40,
+    )
     other_turn = dict(transcript, request_key="msg_8", message_id="msg_8", cache_read_tokens=1020, ts=3)
     merge(store, event)
     s = merge(store, transcript, other_turn)
     assert s.requests_added == 1 and s.duplicates_skipped == 1
-    assert store.query("SELECT count(*), sum(cache_write_5m_tokens), sum(cache_write_unknown_tokens) FROM requests") == \
-        [(2, 120 + 120, 0)]
+    assert store.query(
+        "SELECT count(*), sum(cache_write_5m_tokens), sum(cache_write_unknown_tokens) FROM requests"
+    ) == [(2, 120 + 120, 0)]
 
 
 def test_a_file_rewritten_in_place_with_its_old_mtime_is_read_again(store, tmp_path):
@@ -290,7 +429,7 @@ def test_a_file_rewritten_in_place_with_its_old_mtime_is_read_again(store, tmp_p
     f = write_lines(tmp_path / "a.jsonl", [{"key": "r1", "minute": 1, "out": 1}])
     st = os.stat(f)
     ingest(store, [f], format="fake")
-    write_lines(f, [{"key": "r2", "minute": 1, "out": 2}])   # same size
+    write_lines(f, [{"key": "r2", "minute": 1, "out": 2}])  # same size
     os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert os.stat(f).st_size == st.st_size
     assert ingest(store, [f], format="fake").requests_added == 1

@@ -15,12 +15,13 @@ def write(path, ids, mode="w", tail=""):
         for i in ids:
             fh.write(logs_line(event(request_id=f"r{i}", output_tokens=i + 1)) + "\n")
         fh.write(tail)
-    os.utime(path, ns=(os.stat(path).st_mtime_ns + 1_000_000,) * 2)   # coarse mtimes: make the change seen
+    os.utime(path, ns=(os.stat(path).st_mtime_ns + 1_000_000,) * 2)  # coarse mtimes: make the change seen
 
 
 def rows(store):
-    return store.query("SELECT request_id, output_tokens, split_part(ingested_from, ':', -1) FROM requests "
-                       "ORDER BY request_id")
+    return store.query(
+        "SELECT request_id, output_tokens, split_part(ingested_from, ':', -1) FROM requests ORDER BY request_id"
+    )
 
 
 def test_a_grown_file_is_read_from_where_it_stopped(store, tmp_path, monkeypatch):
@@ -34,12 +35,12 @@ def test_a_grown_file_is_read_from_where_it_stopped(store, tmp_path, monkeypatch
     monkeypatch.setattr(otlp_json, "_parse", lambda *a, **k: reads.append(k.get("first")) or real(*a, **k))
     grown = ingest(store, [f])
     assert (grown.files_resumed, grown.requests_added, grown.duplicates_skipped) == (1, 2, 0)
-    assert reads == [4]                                           # lines 4 and 5 only
-    assert [r[2] for r in rows(store)] == ["1", "2", "3", "4", "5"]   # provenance numbers go on
-    with Store(memory=True) as whole:                             # the same as one read of the whole file
+    assert reads == [4]  # lines 4 and 5 only
+    assert [r[2] for r in rows(store)] == ["1", "2", "3", "4", "5"]  # provenance numbers go on
+    with Store(memory=True) as whole:  # the same as one read of the whole file
         ingest(whole, [f])
         assert rows(whole) == rows(store)
-    assert ingest(store, [f]).files_skipped == 1                  # unchanged again: not read at all
+    assert ingest(store, [f]).files_skipped == 1  # unchanged again: not read at all
 
 
 def test_a_torn_last_line_is_read_again_once_complete(store, tmp_path):
@@ -60,10 +61,10 @@ def test_a_rewritten_file_is_read_whole(store, tmp_path):
     f = tmp_path / "otel.jsonl"
     write(f, range(3))
     ingest(store, [f])
-    write(f, range(10, 15))                                       # longer, other bytes before the old end
+    write(f, range(10, 15))  # longer, other bytes before the old end
     s = ingest(store, [f])
     assert (s.files_resumed, s.requests_added) == (0, 5)
-    write(f, [20])                                                # shorter (rotated or truncated)
+    write(f, [20])  # shorter (rotated or truncated)
     s = ingest(store, [f])
     assert (s.files_resumed, s.requests_added) == (0, 1)
     assert len(rows(store)) == 9
@@ -107,8 +108,8 @@ def test_a_file_rotated_while_it_is_ingested_is_stored_and_its_successor_read_wh
 
     def parse_then_rotate(path, *a, **k):
         parsed = real(path, *a, **k)
-        os.rename(path, tmp_path / "otel.jsonl.1")     # the exporter rotates it
-        write(f, range(10, 13))                         # and starts a new file of the same length
+        os.rename(path, tmp_path / "otel.jsonl.1")  # the exporter rotates it
+        write(f, range(10, 13))  # and starts a new file of the same length
         return parsed
 
     monkeypatch.setattr(otlp_json, "parse", parse_then_rotate)
@@ -126,8 +127,10 @@ def test_a_span_lends_its_event_the_same_fields_in_one_read_as_across_reads(tmp_
     logs = b"".join(x + b"\n" for x in fixture_lines(CODEX[0], "logs"))
     traces = b"".join(x + b"\n" for x in fixture_lines(CODEX[0], "traces"))
     f = tmp_path / "codex.jsonl"
-    q = ("SELECT request_key, ts, duration_ms, cost_usd, ttft_ms, input_tokens, output_tokens FROM requests "
-         "WHERE agent = 'codex' ORDER BY request_key")
+    q = (
+        "SELECT request_key, ts, duration_ms, cost_usd, ttft_ms, input_tokens, output_tokens FROM requests "
+        "WHERE agent = 'codex' ORDER BY request_key"
+    )
     with Store(memory=True) as apart, Store(memory=True) as together:
         f.write_bytes(logs)
         ingest(apart, [f])

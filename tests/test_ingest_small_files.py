@@ -31,8 +31,10 @@ def _split(folder: Path, lines: list[bytes]) -> list[Path]:
 
 
 def _rows(store) -> list[tuple]:
-    return store.query("SELECT request_key, ts, session_id, model, input_tokens, cache_read_tokens, output_tokens, "
-                       "split_part(ingested_from, ':', -1) FROM requests ORDER BY request_key")
+    return store.query(
+        "SELECT request_key, ts, session_id, model, input_tokens, cache_read_tokens, output_tokens, "
+        "split_part(ingested_from, ':', -1) FROM requests ORDER BY request_key"
+    )
 
 
 def test_small_files_give_the_rows_of_one_file_in_one_transaction(store, tmp_path, sample_lines):
@@ -44,11 +46,16 @@ def test_small_files_give_the_rows_of_one_file_in_one_transaction(store, tmp_pat
     with Store(memory=True) as ref:
         ingest(ref, [one])
         assert [r[:-1] for r in _rows(store)] == [r[:-1] for r in _rows(ref)]
-    assert {r[-1] for r in _rows(store)} == {"1"}      # line 1 of its own file
-    assert store.scalar("SELECT count(*) FROM requests WHERE NOT starts_with(ingested_from, ?)",
-                        [str(tmp_path / "seg" / "seg-")]) == 0
-    ledger = store.query("SELECT count(*), count(DISTINCT path), count(DISTINCT ingested_at), sum(rows_added) "
-                         "FROM ingested_files")[0]
+    assert {r[-1] for r in _rows(store)} == {"1"}  # line 1 of its own file
+    assert (
+        store.scalar(
+            "SELECT count(*) FROM requests WHERE NOT starts_with(ingested_from, ?)", [str(tmp_path / "seg" / "seg-")]
+        )
+        == 0
+    )
+    ledger = store.query(
+        "SELECT count(*), count(DISTINCT path), count(DISTINCT ingested_at), sum(rows_added) FROM ingested_files"
+    )[0]
     assert ledger == (len(files), len(files), 1, s.requests_added)
     again = ingest(store, [tmp_path / "seg"])
     assert (again.files_skipped, again.requests_added) == (len(files), 0)
@@ -84,11 +91,12 @@ def test_a_bad_file_under_strict_keeps_the_files_before_it(store, tmp_path, samp
 def test_a_bad_line_and_a_torn_file_in_a_batch_are_named_by_file_and_line(store, tmp_path, sample_lines):
     files = _split(tmp_path / "seg", sample_lines[:30])
     files[7].write_bytes(sample_lines[7] + b"not json\n")
-    files[12].write_bytes(sample_lines[12] + sample_lines[13][:50])      # a last line still being written
+    files[12].write_bytes(sample_lines[12] + sample_lines[13][:50])  # a last line still being written
     s = ingest(store, [tmp_path / "seg"])
-    assert s.rejects == [f"{files[7]}:2: invalid JSON",
-                         f"{files[12]}:2: invalid JSON: the last line is torn (no newline at the end; "
-                         "was a writer interrupted?)"]
+    assert s.rejects == [
+        f"{files[7]}:2: invalid JSON",
+        f"{files[12]}:2: invalid JSON: the last line is torn (no newline at the end; was a writer interrupted?)",
+    ]
     one = tmp_path / "one.jsonl"
     one.write_bytes(b"".join(sample_lines[:30]))
     with Store(memory=True) as ref:

@@ -16,8 +16,16 @@ from kvtrace.ingest import ingest
 from kvtrace.ingest.base import REQUEST_SCHEMA
 from kvtrace.ingest.claude_transcripts import parse
 
-from tests.transcript_records import (PROJECT, SESSION, agent_file, assistant, main_file, progress_with_agent_message,
-                                      user, write)
+from tests.transcript_records import (
+    PROJECT,
+    SESSION,
+    agent_file,
+    assistant,
+    main_file,
+    progress_with_agent_message,
+    user,
+    write,
+)
 
 
 def rows(parsed) -> dict[str, dict]:
@@ -30,22 +38,31 @@ def stored(store) -> list[dict]:
 
 # -- one row per response ------------------------------------------------------------------------
 
+
 def test_a_response_written_as_several_lines_counts_once_with_its_largest_output(tmp_path):
-    f = write(main_file(tmp_path), [
-        user(),
-        assistant(out=3, block="thinking", ts="2026-08-01T04:50:41.000Z"),
-        assistant(out=388, block="text", ts="2026-08-01T04:50:42.000Z"),
-        assistant(out=12, block="tool_use", ts="2026-08-01T04:50:43.000Z"),  # a later line may read less
-        user(tool_result_bytes=5000),
-    ])
+    f = write(
+        main_file(tmp_path),
+        [
+            user(),
+            assistant(out=3, block="thinking", ts="2026-08-01T04:50:41.000Z"),
+            assistant(out=388, block="text", ts="2026-08-01T04:50:42.000Z"),
+            assistant(out=12, block="tool_use", ts="2026-08-01T04:50:43.000Z"),  # a later line may read less
+            user(tool_result_bytes=5000),
+        ],
+    )
     p = parse([f])
     assert p.requests.num_rows == 1 and not p.rejects
     r = p.requests.to_pylist()[0]
     assert r["output_tokens"] == 388
     assert (r["input_tokens"], r["cache_read_tokens"]) == (2, 9982)
-    assert r["ts"] == datetime(2026, 8, 1, 4, 50, 41)   # the response's first line
+    assert r["ts"] == datetime(2026, 8, 1, 4, 50, 41)  # the response's first line
     assert r["request_key"] == "req_1" and r["request_id"] == "req_1" and r["message_id"] == "msg_1"
-    assert (r["source"], r["agent"], r["query_source"], r["thread_id"]) == ("claude-transcript", "claude-code", "main", "main")
+    assert (r["source"], r["agent"], r["query_source"], r["thread_id"]) == (
+        "claude-transcript",
+        "claude-code",
+        "main",
+        "main",
+    )
     assert r["session_id"] == SESSION and r["project"] == PROJECT and r["model"] == "claude-opus-4-8"
     assert r["ingested_from"] == f"{f}:3"
     assert json.loads(r["attributes"])["version"] == "2.1.220"
@@ -65,10 +82,13 @@ def test_request_key_falls_back_to_message_id(tmp_path):
 
 
 def test_cache_write_split_is_preferred_even_when_the_total_reads_zero(tmp_path):
-    f = write(main_file(tmp_path), [
-        assistant(msg="m_split", req="r1", w5=100, w1=40, total=0),    # pre-2.1.152 quirk
-        assistant(msg="m_nosplit", req="r2", w5=70, split=False),        # older builds: total only
-    ])
+    f = write(
+        main_file(tmp_path),
+        [
+            assistant(msg="m_split", req="r1", w5=100, w1=40, total=0),  # pre-2.1.152 quirk
+            assistant(msg="m_nosplit", req="r2", w5=70, split=False),  # older builds: total only
+        ],
+    )
     got = rows(parse([f]))
     s, n = got["m_split"], got["m_nosplit"]
     assert (s["cache_write_5m_tokens"], s["cache_write_1h_tokens"], s["cache_write_unknown_tokens"]) == (100, 40, 0)
@@ -82,12 +102,16 @@ def test_timestamps_are_utc(tmp_path):
 
 # -- replays -------------------------------------------------------------------------------------
 
+
 def test_sidechain_replay_counts_once_and_the_main_copy_wins_in_one_batch(tmp_path):
     m = write(main_file(tmp_path), [assistant(out=400)])
-    a = write(agent_file(tmp_path), [
-        assistant(req="req_replayed", out=400, sidechain=True, agent="a08bf6deeb6ef7e1f"),
-        assistant(msg="msg_sub", req="req_sub", out=77, sidechain=True, agent="a08bf6deeb6ef7e1f"),
-    ])
+    a = write(
+        agent_file(tmp_path),
+        [
+            assistant(req="req_replayed", out=400, sidechain=True, agent="a08bf6deeb6ef7e1f"),
+            assistant(msg="msg_sub", req="req_sub", out=77, sidechain=True, agent="a08bf6deeb6ef7e1f"),
+        ],
+    )
     for order in ([m, a], [a, m]):
         got = rows(parse(order))
         assert set(got) == {"msg_1", "msg_sub"}
@@ -100,8 +124,13 @@ def test_sidechain_replay_counts_once_and_the_main_copy_wins_in_one_batch(tmp_pa
 @pytest.mark.parametrize("subagent_first", [True, False])
 def test_sidechain_replay_counts_once_whatever_the_ingest_order(store, tmp_path, subagent_first):
     m = write(main_file(tmp_path), [assistant(out=400)])
-    a = write(agent_file(tmp_path), [assistant(req="req_replayed", out=400, sidechain=True, agent="a1"),
-                                     assistant(msg="msg_sub", req="req_sub", out=77, sidechain=True, agent="a1")])
+    a = write(
+        agent_file(tmp_path),
+        [
+            assistant(req="req_replayed", out=400, sidechain=True, agent="a1"),
+            assistant(msg="msg_sub", req="req_sub", out=77, sidechain=True, agent="a1"),
+        ],
+    )
     first, second = (a, m) if subagent_first else (m, a)
     ingest(store, [first])
     s2 = ingest(store, [second])
@@ -109,7 +138,7 @@ def test_sidechain_replay_counts_once_whatever_the_ingest_order(store, tmp_path,
     assert set(got) == {"msg_1", "msg_sub"}
     assert got["msg_1"]["is_sidechain"] is False and got["msg_1"]["request_key"] == "req_1"
     assert got["msg_1"]["output_tokens"] == 400
-    assert s2.duplicates_skipped == 1   # the replay, or the stored replay the main copy replaced
+    assert s2.duplicates_skipped == 1  # the replay, or the stored replay the main copy replaced
 
 
 def test_a_subagent_file_without_flags_is_still_a_sidechain(tmp_path):
@@ -133,10 +162,17 @@ def test_resumed_session_copies_count_once(store, tmp_path):
 
 
 def test_reingest_adds_nothing(store, tmp_path):
-    write(main_file(tmp_path), [assistant(msg="m1", req="r1"), assistant(msg="m1", req="r1", out=500),
-                                assistant(msg="m2", req="r2")])
-    write(agent_file(tmp_path), [assistant(msg="m3", req="r3", sidechain=True, agent="a1"),
-                                 assistant(msg="m1", req="r9", sidechain=True, agent="a1")])
+    write(
+        main_file(tmp_path),
+        [assistant(msg="m1", req="r1"), assistant(msg="m1", req="r1", out=500), assistant(msg="m2", req="r2")],
+    )
+    write(
+        agent_file(tmp_path),
+        [
+            assistant(msg="m3", req="r3", sidechain=True, agent="a1"),
+            assistant(msg="m1", req="r9", sidechain=True, agent="a1"),
+        ],
+    )
     s1 = ingest(store, [tmp_path / "projects"])
     before = stored(store)
     assert s1.requests_added == 3
@@ -148,13 +184,25 @@ def test_reingest_adds_nothing(store, tmp_path):
 
 # -- robustness ----------------------------------------------------------------------------------
 
+
 def test_whitespace_does_not_matter(tmp_path):
-    recs = [user(), assistant(msg="m1", req="r1", out=5), assistant(msg="m1", req="r1", out=90),
-            assistant(msg="m2", req="r2", w5=300, w1=12, sidechain=False)]
+    recs = [
+        user(),
+        assistant(msg="m1", req="r1", out=5),
+        assistant(msg="m1", req="r1", out=90),
+        assistant(msg="m2", req="r2", w5=300, w1=12, sidechain=False),
+    ]
     compact = parse([write(tmp_path / "a" / "projects" / PROJECT / "s.jsonl", recs)])
     spaced = parse([write(tmp_path / "b" / "projects" / PROJECT / "s.jsonl", recs, sep=(", ", ": "))])
-    pretty_ish = parse([write(tmp_path / "c" / "projects" / PROJECT / "s.jsonl",
-                              [json.dumps(r, indent=None, separators=(" ,  ", " :\t")) for r in recs])])
+    pretty_ish = parse(
+        [
+            write(
+                tmp_path / "c" / "projects" / PROJECT / "s.jsonl",
+                [json.dumps(r, indent=None, separators=(" ,  ", " :\t")) for r in recs],
+            )
+        ]
+    )
+
     def rows_without_path(p):
         return sorted(p.requests.drop(["ingested_from"]).to_pylist(), key=lambda r: r["request_key"])
 
@@ -166,9 +214,9 @@ def test_whitespace_does_not_matter(tmp_path):
 
 def test_torn_last_line_is_skipped_but_a_bad_line_elsewhere_is_rejected(tmp_path):
     good = json.dumps(assistant(msg="m2", req="r2"), separators=(",", ":"))
-    torn = good[: good.index('"usage"')]   # cut after "role":"assistant", so it is a candidate line
+    torn = good[: good.index('"usage"')]  # cut after "role":"assistant", so it is a candidate line
     assert '"assistant"' in torn
-    f = write(main_file(tmp_path), [assistant(), torn, user()], tail=torn)   # no final newline
+    f = write(main_file(tmp_path), [assistant(), torn, user()], tail=torn)  # no final newline
     p = parse([f])
     assert set(rows(p)) == {"msg_1"}
     assert p.unknown["torn_last_line"] == 1
@@ -189,12 +237,22 @@ def test_synthetic_and_api_error_records_are_skipped_and_counted(tmp_path):
     syn = assistant(msg="s1", req=None, model="<synthetic>", out=0)
     no_usage = assistant(msg="n1", req="rn")
     del no_usage["message"]["usage"]
-    compact = {"type": "system", "subtype": "compact_boundary", "sessionId": SESSION, "uuid": "c1",
-               "timestamp": "2026-08-01T05:00:00Z", "compactMetadata": {"trigger": "auto", "preTokens": 155000}}
+    compact = {
+        "type": "system",
+        "subtype": "compact_boundary",
+        "sessionId": SESSION,
+        "uuid": "c1",
+        "timestamp": "2026-08-01T05:00:00Z",
+        "compactMetadata": {"trigger": "auto", "preTokens": 155000},
+    }
     p = parse([write(main_file(tmp_path), [err, syn, no_usage, compact, assistant()])])
     assert set(rows(p)) == {"msg_1"} and not p.rejects
-    assert (p.unknown["api_error"], p.unknown["synthetic"], p.unknown["assistant_without_usage"],
-            p.unknown["compact_boundary"]) == (1, 1, 1, 1)
+    assert (
+        p.unknown["api_error"],
+        p.unknown["synthetic"],
+        p.unknown["assistant_without_usage"],
+        p.unknown["compact_boundary"],
+    ) == (1, 1, 1, 1)
 
 
 def test_bad_values_are_rejected_with_their_field(tmp_path):
@@ -212,15 +270,16 @@ _NOT_COUNTS = ["1e20", '"lots"', "NaN", "1e400", "[1]", '{"n": 1}', "null", "-1"
 
 
 @pytest.mark.parametrize("value", _NOT_COUNTS)
-@pytest.mark.parametrize("field", ["output_tokens", "cache_read_input_tokens",
-                                   "cache_creation.ephemeral_1h_input_tokens"])
+@pytest.mark.parametrize(
+    "field", ["output_tokens", "cache_read_input_tokens", "cache_creation.ephemeral_1h_input_tokens"]
+)
 def test_a_count_that_is_not_a_count_is_rejected_naming_file_line_and_field(tmp_path, value, field):
     bad = assistant(msg="m_bad", req="r_bad")
     *parents, key = field.split(".")
     holder = bad["message"]["usage"]
     for name in parents:
         holder = holder[name]
-    holder[key] = "@BAD@"                  # then written as the raw JSON text ``value``
+    holder[key] = "@BAD@"  # then written as the raw JSON text ``value``
     written = json.dumps(bad, separators=(",", ":")).replace('"@BAD@"', value)
     f = write(main_file(tmp_path), [user(), written, assistant()])
     p = parse([f])
@@ -263,8 +322,11 @@ def test_gzip_files_read_like_plain_ones(tmp_path):
 def test_a_file_with_bytes_that_are_not_utf8_is_still_read(tmp_path):
     latin = main_file(tmp_path, "latin")
     latin.parent.mkdir(parents=True)
-    latin.write_bytes(b'{"type":"user","message":{"content":"caf\xe9"}}\n'
-                      + json.dumps(assistant(msg="m3", req="r3")).encode() + b"\n")
+    latin.write_bytes(
+        b'{"type":"user","message":{"content":"caf\xe9"}}\n'
+        + json.dumps(assistant(msg="m3", req="r3")).encode()
+        + b"\n"
+    )
     got = rows(parse([_plain(tmp_path), latin]))
     assert set(got) == {"m1", "m3"} and got["m1"]["output_tokens"] == 70
     assert got["m3"]["ingested_from"] == f"{latin}:2"
@@ -321,13 +383,40 @@ def test_many_files_in_parallel_groups_match_one_group(tmp_path, monkeypatch):
 
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=False) | st.text(max_size=8)
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=8)
     | st.sampled_from(["assistant", "user", "<synthetic>", "compact_boundary", "2026-08-01T04:50:42Z"]),
-    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(
-        st.sampled_from(["type", "message", "usage", "id", "requestId", "timestamp", "isSidechain",
-                         "input_tokens", "output_tokens", "cache_creation", "ephemeral_5m_input_tokens",
-                         "model", "subtype", "x"]) | st.text(max_size=5), kids, max_size=6),
-    max_leaves=20)
+    lambda kids: (
+        st.lists(kids, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "type",
+                    "message",
+                    "usage",
+                    "id",
+                    "requestId",
+                    "timestamp",
+                    "isSidechain",
+                    "input_tokens",
+                    "output_tokens",
+                    "cache_creation",
+                    "ephemeral_5m_input_tokens",
+                    "model",
+                    "subtype",
+                    "x",
+                ]
+            )
+            | st.text(max_size=5),
+            kids,
+            max_size=6,
+        )
+    ),
+    max_leaves=20,
+)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

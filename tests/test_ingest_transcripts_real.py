@@ -18,11 +18,18 @@ from kvtrace.ingest import ingest
 from kvtrace.ingest.claude_transcripts import parse
 
 FIXTURES = Path(__file__).parent / "fixtures" / "claude_code"
-SCENARIOS = sorted(p.parent.name for p in FIXTURES.glob("*/expected.json")
-                   if any((p.parent / "projects").rglob("*.jsonl")))
-LANES = ("main", "subagent")   # what transcripts record
-SUMS = ("input_tokens", "cache_read_tokens", "cache_write_5m_tokens", "cache_write_1h_tokens",
-        "cache_write_unknown_tokens", "output_tokens")
+SCENARIOS = sorted(
+    p.parent.name for p in FIXTURES.glob("*/expected.json") if any((p.parent / "projects").rglob("*.jsonl"))
+)
+LANES = ("main", "subagent")  # what transcripts record
+SUMS = (
+    "input_tokens",
+    "cache_read_tokens",
+    "cache_write_5m_tokens",
+    "cache_write_1h_tokens",
+    "cache_write_unknown_tokens",
+    "output_tokens",
+)
 
 pytestmark = pytest.mark.skipif(not SCENARIOS, reason="no real-client fixtures captured yet")
 
@@ -45,10 +52,21 @@ def test_transcripts_give_the_stub_usage_per_request(scenario):
     assert set(got) == set(want)
     for key, w in want.items():
         g = got[key]
-        assert (g["input_tokens"], g["cache_read_tokens"], g["cache_write_5m_tokens"], g["cache_write_1h_tokens"],
-                g["cache_write_unknown_tokens"], g["output_tokens"]) == \
-            (w["input_tokens"], w["cache_read_tokens"], w["cache_creation_5m_tokens"],
-             w["cache_creation_1h_tokens"], 0, w["output_tokens"]), key
+        assert (
+            g["input_tokens"],
+            g["cache_read_tokens"],
+            g["cache_write_5m_tokens"],
+            g["cache_write_1h_tokens"],
+            g["cache_write_unknown_tokens"],
+            g["output_tokens"],
+        ) == (
+            w["input_tokens"],
+            w["cache_read_tokens"],
+            w["cache_creation_5m_tokens"],
+            w["cache_creation_1h_tokens"],
+            0,
+            w["output_tokens"],
+        ), key
         assert g["message_id"] == w["message_id"] and g["model"] == w["model"]
         assert g["query_source"] == w["lane"] and g["session_id"] == w["session_id"]
         assert (g["thread_id"] == "main") == (w["lane"] == "main")
@@ -67,13 +85,18 @@ def test_ingesting_the_tree_twice_adds_nothing(store, scenario):
 def _totals(store, where: str) -> dict[str, dict]:
     cols = ", ".join(f"sum({c})::BIGINT" for c in SUMS)
     out = {}
-    for qs, n, *sums in store.query(f"SELECT query_source, count(*), {cols} FROM requests WHERE {where} "
-                                    "GROUP BY query_source"):
+    for qs, n, *sums in store.query(
+        f"SELECT query_source, count(*), {cols} FROM requests WHERE {where} GROUP BY query_source"
+    ):
         s = dict(zip(SUMS, sums))
         # OTLP events may not split the cache write by TTL: compare the write total too.
-        out[qs] = {"requests": n, "input": s["input_tokens"], "read": s["cache_read_tokens"],
-                   "write": s["cache_write_5m_tokens"] + s["cache_write_1h_tokens"] + s["cache_write_unknown_tokens"],
-                   "output": s["output_tokens"]}
+        out[qs] = {
+            "requests": n,
+            "input": s["input_tokens"],
+            "read": s["cache_read_tokens"],
+            "write": s["cache_write_5m_tokens"] + s["cache_write_1h_tokens"] + s["cache_write_unknown_tokens"],
+            "output": s["output_tokens"],
+        }
     return out
 
 

@@ -15,8 +15,20 @@ from tests.transcript_records import assistant, main_file, user, write
 
 
 def tree(root: Path) -> list[Path]:
-    files = [root / n for n in ("b.jsonl", "a.jsonl", "a-b.json", "a/x.jsonl", "a/z/y.json", "a.x/q.jsonl",
-                                "c/d/e/f.jsonl.gz", "skip.txt", "c/skip.log")]
+    files = [
+        root / n
+        for n in (
+            "b.jsonl",
+            "a.jsonl",
+            "a-b.json",
+            "a/x.jsonl",
+            "a/z/y.json",
+            "a.x/q.jsonl",
+            "c/d/e/f.jsonl.gz",
+            "skip.txt",
+            "c/skip.log",
+        )
+    ]
     for f in files:
         f.parent.mkdir(parents=True, exist_ok=True)
         f.write_text("{}\n")
@@ -41,19 +53,22 @@ def test_walk_lists_what_os_walk_lists_in_path_order(tmp_path):
 
 
 def transcripts(root: Path, n: int, start: int = 0) -> list[Path]:
-    return [write(main_file(root, f"s{i}"), [user(), assistant(msg=f"m{i}", req=f"r{i}", out=i + 1)])
-            for i in range(start, start + n)]
+    return [
+        write(main_file(root, f"s{i}"), [user(), assistant(msg=f"m{i}", req=f"r{i}", out=i + 1)])
+        for i in range(start, start + n)
+    ]
 
 
 # -- the transcripts parser, again and again -----------------------------------------------------
+
 
 def test_parses_in_a_row_agree_with_a_first_parse(tmp_path, monkeypatch):
     small = transcripts(tmp_path, 2)
     big = transcripts(tmp_path, 8, start=2)
     monkeypatch.setattr(ct, "_PARALLEL_BYTES", 0)
-    assert ct.parse(big).requests.num_rows == 8       # four groups
+    assert ct.parse(big).requests.num_rows == 8  # four groups
     monkeypatch.undo()
-    again = ct.parse(small)                            # one group, after four
+    again = ct.parse(small)  # one group, after four
     assert sorted(again.requests.column("request_key").to_pylist()) == ["r0", "r1"]
     first = ct.parse(small)
     assert first.requests.to_pylist() == again.requests.to_pylist() and first.lines == again.lines

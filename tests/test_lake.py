@@ -16,8 +16,16 @@ from tests.builders import parsed
 def warehouse(db_path):
     with Store(db_path) as s:
         with s.transaction():
-            _merge(s, parsed(*(dict(request_key=f"r{i}", ts=i * 600, output_tokens=i, cache_read_tokens=10 * i)
-                               for i in range(1, 7))), IngestSummary())
+            _merge(
+                s,
+                parsed(
+                    *(
+                        dict(request_key=f"r{i}", ts=i * 600, output_tokens=i, cache_read_tokens=10 * i)
+                        for i in range(1, 7)
+                    )
+                ),
+                IngestSummary(),
+            )
     return db_path
 
 
@@ -29,8 +37,10 @@ def test_lake_partitions_by_day_and_keeps_every_token(warehouse, tmp_path):
     days = sorted(p.name for p in (out / "requests").iterdir())
     # requests every 10 h from 2026-11-02 19:00 UTC
     assert days == ["day=2026-11-02", "day=2026-11-03", "day=2026-11-04"]
-    got = duckdb.sql(f"SELECT count(*), sum(output_tokens), sum(cache_read_tokens) FROM "
-                     f"read_parquet('{out}/requests/*/*.parquet', hive_partitioning = true)").fetchall()
+    got = duckdb.sql(
+        f"SELECT count(*), sum(output_tokens), sum(cache_read_tokens) FROM "
+        f"read_parquet('{out}/requests/*/*.parquet', hive_partitioning = true)"
+    ).fetchall()
     assert got == [(6, 21, 210)]
 
 

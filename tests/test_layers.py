@@ -41,16 +41,32 @@ LAYERS = [
 ]
 CORE_MODULES = {"errors", "units", "window", "wire", "__init__"}
 # Imported only inside functions: their import costs tens to hundreds of milliseconds.
-HEAVY = ("numpy", "pyarrow", "duckdb", "polars", "numba", "altair", "vl_convert", "grpc", "starlette", "uvicorn",
-         "croniter", "opentelemetry", "msgspec")
+HEAVY = (
+    "numpy",
+    "pyarrow",
+    "duckdb",
+    "polars",
+    "numba",
+    "altair",
+    "vl_convert",
+    "grpc",
+    "starlette",
+    "uvicorn",
+    "croniter",
+    "opentelemetry",
+    "msgspec",
+)
 # Light imports kept inside a function, with the reason.
 KEPT_INSIDE = {
-    ("kvtrace/launch.py", "from kvtrace.wire.client import forward"):
-        "the launcher of a command with no server must not pay for _socket (~5 ms)",
-    ("kvtrace/launch.py", "from kvtrace.cli import main as run_cli"):
-        "a forwarded command's launcher never loads the command line",
-    ("kvtrace/cli/serve.py", "from kvtrace.cli import command"):
-        "kvtrace.cli imports kvtrace.cli.serve to register it",
+    (
+        "kvtrace/launch.py",
+        "from kvtrace.wire.client import forward",
+    ): "the launcher of a command with no server must not pay for _socket (~5 ms)",
+    (
+        "kvtrace/launch.py",
+        "from kvtrace.cli import main as run_cli",
+    ): "a forwarded command's launcher never loads the command line",
+    ("kvtrace/cli/serve.py", "from kvtrace.cli import command"): "kvtrace.cli imports kvtrace.cli.serve to register it",
 }
 
 
@@ -83,8 +99,11 @@ def _imports() -> list[tuple[str, str, str, bool]]:
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 # ``from kvtrace import x``: the module x, or (``__version__``) the package itself
-                names = ([f"kvtrace.{a.name}" if _is_module(a.name) else "kvtrace" for a in node.names]
-                         if node.module == "kvtrace" else [node.module])
+                names = (
+                    [f"kvtrace.{a.name}" if _is_module(a.name) else "kvtrace" for a in node.names]
+                    if node.module == "kvtrace"
+                    else [node.module]
+                )
             else:
                 continue
             for name in names:
@@ -107,8 +126,11 @@ def test_every_package_has_a_layer():
 
 
 def test_imports_only_go_down_the_stack():
-    wrong = [f"{where}: {me} imports {other}" for me, other, where, _ in _imports()
-             if other != me and _layer(other) <= _layer(me)]
+    wrong = [
+        f"{where}: {me} imports {other}"
+        for me, other, where, _ in _imports()
+        if other != me and _layer(other) <= _layer(me)
+    ]
     assert not wrong, "imports against the layer order:\n" + "\n".join(wrong)
 
 
@@ -155,14 +177,22 @@ def test_kvtrace_modules_are_imported_inside_functions_only_when_heavy():
                 else:
                     inside.setdefault(stmt, []).append(f"{rel}:{node.lineno}")
     assert kept == set(KEPT_INSIDE), f"KEPT_INSIDE names imports no longer there: {set(KEPT_INSIDE) - kept}"
-    probe = subprocess.run([sys.executable, "-c", _PROBE], input=json.dumps([HEAVY, sorted(inside)]),
-                           capture_output=True, text=True, cwd=PACKAGE.parent, check=True)
+    probe = subprocess.run(
+        [sys.executable, "-c", _PROBE],
+        input=json.dumps([HEAVY, sorted(inside)]),
+        capture_output=True,
+        text=True,
+        cwd=PACKAGE.parent,
+        check=True,
+    )
     loads = json.loads(probe.stdout)
     broken = {stmt: got for stmt, got in loads.items() if isinstance(got, str)}
     assert not broken, f"imports that fail on their own: {broken}"
     light = sorted(f"{where}: {stmt}" for stmt, wheres in inside.items() if not loads[stmt] for where in wheres)
-    assert not light, ("kvtrace imports inside functions that bring no heavy library; import them at the top "
-                       "of the file (or add the place to KEPT_INSIDE with its reason):\n" + "\n".join(light))
+    assert not light, (
+        "kvtrace imports inside functions that bring no heavy library; import them at the top "
+        "of the file (or add the place to KEPT_INSIDE with its reason):\n" + "\n".join(light)
+    )
 
 
 def test_the_command_line_starts_without_the_numeric_libraries():

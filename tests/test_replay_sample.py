@@ -14,8 +14,17 @@ from kvtrace.errors import ConfigError
 from kvtrace.replay import load_tiers, replay, resolve_model
 from kvtrace.replay.sample import Sampling, sampled_replay
 from kvtrace.replay.grid import hit_grid
-from kvtrace.replay.sample import (MODULUS, block_hash, heavy_blocks, parse_rate, sample_codes, sample_trace,
-                                   sampled_distances, threshold_for_rate, threshold_for_size)
+from kvtrace.replay.sample import (
+    MODULUS,
+    block_hash,
+    heavy_blocks,
+    parse_rate,
+    sample_codes,
+    sample_trace,
+    sampled_distances,
+    threshold_for_rate,
+    threshold_for_size,
+)
 from kvtrace.replay.tracefile import load_npz, read_trace, save_npz
 from tests.paths import CONVERSATION, SYNTHETIC
 
@@ -27,7 +36,7 @@ def conv():
 
 @pytest.fixture(scope="module")
 def conv_exact(conv):
-    return replay(conv)          # the default grid: 64 capacities + unlimited x 8 TTLs (30 s .. 2 h, none)
+    return replay(conv)  # the default grid: 64 capacities + unlimited x 8 TTLs (30 s .. 2 h, none)
 
 
 def _ratios(res, key="hit_ratio_tokens"):
@@ -39,15 +48,16 @@ def test_one_percent_sample_of_the_conversation_trace(conv, conv_exact):
     and the error the output states is at least the error measured."""
     res = sampled_replay(conv, Sampling(rate=0.01))
     assert len(res.grid) == len(conv_exact.grid) == 520
-    assert [(g["capacity_tokens"], g["ttl_s"]) for g in res.grid] == \
-        [(g["capacity_tokens"], g["ttl_s"]) for g in conv_exact.grid]
+    assert [(g["capacity_tokens"], g["ttl_s"]) for g in res.grid] == [
+        (g["capacity_tokens"], g["ttl_s"]) for g in conv_exact.grid
+    ]
     for key, err in (("hit_ratio_tokens", "expected_error"), ("hit_ratio_blocks", "expected_error_blocks")):
         mae = float(np.abs(_ratios(res, key) - _ratios(conv_exact, key)).mean())
         assert mae <= 0.01, key
         assert res.sample[err] >= mae, key
     s = res.sample
     assert s["rate"] == pytest.approx(0.01, rel=1e-6) and s["mode"] == "rate" and s["samples"] == 5
-    assert s["sampled_accesses"] < conv.n_blocks * 0.1      # a sample, not the trace
+    assert s["sampled_accesses"] < conv.n_blocks * 0.1  # a sample, not the trace
     assert res.to_dict()["sample"] == s
 
 
@@ -64,16 +74,25 @@ def test_rate_one_is_the_exact_replay(path):
     trace = read_trace(path)
     m, ts = resolve_model("MiniMax-M2.7:fp8"), load_tiers("seed-testbed")
     exact = replay(trace, ttls=[60.0, 300.0, None], model=m, tiers=ts, tier_ttl=300.0)
-    res = sampled_replay(trace, Sampling(rate=1.0), ttls=[60.0, 300.0, None], model=m,
-                         tiers=load_tiers("seed-testbed"), tier_ttl=300.0)
+    res = sampled_replay(
+        trace, Sampling(rate=1.0), ttls=[60.0, 300.0, None], model=m, tiers=load_tiers("seed-testbed"), tier_ttl=300.0
+    )
     assert res.grid == exact.grid
     assert res.working_set == exact.working_set
     assert res.sample["expected_error"] == 0.0 and res.sample["samples"] == 1
     assert res.tiers["hit_ratio_tokens"] == exact.tiers["hit_ratio_tokens"]
     for a, b in zip(exact.tiers["tiers"], res.tiers["tiers"]):
         assert a["fills_at"] == b["fills_at"]
-        for key in ("hit_ratio_tokens", "hit_blocks", "capacity_blocks", "depth_tokens", "read_bytes",
-                    "write_bytes", "occupancy_peak_bytes", "evicted_bytes"):
+        for key in (
+            "hit_ratio_tokens",
+            "hit_blocks",
+            "capacity_blocks",
+            "depth_tokens",
+            "read_bytes",
+            "write_bytes",
+            "occupancy_peak_bytes",
+            "evicted_bytes",
+        ):
             assert (key in a) == (key in b) and a.get(key, 0) == pytest.approx(b.get(key, 0), rel=1e-12), key
 
 
@@ -93,17 +112,19 @@ def test_the_run_walk_equals_the_block_walk(conv, rate):
     assert a.peak_after == b.peak_after and np.array_equal(a.unique, b.unique)
     assert all(np.array_equal(a.live[k], b.live[k]) for k in a.live)
     assert a.heavy_accesses == b.heavy_accesses and a.light_accesses == b.light_accesses
-    if rate == 1.0:                                      # whole runs: fewer than blocks
+    if rate == 1.0:  # whole runs: fewer than blocks
         assert len(a.light) < len(b.light) / 2
 
 
 def test_sampled_tiers_within_their_stated_error(conv):
     m = resolve_model("MiniMax-M2.7:fp8")
     exact = replay(conv, ttls=[300.0], model=m, tiers=load_tiers("seed-testbed"), tier_ttl=300.0)
-    res = sampled_replay(conv, Sampling(rate=0.01), ttls=[300.0], model=m, tiers=load_tiers("seed-testbed"),
-                         tier_ttl=300.0)
-    err = np.mean([abs(a["hit_ratio_tokens"] - b["hit_ratio_tokens"])
-                   for a, b in zip(exact.tiers["tiers"], res.tiers["tiers"])])
+    res = sampled_replay(
+        conv, Sampling(rate=0.01), ttls=[300.0], model=m, tiers=load_tiers("seed-testbed"), tier_ttl=300.0
+    )
+    err = np.mean(
+        [abs(a["hit_ratio_tokens"] - b["hit_ratio_tokens"]) for a, b in zip(exact.tiers["tiers"], res.tiers["tiers"])]
+    )
     assert err <= res.sample["expected_error_tiers"]
     assert [t["capacity_bytes"] for t in res.tiers["tiers"]] == [t["capacity_bytes"] for t in exact.tiers["tiers"]]
     assert res.ttft is None and any("TTFT" in w for w in res.warnings)
@@ -113,7 +134,7 @@ def test_same_answer_twice_and_whatever_the_id_width(conv, tmp_path):
     a = sampled_replay(conv, Sampling(rate=0.05), ttls=[300.0, None])
     b = sampled_replay(conv, Sampling(rate=0.05), ttls=[300.0, None])
     path = tmp_path / "conv.npz"
-    save_npz(conv, path)                     # ids stored as int32
+    save_npz(conv, path)  # ids stored as int32
     narrow = load_npz(path)
     assert narrow.hash_ids.dtype == np.int32
     c = sampled_replay(narrow, Sampling(rate=0.05), ttls=[300.0, None])
@@ -131,7 +152,7 @@ def test_the_hash_is_stable():
     assert got == PINNED_HASHES
 
 
-PINNED_HASHES = [3793791033, 2433363436, 2539140574, 149465084, 3839455607]   # splitmix64, top 32 bits
+PINNED_HASHES = [3793791033, 2433363436, 2539140574, 149465084, 3839455607]  # splitmix64, top 32 bits
 
 
 @pytest.mark.parametrize("size", [500, 2000, 20000])
@@ -140,7 +161,7 @@ def test_fixed_size_keeps_at_most_n_blocks(conv, size):
     s = res.sample
     assert s["mode"] == "size" and s["size_limit"] == size
     assert s["sampled_blocks"] <= size
-    assert s["sampled_blocks"] >= 0.8 * size   # the rate falls only as far as it must
+    assert s["sampled_blocks"] >= 0.8 * size  # the rate falls only as far as it must
 
 
 def test_fixed_size_threshold_is_the_walk_of_shards():
@@ -151,7 +172,7 @@ def test_fixed_size_threshold_is_the_walk_of_shards():
     want = np.sort(np.unique(block_hash(np.unique(ids))))[1000]
     for chunk in (1_000, 7_777, 1 << 22):
         assert threshold_for_size(ids, 1000, chunk=chunk) == want
-    assert threshold_for_size(ids, 10**6) == MODULUS            # everything fits: rate 1
+    assert threshold_for_size(ids, 10**6) == MODULUS  # everything fits: rate 1
 
 
 def test_rates_and_errors():
@@ -189,11 +210,15 @@ def test_cli_sample_errors():
     assert r.exit_code == 1 and "not both" in r.output
 
 
-
 def test_cli_sample_holding_no_block(tmp_path):
     path = tmp_path / "t.jsonl"
-    path.write_text("".join(json.dumps({"timestamp": k, "input_length": 1024, "output_length": 1,
-                                        "hash_ids": [2 * k, 2 * k + 1]}) + "\n" for k in range(3)))
+    path.write_text(
+        "".join(
+            json.dumps({"timestamp": k, "input_length": 1024, "output_length": 1, "hash_ids": [2 * k, 2 * k + 1]})
+            + "\n"
+            for k in range(3)
+        )
+    )
     r = CliRunner().invoke(app, ["replay", str(path), "--block-size", "512", "--sample", "1e-9"])
     assert r.exit_code == 1 and "no block" in r.output and "raise --sample" in r.output
 

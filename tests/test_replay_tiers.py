@@ -15,12 +15,14 @@ from kvtrace.replay.traffic import tier_traffic
 
 from tests.replay_oracle import BS, prefix_trace, simulate_tiers
 
-BPT = 10                               # bytes per token of a toy model: a block is 40 bytes
+BPT = 10  # bytes per token of a toy model: a block is 40 bytes
 
 
 def _resolved(caps):
-    return [ResolvedTier(Tier(name=f"t{k}", read_gbps=1.0, write_gbps=1.0), c, c * BS * BPT, BS * BPT)
-            for k, c in enumerate(caps)]
+    return [
+        ResolvedTier(Tier(name=f"t{k}", read_gbps=1.0, write_gbps=1.0), c, c * BS * BPT, BS * BPT)
+        for k, c in enumerate(caps)
+    ]
 
 
 @st.composite
@@ -31,9 +33,13 @@ def small_request_trace(draw):
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-@given(small_request_trace().filter(lambda t: t is not None), st.sampled_from(["exclusive", "inclusive"]),
-       st.lists(st.integers(3, 9), min_size=1, max_size=3), st.sampled_from([None, 2000, 5000]),
-       st.sampled_from(["numpy", "numba"]))
+@given(
+    small_request_trace().filter(lambda t: t is not None),
+    st.sampled_from(["exclusive", "inclusive"]),
+    st.lists(st.integers(3, 9), min_size=1, max_size=3),
+    st.sampled_from([None, 2000, 5000]),
+    st.sampled_from(["numpy", "numba"]),
+)
 def test_tier_traffic_equals_a_block_by_block_hierarchy(trace, mode, caps, ttl_ms, engine):
     if mode == "inclusive":
         caps = sorted(caps)
@@ -69,7 +75,7 @@ def test_seed_testbed_is_four_gpus_less_the_weights_512gb_dram_and_eight_drives(
     bpb = model.bytes_per_block(512)
     assert res["HBM"].capacity_blocks == int((4 * 96e9 * 0.9 - model.weights_bytes) // bpb)
     assert res["DRAM"].capacity_blocks == int(512e9 // bpb)
-    assert res["NVMe"].capacity_blocks == int(8 * 12.8e12 / 2 // bpb)          # RAID10 mirrors
+    assert res["NVMe"].capacity_blocks == int(8 * 12.8e12 / 2 // bpb)  # RAID10 mirrors
     raid0 = {r.tier.name: r for r in resolve(load_tiers("seed-testbed-raid0"), model, 512)}
     assert raid0["NVMe"].capacity_blocks == int(8 * 12.8e12 // bpb)
 
@@ -87,8 +93,9 @@ def test_bad_tier_files_name_the_field(tmp_path):
     with pytest.raises(ConfigError, match="speed"):
         tiers_from_dict({"tier": [{"name": "x", "speed": 3}]})
     with pytest.raises(ConfigError, match="inclusive"):
-        resolve(TierSet("t", [Tier("a", capacity_tokens=400), Tier("b", capacity_tokens=40)], mode="inclusive"),
-                None, 4)
+        resolve(
+            TierSet("t", [Tier("a", capacity_tokens=400), Tier("b", capacity_tokens=40)], mode="inclusive"), None, 4
+        )
     with pytest.raises(ConfigError, match="model"):
         resolve(TierSet("t", [Tier("a", capacity_bytes=10**9)]), None, 4)
     with pytest.raises(ConfigError, match="weights do not fit"):

@@ -9,23 +9,29 @@ from kvtrace.replay import TTFTConfig, replay
 from kvtrace.replay.catalog import KVModel
 from kvtrace.replay.tiers import Compute, Tier, TierSet
 
-MODEL = KVModel(name="toy", layers=1, kv_heads=1, head_dim=5, attention_heads=2, params_total=1e9,
-                params_active=1e9)                       # 2 x 1 x 1 x 5 x 2 B = 20 B per token
-TIERS = TierSet("toy", [Tier("fast", capacity_tokens=8, read_gbps=1e-6, latency_us=1000),
-                        Tier("slow", capacity_tokens=400, read_gbps=1e-7, latency_us=5000)],
-                compute=Compute(gpus=2, prefill_tokens_per_s=100.0, tflops=1.0, mfu=0.5))
+MODEL = KVModel(
+    name="toy", layers=1, kv_heads=1, head_dim=5, attention_heads=2, params_total=1e9, params_active=1e9
+)  # 2 x 1 x 1 x 5 x 2 B = 20 B per token
+TIERS = TierSet(
+    "toy",
+    [
+        Tier("fast", capacity_tokens=8, read_gbps=1e-6, latency_us=1000),
+        Tier("slow", capacity_tokens=400, read_gbps=1e-7, latency_us=5000),
+    ],
+    compute=Compute(gpus=2, prefill_tokens_per_s=100.0, tflops=1.0, mfu=0.5),
+)
 
 
 def _trace(session=None):
     # Request 1 reuses request 0's 8 tokens; request 2 comes back 1000 s later and reuses all
     # 12 of request 1's tokens (3 blocks, of which the 8-token fast tier holds the first 2).
-    return BlockTrace.from_lists([0.0, 1.0, 1001.0], [8, 12, 14], [1, 1, 1],
-                                 [[0, 1], [0, 1, 2], [0, 1, 2, 3]], 4, session=session)
+    return BlockTrace.from_lists(
+        [0.0, 1.0, 1001.0], [8, 12, 14], [1, 1, 1], [[0, 1], [0, 1, 2], [0, 1, 2, 3]], 4, session=session
+    )
 
 
 def test_reload_and_prefill_per_request_with_the_rate_model():
-    res = replay(_trace(), capacities=[None], ttls=[None], model=MODEL, tiers=TIERS,
-                 ttft=TTFTConfig(overlap=False))
+    res = replay(_trace(), capacities=[None], ttls=[None], model=MODEL, tiers=TIERS, ttft=TTFTConfig(overlap=False))
     f = res.ttft
     # Request 1: 8 tokens in the fast tier (160 B at 1 kB/s + 1 ms), 4 tokens prefilled at 100/s.
     r1 = 160 / 1e3 + 0.001 + 4 / 100
@@ -51,8 +57,9 @@ def test_overlap_takes_the_longer_of_reload_and_prefill():
 def test_sessions_decide_resumption_when_the_trace_has_them(engine):
     import numpy as np
 
-    res = replay(_trace(session=np.array([7, 7, 8])), capacities=[None], ttls=[None], model=MODEL, tiers=TIERS,
-                 engine=engine)
+    res = replay(
+        _trace(session=np.array([7, 7, 8])), capacities=[None], ttls=[None], model=MODEL, tiers=TIERS, engine=engine
+    )
     assert (res.ttft["new"]["count"], res.ttft["continuing"]["count"], res.ttft["resumed"]["count"]) == (2, 1, 0)
     assert res.ttft["session_source"] == "session ids"
 

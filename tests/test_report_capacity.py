@@ -48,8 +48,13 @@ def test_each_capacity_is_the_smallest_that_reaches_its_share(trace, ttl):
 @pytest.fixture(scope="module")
 def conversation():
     trace = read_trace(CONVERSATION)
-    return trace, replay(trace, ttls=[300.0, 3600.0, None], model=resolve_model("MiniMax-M2.7:fp8"),
-                         tiers=load_tiers("seed-testbed"), tier_ttl=3600.0)
+    return trace, replay(
+        trace,
+        ttls=[300.0, 3600.0, None],
+        model=resolve_model("MiniMax-M2.7:fp8"),
+        tiers=load_tiers("seed-testbed"),
+        tier_ttl=3600.0,
+    )
 
 
 def test_capacity_on_the_mooncake_conversation_trace(conversation):
@@ -59,7 +64,7 @@ def test_capacity_on_the_mooncake_conversation_trace(conversation):
     for c in res.capacity:
         caps = [r["capacity_tokens"] for r in c["reach"]]
         assert [r["share"] for r in c["reach"]] == [0.9, 0.99, 1.0]
-        assert caps == sorted(caps) and caps[-1] <= peaks[c["ttl_s"]]   # the peak working set bounds it
+        assert caps == sorted(caps) and caps[-1] <= peaks[c["ttl_s"]]  # the peak working set bounds it
         assert all(r["capacity_bytes"] == r["capacity_tokens"] * bpt for r in c["reach"])
         assert c["reach"][-1]["hit_ratio_tokens"] == pytest.approx(c["hit_ratio_tokens"])
         # a tier lands where one LRU cache of its depth does
@@ -83,6 +88,7 @@ def test_replay_command_prints_the_capacity_table():
 
 # -- the report -----------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def week_store():
     with Store(memory=True) as s:
@@ -91,20 +97,22 @@ def week_store():
 
 
 def test_the_tier_ttl_of_a_report(week_store):
-    assert tier_ttl_s(ReportOptions(ttls=[300.0])) == 300.0          # the one --ttl, as kvtrace replay
+    assert tier_ttl_s(ReportOptions(ttls=[300.0])) == 300.0  # the one --ttl, as kvtrace replay
     assert tier_ttl_s(ReportOptions(ttls=[300.0, 3600.0])) is None
     assert tier_ttl_s(ReportOptions(ttls=[300.0, 3600.0], tier_ttl=3600.0)) == 3600.0
     assert tier_ttl_s(ReportOptions(ttls=[300.0], tier_ttl=math.inf)) is None
-    d = build_report(week_store, ReportOptions(ttls=[300.0, 3600.0], tier_ttl=3600.0, tiers="seed-testbed",
-                                               model="MiniMax-M2.7:fp8")).data
+    d = build_report(
+        week_store, ReportOptions(ttls=[300.0, 3600.0], tier_ttl=3600.0, tiers="seed-testbed", model="MiniMax-M2.7:fp8")
+    ).data
     assert d["tiers"]["ttl_s"] == 3600.0
     assert [c["ttl_s"] for c in d["tiers"]["capacity"]] == [300.0, 3600.0, None]
 
 
 @pytest.fixture(scope="module")
 def sized(week_store):
-    return build_report(week_store, ReportOptions(ttls=[300.0, 3600.0], tier_ttl=3600.0, tiers="seed-testbed",
-                                                  model="MiniMax-M2.7:fp8")).data
+    return build_report(
+        week_store, ReportOptions(ttls=[300.0, 3600.0], tier_ttl=3600.0, tiers="seed-testbed", model="MiniMax-M2.7:fp8")
+    ).data
 
 
 def test_capacity_in_json_markdown_html_and_terminal(sized):
@@ -133,8 +141,24 @@ def test_report_command_takes_the_tier_ttl(tmp_path):
     db = tmp_path / "kv.duckdb"
     with Store(db) as s:
         load_rows(s, week_rows(days=1))
-    res = runner.invoke(app, ["report", "--db", str(db), "--ttl", "5m,1h", "--tier-ttl", "1h", "--tiers",
-                              "seed-testbed", "--model", "MiniMax-M2.7:fp8", "-f", "json"])
+    res = runner.invoke(
+        app,
+        [
+            "report",
+            "--db",
+            str(db),
+            "--ttl",
+            "5m,1h",
+            "--tier-ttl",
+            "1h",
+            "--tiers",
+            "seed-testbed",
+            "--model",
+            "MiniMax-M2.7:fp8",
+            "-f",
+            "json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     d = json.loads(res.stdout)
     assert d["tiers"]["ttl_s"] == 3600.0 and len(d["tiers"]["capacity"]) == 3

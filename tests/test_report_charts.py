@@ -29,8 +29,7 @@ from tests.paths import ROOT
 from tests.report_samples import load_rows, nightly_profile, png_size, walk_spec as _walk, week_rows, with_tiers
 
 MODEL = "MiniMax-M2.7:fp8"
-OPTS = dict(ttls=[300.0, 3600.0], tiers="seed-testbed", model=MODEL, group_by=["day", "model"],
-            title="Sample week")
+OPTS = dict(ttls=[300.0, 3600.0], tiers="seed-testbed", model=MODEL, group_by=["day", "model"], title="Sample week")
 
 
 @pytest.fixture(scope="module")
@@ -73,22 +72,34 @@ def axes(svg: ET.Element) -> dict[str, list[str]]:
         if g.get("aria-roledescription") != "axis":
             continue
         title = re.search(r"titled '(.*?)' for", g.get("aria-label", ""))
-        labels = [_text(t) for lg in g.iter("{http://www.w3.org/2000/svg}g") if "role-axis-label" in (lg.get("class") or "")
-                  for t in lg.iter("{http://www.w3.org/2000/svg}text")]
+        labels = [
+            _text(t)
+            for lg in g.iter("{http://www.w3.org/2000/svg}g")
+            if "role-axis-label" in (lg.get("class") or "")
+            for t in lg.iter("{http://www.w3.org/2000/svg}text")
+        ]
         out[title.group(1) if title else ""] = labels
     return out
 
 
 def titles(svg: ET.Element) -> list[str]:
-    return [_text(g) for g in svg.iter("{http://www.w3.org/2000/svg}g")
-            if re.search(r"role-title-(text|subtitle)", g.get("class") or "")]
+    return [
+        _text(g)
+        for g in svg.iter("{http://www.w3.org/2000/svg}g")
+        if re.search(r"role-title-(text|subtitle)", g.get("class") or "")
+    ]
 
 
 # -- overlapping series ---------------------------------------------------------------------------
 
+
 def _line_layers(spec) -> list[dict]:
-    return [n for n in _walk(spec) if n.get("mark") in ("line", {"type": "line"}) or
-            (isinstance(n.get("mark"), dict) and n["mark"].get("type") == "line")]
+    return [
+        n
+        for n in _walk(spec)
+        if n.get("mark") in ("line", {"type": "line"})
+        or (isinstance(n.get("mark"), dict) and n["mark"].get("type") == "line")
+    ]
 
 
 def test_hit_ratio_curves_that_run_together_stay_visible(charts, week):
@@ -127,12 +138,15 @@ def test_identical_ttl_curves_are_one_line_and_said_so(week):
 
 # -- units on capacity axes -----------------------------------------------------------------------
 
+
 def test_capacity_axes_are_in_bytes_with_a_model(charts, week):
     per_token = week["tiers"]["model"]["bytes_per_token"]
     hit = axes(_svg(charts["miss-ratio-curves"].spec))
     (x_title,) = [t for t in hit if t.startswith("Cache capacity")]
     assert "bytes" in x_title and "MiniMax-M2.7" in x_title
-    assert hit[x_title] and all(re.fullmatch(r"\d+(\.\d+)? (B|KB|MB|GB|TB|PB)", lab) for lab in hit[x_title]), hit[x_title]
+    assert hit[x_title] and all(re.fullmatch(r"\d+(\.\d+)? (B|KB|MB|GB|TB|PB)", lab) for lab in hit[x_title]), hit[
+        x_title
+    ]
     caps = {r["cap"] for r in _rows(charts["miss-ratio-curves"].spec) if "hit" in r}
     assert caps == {float(g["capacity_bytes"]) for g in week["tiers"]["grid"] if g["capacity_tokens"]}
     ws = axes(_svg(charts["working-set"].spec))
@@ -172,6 +186,7 @@ def test_hourly_token_mix_axis_has_the_same_format(week_db):
 
 # -- one source for a number ----------------------------------------------------------------------
 
+
 def test_working_set_caption_quotes_the_tiers_table(charts, week):
     caption = charts["working-set"].caption
     (table,) = [t for t in report_tables(week) if t.key == "tiers" and "Tier" in t.headers]
@@ -184,6 +199,7 @@ def test_working_set_caption_quotes_the_tiers_table(charts, week):
 
 
 # -- reuse-time CDF -------------------------------------------------------------------------------
+
 
 def test_reuse_cdf_ends_at_the_trace_span_and_draws_identical_series_once(charts, week):
     c = charts["reuse-time-cdf"]
@@ -207,13 +223,14 @@ def test_reuse_cdf_keeps_two_lines_when_they_differ(week):
 
 # -- DWPD -----------------------------------------------------------------------------------------
 
+
 def test_dwpd_panel_is_left_out_with_a_sentence_when_no_drive_is_written(charts, week):
     nvme = next(t for t in week["tiers"]["tiers"] if t.get("dwpd_per_drive") is not None)
     assert nvme["write_bytes"] == 0
     c = charts["writes-dwpd"]
     assert "hconcat" not in c.spec and not any(r.get("dwpd") is not None for r in _rows(c.spec))
     assert "No drive tier was written" in c.caption and "NVMe" in c.caption
-    assert {"tier": "NVMe", "label": "no writes"} in _rows(c.spec)   # said on the chart too (PNG copies)
+    assert {"tier": "NVMe", "label": "no writes"} in _rows(c.spec)  # said on the chart too (PNG copies)
 
 
 def test_dwpd_panel_is_drawn_when_a_drive_is_written(week):
@@ -222,6 +239,7 @@ def test_dwpd_panel_is_drawn_when_a_drive_is_written(week):
 
 
 # -- TTFT units -----------------------------------------------------------------------------------
+
 
 def test_ttft_axis_speaks_time_units(charts):
     labels = axes(_svg(charts["ttft"].spec))["Time to first token (log scale)"]
@@ -238,6 +256,7 @@ def test_ttft_quantile_fallback_speaks_time_units(week):
 
 # -- token mix marks ------------------------------------------------------------------------------
 
+
 def _marks(spec) -> set[str]:
     return {(n["mark"] if isinstance(n["mark"], str) else n["mark"]["type"]) for n in _walk(spec) if "mark" in n}
 
@@ -248,7 +267,7 @@ def test_few_daily_points_are_bars_and_many_hours_are_areas(charts, week):
     days = [e["key"] for e in week["series"]["token_mix"]["entries"]]
     for title, labels in axes(_svg(charts["token-mix-over-time"].spec)).items():
         if title.startswith("Time"):
-            assert labels == days   # one ISO date under each day's bar
+            assert labels == days  # one ISO date under each day's bar
     with Store(memory=True) as s:
         load_rows(s, week_rows(days=3, per_day=80))
         d = build_report(s).data
@@ -257,6 +276,7 @@ def test_few_daily_points_are_bars_and_many_hours_are_areas(charts, week):
 
 
 # -- images ---------------------------------------------------------------------------------------
+
 
 def test_chart_files_carry_title_and_period(week, tmp_path):
     files = export_images(week, tmp_path, formats=("svg",))
@@ -272,8 +292,10 @@ def test_report_command_writes_png_and_svg_files(week_db, tmp_path):
     runner = CliRunner()
     for fmt in ("png", "svg"):
         out = tmp_path / fmt
-        res = runner.invoke(app, ["report", "--db", str(week_db), "--ttl", "5m,1h", "--model", MODEL,
-                                  "--format", fmt, "--out", str(out)])
+        res = runner.invoke(
+            app,
+            ["report", "--db", str(week_db), "--ttl", "5m,1h", "--model", MODEL, "--format", fmt, "--out", str(out)],
+        )
         assert res.exit_code == 0, res.output
         names = sorted(p.name for p in out.iterdir())
         assert names == sorted(f"{c}.{fmt}" for c in ("token-mix-over-time", "reuse-time-cdf", "working-set", "spend"))
@@ -351,8 +373,14 @@ def test_sample_week_page_in_headless_chromium(week, tmp_path):
     dom = dump_dom(chromium, page, tmp_path / "profile", extra=["--window-size=1400,3000"])
     status = re.search(r'<div id="kvtrace-status"([^>]*)>(.*?)</div>', dom, re.S)
     assert 'data-errors="0"' in status.group(1) and 'data-warnings="0"' in status.group(1), status.group(2)
-    m = json.loads(re.search(r'<pre id="measure">(.*?)</pre>', dom, re.S).group(1).replace("&amp;", "&")
-                   .replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", '"'))
+    m = json.loads(
+        re.search(r'<pre id="measure">(.*?)</pre>', dom, re.S)
+        .group(1)
+        .replace("&amp;", "&")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", '"')
+    )
     assert m["width"] >= 1380
     specs = build_charts(week)
     assert sorted(m["charts"]) == sorted(c.id for c in specs) and len(specs) == 7

@@ -24,13 +24,39 @@ runner = CliRunner()
 # Built-in list prices (USD per million tokens): sonnet-4-6 3 / 15, opus-4-6 5 / 25;
 # writes x1.25 (5 min and unknown TTL) or x2 (1 h), reads x0.1 of the input price.
 ROWS = [
-    dict(request_key="a", ts=0, model="claude-sonnet-4-6", session_id="s1", user_id="ann",
-         input_tokens=1_000, cache_read_tokens=100_000, cache_write_5m_tokens=2_000, output_tokens=500),
-    dict(request_key="b", ts=30, model="claude-opus-4-6", session_id="s2", user_id="bob",
-         input_tokens=10, cache_read_tokens=50_000, cache_write_1h_tokens=4_000, cache_write_unknown_tokens=800,
-         output_tokens=1_000, cost_usd=0.2),
-    dict(request_key="c", ts=60, model="local-llama", session_id="s3", user_id="bob",
-         input_tokens=5_000, output_tokens=100),
+    dict(
+        request_key="a",
+        ts=0,
+        model="claude-sonnet-4-6",
+        session_id="s1",
+        user_id="ann",
+        input_tokens=1_000,
+        cache_read_tokens=100_000,
+        cache_write_5m_tokens=2_000,
+        output_tokens=500,
+    ),
+    dict(
+        request_key="b",
+        ts=30,
+        model="claude-opus-4-6",
+        session_id="s2",
+        user_id="bob",
+        input_tokens=10,
+        cache_read_tokens=50_000,
+        cache_write_1h_tokens=4_000,
+        cache_write_unknown_tokens=800,
+        output_tokens=1_000,
+        cost_usd=0.2,
+    ),
+    dict(
+        request_key="c",
+        ts=60,
+        model="local-llama",
+        session_id="s3",
+        user_id="bob",
+        input_tokens=5_000,
+        output_tokens=100,
+    ),
 ]
 COST_A = (3 * (1_000 + 1.25 * 2_000 + 0.1 * 100_000) + 15 * 500) / 1e6
 COST_B = (5 * (10 + 2 * 4_000 + 1.25 * 800 + 0.1 * 50_000) + 25 * 1_000) / 1e6
@@ -50,7 +76,7 @@ def test_every_group_entry_has_its_list_price_cost(priced):
     assert users["ann"]["cost_usd"] == pytest.approx(COST_A)
     assert users["bob"]["cost_usd"] == pytest.approx(COST_B) and users["bob"]["unpriced_requests"] == 1
     models = {e["key"]: e for e in d["groups"]["model"]}
-    assert models["local-llama"]["cost_usd"] is None                  # unknown, not $0
+    assert models["local-llama"]["cost_usd"] is None  # unknown, not $0
     assert models["claude-opus-4-6"]["reported_cost_usd"] == pytest.approx(0.2)
     assert {e["key"]: e["cost_usd"] for e in d["groups"]["session"]}["s1"] == pytest.approx(COST_A)
     assert d["groups"]["agent"][0]["cost_usd"] == pytest.approx(COST_A + COST_B)
@@ -93,7 +119,7 @@ def test_cost_matches_the_spend_sections_observed_spend(store):
 
 
 def test_group_by_week_and_month(store):
-    load_rows(store, week_rows(days=40, per_day=2, seed=3))   # 2026-11-02 .. 2026-12-11
+    load_rows(store, week_rows(days=40, per_day=2, seed=3))  # 2026-11-02 .. 2026-12-11
     d = build_report(store, ReportOptions(group_by=["week", "month"])).data
     weeks = [e["key"] for e in d["groups"]["week"]]
     assert weeks[0] == "2026-W45" and weeks == sorted(weeks) and len(weeks) == 6
@@ -104,8 +130,13 @@ def test_group_by_week_and_month(store):
 
 def test_timezone_moves_day_boundaries_and_reads_naive_bounds_locally(store):
     # 23:30 UTC on Monday 2 November is 00:30 on Tuesday in Berlin (UTC+1 in November)
-    load_rows(store, [dict(request_key="late", ts=14 * 60 + 30, output_tokens=5),
-                      dict(request_key="early", ts=-8 * 60, output_tokens=7)])       # 01:00 UTC
+    load_rows(
+        store,
+        [
+            dict(request_key="late", ts=14 * 60 + 30, output_tokens=5),
+            dict(request_key="early", ts=-8 * 60, output_tokens=7),
+        ],
+    )  # 01:00 UTC
     utc = build_report(store, ReportOptions(group_by=["day"])).data
     assert [e["key"] for e in utc["groups"]["day"]] == ["2026-11-02"]
     berlin = build_report(store, ReportOptions(group_by=["day", "hour"], timezone="Europe/Berlin")).data
@@ -124,8 +155,7 @@ def test_report_command_takes_week_month_and_timezone(tmp_path):
     db = tmp_path / "kv.duckdb"
     with Store(db) as s:
         load_rows(s, ROWS)
-    res = runner.invoke(app, ["report", "--db", str(db), "-g", "week,month", "--timezone", "Asia/Tokyo",
-                              "-f", "json"])
+    res = runner.invoke(app, ["report", "--db", str(db), "-g", "week,month", "--timezone", "Asia/Tokyo", "-f", "json"])
     assert res.exit_code == 0, res.output
     d = json.loads(res.stdout)
     assert [e["key"] for e in d["groups"]["week"]] == ["2026-W45"] and d["window"]["timezone"] == "Asia/Tokyo"
@@ -143,8 +173,10 @@ def test_scheduled_summaries_and_the_index_carry_cost(tmp_path):
     with Store(db) as s:
         load_rows(s, week_rows())
     prof = tmp_path / "p.toml"
-    prof.write_text(f'[inputs]\nwarehouse = "{db}"\n[window]\nperiod = "last 1d"\n'
-                    f'[output]\nroot = "{tmp_path / "out"}"\nformats = ["json"]\n')
+    prof.write_text(
+        f'[inputs]\nwarehouse = "{db}"\n[window]\nperiod = "last 1d"\n'
+        f'[output]\nroot = "{tmp_path / "out"}"\nformats = ["json"]\n'
+    )
     said = runner.invoke(app, ["run", str(prof), "--at", "2026-11-04T00:15"])
     assert said.exit_code == 0, said.output
     said_json = json.loads(runner.invoke(app, ["run", str(prof), "--at", "2026-11-05T00:15", "--json"]).output)
@@ -162,15 +194,18 @@ def test_scheduled_summaries_and_the_index_carry_cost(tmp_path):
 def test_cost_is_the_same_bits_whatever_the_order_and_batching_of_the_rows():
     rows = week_rows(days=7, per_day=300, seed=11)
     for r, k in zip(rows, range(len(rows))):
-        r["cost_usd"] = round(0.001 + (k % 97) * 0.0123456789, 10)      # reported costs too
+        r["cost_usd"] = round(0.001 + (k % 97) * 0.0123456789, 10)  # reported costs too
     opts = ReportOptions(group_by=["day", "model", "session"])
     with Store(memory=True) as a, Store(memory=True) as b:
         load_rows(a, rows)
         back = rows[::-1]
-        for i in range(0, len(back), 333):                               # other order, other batches
-            load_rows(b, back[i:i + 333])
+        for i in range(0, len(back), 333):  # other order, other batches
+            load_rows(b, back[i : i + 333])
         da, db = build_report(a, opts).data, build_report(b, opts).data
         again = build_report(a, opts).data
     for key in ("cost", "groups"):
-        assert json.dumps(da[key], sort_keys=True) == json.dumps(db[key], sort_keys=True) \
+        assert (
+            json.dumps(da[key], sort_keys=True)
+            == json.dumps(db[key], sort_keys=True)
             == json.dumps(again[key], sort_keys=True)
+        )

@@ -21,7 +21,7 @@ runner = CliRunner()
 def week_db(tmp_path):
     db = tmp_path / "kv.duckdb"
     with Store(db) as s:
-        load_rows(s, week_rows())          # 2026-11-02 .. 2026-11-08
+        load_rows(s, week_rows())  # 2026-11-02 .. 2026-11-08
     return db
 
 
@@ -37,6 +37,7 @@ def report(db, *args):
 
 
 # -- kvtrace report -------------------------------------------------------------------------------
+
 
 def test_an_empty_warehouse_says_so_instead_of_a_zero_table(empty_db):
     res = report(empty_db)
@@ -58,14 +59,14 @@ def test_strict_makes_no_data_an_error_and_writes_nothing(week_db, empty_db, tmp
     assert res.exit_code == 1 and "Error: No data" in res.output and "--strict" in res.output
     assert not out.exists()
     assert report(empty_db, "--strict").exit_code == 1
-    assert report(week_db, "--strict").exit_code == 0       # data: --strict changes nothing
+    assert report(week_db, "--strict").exit_code == 0  # data: --strict changes nothing
 
 
 @pytest.mark.parametrize("fmt", ["json", "md", "html"])
 def test_every_format_carries_the_no_data_line(week_db, tmp_path, fmt):
     out = tmp_path / f"r.{fmt}"
     res = report(week_db, "--since", "2026-12-01", "--format", fmt, "--out", out)
-    assert res.exit_code == 0 and "No data" in res.output          # said on stderr too
+    assert res.exit_code == 0 and "No data" in res.output  # said on stderr too
     text = out.read_text()
     assert "No data: no requests from 2026-12-01" in text
     if fmt == "json":
@@ -83,6 +84,7 @@ def test_a_window_with_requests_has_no_no_data_line(week_db):
 
 # -- kvtrace run / schedule -----------------------------------------------------------------------
 
+
 @pytest.fixture
 def profile(tmp_path, week_db):
     prof = tmp_path / "nightly.toml"
@@ -92,7 +94,7 @@ warehouse = "{week_db}"
 [window]
 period = "last 1d"
 [output]
-root = "{tmp_path / 'out'}"
+root = "{tmp_path / "out"}"
 formats = ["json", "md"]
 [schedule]
 cron = "15 0 * * *"
@@ -114,29 +116,35 @@ def test_run_writes_no_report_for_a_period_without_data(profile, tmp_path):
 
 
 def test_the_profile_can_ask_for_empty_reports(profile, tmp_path):
-    profile.write_text(profile.read_text().replace('formats = ["json", "md"]',
-                                                   'formats = ["json", "md"]\nwrite_empty = true'))
+    profile.write_text(
+        profile.read_text().replace('formats = ["json", "md"]', 'formats = ["json", "md"]\nwrite_empty = true')
+    )
     assert runner.invoke(app, ["run", str(profile), "--at", "2026-11-12T00:15"]).exit_code == 0
     assert (tmp_path / "out" / "nightly" / "2026-11-11" / "report.md").exists()
 
 
 def test_schedule_says_a_period_had_no_data(profile):
-    res = runner.invoke(app, ["schedule", str(profile), "--once"])   # today: long after the sample week
+    res = runner.invoke(app, ["schedule", str(profile), "--once"])  # today: long after the sample week
     assert res.exit_code == 0, res.output
     assert "has no requests, no report written" in res.output and "1 run(s)" in res.output
 
 
 # -- the index compares with the previous period that has data ------------------------------------
 
+
 def test_the_index_skips_periods_without_data_and_says_how_far_back(profile, tmp_path):
-    with Store(profile.parent / "kv.duckdb") as s:     # 11-04 and 11-05 lose their requests
+    with Store(profile.parent / "kv.duckdb") as s:  # 11-04 and 11-05 lose their requests
         s.run("DELETE FROM requests WHERE ts >= '2026-11-04' AND ts < '2026-11-06'")
-    for at, extra in (("2026-11-04T00:15", []), ("2026-11-05T00:15", ["--write-empty"]),
-                      ("2026-11-06T00:15", []), ("2026-11-07T00:15", [])):
+    for at, extra in (
+        ("2026-11-04T00:15", []),
+        ("2026-11-05T00:15", ["--write-empty"]),
+        ("2026-11-06T00:15", []),
+        ("2026-11-07T00:15", []),
+    ):
         res = runner.invoke(app, ["run", str(profile), "--at", at, *extra])
         assert res.exit_code == 0, res.output
     runs = {r["period"]: r for r in collect_runs(tmp_path / "out")["nightly"]}
-    assert sorted(runs) == ["2026-11-03", "2026-11-04", "2026-11-06"]     # 11-05: empty, not written
+    assert sorted(runs) == ["2026-11-03", "2026-11-04", "2026-11-06"]  # 11-05: empty, not written
     assert runs["2026-11-04"]["summary"]["requests"] == 0 and runs["2026-11-04"]["changes"] is None
     assert runs["2026-11-06"]["previous"] == "2026-11-03" and runs["2026-11-06"]["previous_periods_back"] == 3
     assert runs["2026-11-06"]["changes"]["requests"] is not None
@@ -152,6 +160,7 @@ def test_periods_back_follows_the_calendar():
 
 
 # -- replay and reuse -----------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("cmd", ["replay", "reuse"])
 def test_replay_and_reuse_on_no_data_say_so(cmd, week_db, empty_db):
@@ -173,4 +182,4 @@ def test_a_warehouse_of_block_traces_says_how_to_report_on_them(tmp_path):
     assert plain.exit_code == 0 and "only block-hash traces" in plain.output and "--ttl or --tiers" in plain.output
     with Store(db, read_only=True) as s:
         d = build_report(s, ReportOptions(ttls=[300.0])).data
-    assert d["no_data"] is None and d["ttl"]                              # the replay is the report
+    assert d["no_data"] is None and d["ttl"]  # the replay is the report

@@ -29,8 +29,13 @@ from tests.report_samples import load_rows, week_rows
 
 # Every section: group_by, TTLs (the 30-day one is longer than the trace, so there are warnings),
 # a tier replay with a model and the serving model of two configurations (one with an offload tier).
-FULL = ReportOptions(group_by=["day", "model"], ttls=[300.0, 3600.0, 30 * 86400.0], tiers="seed-testbed",
-                     model="MiniMax-M2.7:fp8", simulate=["gpu=seed-testbed:HBM", "dram=seed-testbed:HBM,DRAM"])
+FULL = ReportOptions(
+    group_by=["day", "model"],
+    ttls=[300.0, 3600.0, 30 * 86400.0],
+    tiers="seed-testbed",
+    model="MiniMax-M2.7:fp8",
+    simulate=["gpu=seed-testbed:HBM", "dram=seed-testbed:HBM,DRAM"],
+)
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +97,7 @@ def test_every_section_appears_in_every_rendering_it_declares(full, tmp_path):
                 assert f"<h3>{escape(t.title)}</h3>{_table(t)}" in html, f"{s.key}: table {t.title!r} not on the page"
         for c in own:
             assert f'id="chart-{c.id}"' in spans[s.title], f"{s.key}: chart {c.id} not in its section"
-            if tables:   # before or after the section's tables, as declared
+            if tables:  # before or after the section's tables, as declared
                 before = spans[s.title].index(f'id="chart-{c.id}"') < spans[s.title].index("<table>")
                 assert before == s.charts_first, f"{s.key}: chart {c.id} on the wrong side of its tables"
             assert c.id in files, f"{s.key}: chart {c.id} not written as a file"
@@ -112,22 +117,40 @@ def test_every_section_appears_in_every_rendering_it_declares(full, tmp_path):
 
 def test_a_section_declared_in_the_registry_alone_reaches_every_rendering(store_week, monkeypatch):
     extra = registry.Section(
-        "extra", "An added section", when=lambda opts: bool(opts.ttls),
+        "extra",
+        "An added section",
+        when=lambda opts: bool(opts.ttls),
         compute=lambda store, opts, win: {"value": 42},
-        tables=lambda d: [TableSpec("extra", None, ("Name", "Value"), [("answer", str(d["extra"]["value"]))])]
-        if d.get("extra") else [],
-        charts=(lambda d: ChartSpec("extra-chart", "Extra chart", "An added chart.",
-                                    {"mark": "point", "data": {"values": [{"x": 1}]},
-                                     "encoding": {"x": {"field": "x", "type": "quantitative"}}})
-                if d.get("extra") else None,),
-        warnings=lambda d: ["An added warning."] if d.get("extra") else [])
+        tables=lambda d: (
+            [TableSpec("extra", None, ("Name", "Value"), [("answer", str(d["extra"]["value"]))])]
+            if d.get("extra")
+            else []
+        ),
+        charts=(
+            lambda d: (
+                ChartSpec(
+                    "extra-chart",
+                    "Extra chart",
+                    "An added chart.",
+                    {
+                        "mark": "point",
+                        "data": {"values": [{"x": 1}]},
+                        "encoding": {"x": {"field": "x", "type": "quantitative"}},
+                    },
+                )
+                if d.get("extra")
+                else None
+            ),
+        ),
+        warnings=lambda d: ["An added warning."] if d.get("extra") else [],
+    )
     monkeypatch.setattr(registry, "SECTIONS", registry.SECTIONS + (extra,))
 
     plain = build_report(store_week, ReportOptions()).data
     assert "extra" not in plain and "An added section" not in markdown(plain)
 
     d = build_report(store_week, ReportOptions(ttls=[300.0])).data
-    assert d["extra"] == {"value": 42} and list(d)[-2:] == ["extra", "no_data"]   # after the known keys
+    assert d["extra"] == {"value": 42} and list(d)[-2:] == ["extra", "no_data"]  # after the known keys
     buf = io.StringIO()
     render_json(d, buf)
     assert '"extra": {\n    "value": 42\n  }' in buf.getvalue()
@@ -136,7 +159,7 @@ def test_a_section_declared_in_the_registry_alone_reaches_every_rendering(store_
     assert md.index("## API spend by cache TTL") < md.index("## An added section")
     assert "An added section" in text and "Warning: An added warning." in text
     charts = registry.build_charts(d)
-    assert charts[-1].id == "extra-chart" and charts[-1].section == "extra"   # after the known charts
+    assert charts[-1].id == "extra-chart" and charts[-1].section == "extra"  # after the known charts
     spans = _h2_spans(page(d, charts))
     assert "<th>Name</th>" in spans["An added section"] and 'id="chart-extra-chart"' in spans["An added section"]
 
@@ -154,8 +177,18 @@ def test_the_json_and_the_chart_files_keep_their_pinned_orders(full):
     # the pinned keys first, in their order; a section added since comes after them
     assert keys == [*registry.JSON_ORDER, "simulate"]
     ids = [c.id for c in registry.build_charts(full)]
-    assert ids == ["token-mix-over-time", "reuse-time-cdf", "miss-ratio-curves", "working-set", "ttft",
-                   "writes-dwpd", "spend", "sim-throughput", "sim-occupancy", "sim-ttft"]
+    assert ids == [
+        "token-mix-over-time",
+        "reuse-time-cdf",
+        "miss-ratio-curves",
+        "working-set",
+        "ttft",
+        "writes-dwpd",
+        "spend",
+        "sim-throughput",
+        "sim-occupancy",
+        "sim-ttft",
+    ]
     # the pinned orders name only what the registry declares, and keep each section's charts in
     # their declared order (the page places them in build order)
     assert set(registry.JSON_ORDER) <= {s.key for s in registry.SECTIONS if s.compute}
@@ -169,9 +202,20 @@ def test_a_profile_can_ask_for_exactly_the_registrys_sections():
     """The options a scheduled run builds from a profile's [analysis] table enable every section of
     the registry when all are set, and only those always shown when none is."""
     period = period_for("last 1d", datetime(2026, 11, 4, 0, 15))
-    every = profile_from_dict({"analysis": {"ttls": ["5m", "1h"], "tiers": "seed-testbed", "model": "MiniMax-M2.7:fp8",
-                                            "tier_ttl": "1h", "group_by": ["day"], "capacities": [1e6],
-                                            "simulate": ["gpu=seed-testbed:HBM"]}}, name="all")
+    every = profile_from_dict(
+        {
+            "analysis": {
+                "ttls": ["5m", "1h"],
+                "tiers": "seed-testbed",
+                "model": "MiniMax-M2.7:fp8",
+                "tier_ttl": "1h",
+                "group_by": ["day"],
+                "capacities": [1e6],
+                "simulate": ["gpu=seed-testbed:HBM"],
+            }
+        },
+        name="all",
+    )
     opts = report_options(every, period)
     assert [s.key for s in registry.SECTIONS if s.when(opts)] == [s.key for s in registry.SECTIONS]
     bare = report_options(profile_from_dict({}, name="bare"), period)

@@ -31,23 +31,51 @@ def _cli(*args) -> dict:
 
 def _simulate(db, since: str, until: str, sim: dict, *extra) -> dict:
     """``kvtrace simulate --sessions warehouse`` over the same window and span as a section."""
-    return _cli("simulate", "--sessions", "warehouse", "--db", db, "--since", since, "--until", until,
-                "--duration", f"{sim['duration_s'] / 60:.0f}m", *(x for c in CONFIGS for x in ("--config", c)),
-                *extra, "--format", "json")
+    return _cli(
+        "simulate",
+        "--sessions",
+        "warehouse",
+        "--db",
+        db,
+        "--since",
+        since,
+        "--until",
+        until,
+        "--duration",
+        f"{sim['duration_s'] / 60:.0f}m",
+        *(x for c in CONFIGS for x in ("--config", c)),
+        *extra,
+        "--format",
+        "json",
+    )
 
 
 @pytest.fixture(scope="module")
 def db(tmp_path_factory):
     path = tmp_path_factory.mktemp("w") / "kv.duckdb"
     with Store(path) as s:
-        load_rows(s, week_rows(days=3))   # 2026-11-02..04
+        load_rows(s, week_rows(days=3))  # 2026-11-02..04
     return path
 
 
 def test_the_section_is_kvtrace_simulate_on_the_report_window(db):
     # a day in Berlin: 2026-11-02T23:00Z to 2026-11-03T23:00Z
-    rep = _cli("report", "--db", db, "--since", "2026-11-03", "--until", "2026-11-04", "--timezone", "Europe/Berlin",
-               *(x for c in CONFIGS for x in ("--simulate", c)), "--model", "MiniMax-M2.7", "--format", "json")
+    rep = _cli(
+        "report",
+        "--db",
+        db,
+        "--since",
+        "2026-11-03",
+        "--until",
+        "2026-11-04",
+        "--timezone",
+        "Europe/Berlin",
+        *(x for c in CONFIGS for x in ("--simulate", c)),
+        "--model",
+        "MiniMax-M2.7",
+        "--format",
+        "json",
+    )
     sim = rep["simulate"]
     assert sim["schema"] == "kvtrace.simulate/1" and [c["name"] for c in sim["configs"]] == ["gpu", "dram"]
     assert sim["node"]["model"] == "MiniMax-M2.7" and sim["node"]["kv_dtype"] == "bf16"
@@ -67,7 +95,7 @@ def test_a_scheduled_run_simulates_its_period(tmp_path):
     assert res.exit_code == 0, res.output
     folder = tmp_path / "out" / "nightly" / "2026-11-03"
     sim = json.loads((folder / "report.json").read_text())["simulate"]
-    assert _simulate(tmp_path / "kv.duckdb", "2026-11-03", "2026-11-04", sim) == sim   # kvtrace simulate's model
+    assert _simulate(tmp_path / "kv.duckdb", "2026-11-03", "2026-11-04", sim) == sim  # kvtrace simulate's model
     md = (folder / "report.md").read_text()
     assert "## Serving model (simulated)\n\n| Configuration | Nodes | Peak tok/s |" in md
     assert "## Serving model: time to first token by cohort (seconds)" in md
@@ -84,12 +112,15 @@ def test_only_when_asked_and_only_with_requests(db):
         assert "Serving model" not in buf.getvalue()
 
 
-@pytest.mark.parametrize("value, message, hint", [
-    ("gpu=", "--simulate 'gpu=': no tier file", "e.g. --simulate dram=seed-testbed:HBM,DRAM"),
-    ("gpu=seed-testbed:HBM,XPU", "--simulate gpu: tier 'XPU' is not in seed-testbed", "tiers: HBM, DRAM, NVMe"),
-    ("gpu=no-such-tiers:HBM", "--simulate gpu: unknown tiers 'no-such-tiers'", "use a preset"),
-    ("gpu=seed-testbed:DRAM", "--simulate gpu: the first tier must be the GPU's", "e.g. --simulate dram="),
-])
+@pytest.mark.parametrize(
+    "value, message, hint",
+    [
+        ("gpu=", "--simulate 'gpu=': no tier file", "e.g. --simulate dram=seed-testbed:HBM,DRAM"),
+        ("gpu=seed-testbed:HBM,XPU", "--simulate gpu: tier 'XPU' is not in seed-testbed", "tiers: HBM, DRAM, NVMe"),
+        ("gpu=no-such-tiers:HBM", "--simulate gpu: unknown tiers 'no-such-tiers'", "use a preset"),
+        ("gpu=seed-testbed:DRAM", "--simulate gpu: the first tier must be the GPU's", "e.g. --simulate dram="),
+    ],
+)
 def test_a_bad_simulate_value_is_a_clear_error_before_anything_runs(db, value, message, hint):
     res = runner.invoke(app, ["report", "--db", str(db), "--simulate", value])
     assert res.exit_code == 1 and message in res.output and hint in res.output, res.output
@@ -100,11 +131,14 @@ def test_two_configurations_of_one_name_are_an_error(db):
     assert res.exit_code == 1 and "two configurations share a name" in res.output and "--simulate gpu=" in res.output
 
 
-@pytest.mark.parametrize("value, message", [
-    (["gpu=seed-testbed:XPU"], "p.toml: [analysis] simulate: configuration gpu: tier 'XPU' is not in seed-testbed"),
-    ([1], "p.toml: [analysis] simulate must be a list of strings"),
-    (["a=seed-testbed:HBM", "a=seed-testbed"], "p.toml: [analysis] simulate: two configurations share a name"),
-])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        (["gpu=seed-testbed:XPU"], "p.toml: [analysis] simulate: configuration gpu: tier 'XPU' is not in seed-testbed"),
+        ([1], "p.toml: [analysis] simulate must be a list of strings"),
+        (["a=seed-testbed:HBM", "a=seed-testbed"], "p.toml: [analysis] simulate: two configurations share a name"),
+    ],
+)
 def test_a_bad_profile_simulate_names_the_file_and_key(tmp_path, value, message):
     from kvtrace.errors import ConfigError
 

@@ -23,11 +23,31 @@ def load(store, *rows):
 @pytest.fixture
 def week(store):
     # two days, two models, a main thread and a subagent
-    load(store,
-         dict(request_key="a", ts=0, cache_read_tokens=9816, cache_write_5m_tokens=100, cache_write_1h_tokens=52,
-              output_tokens=30, input_tokens=2, session_id="s1"),
-         dict(request_key="b", ts=60 * 24, model="claude-opus-4-6", cache_read_tokens=1000, cache_write_unknown_tokens=500,
-              output_tokens=70, input_tokens=8, session_id="s2", query_source="subagent", thread_id="agent-x"))
+    load(
+        store,
+        dict(
+            request_key="a",
+            ts=0,
+            cache_read_tokens=9816,
+            cache_write_5m_tokens=100,
+            cache_write_1h_tokens=52,
+            output_tokens=30,
+            input_tokens=2,
+            session_id="s1",
+        ),
+        dict(
+            request_key="b",
+            ts=60 * 24,
+            model="claude-opus-4-6",
+            cache_read_tokens=1000,
+            cache_write_unknown_tokens=500,
+            output_tokens=70,
+            input_tokens=8,
+            session_id="s2",
+            query_source="subagent",
+            thread_id="agent-x",
+        ),
+    )
     return store
 
 
@@ -87,23 +107,34 @@ def test_shares_sum_to_one(values):
 
 
 def test_rows_without_a_session_are_not_a_session(store):
-    load(store, dict(request_key="a", ts=0, output_tokens=1, session_id="s1"),
-         dict(request_key="b", ts=1, output_tokens=1, session_id=None))
+    load(
+        store,
+        dict(request_key="a", ts=0, output_tokens=1, session_id="s1"),
+        dict(request_key="b", ts=1, output_tokens=1, session_id=None),
+    )
     d = build_report(store, ReportOptions(group_by=["day"])).data
     assert d["requests"] == 2 and d["sessions"] == 1
     assert d["groups"]["day"][0]["sessions"] == 1
 
 
-_ROWS = st.lists(st.fixed_dictionaries({
-    "ts": st.integers(0, 6 * 24 * 60),   # minutes over six days
-    "model": st.sampled_from(["claude-sonnet-4-6", "claude-opus-4-6"]),
-    "session_id": st.sampled_from(["s1", "s2", "s3", None]),
-    "user_id": st.sampled_from(["u1", "u2", None]),
-    "query_source": st.sampled_from(["main", "subagent"]),
-    "project": st.sampled_from(["p", "q", None]),
-    "cache_read_tokens": st.integers(0, 10**6), "cache_write_5m_tokens": st.integers(0, 10**4),
-    "output_tokens": st.integers(0, 10**4), "input_tokens": st.integers(0, 100),
-}), min_size=1, max_size=25)
+_ROWS = st.lists(
+    st.fixed_dictionaries(
+        {
+            "ts": st.integers(0, 6 * 24 * 60),  # minutes over six days
+            "model": st.sampled_from(["claude-sonnet-4-6", "claude-opus-4-6"]),
+            "session_id": st.sampled_from(["s1", "s2", "s3", None]),
+            "user_id": st.sampled_from(["u1", "u2", None]),
+            "query_source": st.sampled_from(["main", "subagent"]),
+            "project": st.sampled_from(["p", "q", None]),
+            "cache_read_tokens": st.integers(0, 10**6),
+            "cache_write_5m_tokens": st.integers(0, 10**4),
+            "output_tokens": st.integers(0, 10**4),
+            "input_tokens": st.integers(0, 100),
+        }
+    ),
+    min_size=1,
+    max_size=25,
+)
 
 
 @settings(max_examples=25, deadline=None)
@@ -126,10 +157,16 @@ def test_groups_match_a_recount_of_the_rows(rows, since):
     lo = dt.datetime.fromisoformat(since) if since else None
     kept = [dict(r, t=start + dt.timedelta(minutes=r["ts"])) for r in rows]
     kept = [r for r in kept if lo is None or r["t"] >= lo]
-    key_of = {"day": lambda r: r["t"].strftime("%Y-%m-%d"), "hour": lambda r: r["t"].strftime("%Y-%m-%dT%H:00"),
-              "model": lambda r: r["model"], "user": lambda r: r["user_id"], "session": lambda r: r["session_id"],
-              "query_source": lambda r: r["query_source"], "agent": lambda r: "claude-code",
-              "project": lambda r: r["project"]}
+    key_of = {
+        "day": lambda r: r["t"].strftime("%Y-%m-%d"),
+        "hour": lambda r: r["t"].strftime("%Y-%m-%dT%H:00"),
+        "model": lambda r: r["model"],
+        "user": lambda r: r["user_id"],
+        "session": lambda r: r["session_id"],
+        "query_source": lambda r: r["query_source"],
+        "agent": lambda r: "claude-code",
+        "project": lambda r: r["project"],
+    }
     assert d["requests"] == len(kept)
     assert d["sessions"] == len({r["session_id"] for r in kept} - {None})
     for g, key in key_of.items():
@@ -140,8 +177,15 @@ def test_groups_match_a_recount_of_the_rows(rows, since):
             w["sessions"] |= {r["session_id"]} - {None}
             w["cache_read"] += r["cache_read_tokens"]
             w["output"] += r["output_tokens"]
-        got = {e["key"]: {"requests": e["requests"], "sessions": e["sessions"], "cache_read": e["token_mix"]["cache_read"],
-                          "output": e["token_mix"]["output"]} for e in d["groups"][g]}
+        got = {
+            e["key"]: {
+                "requests": e["requests"],
+                "sessions": e["sessions"],
+                "cache_read": e["token_mix"]["cache_read"],
+                "output": e["token_mix"]["output"],
+            }
+            for e in d["groups"][g]
+        }
         assert got == {k: dict(w, sessions=len(w["sessions"])) for k, w in want.items()}, g
         entries = d["groups"][g]
         if g in ("day", "hour"):
@@ -150,7 +194,7 @@ def test_groups_match_a_recount_of_the_rows(rows, since):
             totals = [e["token_mix"]["total"] for e in entries]
             assert totals == sorted(totals, reverse=True)
     series = d["series"]["token_mix"]
-    if not kept:   # an empty window is charted per day, with nothing in it
+    if not kept:  # an empty window is charted per day, with nothing in it
         assert series == {"bucket": "day", "entries": []}
         return
     span = max(r["t"] for r in kept) - min(r["t"] for r in kept)
@@ -169,9 +213,11 @@ def test_a_token_mix_report_imports_neither_polars_nor_arrow(tmp_path):
     db = tmp_path / "kv.duckdb"
     with Store(db) as s:
         load(s, dict(request_key="a", ts=0, output_tokens=5))
-    code = ("import sys, json\nfrom kvtrace.store import Store\nfrom kvtrace.report.build import build_report, ReportOptions\n"
-            f"s = Store({str(db)!r}, read_only=True)\n"
-            "d = build_report(s, ReportOptions(group_by=['day', 'model', 'session'])).data\n"
-            "print(json.dumps([d['requests'], [m for m in ('polars', 'pyarrow', 'numpy') if m in sys.modules]]))")
+    code = (
+        "import sys, json\nfrom kvtrace.store import Store\nfrom kvtrace.report.build import build_report, ReportOptions\n"
+        f"s = Store({str(db)!r}, read_only=True)\n"
+        "d = build_report(s, ReportOptions(group_by=['day', 'model', 'session'])).data\n"
+        "print(json.dumps([d['requests'], [m for m in ('polars', 'pyarrow', 'numpy') if m in sys.modules]]))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert json.loads(out) == [1, []]

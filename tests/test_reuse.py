@@ -41,16 +41,19 @@ def test_conversation_reuse_times_match_the_reference_replay():
     assert rt["quantiles_s"]["p50"] == pytest.approx(114, abs=1)
     assert rt["quantiles_s"]["p90"] == pytest.approx(519, abs=1)
     assert rt["ttl_for_share_s"]["0.9"] == rt["quantiles_s"]["p90"]
-    assert p["threads"] is None                           # Mooncake traces carry no sessions
+    assert p["threads"] is None  # Mooncake traces carry no sessions
     assert p["trace"]["unique_blocks"] + rt["reused_blocks"] == p["trace"]["blocks"]
 
 
 def test_threads_idle_periods_resumptions_and_compactions():
-    rows = [dict(t=0, read=0, write=1000), dict(t=10, read=1000, write=100),
-            dict(t=1000, read=0, write=1200),                                     # idle 990 s, resumed
-            dict(t=1010, read=1200, write=50, query_source="auxiliary", is_compact_request=True),
-            dict(t=1020, read=0, write=300),                                       # after the compaction
-            dict(t=5, read=0, write=2000, session_id="other")]
+    rows = [
+        dict(t=0, read=0, write=1000),
+        dict(t=10, read=1000, write=100),
+        dict(t=1000, read=0, write=1200),  # idle 990 s, resumed
+        dict(t=1010, read=1200, write=50, query_source="auxiliary", is_compact_request=True),
+        dict(t=1020, read=0, write=300),  # after the compaction
+        dict(t=5, read=0, write=2000, session_id="other"),
+    ]
     tr = derive_chains(frame(*rows), ChainParams(block_size=100, head_tokens=0))
     tab = thread_table(tr, ReuseParams(idle_s=300))
     main = tab.filter(tab["name"] == "o/s/main").row(0, named=True)
@@ -70,10 +73,24 @@ def test_bailian_chats_group_into_sessions(tmp_path):
 
 # -- CLI ---------------------------------------------------------------------------------------------
 
+
 def test_cli_reuse_on_a_file_json(tmp_path):
     src = CONVERSATION
-    r = CliRunner().invoke(app, ["reuse", str(src), "--ttl", "5m,none", "--bytes-per-token", "327680",
-                                 "--format", "json", "--out", str(tmp_path / "r.json")])
+    r = CliRunner().invoke(
+        app,
+        [
+            "reuse",
+            str(src),
+            "--ttl",
+            "5m,none",
+            "--bytes-per-token",
+            "327680",
+            "--format",
+            "json",
+            "--out",
+            str(tmp_path / "r.json"),
+        ],
+    )
     assert r.exit_code == 0, r.output
     data = orjson.loads((tmp_path / "r.json").read_bytes())
     assert [e["ttl_s"] for e in data["ttl"]] == [300.0, None]
@@ -90,10 +107,17 @@ def test_cli_reuse_and_export_on_telemetry(tmp_path):
 
     db = tmp_path / "kv.duckdb"
     with Store(db) as store, store.transaction():
-        _merge(store, Parsed(requests=request_rows(
-            dict(request_key="a", ts=0, cache_write_5m_tokens=20_000, input_tokens=3, output_tokens=50),
-            dict(request_key="b", ts=2, cache_read_tokens=20_000, cache_write_5m_tokens=900, input_tokens=3),
-            dict(request_key="c", ts=40, cache_write_5m_tokens=21_500, input_tokens=3))), IngestSummary())
+        _merge(
+            store,
+            Parsed(
+                requests=request_rows(
+                    dict(request_key="a", ts=0, cache_write_5m_tokens=20_000, input_tokens=3, output_tokens=50),
+                    dict(request_key="b", ts=2, cache_read_tokens=20_000, cache_write_5m_tokens=900, input_tokens=3),
+                    dict(request_key="c", ts=40, cache_write_5m_tokens=21_500, input_tokens=3),
+                )
+            ),
+            IngestSummary(),
+        )
     r = CliRunner().invoke(app, ["reuse", "--db", str(db), "--ttl", "5m,1h"])
     assert r.exit_code == 0, r.output
     assert "TTL what-if" in r.output and "API spend what-if" in r.output
@@ -101,8 +125,9 @@ def test_cli_reuse_and_export_on_telemetry(tmp_path):
     data = orjson.loads(r.stdout)
     assert data["derived"] and data["spend"]["writes_that_would_be_reads"] == 20_900
     out = tmp_path / "fleet.jsonl"
-    r = CliRunner().invoke(app, ["export", "--db", str(db), "--format", "mooncake", "--out", str(out),
-                                 "--block-size", "128"])
+    r = CliRunner().invoke(
+        app, ["export", "--db", str(db), "--format", "mooncake", "--out", str(out), "--block-size", "128"]
+    )
     assert r.exit_code == 0, r.output
     recs = [orjson.loads(x) for x in out.read_bytes().splitlines()]
     assert [x["timestamp"] for x in recs] == [0, 120_000, 2_400_000]

@@ -26,7 +26,7 @@ from kvtrace.launch import db_arg, forward_target
 from kvtrace.wire import paths
 from kvtrace.serve.server import status
 
-pytestmark = pytest.mark.slow     # end-to-end: real processes, servers or long runs (make test-all)
+pytestmark = pytest.mark.slow  # end-to-end: real processes, servers or long runs (make test-all)
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_traces"
@@ -49,8 +49,13 @@ class Served:
     def __init__(self, db: Path, *extra: str):
         self.db = db
         self.log = open(db.parent / (db.name + ".test-serve.log"), "wb")
-        self.proc = subprocess.Popen(KV + ["serve", "--db", str(db), *extra], cwd=db.parent, env=_env(),
-                                     stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            KV + ["serve", "--db", str(db), *extra],
+            cwd=db.parent,
+            env=_env(),
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
         deadline = time.monotonic() + 60
         while (info := status(db)) is None:
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -94,8 +99,9 @@ def _same(served, *args, strip_generated: bool = False, **env) -> subprocess.Com
     b = kv(*args, "--db", "b.duckdb", cwd=root, **env)
     out_a, out_b = a.stdout, b.stdout
     if strip_generated:
-        out_a, out_b = (json.dumps({k: v for k, v in json.loads(o).items() if k != "generated_at"})
-                        for o in (out_a, out_b))
+        out_a, out_b = (
+            json.dumps({k: v for k, v in json.loads(o).items() if k != "generated_at"}) for o in (out_a, out_b)
+        )
     assert (out_a, a.stderr, a.returncode) == (out_b, b.stderr, b.returncode)
     return a
 
@@ -104,7 +110,7 @@ def test_forwarded_commands_match_local_runs(served):
     r = _same(served, "ingest", "traces", "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["requests_added"] > 0
-    _same(served, "ingest", "traces")                                  # a repeat: all unchanged
+    _same(served, "ingest", "traces")  # a repeat: all unchanged
     _same(served, "report", "--group-by", "day", "--format", "json", strip_generated=True)
     _same(served, "report", "--format", "md", "--ttl", "5m,1h")
     _same(served, "report", COLUMNS="90")
@@ -140,7 +146,7 @@ def test_server_survives_a_failing_command(served):
     srv, root = served
     assert kv("ingest", "traces", "--db", "a.duckdb", cwd=root).returncode == 0
     r = kv("query", "usage_window", "-p", "since=not-a-date", "--db", "a.duckdb", cwd=root)
-    assert r.returncode == 1 and r.stderr.startswith(b"Error: --param since=")   # one line, as a local run
+    assert r.returncode == 1 and r.stderr.startswith(b"Error: --param since=")  # one line, as a local run
     assert status(srv.db)["pid"] == srv.pid
     ok = kv("query", "usage_bounds", "--format", "csv", "--db", "a.duckdb", cwd=root)
     assert ok.returncode == 0 and ok.stdout.startswith(b"first_ts,")
@@ -156,16 +162,22 @@ def test_the_server_never_holds_the_warehouse_nor_changes_for_a_command(served):
     sub = root / "elsewhere"
     sub.mkdir(exist_ok=True)
     before = srv.commands()
-    r = subprocess.run(KV + ["report", "--db", "../a.duckdb", "--format", "json", "--out", "r.json"], cwd=sub,
-                       env=_env(), capture_output=True, timeout=120, preexec_fn=lambda: os.umask(0o077))
+    r = subprocess.run(
+        KV + ["report", "--db", "../a.duckdb", "--format", "json", "--out", "r.json"],
+        cwd=sub,
+        env=_env(),
+        capture_output=True,
+        timeout=120,
+        preexec_fn=lambda: os.umask(0o077),
+    )
     assert r.returncode == 0 and srv.commands() == before + 1, r.stderr
-    assert os.stat(sub / "r.json").st_mode & 0o777 == 0o600          # the client's umask
+    assert os.stat(sub / "r.json").st_mode & 0o777 == 0o600  # the client's umask
     assert os.readlink(f"/proc/{srv.pid}/cwd") == cwd
     # The environment is the client's, command by command: a width one command set is gone in the next.
     _same(served, "report", COLUMNS="90")
     _same(served, "report")
     t = time.monotonic()
-    with Store(srv.db) as s:                       # between commands the file is free for anyone
+    with Store(srv.db) as s:  # between commands the file is free for anyone
         s.scalar("SELECT count(*) FROM requests")
     assert time.monotonic() - t < 5
 
@@ -174,8 +186,14 @@ class Blocked:
     """A served ``ingest -`` that runs until its stdin is closed: it holds the server's turn."""
 
     def __init__(self, srv: "Served", cwd: Path, db: str):
-        self.p = subprocess.Popen(KV + ["ingest", "-", "--db", db, "-q"], cwd=cwd, env=_env(),
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.p = subprocess.Popen(
+            KV + ["ingest", "-", "--db", db, "-q"],
+            cwd=cwd,
+            env=_env(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         deadline = time.monotonic() + 30
         while not status(srv.db)["busy"]:
             assert self.p.poll() is None and time.monotonic() < deadline, self.p.stderr.read()
@@ -214,7 +232,7 @@ def test_a_queued_command_cancelled_before_its_turn_ends_at_once(served):
         t = time.monotonic()
         q.send_signal(signal.SIGINT)
         out, err = q.communicate(timeout=20)
-        assert time.monotonic() - t < 5 and blocker.p.poll() is None      # answered before its turn
+        assert time.monotonic() - t < 5 and blocker.p.poll() is None  # answered before its turn
         assert q.returncode == 130 and err.decode().strip().startswith("Interrupted: stopped before"), err
     finally:
         assert blocker.release().returncode == 0
@@ -228,7 +246,7 @@ def test_a_forked_command_holds_no_descriptor_of_the_server_or_another_client(se
     try:
         assert first.release().returncode == 0
         deadline = time.monotonic() + 30
-        while (kids := _children(srv.pid)) == [] or kids == [first.child]:    # the second one's turn
+        while (kids := _children(srv.pid)) == [] or kids == [first.child]:  # the second one's turn
             assert time.monotonic() < deadline
             time.sleep(0.05)
         # the fork takes the client's streams, then lets go of everything else (in a moment: poll)
@@ -254,7 +272,7 @@ def test_a_queued_command_runs_here_when_the_server_stops(tmp_path):
         blocker = Blocked(srv, tmp_path, "kv.duckdb")
         q = _queued(srv, ["query", "usage_bounds", "--db", "kv.duckdb", "--format", "csv"], tmp_path)
         srv.proc.send_signal(signal.SIGTERM)
-        assert blocker.release().returncode == 0          # the running command finishes
+        assert blocker.release().returncode == 0  # the running command finishes
         out, err = q.communicate(timeout=60)
         assert q.returncode == 0 and out.startswith(b"first_ts,"), err
         assert srv.proc.wait(timeout=30) == 0
@@ -265,13 +283,19 @@ def test_a_queued_command_runs_here_when_the_server_stops(tmp_path):
 def test_stdin_reaches_a_forwarded_ingest(served):
     srv, root = served
     data = gzip.decompress((SAMPLES / "otlp" / "logs.jsonl.gz").read_bytes())
-    for db in ("a.duckdb", "b.duckdb"):           # the same state on both, whatever ran before
+    for db in ("a.duckdb", "b.duckdb"):  # the same state on both, whatever ran before
         assert kv("ingest", "traces", "--db", db, cwd=root).returncode == 0
     before = srv.commands()
     outs = []
     for db in ("a.duckdb", "b.duckdb"):
-        r = subprocess.run(KV + ["ingest", "-", "--db", db, "--json"], input=data, cwd=root, env=_env(),
-                           capture_output=True, timeout=120)
+        r = subprocess.run(
+            KV + ["ingest", "-", "--db", db, "--json"],
+            input=data,
+            cwd=root,
+            env=_env(),
+            capture_output=True,
+            timeout=120,
+        )
         assert r.returncode == 0, r.stderr
         outs.append({k: v for k, v in json.loads(r.stdout).items() if k != "files"})
     assert srv.commands() == before + 1
@@ -292,7 +316,7 @@ def test_stale_socket_falls_back_to_a_local_run(tmp_path):
     db = tmp_path / "kv.duckdb"
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.bind(paths.socket_path(str(db)))
-    s.close()                                  # a socket file nobody listens on (a killed server)
+    s.close()  # a socket file nobody listens on (a killed server)
     t = time.monotonic()
     r = kv("ingest", SAMPLES / "otlp", "--db", db, "--quiet", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
@@ -308,7 +332,7 @@ def test_stop_and_idle_exit(tmp_path):
         assert r.returncode == 0, r.stderr
         assert srv.proc.wait(timeout=20) == 0
         assert not os.path.exists(paths.socket_path(str(db))) and not os.path.exists(paths.pid_path(str(db)))
-        assert kv("ingest", SAMPLES / "otlp", "--db", db, "--quiet", cwd=tmp_path).returncode == 0   # local again
+        assert kv("ingest", SAMPLES / "otlp", "--db", db, "--quiet", cwd=tmp_path).returncode == 0  # local again
         r = kv("serve", "--stop", "--db", db, cwd=tmp_path)
         assert r.returncode == 1 and b"no kvtrace serve" in r.stderr
     finally:
@@ -334,7 +358,7 @@ def test_launcher_decides_what_to_forward(tmp_path, monkeypatch):
     assert forward_target(["report", "--db", str(tmp_path / "other.duckdb")], env) is None
     for argv in (["report", "--help"], ["serve"], ["collect"], ["synth", "x"], ["run", "daily"], []):
         assert forward_target(argv, env) is None, argv
-    assert forward_target(["ingest", "-"], env) is not None        # stdin travels with the command
+    assert forward_target(["ingest", "-"], env) is not None  # stdin travels with the command
     assert forward_target(["report"], env | {"KVTRACE_NO_SERVE": "1"}) is None
     assert forward_target(["run", "daily", "--db", str(db)], {}) is not None
 
@@ -353,12 +377,12 @@ def test_the_collector_ingests_beside_a_server(served):
     spool = root / "spool"
     spool.mkdir()
     logs = next(p for p in sorted((SAMPLES / "otlp").iterdir()) if "log" in p.name)
-    with gzip.open(logs) as src, open(spool / "seg-1.jsonl", "wb") as dst:   # segments are plain JSON lines
+    with gzip.open(logs) as src, open(spool / "seg-1.jsonl", "wb") as dst:  # segments are plain JSON lines
         shutil.copyfileobj(src, dst)
     before = srv.commands()
     totals = worker.ingest_segments(str(spool), str(srv.db), 3600)
     assert totals["segments"] == 1 and totals["failed"] == 0
-    assert srv.commands() == before                  # the worker opens the warehouse itself
+    assert srv.commands() == before  # the worker opens the warehouse itself
     assert (spool / "ingested" / "seg-1.jsonl.done").exists()
 
 
@@ -378,7 +402,7 @@ def _in_terminal(args, cwd: Path, cols: int) -> tuple[bytes, int]:
     while True:
         try:
             chunk = os.read(master, 1 << 16)
-        except OSError:            # EIO: the child closed the terminal
+        except OSError:  # EIO: the child closed the terminal
             break
         if not chunk:
             break
@@ -393,14 +417,14 @@ def test_a_peer_of_another_uid_is_refused():
 
     from kvtrace.wire import client, protocol
 
-    folder = Path(tempfile.mkdtemp(prefix="kvtrace-serve-uid-"))   # reachable by another user
+    folder = Path(tempfile.mkdtemp(prefix="kvtrace-serve-uid-"))  # reachable by another user
     os.chmod(folder, 0o755)
     srv = Served(folder / "kv.duckdb")
     try:
         sock = paths.socket_path(str(srv.db))
-        os.chmod(sock, 0o666)               # let the other user reach the check behind the file mode
+        os.chmod(sock, 0o666)  # let the other user reach the check behind the file mode
         pid = os.fork()
-        if pid == 0:                        # the child: become nobody and ask for a status
+        if pid == 0:  # the child: become nobody and ask for a status
             try:
                 os.setgid(65534)
                 os.setuid(65534)
@@ -410,7 +434,7 @@ def test_a_peer_of_another_uid_is_refused():
                     s.connect(sock)
                     try:
                         protocol.send(s, protocol.PING)
-                    except OSError:             # refused before it read: the answer is there
+                    except OSError:  # refused before it read: the answer is there
                         pass
                     answer = protocol.recv(s)
                 os._exit(0 if answer is not None and answer[0] == protocol.REFUSED else 1)
@@ -419,7 +443,7 @@ def test_a_peer_of_another_uid_is_refused():
         _, code = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(code) == 0
         os.chmod(sock, 0o600)
-        assert status(srv.db)["pid"] == srv.pid      # and it still serves its own user
+        assert status(srv.db)["pid"] == srv.pid  # and it still serves its own user
     finally:
         srv.stop()
         shutil.rmtree(folder, ignore_errors=True)
@@ -438,6 +462,7 @@ def test_served_reads_cannot_write_and_parser_sql_is_not_a_named_query(served):
 
 
 # -- a socket planted by someone else is never trusted --------------------------------------------
+
 
 class Impostor:
     """A process (as ``uid``, or as us) listening on ``sock`` that answers every connection as a
@@ -515,8 +540,8 @@ def _ingest_beside(folder: Path, db: Path, **env) -> subprocess.CompletedProcess
 def _refused_and_ran_here(r: subprocess.CompletedProcess, impostor: Impostor, why: bytes) -> None:
     assert r.returncode == 0, r.stderr
     assert b"not using the server socket" in r.stderr and why in r.stderr, r.stderr
-    assert json.loads(r.stdout)["requests_added"] > 0          # the ingest really happened, here
-    assert sum(impostor.received()) == 0                        # and the impostor got nothing
+    assert json.loads(r.stdout)["requests_added"] > 0  # the ingest really happened, here
+    assert sum(impostor.received()) == 0  # and the impostor got nothing
 
 
 @pytest.fixture
@@ -537,7 +562,7 @@ def test_a_socket_of_another_user_beside_the_warehouse_is_refused(open_folder, i
     db = open_folder / "kv.duckdb"
     imp = impostor(paths.socket_path(str(db)), uid=nobody)
     _refused_and_ran_here(_ingest_beside(open_folder, db), imp, b"belongs to uid %d" % nobody)
-    r = kv("serve", "--stop", "--db", db, cwd=open_folder)     # nor is a stop sent to it
+    r = kv("serve", "--stop", "--db", db, cwd=open_folder)  # nor is a stop sent to it
     assert r.returncode == 1 and b"not stopping what listens" in r.stderr and b"Traceback" not in r.stderr, r.stderr
 
 
@@ -547,7 +572,7 @@ def test_a_socket_of_ours_with_another_user_behind_it_is_refused(open_folder, im
     nobody = require_other_uid()
     db = open_folder / "kv.duckdb"
     imp = impostor(paths.socket_path(str(db)), uid=nobody, chown_to=os.geteuid())
-    assert os.stat(paths.socket_path(str(db))).st_uid == os.geteuid()    # the file looks like ours
+    assert os.stat(paths.socket_path(str(db))).st_uid == os.geteuid()  # the file looks like ours
     _refused_and_ran_here(_ingest_beside(open_folder, db), imp, b"runs as uid %d" % nobody)
 
 
@@ -555,7 +580,7 @@ def test_a_private_socket_folder_made_by_another_user_is_refused(open_folder, im
     from tests.conftest import require_other_uid
 
     nobody = require_other_uid()
-    work = open_folder / ("w" * 120)             # a long warehouse path: its socket goes to the private folder
+    work = open_folder / ("w" * 120)  # a long warehouse path: its socket goes to the private folder
     work.mkdir()
     db = work / "kv.duckdb"
     runtime = open_folder / "run"
@@ -566,15 +591,16 @@ def test_a_private_socket_folder_made_by_another_user_is_refused(open_folder, im
     private, sock = paths.private_dir(), paths.socket_path(os.path.realpath(db))
     assert os.path.dirname(sock) == private
     pid = os.fork()
-    if pid == 0:                                  # the other user creates the folder first
+    if pid == 0:  # the other user creates the folder first
         os.setgid(nobody)
         os.setuid(nobody)
         os.mkdir(private, 0o700)
         os._exit(0)
     os.waitpid(pid, 0)
     imp = impostor(sock, uid=nobody)
-    _refused_and_ran_here(_ingest_beside(work, db, **env), imp, b"the folder %s belongs to uid %d" % (
-        private.encode(), nobody))
+    _refused_and_ran_here(
+        _ingest_beside(work, db, **env), imp, b"the folder %s belongs to uid %d" % (private.encode(), nobody)
+    )
     # and `kvtrace serve` will not put its socket there either
     r = kv("serve", "--db", db, cwd=work, **env)
     assert r.returncode == 1 and b"belongs to uid" in r.stderr, r.stderr
@@ -589,7 +615,7 @@ def test_a_socket_with_a_wrong_mode_or_in_a_folder_others_can_write_is_refused(t
     os.unlink(sock)
     shared = tmp_path / "shared"
     shared.mkdir()
-    os.chmod(shared, 0o777)                       # anyone can replace files here (no sticky bit)
+    os.chmod(shared, 0o777)  # anyone can replace files here (no sticky bit)
     db = shared / "kv.duckdb"
     imp = impostor(paths.socket_path(str(db)))
     _refused_and_ran_here(_ingest_beside(shared, db), imp, b"is writable by other users")
@@ -602,17 +628,23 @@ def test_ctrl_c_on_a_forwarded_ingest_is_one_line_and_exit_130(tmp_path):
     src = tmp_path / "traces"
     src.mkdir()
     data = gzip.decompress((SAMPLES / "otlp" / "logs.jsonl.gz").read_bytes())
-    for i in range(40):                                   # the same requests, forty files
+    for i in range(40):  # the same requests, forty files
         (src / f"logs-{i:02d}.jsonl").write_bytes(data)
     db = tmp_path / "kv.duckdb"
     srv = Served(db)
     try:
-        p = subprocess.Popen(KV + ["ingest", "traces", "--db", str(db), "-q"], cwd=tmp_path, env=_env(),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(1.5)                                   # forwarded, and some files in
+        p = subprocess.Popen(
+            KV + ["ingest", "traces", "--db", str(db), "-q"],
+            cwd=tmp_path,
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(1.5)  # forwarded, and some files in
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=60)
-        if p.returncode == 0:                             # finished before the signal: nothing to check
+        if p.returncode == 0:  # finished before the signal: nothing to check
             pytest.skip("the ingest finished before Ctrl-C")
         assert p.returncode == 130, err
         lines = [ln for ln in err.splitlines() if ln.strip()]
@@ -621,7 +653,7 @@ def test_ctrl_c_on_a_forwarded_ingest_is_one_line_and_exit_130(tmp_path):
         assert again.returncode == 0, again.stderr
         r = kv("query", "usage_bounds", "--db", str(db), "--format", "json", cwd=tmp_path)
         assert r.returncode == 0, r.stderr
-        assert srv.proc.poll() is None                    # the server is still up
+        assert srv.proc.poll() is None  # the server is still up
     finally:
         srv.stop()
     from kvtrace.store import Store

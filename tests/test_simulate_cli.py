@@ -21,8 +21,20 @@ def _run(*args):
 
 def test_two_configs_side_by_side_json_has_the_documented_fields(tmp_path):
     out = tmp_path / "sim.json"
-    r = _run("--config", "gpu=seed-testbed:HBM", "--config", "dram=seed-testbed:HBM,DRAM", "--duration", "15m",
-             "--gpu-kv", "400K", "--format", "json", "-o", str(out))
+    r = _run(
+        "--config",
+        "gpu=seed-testbed:HBM",
+        "--config",
+        "dram=seed-testbed:HBM,DRAM",
+        "--duration",
+        "15m",
+        "--gpu-kv",
+        "400K",
+        "--format",
+        "json",
+        "-o",
+        str(out),
+    )
     assert r.exit_code == 0, r.output
     doc = json.loads(out.read_text())
     assert doc["schema"] == "kvtrace.simulate/1"
@@ -38,8 +50,12 @@ def test_two_configs_side_by_side_json_has_the_documented_fields(tmp_path):
     assert doc["configs"][0]["ratio_peak"] == 1.0
     # cost: 4 GPUs at the catalog's $1.60/h for 15 min, plus 512 GB DRAM at $5,000/TB over 3 years
     gpu, dram = doc["configs"]
-    assert gpu["cost"]["usd_per_million_processed_tokens"] == pytest.approx(4 * 1.6 * 0.25 / gpu["processed_tokens"] * 1e6)
-    assert dram["cost"]["tier_usd_per_hour"] == pytest.approx(dram["tiers"][1]["capacity_bytes"] / 1e12 * 5000 / (3 * 8766))
+    assert gpu["cost"]["usd_per_million_processed_tokens"] == pytest.approx(
+        4 * 1.6 * 0.25 / gpu["processed_tokens"] * 1e6
+    )
+    assert dram["cost"]["tier_usd_per_hour"] == pytest.approx(
+        dram["tiers"][1]["capacity_bytes"] / 1e12 * 5000 / (3 * 8766)
+    )
     assert [t["name"] for t in doc["configs"][1]["tiers"]] == ["GPU", "DRAM"]
     # the same sessions run under both: the same new sessions
     assert doc["configs"][0]["ttft"]["new"]["count"] == doc["configs"][1]["ttft"]["new"]["count"]
@@ -56,23 +72,42 @@ def test_the_table_names_every_config_and_the_same_inputs_give_the_same_bytes(tm
 
 def test_kv_cache_tester_traces_run_closed_loop():
     files = ",".join(str(p) for p in sorted(FIXTURES.glob("trace_000*.json.gz")))
-    r = _run("--sessions", files, "--rate", "1", "--config", "gpu=h100:HBM", "--duration", "10m",
-             "--model", "Llama-3.1-70B", "--gpu", "H100", "--gpus", "8", "--format", "json")
+    r = _run(
+        "--sessions",
+        files,
+        "--rate",
+        "1",
+        "--config",
+        "gpu=h100:HBM",
+        "--duration",
+        "10m",
+        "--model",
+        "Llama-3.1-70B",
+        "--gpu",
+        "H100",
+        "--gpus",
+        "8",
+        "--format",
+        "json",
+    )
     assert r.exit_code == 0, r.output
     c = json.loads(r.stdout)["configs"][0]
     assert c["ttft"]["new"]["count"] > 0 and c["ttft"]["continuing"]["count"] > 0
-    assert c["tiers"][0]["hit_ratio"] > 0.5           # conversations reuse their prefixes
+    assert c["tiers"][0]["hit_ratio"] > 0.5  # conversations reuse their prefixes
 
 
-@pytest.mark.parametrize("args, message", [
-    (("--config", "x=seed-testbed:HBM,FOO"), "tier 'FOO' is not in seed-testbed"),
-    (("--config", "seed-testbed", "--load", "sometimes"), "load policy"),
-    (("--config", "seed-testbed", "--gpu", "TPU"), "unknown GPU"),
-    (("--scenario", "nope"), "unknown scenario"),
-    (("--config", "seed-testbed", "--sessions", "missing-file.json"), "not a synth preset"),
-    (("--config", "seed-testbed", "--gpu-kv", "10"), "holds no block"),
-    (("--config", "h100", "--sessions", str(FIXTURES / "README.md")), "README.md:1: not a kv-cache-tester trace"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--config", "x=seed-testbed:HBM,FOO"), "tier 'FOO' is not in seed-testbed"),
+        (("--config", "seed-testbed", "--load", "sometimes"), "load policy"),
+        (("--config", "seed-testbed", "--gpu", "TPU"), "unknown GPU"),
+        (("--scenario", "nope"), "unknown scenario"),
+        (("--config", "seed-testbed", "--sessions", "missing-file.json"), "not a synth preset"),
+        (("--config", "seed-testbed", "--gpu-kv", "10"), "holds no block"),
+        (("--config", "h100", "--sessions", str(FIXTURES / "README.md")), "README.md:1: not a kv-cache-tester trace"),
+    ],
+)
 def test_bad_options_are_one_line_errors_before_anything_runs(args, message):
     r = _run(*args)
     assert r.exit_code == 1
@@ -95,12 +130,33 @@ def test_warehouse_threads_run_closed_loop_with_their_recorded_gaps(tmp_path):
     db = tmp_path / "w.duckdb"
     # one session, one thread: requests end at minute 0, 1 and 2 and took 10 s each, so the user
     # waited 50 s after each response; the third prompt is shorter (a compaction): a new chain
-    rows = [{"request_key": f"r{i}", "ts": float(i), "duration_ms": 10_000.0, "cache_read_tokens": p - 200,
-             "input_tokens": 200, "output_tokens": 100} for i, p in enumerate((20_000, 20_500, 3_000))]
+    rows = [
+        {
+            "request_key": f"r{i}",
+            "ts": float(i),
+            "duration_ms": 10_000.0,
+            "cache_read_tokens": p - 200,
+            "input_tokens": 200,
+            "output_tokens": 100,
+        }
+        for i, p in enumerate((20_000, 20_500, 3_000))
+    ]
     with open_store(db) as store:
         load_rows(store, rows)
-    r = _run("--sessions", "warehouse", "--db", str(db), "--config", "gpu=seed-testbed:HBM", "--gpu-kv", "400K",
-             "--duration", "10m", "--format", "json")
+    r = _run(
+        "--sessions",
+        "warehouse",
+        "--db",
+        str(db),
+        "--config",
+        "gpu=seed-testbed:HBM",
+        "--gpu-kv",
+        "400K",
+        "--duration",
+        "10m",
+        "--format",
+        "json",
+    )
     assert r.exit_code == 0, r.output
     c = json.loads(r.stdout)["configs"][0]
     assert c["sessions"] == 1 and c["requests_started"] == 3
@@ -111,37 +167,77 @@ def test_warehouse_threads_run_closed_loop_with_their_recorded_gaps(tmp_path):
 
 
 def test_a_fleet_splits_sessions_by_affinity_and_workers_do_not_change_results():
-    args = ("--config", "gpu=seed-testbed:HBM", "--gpu-kv", "200K", "--duration", "20m", "--rate", "5",
-            "--format", "json")
+    args = (
+        "--config",
+        "gpu=seed-testbed:HBM",
+        "--gpu-kv",
+        "200K",
+        "--duration",
+        "20m",
+        "--rate",
+        "5",
+        "--format",
+        "json",
+    )
     one = json.loads(_run(*args).stdout)["configs"][0]
     r1 = _run(*args, "--nodes", "2")
     r2 = _run(*args, "--nodes", "2", "--jobs", "2")
     assert r1.exit_code == 0 and r1.stdout == r2.stdout
     two = json.loads(r1.stdout)["configs"][0]
     assert two["nodes"] == 2 and two["sessions"] == one["sessions"]
-    assert one["ttft"]["new"]["count"] + one["ttft"]["unserved"] >= two["ttft"]["new"]["count"] > one["ttft"]["new"]["count"]
+    assert (
+        one["ttft"]["new"]["count"] + one["ttft"]["unserved"]
+        >= two["ttft"]["new"]["count"]
+        > one["ttft"]["new"]["count"]
+    )
     assert two["tiers"][0]["capacity_tokens"] == 2 * one["tiers"][0]["capacity_tokens"]
     assert two["ttft"]["all"]["p90_s"] < one["ttft"]["all"]["p90_s"]
 
 
 def test_nodes_auto_finds_the_fewest_nodes_meeting_the_ttft_target():
-    r = _run("--config", "gpu=seed-testbed:HBM", "--gpu-kv", "200K", "--duration", "20m", "--rate", "5",
-             "--nodes", "auto", "--ttft-p90", "2", "--format", "json")
+    r = _run(
+        "--config",
+        "gpu=seed-testbed:HBM",
+        "--gpu-kv",
+        "200K",
+        "--duration",
+        "20m",
+        "--rate",
+        "5",
+        "--nodes",
+        "auto",
+        "--ttft-p90",
+        "2",
+        "--format",
+        "json",
+    )
     assert r.exit_code == 0, r.output
     c = json.loads(r.stdout)["configs"][0]
     tried = {t["nodes"]: t for t in c["sizing"]["tried"]}
     n = c["nodes"]
     assert tried[n]["ttft_p90_s"] <= 2 and tried[n]["unserved"] == 0
     assert n == 1 or tried[n - 1]["ttft_p90_s"] > 2 or tried[n - 1]["unserved"]
-    assert n > 1                                  # one node is overloaded at this rate: the search ran
+    assert n > 1  # one node is overloaded at this rate: the search ran
     r = _run("--config", "seed-testbed", "--nodes", "auto")
     assert r.exit_code == 1 and "--ttft-p90" in r.output
 
 
 def test_html_page_embeds_the_three_charts_offline(tmp_path):
     out = tmp_path / "sim.html"
-    r = _run("--config", "gpu=seed-testbed:HBM", "--config", "dram=seed-testbed:HBM,DRAM", "--duration", "5m",
-             "--gpu-kv", "400K", "--format", "html", "-o", str(out))
+    r = _run(
+        "--config",
+        "gpu=seed-testbed:HBM",
+        "--config",
+        "dram=seed-testbed:HBM,DRAM",
+        "--duration",
+        "5m",
+        "--gpu-kv",
+        "400K",
+        "--format",
+        "html",
+        "-o",
+        str(out),
+    )
     assert r.exit_code == 0, r.output
     text = out.read_text()
     for cid in ("sim-throughput", "sim-occupancy", "sim-ttft"):
@@ -156,7 +252,7 @@ def test_kv_dtype_halves_bytes_per_token_so_tiers_hold_twice_the_tokens():
         doc = json.loads(r.stdout)
         return doc["node"]["kv_dtype"], doc["configs"][0]["tiers"]
 
-    dtype16, bf16 = tiers("--kv-dtype", "bf16")                  # the scenario's model, in bf16
+    dtype16, bf16 = tiers("--kv-dtype", "bf16")  # the scenario's model, in bf16
     dtype8, fp8 = tiers("--model", "MiniMax-M2.7:fp8")
     assert (dtype16, dtype8) == ("bf16", "fp8")
     assert tiers("--model", "MiniMax-M2.7", "--kv-dtype", "fp8")[1] == fp8
@@ -164,7 +260,7 @@ def test_kv_dtype_halves_bytes_per_token_so_tiers_hold_twice_the_tokens():
     gpu8, dram8 = fp8
     # the same bytes (HBM less the weights; 512 GB of DRAM) hold twice the tokens
     assert gpu8["capacity_tokens"] == 2 * gpu16["capacity_tokens"]
-    assert abs(dram8["capacity_tokens"] - 2 * dram16["capacity_tokens"]) <= 256    # whole chunks of each
+    assert abs(dram8["capacity_tokens"] - 2 * dram16["capacity_tokens"]) <= 256  # whole chunks of each
     assert dram8["capacity_bytes"] == pytest.approx(dram16["capacity_bytes"], rel=1e-4)
     r = _run("--config", "seed-testbed", "--model", "MiniMax-M2.7:fp8", "--kv-dtype", "bf16")
     assert r.exit_code == 1 and "--kv-dtype says bf16" in r.output
@@ -174,4 +270,4 @@ def test_html_axes_show_tokens_and_bytes_with_units():
     r = _run("--config", "dram=seed-testbed:HBM,DRAM", "--duration", "3m", "--gpu-kv", "400K", "--format", "html")
     assert r.exit_code == 0, r.output
     assert '"format": "~s"' not in r.stdout and '"format":"~s"' not in r.stdout
-    assert "' GB'" in r.stdout and "' K'" in r.stdout           # the report's byte and token axis labels
+    assert "' GB'" in r.stdout and "' K'" in r.stdout  # the report's byte and token axis labels

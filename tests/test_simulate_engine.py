@@ -22,9 +22,11 @@ BPT = MODEL.bytes_per_token
 
 def _script(turns_at):
     """A client sending pre-built turns at fixed times (open loop)."""
+
     def start(node):
         for t, turn in turns_at:
             node.at(t, lambda now, turn=turn: node.issue(turn))
+
     return start
 
 
@@ -111,7 +113,7 @@ def test_a_lower_tier_hit_is_loaded_blocking_the_step_and_written_back():
     node = Node(FixedCost(0.1), 5_000, [dram, nvme], Policy(store_blocks=False), keep_turns=True)
     ch = Chain()
     first = Turn(ch, 4_000, 1)
-    evictor = Turn(Chain(), 4_990, 1)         # pushes the first chain out of the GPU and the DRAM
+    evictor = Turn(Chain(), 4_990, 1)  # pushes the first chain out of the GPU and the DRAM
 
     def start(n):
         n.at(0.0, lambda now: n.issue(first))
@@ -120,7 +122,7 @@ def test_a_lower_tier_hit_is_loaded_blocking_the_step_and_written_back():
 
     m = node.run(start, 60)
     again = m.turns[2]
-    assert again.hits == [0, 0, 3_840]          # 15 full chunks of 256 of the 4,000-token prompt, from NVMe
+    assert again.hits == [0, 0, 3_840]  # 15 full chunks of 256 of the 4,000-token prompt, from NVMe
     load = 3_840 * BPT / 10e9 + 0.001
     assert again.first_t - again.issue_t == pytest.approx(0.1 + load)
     # the 4,096 tokens of full chunks go to the DRAM: 3,840 written back from NVMe, 256 computed;
@@ -147,7 +149,7 @@ def test_overlapped_loads_delay_only_the_loading_request():
     again = [t for t in m.turns if t.chain is ch][1]
     load = 3_840 * BPT / 1e9
     assert again.ready_t - again.admit_t == pytest.approx(load)
-    assert other.first_t - other.issue_t == pytest.approx(0.1)   # not held up by the load
+    assert other.first_t - other.issue_t == pytest.approx(0.1)  # not held up by the load
 
 
 def test_the_shared_head_is_pinned_once_and_hit_by_other_chains():
@@ -163,7 +165,7 @@ def test_token_conservation_on_the_seed_workload():
     cost = StepCost(MODEL, load_gpu("RTX-PRO-6000"), 4, 0.5, 0.56)
     node = Node(cost, 400_000, [], Policy(), keep_turns=True)
     src = SynthSource(preset("seed-study", days=600 / 86400), 600)
-    m = node.run(src, 20_000)                   # arrivals for 10 min, then everything drains
+    m = node.run(src, 20_000)  # arrivals for 10 min, then everything drains
     done = [t for t in m.turns]
     assert done and all(t.done_t is not None for t in done)
     assert m.prompt_tok.sum() == sum(t.prompt for t in done)
@@ -185,30 +187,56 @@ def test_zero_step_cost_gives_the_replays_per_tier_hit_ratios(tier_mode):
     caps = {"HBM": 300_000, "DRAM": 1_000_000, "NVMe": 3_000_000}
     lower = [LowerTier(n, c, read_gbps=100, write_gbps=100) for n, c in caps.items() if n != "HBM"]
     cost = StepCost(MODEL, load_gpu("H100"), 8, zero=True)
-    node = Node(cost, caps["HBM"], lower,
-                Policy(block_tokens=bs, chunk_tokens=bs, cache_output=False, tier_mode=tier_mode), keep_turns=True)
-    cfg = preset("seed-study", seed=3, days=3600 / 86400, output_tokens=(1, 1), code_block_prob=0.0,
-                 jitter_tokens=0, subagent_answer_tokens=(1, 1), compact_summary_tokens=(1, 1))
+    node = Node(
+        cost,
+        caps["HBM"],
+        lower,
+        Policy(block_tokens=bs, chunk_tokens=bs, cache_output=False, tier_mode=tier_mode),
+        keep_turns=True,
+    )
+    cfg = preset(
+        "seed-study",
+        seed=3,
+        days=3600 / 86400,
+        output_tokens=(1, 1),
+        code_block_prob=0.0,
+        jitter_tokens=0,
+        subagent_answer_tokens=(1, 1),
+        compact_summary_tokens=(1, 1),
+    )
     m = node.run(SynthSource(cfg, 3600), 4 * 3600)
     turns = sorted(m.turns, key=lambda t: t.seq)
     assert len(turns) > 1000
-    ts = tiers_from_dict({"name": "t", "mode": tier_mode, "compute": {"prefill_tokens_per_s": 1e4},
-                          "tier": [{"name": n, "capacity": str(c), "read_gbps": 1, "write_gbps": 1}
-                                   for n, c in caps.items()]})
+    ts = tiers_from_dict(
+        {
+            "name": "t",
+            "mode": tier_mode,
+            "compute": {"prefill_tokens_per_s": 1e4},
+            "tier": [{"name": n, "capacity": str(c), "read_gbps": 1, "write_gbps": 1} for n, c in caps.items()],
+        }
+    )
     res = replay(trace_of(turns, bs), capacities=[None], ttls=[None], model=MODEL, tiers=ts)
     total = sum(t.prompt for t in turns)
     want = [t["hit_tokens"] / total for t in res.tiers["tiers"]]
     got = [float(x) / total for x in m.hit_tokens]
     assert got == pytest.approx(want, abs=2e-4)
-    assert want[1] > 0.01 and want[2] > 0.001        # every tier serves hits: the test can fail
+    assert want[1] > 0.01 and want[2] > 0.001  # every tier serves hits: the test can fail
 
 
 def test_with_unlimited_gpu_memory_the_simulator_and_the_replay_agree_exactly():
     """Nothing is ever evicted: the two views count the same hits, to the token."""
     bs = 256
     cost = StepCost(MODEL, load_gpu("H100"), 8, zero=True)
-    cfg = preset("seed-study", seed=3, days=3600 / 86400, output_tokens=(1, 1), code_block_prob=0.0,
-                 jitter_tokens=0, subagent_answer_tokens=(1, 1), compact_summary_tokens=(1, 1))
+    cfg = preset(
+        "seed-study",
+        seed=3,
+        days=3600 / 86400,
+        output_tokens=(1, 1),
+        code_block_prob=0.0,
+        jitter_tokens=0,
+        subagent_answer_tokens=(1, 1),
+        compact_summary_tokens=(1, 1),
+    )
     node = Node(cost, 10**9, [], Policy(block_tokens=bs, chunk_tokens=bs, cache_output=False), keep_turns=True)
     m = node.run(SynthSource(cfg, 3600), 4 * 3600)
     turns = sorted(m.turns, key=lambda t: t.seq)
@@ -240,8 +268,8 @@ def test_a_diverging_prompt_cuts_what_the_tiers_hold_of_its_chain():
         first.on_done = lambda t: n.at(t + 1.0, lambda now: n.issue(Turn(ch, 3000, 1, keep=1000)))
 
     m = node.run(start, 60)
-    assert m.turns[1].hits == [992, 0]          # whole GPU blocks of the kept 1,000 tokens
-    assert node.res[0].get(ch) == 2816          # DRAM cut to 3 chunks (768), then the new prompt's 11 (2,816)
+    assert m.turns[1].hits == [992, 0]  # whole GPU blocks of the kept 1,000 tokens
+    assert node.res[0].get(ch) == 2816  # DRAM cut to 3 chunks (768), then the new prompt's 11 (2,816)
 
 
 def test_a_turn_sent_during_a_step_is_timed_from_when_it_was_sent():
@@ -264,7 +292,7 @@ def _two_chains_back_from_nvme(policy: Policy, b_tokens: int, again_tokens: int)
     def start(n):
         n.at(0.0, lambda now: n.issue(Turn(a, 2_000, 1)))
         n.at(1.0, lambda now: n.issue(Turn(b, b_tokens, 1)))
-        n.at(10.0, lambda now: n.issue(Turn(Chain(), 4_990, 1)))     # evicts both from the GPU
+        n.at(10.0, lambda now: n.issue(Turn(Chain(), 4_990, 1)))  # evicts both from the GPU
         n.at(20.0, lambda now: (n.issue(Turn(a, again_tokens, 1)), n.issue(Turn(b, again_tokens, 1))))
 
     return node.run(start, 60).turns[3:]
@@ -273,7 +301,7 @@ def _two_chains_back_from_nvme(policy: Policy, b_tokens: int, again_tokens: int)
 def test_blocking_loads_admitted_in_one_step_share_the_link():
     again = _two_chains_back_from_nvme(Policy(store_blocks=False), 2_000, 2_300)
     assert [t.hits for t in again] == [[0, 1_792], [0, 1_792]]
-    both = 2 * 1_792 * BPT / 10e9                  # one link, both loads: the step waits for all bytes
+    both = 2 * 1_792 * BPT / 10e9  # one link, both loads: the step waits for all bytes
     for t in again:
         assert t.first_t - t.issue_t == pytest.approx(0.1 + both)
 

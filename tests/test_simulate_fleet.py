@@ -31,16 +31,17 @@ def test_round_robin_sends_a_sessions_next_turn_to_the_other_node_where_it_misse
     turns = []
 
     def start(f):
-        def send(i):              # a turn keeps what its chain holds when it is sent
+        def send(i):  # a turn keeps what its chain holds when it is sent
             turns.append(Turn(ch, 2_000 + 100 * i, 1))
             turns[i].on_done = (lambda t: f.at(t + 1.0, lambda now: send(i + 1))) if i < 2 else None
             f.issue(turns[i])
+
         f.at(0.0, lambda now: send(0))
 
     m0, m1 = fleet.run(start, 60)
     assert [t.node for t in turns] == [0, 1, 0]
-    assert turns[1].hits == [0]                    # node 1 never saw the session
-    assert turns[2].hits == [2_000]                # node 0 still holds the first turn's whole blocks
+    assert turns[1].hits == [0]  # node 1 never saw the session
+    assert turns[2].hits == [2_000]  # node 0 still holds the first turn's whole blocks
     assert m0.prompt_tok.sum() == 2_000 + 2_200 and m1.prompt_tok.sum() == 2_100
 
 
@@ -54,9 +55,9 @@ def test_a_rewritten_chain_is_stale_on_every_node_not_only_the_one_it_is_sent_to
         f.issue(turns[-1])
 
     def start(f):
-        f.at(0.0, lambda now: f.issue(turns[0]))                  # node 0 holds 4,000 tokens
-        f.at(10.0, lambda now: send(f, prompt=3_000, keep=0))     # node 1: new content from token 0
-        f.at(20.0, lambda now: send(f, prompt=3_100))             # node 0: its old copy is stale
+        f.at(0.0, lambda now: f.issue(turns[0]))  # node 0 holds 4,000 tokens
+        f.at(10.0, lambda now: send(f, prompt=3_000, keep=0))  # node 1: new content from token 0
+        f.at(20.0, lambda now: send(f, prompt=3_100))  # node 0: its old copy is stale
 
     fleet.run(start, 60)
     assert [t.node for t in turns] == [0, 1, 0]
@@ -66,9 +67,11 @@ def test_a_rewritten_chain_is_stale_on_every_node_not_only_the_one_it_is_sent_to
 def test_least_loaded_sends_each_request_to_a_node_with_the_fewest_outstanding():
     """Long and short requests alternate: round robin queues every long one on node 0, least
     loaded picks, at every arrival, the first node with the fewest requests running or waiting."""
+
     def run(router):
-        fleet = Fleet([Node(FixedCost(0.05), 400_000, [], Policy(max_num_seqs=2), keep_turns=True)
-                       for _ in range(2)], router)
+        fleet = Fleet(
+            [Node(FixedCost(0.05), 400_000, [], Policy(max_num_seqs=2), keep_turns=True) for _ in range(2)], router
+        )
         seen = []
 
         def send(f, turn):
@@ -100,16 +103,17 @@ def test_least_loaded_sends_each_request_to_a_node_with_the_fewest_outstanding()
 def test_a_fleet_of_one_node_is_the_same_run_whatever_the_router():
     sc = Scenario(duration_s=600, rate_per_min=5, gpu_kv_tokens=200_000)
     cfg = parse_config("gpu=seed-testbed:HBM")
-    runs = [run_config(Scenario(**{**sc.__dict__, "router": r}), cfg, nodes=1)
-            for r in ("affinity", "round-robin", "least-loaded")]
+    runs = [
+        run_config(Scenario(**{**sc.__dict__, "router": r}), cfg, nodes=1)
+        for r in ("affinity", "round-robin", "least-loaded")
+    ]
     assert runs[0] == runs[1] == runs[2]
 
 
 def test_with_two_nodes_round_robin_hits_the_gpu_cache_less_than_affinity():
     sc = Scenario(duration_s=900, rate_per_min=5, gpu_kv_tokens=200_000)
     cfg = parse_config("gpu=seed-testbed:HBM")
-    hit = {r: run_config(Scenario(**{**sc.__dict__, "router": r}), cfg, nodes=2)
-           for r in ("affinity", "round-robin")}
+    hit = {r: run_config(Scenario(**{**sc.__dict__, "router": r}), cfg, nodes=2) for r in ("affinity", "round-robin")}
     assert hit["affinity"]["sessions"] == hit["round-robin"]["sessions"]
     a, rr = hit["affinity"]["tiers"][0]["hit_ratio"], hit["round-robin"]["tiers"][0]["hit_ratio"]
     assert rr < a - 0.05
@@ -117,9 +121,28 @@ def test_with_two_nodes_round_robin_hits_the_gpu_cache_less_than_affinity():
 
 @pytest.mark.parametrize("router", ["affinity", "round-robin", "least-loaded"])
 def test_nodes_auto_sizes_a_fleet_under_each_router(router):
-    r = runner.invoke(app, ["simulate", "--config", "gpu=seed-testbed:HBM", "--gpu-kv", "200K", "--duration", "10m",
-                            "--rate", "5", "--nodes", "auto", "--ttft-p90", "3", "--router", router,
-                            "--format", "json"])
+    r = runner.invoke(
+        app,
+        [
+            "simulate",
+            "--config",
+            "gpu=seed-testbed:HBM",
+            "--gpu-kv",
+            "200K",
+            "--duration",
+            "10m",
+            "--rate",
+            "5",
+            "--nodes",
+            "auto",
+            "--ttft-p90",
+            "3",
+            "--router",
+            router,
+            "--format",
+            "json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert doc["router"] == ("session-affinity" if router == "affinity" else router)
@@ -140,8 +163,9 @@ def test_a_prompt_admitted_chunk_by_chunk_that_outgrows_the_gpu_is_a_clear_error
     grow, nothing can run: an error, not a node stuck forever (two of them at the same instant
     must not hold the fleet's clock either)."""
     for n in (1, 2):
-        fleet = Fleet([Node(FixedCost(0.1), 5_000, [], Policy(max_num_batched_tokens=2_048)) for _ in range(n)],
-                      "round-robin")
+        fleet = Fleet(
+            [Node(FixedCost(0.1), 5_000, [], Policy(max_num_batched_tokens=2_048)) for _ in range(n)], "round-robin"
+        )
 
         def start(f):
             for _ in range(n):
@@ -152,8 +176,22 @@ def test_a_prompt_admitted_chunk_by_chunk_that_outgrows_the_gpu_is_a_clear_error
 
 
 def test_the_table_names_the_router_of_a_fleet():
-    r = runner.invoke(app, ["simulate", "--config", "gpu=seed-testbed:HBM", "--gpu-kv", "200K", "--duration", "2m",
-                            "--nodes", "2", "--router", "least-loaded"])
+    r = runner.invoke(
+        app,
+        [
+            "simulate",
+            "--config",
+            "gpu=seed-testbed:HBM",
+            "--gpu-kv",
+            "200K",
+            "--duration",
+            "2m",
+            "--nodes",
+            "2",
+            "--router",
+            "least-loaded",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert "Fleets behind a least-loaded router" in r.stdout
 

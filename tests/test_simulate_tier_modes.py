@@ -28,8 +28,7 @@ def test_exclusive_spill_against_a_hand_computed_oracle():
     """GPU 1,024 tokens, DRAM 1,024, NVMe 4,096; chunks of 256, blocks of 16; one-token answers."""
     dram = LowerTier("DRAM", 1_024, read_gbps=100, write_gbps=100)
     nvme = LowerTier("NVMe", 4_096, read_gbps=10, write_gbps=10)
-    node = Node(FixedCost(0.1), 1_024, [dram, nvme], Policy(tier_mode="exclusive", store_blocks=False),
-                keep_turns=True)
+    node = Node(FixedCost(0.1), 1_024, [dram, nvme], Policy(tier_mode="exclusive", store_blocks=False), keep_turns=True)
     a, b, c, d, e = (Chain() for _ in range(5))
     seen = {}
 
@@ -79,14 +78,16 @@ def test_inclusive_mode_writes_every_prompt_to_every_tier_and_never_spills():
     m = node.run(start, 100)
     assert (m.write["new"].sum(axis=1) / BPT).tolist() == [5 * 512, 5 * 512]
     assert m.write["spill"].sum() == 0
-    assert node.res[0].lru == {chains[3]: 512, chains[4]: 512}          # the two most recent
+    assert node.res[0].lru == {chains[3]: 512, chains[4]: 512}  # the two most recent
     assert node.res[1].lru == {ch: 512 for ch in chains}
 
 
 def _synth_run(mode: str, check, caps=(100_000, 200_000, 600_000)):
     cost = StepCost(MODEL, load_gpu("H100"), 8)
-    lower = [LowerTier("DRAM", caps[1], read_gbps=50, write_gbps=50),
-             LowerTier("NVMe", caps[2], read_gbps=10, write_gbps=5)]
+    lower = [
+        LowerTier("DRAM", caps[1], read_gbps=50, write_gbps=50),
+        LowerTier("NVMe", caps[2], read_gbps=10, write_gbps=5),
+    ]
     node = Node(cost, caps[0], lower, Policy(tier_mode=mode))
     src = SynthSource(preset("seed-study", seed=1, days=1800 / 86400), 1800)
     checks = []
@@ -105,6 +106,7 @@ def test_exclusive_tiers_hold_each_chunk_once():
     """At every minute: each offload tier's occupancy is the sum of its objects' segments, an
     object's segments in DRAM and NVMe never overlap, so the tiers' occupancies add up to the
     distinct chunks they cache; every segment is in whole chunks."""
+
     def check(node):
         dram, nvme = _segments(node, 0), _segments(node, 1)
         for k, segs in enumerate((dram, nvme)):
@@ -121,13 +123,14 @@ def test_exclusive_tiers_hold_each_chunk_once():
         return node.res[0].used, node.res[1].used
 
     node, m, checks = _synth_run("exclusive", check)
-    assert max(n for _, n in checks) > 0               # the NVMe holds spilled chunks: the test can fail
+    assert max(n for _, n in checks) > 0  # the NVMe holds spilled chunks: the test can fail
     assert m.write["spill"][1].sum() > 0 and m.write["new"].sum() == 0
 
 
 def test_inclusive_tiers_each_hold_a_superset_of_the_smaller_tier_above():
     """Write-through with write-back: the same chunks go to DRAM and NVMe in the same order, so the
     larger NVMe (an LRU with the same accesses) holds at least every object's DRAM prefix."""
+
     def check(node):
         dram, nvme = node.res[0].lru, node.res[1].lru
         assert all(nvme.get(obj, 0) >= n for obj, n in dram.items())

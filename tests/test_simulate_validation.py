@@ -12,7 +12,7 @@ import pytest
 
 from kvtrace.simulate.run import load_scenario, simulate
 
-pytestmark = pytest.mark.slow     # end-to-end: real processes, servers or long runs (make test-all)
+pytestmark = pytest.mark.slow  # end-to-end: real processes, servers or long runs (make test-all)
 
 
 @pytest.fixture(scope="module")

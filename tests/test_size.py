@@ -39,13 +39,16 @@ def test_nothing_to_calculate_is_an_error():
 
 
 def test_size_cli_json():
-    r = CliRunner().invoke(app, ["size", "--model", "MiniMax-M2.7", "--kv-dtype", "fp8", "--rate", "4200",
-                                 "--ttl", "1h", "--format", "json"])
+    r = CliRunner().invoke(
+        app,
+        ["size", "--model", "MiniMax-M2.7", "--kv-dtype", "fp8", "--rate", "4200", "--ttl", "1h", "--format", "json"],
+    )
     assert r.exit_code == 0, r.output
     out = json.loads(r.output)
     assert (out["bytes_per_token"], out["capacity_tokens"]) == (126_976, 15_120_000)
-    r = CliRunner().invoke(app, ["size", "--write-rate", "1.9GB/s", "--drives", "8x12.8TB", "--raid", "10",
-                                 "--format", "json"])
+    r = CliRunner().invoke(
+        app, ["size", "--write-rate", "1.9GB/s", "--drives", "8x12.8TB", "--raid", "10", "--format", "json"]
+    )
     assert json.loads(r.output)["dwpd_per_drive"] == pytest.approx(3.2, abs=0.01)
 
 

@@ -16,14 +16,20 @@ from kvtrace.analyze.working_set import sizing_warnings
 from kvtrace.cli import app
 from tests.paths import CONVERSATION
 
-CONV = str(CONVERSATION)       # 12,031 requests over 59 minutes, no sessions
+CONV = str(CONVERSATION)  # 12,031 requests over 59 minutes, no sessions
 SAMPLE_LOGS = Path(__file__).resolve().parents[1] / "sample_traces" / "otlp" / "logs.jsonl.gz"
 
 
 def _trace(n: int, span_s: float, sessions: int | None) -> BlockTrace:
     ts = np.linspace(0.0, span_s, n)
-    return BlockTrace.from_lists(ts, np.full(n, 64), np.ones(n, dtype=np.int64), [[i % 7] for i in range(n)], 64,
-                                 session=None if sessions is None else np.arange(n) % sessions)
+    return BlockTrace.from_lists(
+        ts,
+        np.full(n, 64),
+        np.ones(n, dtype=np.int64),
+        [[i % 7] for i in range(n)],
+        64,
+        session=None if sessions is None else np.arange(n) % sessions,
+    )
 
 
 def test_each_condition_and_none_for_a_sound_trace():
@@ -57,9 +63,14 @@ def _sessions(lifetime_min: int | None, hours: float = 6.0, every: int | None = 
             rows.append((m * 60.0 + start / 100, start, [start * 10_000 + k for k in range(m - start + 1)]))
     rows.sort(key=lambda r: r[0])
     ids = [r[2] for r in rows]
-    return BlockTrace.from_lists(np.array([r[0] for r in rows]), np.array([64 * len(h) for h in ids]),
-                                 np.zeros(len(rows), dtype=np.int64), ids, 64,
-                                 session=np.array([r[1] for r in rows]))
+    return BlockTrace.from_lists(
+        np.array([r[0] for r in rows]),
+        np.array([64 * len(h) for h in ids]),
+        np.zeros(len(rows), dtype=np.int64),
+        ids,
+        64,
+        session=np.array([r[1] for r in rows]),
+    )
 
 
 def test_a_working_set_still_rising_at_the_end_is_said_and_a_settled_one_is_not():
@@ -95,13 +106,17 @@ def _invoke(*args):
 
 
 def test_replay_warns_of_a_ttl_as_long_as_the_trace():
-    out = json.loads(_invoke("replay", CONV, "-c", "1M", "--ttl", "5m,1h", "--block-size", "512",
-                             "--format", "json").stdout)
+    out = json.loads(
+        _invoke("replay", CONV, "-c", "1M", "--ttl", "5m,1h", "--block-size", "512", "--format", "json").stdout
+    )
     assert out["warnings"] == [
         "The 1h TTL is as long as the trace (58.9 min) or longer: nothing expires within it, so the working set is "
-        "everything the trace touched, not a steady state; size on a trace several times longer than the TTL."]
+        "everything the trace touched, not a steady state; size on a trace several times longer than the TTL."
+    ]
     assert "Warning: The 1h TTL is as long as the trace" in _invoke("replay", CONV, "-c", "1M", "--ttl", "1h").output
-    ok = json.loads(_invoke("replay", CONV, "-c", "1M", "--ttl", "5m", "--block-size", "512", "--format", "json").stdout)
+    ok = json.loads(
+        _invoke("replay", CONV, "-c", "1M", "--ttl", "5m", "--block-size", "512", "--format", "json").stdout
+    )
     assert ok["warnings"] == []
 
 
@@ -128,9 +143,11 @@ def db(tmp_path_factory) -> str:
 def test_report_warns_of_a_window_of_two_sessions(db):
     args = ["report", "--db", db, "--ttl", "5m,1h", "--since", "2026-03-06T16:00"]
     out = json.loads(_invoke(*args, "--format", "json").stdout)
-    assert [w.split(":")[0] for w in out["warnings"]] == ["Only 2 sessions (91 requests over 28.4 min)",
-                                                          "The 1h TTL is as long as the trace (28.4 min) or longer"]
+    assert [w.split(":")[0] for w in out["warnings"]] == [
+        "Only 2 sessions (91 requests over 28.4 min)",
+        "The 1h TTL is as long as the trace (28.4 min) or longer",
+    ]
     text = _invoke(*args).output
     assert "Warning: Only 2 sessions" in text and "Warning: The 1h TTL" in text
     whole = json.loads(_invoke("report", "--db", db, "--ttl", "5m,1h", "--format", "json").stdout)
-    assert "warnings" not in whole            # 58 sessions over five days
+    assert "warnings" not in whole  # 58 sessions over five days

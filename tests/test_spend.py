@@ -13,8 +13,10 @@ from tests.chain_frames import frame
 
 def two_requests(gap_s: float, model: str = "claude-sonnet-4-6"):
     """A conversation that comes back after ``gap_s``: under 5 min its prefix expired."""
-    f = frame(dict(t=0, read=0, write=10_000, input_tokens=5, model=model),
-              dict(t=gap_s, read=0, write=10_500, input_tokens=5, model=model))
+    f = frame(
+        dict(t=0, read=0, write=10_000, input_tokens=5, model=model),
+        dict(t=gap_s, read=0, write=10_500, input_tokens=5, model=model),
+    )
     return derive_chains(f, ChainParams(block_size=64, head_tokens=0), materialize=False)
 
 
@@ -26,7 +28,7 @@ def test_spend_by_hand():
     # Sonnet 4.6: $3 input, $15 output per million; writes x1.25 (5 min) / x2 (1 h), reads x0.1.
     assert five["spend_usd"] == pytest.approx((10 * 3 + 20_500 * 3 * 1.25 + 200 * 15) / 1e6)
     assert hour["spend_usd"] == pytest.approx((10 * 3 + 10_500 * 3 * 2 + 10_000 * 3 * 0.1 + 200 * 15) / 1e6)
-    assert s["observed"]["spend_usd"] == pytest.approx(five["spend_usd"])   # reported as 5 min writes
+    assert s["observed"]["spend_usd"] == pytest.approx(five["spend_usd"])  # reported as 5 min writes
     assert s["writes_that_would_be_reads"] == 10_000
     assert s["net_difference_usd"] == pytest.approx(hour["spend_usd"] - five["spend_usd"])
     assert s["cheaper"] == "1h"
@@ -47,8 +49,10 @@ def test_unknown_models_are_listed_not_priced():
 
 def test_pricing_file_overrides(tmp_path):
     p = tmp_path / "prices.toml"
-    p.write_text('[multipliers]\ncache_write_5m = 1.0\ncache_write_1h = 1.0\ncache_read = 0.0\n'
-                 '[[model]]\nmatch = "claude-*"\ninput = 1.0\noutput = 0.0\n')
+    p.write_text(
+        "[multipliers]\ncache_write_5m = 1.0\ncache_write_1h = 1.0\ncache_read = 0.0\n"
+        '[[model]]\nmatch = "claude-*"\ninput = 1.0\noutput = 0.0\n'
+    )
     s = spend_whatif(two_requests(600), load_pricing(p))
     assert s["ttl"][0]["spend_usd"] == pytest.approx(20_510 / 1e6)
     assert s["ttl"][1]["spend_usd"] == pytest.approx(10_510 / 1e6)
@@ -67,8 +71,9 @@ def test_builtin_pricing_is_data():
 
 
 def test_block_traces_need_a_price_model():
-    tr = BlockTrace.from_lists([0, 100, 1000], [5000, 5000, 100], [10, 10, 10],
-                               [[0, 1, 2, 3, 4], [0, 1, 2, 3, 4], [9]], 1024)
+    tr = BlockTrace.from_lists(
+        [0, 100, 1000], [5000, 5000, 100], [10, 10, 10], [[0, 1, 2, 3, 4], [0, 1, 2, 3, 4], [9]], 1024
+    )
     with pytest.raises(ConfigError, match="no model to price"):
         spend_whatif(tr)
     s = spend_whatif(tr, model="claude-sonnet-4-6")

@@ -13,7 +13,9 @@ def test_migrations_are_recorded_and_idempotent(store):
 
 def test_reopen_file_keeps_data(db_path):
     with Store(db_path) as s:
-        s.run("INSERT INTO ingested_files (path, size, mtime_ns, format, ingested_at, rows_added, duplicates, lines_rejected) VALUES ('a', 1, 2, 'otlp-json', now(), 0, 0, 0)")
+        s.run(
+            "INSERT INTO ingested_files (path, size, mtime_ns, format, ingested_at, rows_added, duplicates, lines_rejected) VALUES ('a', 1, 2, 'otlp-json', now(), 0, 0, 0)"
+        )
     with Store(db_path, read_only=True) as s:
         assert s.scalar("SELECT count(*) FROM ingested_files") == 1
 
@@ -33,7 +35,9 @@ def test_read_only_on_foreign_database(tmp_path):
 def test_transaction_rolls_back_on_error(store):
     with pytest.raises(KeyboardInterrupt):
         with store.transaction():
-            store.run("INSERT INTO ingested_files (path, size, mtime_ns, format, ingested_at, rows_added, duplicates, lines_rejected) VALUES ('a', 1, 2, 'x', now(), 0, 0, 0)")
+            store.run(
+                "INSERT INTO ingested_files (path, size, mtime_ns, format, ingested_at, rows_added, duplicates, lines_rejected) VALUES ('a', 1, 2, 'x', now(), 0, 0, 0)"
+            )
             raise KeyboardInterrupt
     assert store.scalar("SELECT count(*) FROM ingested_files") == 0
 
@@ -63,8 +67,15 @@ def test_reader_waits_for_a_writer_that_holds_the_file(db_path):
     import time
 
     Store(db_path).close()
-    holder = subprocess.Popen([sys.executable, "-c", f"import duckdb, time; c = duckdb.connect({str(db_path)!r}); "
-                               "print('held', flush=True); time.sleep(1.0)"], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import duckdb, time; c = duckdb.connect({str(db_path)!r}); print('held', flush=True); time.sleep(1.0)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         t = time.monotonic()
@@ -72,8 +83,16 @@ def test_reader_waits_for_a_writer_that_holds_the_file(db_path):
             assert s.scalar("SELECT count(*) FROM requests") == 0
         assert time.monotonic() - t < 10
         with pytest.raises(SchemaError, match="holds it for writing"):
-            holder2 = subprocess.Popen([sys.executable, "-c", f"import duckdb, time; c = duckdb.connect({str(db_path)!r}); "
-                                        "print('held', flush=True); time.sleep(3)"], stdout=subprocess.PIPE, text=True)
+            holder2 = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    f"import duckdb, time; c = duckdb.connect({str(db_path)!r}); "
+                    "print('held', flush=True); time.sleep(3)",
+                ],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
             try:
                 holder2.stdout.readline()
                 Store(db_path, read_only=True, lock_wait_s=0.3)
@@ -88,32 +107,53 @@ def test_read_only_open_migrates_an_older_warehouse_first(db_path):
     with Store(db_path) as s:
         s.run("DELETE FROM _migrations WHERE version = (SELECT max(version) FROM _migrations)")
     with Store(db_path, read_only=True) as s:
-        assert s.scalar("SELECT max(version) FROM _migrations") == max(v for v, _ in __import__(
-            "kvtrace.store.store", fromlist=["_migrations"])._migrations())
+        assert s.scalar("SELECT max(version) FROM _migrations") == max(
+            v for v, _ in __import__("kvtrace.store.store", fromlist=["_migrations"])._migrations()
+        )
 
 
 def test_warehouse_with_primary_keys_is_rebuilt_without_them_rows_kept(db_path):
     # a warehouse written before migration 005: the tables of 001 (primary keys), migrations 1-4
     con = duckdb.connect(str(db_path))
     con.execute(load_query("schema/001_init").sql)
-    con.execute("CREATE TABLE _migrations (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
-                "applied_at TIMESTAMP NOT NULL DEFAULT now())")
-    for v, name in [(1, "001_init"), (2, "002_request_usage_view"), (3, "003_sessionless_metric_points"),
-                    (4, "004_sessionless_points_per_user")]:
+    con.execute(
+        "CREATE TABLE _migrations (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
+        "applied_at TIMESTAMP NOT NULL DEFAULT now())"
+    )
+    for v, name in [
+        (1, "001_init"),
+        (2, "002_request_usage_view"),
+        (3, "003_sessionless_metric_points"),
+        (4, "004_sessionless_points_per_user"),
+    ]:
         con.execute("INSERT INTO _migrations (version, name) VALUES (?, ?)", [v, name])
-    con.execute("INSERT INTO requests (request_key, ts, source, agent, input_tokens, output_tokens, "
-                "ingested_from) VALUES ('req_1', TIMESTAMP '2026-03-02 10:00:00', 'otlp-log', 'claude-code', 7, 9, 'f:1')")
-    con.execute("INSERT INTO metric_points (point_key, metric, series_key, temporality, ts, value, token_type, "
-                "source, agent, ingested_from) VALUES ('p1', 'claude_code.token.usage', 's', 1, "
-                "TIMESTAMP '2026-03-02 10:00:00', 5, 'input', 'otlp-metric', 'claude-code', 'f:2')")
-    assert con.execute("SELECT count(*) FROM duckdb_constraints() WHERE constraint_type = 'PRIMARY KEY' "
-                       "AND table_name IN ('requests', 'metric_points')").fetchone()[0] == 2
+    con.execute(
+        "INSERT INTO requests (request_key, ts, source, agent, input_tokens, output_tokens, "
+        "ingested_from) VALUES ('req_1', TIMESTAMP '2026-03-02 10:00:00', 'otlp-log', 'claude-code', 7, 9, 'f:1')"
+    )
+    con.execute(
+        "INSERT INTO metric_points (point_key, metric, series_key, temporality, ts, value, token_type, "
+        "source, agent, ingested_from) VALUES ('p1', 'claude_code.token.usage', 's', 1, "
+        "TIMESTAMP '2026-03-02 10:00:00', 5, 'input', 'otlp-metric', 'claude-code', 'f:2')"
+    )
+    assert (
+        con.execute(
+            "SELECT count(*) FROM duckdb_constraints() WHERE constraint_type = 'PRIMARY KEY' "
+            "AND table_name IN ('requests', 'metric_points')"
+        ).fetchone()[0]
+        == 2
+    )
     con.close()
     with Store(db_path) as s:
         assert s.query("SELECT request_key, input_tokens, output_tokens FROM requests") == [("req_1", 7, 9)]
         assert s.query("SELECT point_key, value FROM metric_points") == [("p1", 5.0)]
-        assert s.scalar("SELECT count(*) FROM duckdb_constraints() WHERE constraint_type = 'PRIMARY KEY' "
-                        "AND table_name IN ('requests', 'metric_points')") == 0
+        assert (
+            s.scalar(
+                "SELECT count(*) FROM duckdb_constraints() WHERE constraint_type = 'PRIMARY KEY' "
+                "AND table_name IN ('requests', 'metric_points')"
+            )
+            == 0
+        )
         # the columns keep their NOT NULL constraints and defaults
         with pytest.raises(duckdb.ConstraintException):
             s.run("INSERT INTO requests (request_key, ts, source, agent) VALUES (NULL, now(), 'x', 'y')")
@@ -134,14 +174,15 @@ def test_a_bulk_checkpoint_leaves_partial_row_groups_that_later_checkpoints_merg
 
     with Store(db_path) as s:
         s.run("SET threads = 2")
-        insert(s, 0, 300000)                 # parallel: a partial row group per thread
+        insert(s, 0, 300000)  # parallel: a partial row group per thread
         s.checkpoint_bulk()
-        assert s.scalar("SELECT current_setting('max_vacuum_tasks')") > 0    # restored
+        assert s.scalar("SELECT current_setting('max_vacuum_tasks')") > 0  # restored
         left = _partial_row_groups(s)
-        for batch in range(1, 21):           # small transactions, as the collector writes
+        for batch in range(1, 21):  # small transactions, as the collector writes
             insert(s, batch, 50)
             s.run("CHECKPOINT")
         # merged by the later checkpoints' vacuum, and the small inserts did not pile up
         assert _partial_row_groups(s) <= max(left, 2)
         assert s.query("SELECT count(*), sum(output_tokens) FROM requests") == [
-            (301000, sum(i % 7 for i in range(300000)) + 20 * sum(i % 7 for i in range(50)))]
+            (301000, sum(i % 7 for i in range(300000)) + 20 * sum(i % 7 for i in range(50)))
+        ]

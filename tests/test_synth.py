@@ -62,8 +62,16 @@ def transcript_lines(root: Path) -> list[tuple[Path, dict]]:
 def run(tmp_path_factory):
     """A small but busy run: several concurrent sessions, subagents, pauses, compactions."""
     out = tmp_path_factory.mktemp("synth")
-    cfg = preset("seed-study", seed=11, days=0.04, arrival_rate_per_min=1.5, users=8, orgs=2,
-                 context_cap_tokens=40_000, subagent_prob=0.08)
+    cfg = preset(
+        "seed-study",
+        seed=11,
+        days=0.04,
+        arrival_rate_per_min=1.5,
+        users=8,
+        orgs=2,
+        context_cap_tokens=40_000,
+        subagent_prob=0.08,
+    )
     res = generate(cfg, out, formats=("otlp", "transcripts"))
     return res, res.ledger.to_dicts(), out
 
@@ -79,13 +87,22 @@ def test_ledger_equals_otlp_events(run):
         assert t == row["end_ms"] * 1_000_000
         assert r["_body"] == {"stringValue": "claude_code.api_request"}
         assert r["service.name"] == "claude-code"
-        assert (a["input_tokens"], a["cache_read_tokens"], a["cache_creation_tokens"], a["output_tokens"]) == \
-            (row["input_tokens"], row["cache_read_tokens"], row["cache_creation_tokens"], row["output_tokens"])
+        assert (a["input_tokens"], a["cache_read_tokens"], a["cache_creation_tokens"], a["output_tokens"]) == (
+            row["input_tokens"],
+            row["cache_read_tokens"],
+            row["cache_creation_tokens"],
+            row["output_tokens"],
+        )
         assert a["cost_usd"] == row["cost_usd"]
         assert (a["duration_ms"], a["ttft_ms"]) == (row["duration_ms"], row["ttft_ms"])
-        assert (a["session.id"], a["user.id"], a["organization.id"], a["model"], a["query_source"],
-                a["prompt.id"]) == (row["session_id"], row["user_id"], row["org_id"], row["model"],
-                                    row["query_source"], row["prompt_id"])
+        assert (a["session.id"], a["user.id"], a["organization.id"], a["model"], a["query_source"], a["prompt.id"]) == (
+            row["session_id"],
+            row["user_id"],
+            row["org_id"],
+            row["model"],
+            row["query_source"],
+            row["prompt_id"],
+        )
     # event.sequence: 1, 2, 3, ... per session in time order
     by_session = defaultdict(list)
     for t, a, _ in recs:
@@ -116,8 +133,12 @@ def test_ledger_equals_otlp_metrics(run):
                             cost[a["session.id"]] += p["asDouble"]
     want, want_cost = defaultdict(float), defaultdict(float)
     for r in rows:
-        for typ, col in (("input", "input_tokens"), ("output", "output_tokens"),
-                         ("cacheRead", "cache_read_tokens"), ("cacheCreation", "cache_creation_tokens")):
+        for typ, col in (
+            ("input", "input_tokens"),
+            ("output", "output_tokens"),
+            ("cacheRead", "cache_read_tokens"),
+            ("cacheCreation", "cache_creation_tokens"),
+        ):
             if r[col]:
                 want[(r["session_id"], typ)] += r[col]
         want_cost[r["session_id"]] += r["cost_usd"]
@@ -140,9 +161,12 @@ def test_ledger_equals_transcripts_after_dedup(run):
         usage = [d["message"]["usage"] for _, d in copies]
         assert max(u["output_tokens"] for u in usage) == r["output_tokens"] == usage[-1]["output_tokens"]
         for u in usage:
-            assert (u["input_tokens"], u["cache_read_input_tokens"], u["cache_creation_input_tokens"],
-                    u["cache_creation"]["ephemeral_5m_input_tokens"]) == \
-                (r["input_tokens"], r["cache_read_tokens"], r["cache_creation_tokens"], r["cache_write_5m_tokens"])
+            assert (
+                u["input_tokens"],
+                u["cache_read_input_tokens"],
+                u["cache_creation_input_tokens"],
+                u["cache_creation"]["ephemeral_5m_input_tokens"],
+            ) == (r["input_tokens"], r["cache_read_tokens"], r["cache_creation_tokens"], r["cache_write_5m_tokens"])
         path, d = copies[-1]
         assert d["requestId"] == r["request_id"] and d["sessionId"] == r["session_id"]
         assert d["isSidechain"] is r["is_sidechain"]
@@ -190,8 +214,17 @@ def test_cache_reads_follow_the_ttl_rules(run):
 
 def test_gap_over_ttl_rewrites_the_prefix_except_a_warm_head():
     # Many concurrent sessions keep the head warm; everyone in the returning cohort pauses 12-18 min.
-    cfg = preset("seed-study", seed=3, days=0.05, arrival_rate_per_min=2.0, users=6, orgs=1,
-                 returning_fraction=1.0, subagent_prob=0.0, model_switch_prob=0.0)
+    cfg = preset(
+        "seed-study",
+        seed=3,
+        days=0.05,
+        arrival_rate_per_min=2.0,
+        users=6,
+        orgs=1,
+        returning_fraction=1.0,
+        subagent_prob=0.0,
+        model_switch_prob=0.0,
+    )
     rows = simulate(cfg).to_dicts()
     prev: dict[str, dict] = {}
     resumed = []
@@ -260,13 +293,31 @@ def test_chains_start_where_the_ledger_says():
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 10_000), rate=st.floats(0.2, 3.0), ttl=st.sampled_from([60, 300, 3600]),
-       cap=st.integers(40_000, 80_000), file_p=st.floats(0, 1), agent_p=st.floats(0, 0.3),
-       tail=st.integers(1, 40), jitter=st.integers(0, 150))
+@given(
+    seed=st.integers(0, 10_000),
+    rate=st.floats(0.2, 3.0),
+    ttl=st.sampled_from([60, 300, 3600]),
+    cap=st.integers(40_000, 80_000),
+    file_p=st.floats(0, 1),
+    agent_p=st.floats(0, 0.3),
+    tail=st.integers(1, 40),
+    jitter=st.integers(0, 150),
+)
 def test_invariants_hold_for_small_parameter_sets(seed, rate, ttl, cap, file_p, agent_p, tail, jitter):
-    cfg = preset("seed-study", seed=seed, days=0.01, arrival_rate_per_min=rate, cache_ttl_s=ttl,
-                 context_cap_tokens=cap, file_read_prob=file_p, subagent_prob=agent_p,
-                 tail_tokens=(1, tail), jitter_tokens=jitter, users=3, orgs=1)
+    cfg = preset(
+        "seed-study",
+        seed=seed,
+        days=0.01,
+        arrival_rate_per_min=rate,
+        cache_ttl_s=ttl,
+        context_cap_tokens=cap,
+        file_read_prob=file_p,
+        subagent_prob=agent_p,
+        tail_tokens=(1, tail),
+        jitter_tokens=jitter,
+        users=3,
+        orgs=1,
+    )
     ledger = simulate(cfg)
     rows = ledger.to_dicts()
     _oracle(rows, ttl * 1000)

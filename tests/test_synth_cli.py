@@ -18,8 +18,23 @@ SAMPLE = ROOT / "sample_traces"
 
 
 def test_small_run_prints_a_json_summary(tmp_path):
-    r = runner.invoke(app, ["synth", "--preset", "sample-week", "--days", "1", "--seed", "3", "--out",
-                            str(tmp_path), "--json", "--cache-ttl", "1h"])
+    r = runner.invoke(
+        app,
+        [
+            "synth",
+            "--preset",
+            "sample-week",
+            "--days",
+            "1",
+            "--seed",
+            "3",
+            "--out",
+            str(tmp_path),
+            "--json",
+            "--cache-ttl",
+            "1h",
+        ],
+    )
     assert r.exit_code == 0, r.output
     s = json.loads(r.output)
     assert s["requests"] > 0 and s["tokens"]["cache_write_5m_tokens"] == 0
@@ -31,23 +46,42 @@ def test_small_run_prints_a_json_summary(tmp_path):
 
 
 def test_set_overrides_a_parameter(tmp_path):
-    r = runner.invoke(app, ["synth", "--preset", "sample-week", "--days", "1", "--out", str(tmp_path), "--json",
-                            "--format", "otlp", "--set", "model_mix={\"claude-haiku-4-5\": 1}",
-                            "--set", "subagent_prob=0"])
+    r = runner.invoke(
+        app,
+        [
+            "synth",
+            "--preset",
+            "sample-week",
+            "--days",
+            "1",
+            "--out",
+            str(tmp_path),
+            "--json",
+            "--format",
+            "otlp",
+            "--set",
+            'model_mix={"claude-haiku-4-5": 1}',
+            "--set",
+            "subagent_prob=0",
+        ],
+    )
     assert r.exit_code == 0, r.output
     logs = (tmp_path / "otlp" / "logs.jsonl").read_text()
     assert "claude-haiku-4-5" in logs and "claude-opus-4-6" not in logs and "subagent" not in logs
     assert not (tmp_path / "claude").exists()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--cache-ttl", "five minutes"], "cache TTL"),
-    (["--set", "no_such=1"], "unknown parameter"),
-    (["--preset", "huge"], "unknown synth preset"),
-    (["--format", "otlp,parquet"], "unknown synth format"),
-    (["--set", "file_read_prob=2"], "file_read_prob"),
-    (["--start", "yesterday"], "start"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--cache-ttl", "five minutes"], "cache TTL"),
+        (["--set", "no_such=1"], "unknown parameter"),
+        (["--preset", "huge"], "unknown synth preset"),
+        (["--format", "otlp,parquet"], "unknown synth format"),
+        (["--set", "file_read_prob=2"], "file_read_prob"),
+        (["--start", "yesterday"], "start"),
+    ],
+)
 def test_bad_options_are_one_error_line(tmp_path, args, message):
     r = runner.invoke(app, ["synth", "--out", str(tmp_path), "--days", "0.01", *args])
     assert r.exit_code == 1, r.output
@@ -68,8 +102,11 @@ def test_params_lists_every_parameter():
 
 # -- the committed sample week -------------------------------------------------------------------
 def _sample_files(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file() and p.name != "README.md"}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != "README.md"
+    }
 
 
 def test_sample_week_is_what_the_readme_says(tmp_path):
@@ -77,8 +114,10 @@ def test_sample_week_is_what_the_readme_says(tmp_path):
     assert "kvtrace synth --preset sample-week --seed 7 --out sample_traces/ --gzip" in readme
     generate(preset("sample-week", seed=7), tmp_path, gzip=True)
     want, got = _sample_files(SAMPLE), _sample_files(tmp_path)
-    assert got == want, ("sample_traces/ no longer matches the generator: regenerate it with "
-                         "`rm -rf sample_traces/otlp sample_traces/claude && kvtrace synth --preset sample-week "
-                         "--seed 7 --out sample_traces/ --gzip` and update the figures in its README")
+    assert got == want, (
+        "sample_traces/ no longer matches the generator: regenerate it with "
+        "`rm -rf sample_traces/otlp sample_traces/claude && kvtrace synth --preset sample-week "
+        "--seed 7 --out sample_traces/ --gzip` and update the figures in its README"
+    )
     size = sum(p.stat().st_size for p in SAMPLE.rglob("*") if p.is_file())
     assert size < 6_000_000

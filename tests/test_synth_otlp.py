@@ -73,9 +73,18 @@ def test_fast_path_falls_back_on_unusual_records():
     scope = InstrumentationScope("com.anthropic.claude_code.events", "2.1.122")
     recs = [
         LogRecord(timestamp=5, observed_timestamp=6, body="plain", attributes={"f": 1e-7, "b": False, "i": -3}),
-        LogRecord(timestamp=7, observed_timestamp=8, body="caf\u00e9 \"q\"", attributes={"x": "\u00fc\n", "n": float("nan")}),
-        LogRecord(timestamp=9, observed_timestamp=9, body={"k": [1, "a"]}, severity_number=SeverityNumber.INFO,
-                  severity_text="INFO", event_name="claude_code.api_request", attributes={}),
+        LogRecord(
+            timestamp=7, observed_timestamp=8, body='caf\u00e9 "q"', attributes={"x": "\u00fc\n", "n": float("nan")}
+        ),
+        LogRecord(
+            timestamp=9,
+            observed_timestamp=9,
+            body={"k": [1, "a"]},
+            severity_number=SeverityNumber.INFO,
+            severity_text="INFO",
+            event_name="claude_code.api_request",
+            attributes={},
+        ),
     ]
     batch = [ReadableLogRecord(r, res, scope) for r in recs]
     for sub in ([batch[0]], batch[:2], batch):
@@ -89,9 +98,23 @@ def test_records_are_shaped_like_claude_code(batches):
     rec = next(r for b in logs for r in b if r.log_record.body == "claude_code.api_request")
     a = rec.log_record.attributes
     assert a["event.name"] == "api_request" and a["request_id"].startswith("req_011C")
-    for key in ("session.id", "user.id", "organization.id", "event.sequence", "event.timestamp", "prompt.id",
-                "model", "input_tokens", "output_tokens", "cache_read_tokens", "cache_creation_tokens",
-                "cost_usd", "duration_ms", "ttft_ms", "query_source"):
+    for key in (
+        "session.id",
+        "user.id",
+        "organization.id",
+        "event.sequence",
+        "event.timestamp",
+        "prompt.id",
+        "model",
+        "input_tokens",
+        "output_tokens",
+        "cache_read_tokens",
+        "cache_creation_tokens",
+        "cost_usd",
+        "duration_ms",
+        "ttft_ms",
+        "query_source",
+    ):
         assert key in a
     assert isinstance(a["cost_usd"], float) and isinstance(a["input_tokens"], int)
     assert rec.resource.attributes["service.name"] == "claude-code"
@@ -101,8 +124,11 @@ def test_records_are_shaped_like_claude_code(batches):
 
 
 def _digest(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_same_seed_same_bytes_across_processes(tmp_path):
@@ -111,8 +137,12 @@ def test_same_seed_same_bytes_across_processes(tmp_path):
     for i, hashseed in enumerate(("1", "2")):
         out = tmp_path / f"run{i}"
         env = {**os.environ, "PYTHONHASHSEED": hashseed}
-        subprocess.run([sys.executable, "-m", "kvtrace", "synth", *args, str(out), "--seed", "9", "--gzip", "-q"],
-                       check=True, env=env, capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "kvtrace", "synth", *args, str(out), "--seed", "9", "--gzip", "-q"],
+            check=True,
+            env=env,
+            capture_output=True,
+        )
         outs.append(out)
     a, b = _digest(outs[0]), _digest(outs[1])
     assert a == b and len(a) > 10
@@ -168,5 +198,13 @@ def test_live_endpoint_sends_what_the_ledger_says():
                             tokens += sum(p.as_double for p in m.sum.data_points)
     t = res.ledger.totals
     assert n_api == t["requests"] > 0
-    assert tokens == sum(t[k] for k in ("input_tokens", "output_tokens", "cache_read_tokens",
-                                        "cache_write_5m_tokens", "cache_write_1h_tokens"))
+    assert tokens == sum(
+        t[k]
+        for k in (
+            "input_tokens",
+            "output_tokens",
+            "cache_read_tokens",
+            "cache_write_5m_tokens",
+            "cache_write_1h_tokens",
+        )
+    )

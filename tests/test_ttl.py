@@ -56,10 +56,17 @@ def test_parse_ttls():
 
 # -- oracle ---------------------------------------------------------------------------------------
 
+
 def _slice(trace: BlockTrace, n: int) -> BlockTrace:
     end = trace.offsets[n]
-    return BlockTrace(trace.ts[:n], trace.input_length[:n], trace.output_length[:n], trace.offsets[:n + 1],
-                      trace.hash_ids[:end], trace.block_size)
+    return BlockTrace(
+        trace.ts[:n],
+        trace.input_length[:n],
+        trace.output_length[:n],
+        trace.offsets[: n + 1],
+        trace.hash_ids[:end],
+        trace.block_size,
+    )
 
 
 @settings(max_examples=120, deadline=None)
@@ -104,8 +111,7 @@ def test_no_repeated_block_means_no_hit(n, B, rnd):
 
 
 def test_working_set_series_covers_the_peak():
-    trace = BlockTrace.from_lists([0, 10, 20, 400], [32, 32, 48, 16], [1] * 4,
-                                  [[0, 1], [0, 1], [0, 1, 2], [9]], 16)
+    trace = BlockTrace.from_lists([0, 10, 20, 400], [32, 32, 48, 16], [1] * 4, [[0, 1], [0, 1], [0, 1, 2], [9]], 16)
     ws = working_set(trace, 60, bytes_per_token=2.0, series_points=8)
     assert ws["peak_tokens"] == 3 * 16
     assert max(ws["series"]["max_tokens"]) == ws["peak_tokens"]
@@ -130,8 +136,9 @@ def _held_over_time_oracle(trace: BlockTrace, tau: float | None):
         if b <= a:
             continue
         mid = (a + b) / 2
-        held = sum(1 for times in accesses.values()
-                   if any(x <= mid and (tau_us is None or mid - x <= tau_us) for x in times))
+        held = sum(
+            1 for times in accesses.values() if any(x <= mid and (tau_us is None or mid - x <= tau_us) for x in times)
+        )
         values.append(held)
         lengths.append(b - a)
     return np.array(values), np.array(lengths, dtype=float), t1 - t0

@@ -6,9 +6,24 @@ import pytest
 from hypothesis import given, strategies as st
 
 from kvtrace.errors import ConfigError
-from kvtrace.units import (fmt_age, fmt_bytes, fmt_bytes_compact, fmt_duration, fmt_seconds, fmt_span, fmt_tokens,
-                           fmt_tokens_compact, fmt_ttl,
-                           is_span, parse_bytes, parse_duration, parse_durations, parse_rate, parse_tokens, parse_ttls)
+from kvtrace.units import (
+    fmt_age,
+    fmt_bytes,
+    fmt_bytes_compact,
+    fmt_duration,
+    fmt_seconds,
+    fmt_span,
+    fmt_tokens,
+    fmt_tokens_compact,
+    fmt_ttl,
+    is_span,
+    parse_bytes,
+    parse_duration,
+    parse_durations,
+    parse_rate,
+    parse_tokens,
+    parse_ttls,
+)
 
 
 def test_parse_quantities():
@@ -18,7 +33,9 @@ def test_parse_quantities():
     assert parse_duration("5m") == 300 and parse_duration("250ms") == 0.25 and parse_duration("1w") == 604800
     assert parse_duration(90) == 90 and parse_duration("2D") == 172800 and parse_duration("0") == 0
     # one rule: text has a unit (a symbol or a word); a bare number could be seconds or minutes
-    assert parse_duration("1 hour") == 3600 and parse_duration("5 minutes") == 300 and parse_duration("2 days") == 172800
+    assert (
+        parse_duration("1 hour") == 3600 and parse_duration("5 minutes") == 300 and parse_duration("2 days") == 172800
+    )
     for bare in ("90", "60", "1.5"):
         with pytest.raises(ConfigError, match=f"'{bare}' has no unit.*{bare}s, {bare}m or {bare}h"):
             parse_duration(bare, what="--ttl")
@@ -60,8 +77,12 @@ def test_one_rule_for_bytes_and_time():
         assert (f(300), f(5400), f(3600), f(90)) == ("5m", "90m", "1h", "90s")
         assert (f(6707), f(0.25), f(12.34), f(200_000)) == ("1.86 h", "250 ms", "12.3 s", "2.31 d")
     assert fmt_ttl(5400) == fmt_duration(5400)
-    assert (fmt_tokens(None), fmt_tokens_compact(None), fmt_ttl(None), fmt_duration(math.inf)) == \
-        ("–", "unlimited", "none", "none")
+    assert (fmt_tokens(None), fmt_tokens_compact(None), fmt_ttl(None), fmt_duration(math.inf)) == (
+        "–",
+        "unlimited",
+        "none",
+        "none",
+    )
 
 
 @given(st.integers(min_value=1, max_value=999_999), st.sampled_from([1, 60, 3600, 86400]))

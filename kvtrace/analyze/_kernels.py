@@ -29,7 +29,7 @@ def link_runs(ids, offsets, n_ids, prev):  # pragma: no cover - compiled
     """
     n = len(offsets) - 1
     N = len(ids)
-    last = np.full(n_ids, -1, dtype=prev.dtype)      # int32 while request indexes fit
+    last = np.full(n_ids, -1, dtype=prev.dtype)  # int32 while request indexes fit
     before = np.full(n_ids, -1, dtype=prev.dtype)
     dup = np.zeros(N, dtype=np.bool_)
     widest = 0
@@ -38,7 +38,7 @@ def link_runs(ids, offsets, n_ids, prev):  # pragma: no cover - compiled
         for k in range(offsets[i], offsets[i + 1]):
             b = ids[k]
             p = last[b]
-            if p == i:                      # seen earlier in this very request
+            if p == i:  # seen earlier in this very request
                 prev[k] = before[b]
                 dup[k] = True
             else:
@@ -119,8 +119,9 @@ def chain_ids(order, offsets, chain_prev, head_blocks, head_base, inherit, out):
 
 
 @numba.njit(cache=True, nogil=True)
-def link_chains(order, session, key, n_keys, model, read, cached, prompt, ts, read_ttl, stop_after, force_start,
-                window, pred, depth):  # pragma: no cover - compiled
+def link_chains(
+    order, session, key, n_keys, model, read, cached, prompt, ts, read_ttl, stop_after, force_start, window, pred, depth
+):  # pragma: no cover - compiled
     """Find each request's chain predecessor (``pred``, -1 for a chain start) and the tokens it
     shares with it (``depth``), in place.
 
@@ -156,12 +157,16 @@ def link_chains(order, session, key, n_keys, model, read, cached, prompt, ts, re
             if read[i] > 0:
                 for j in range(n_win - 1, -1, -1):
                     c = win[j]
-                    if cached[c] == read[i] and model[c] == model[i] and not stop_after[c] \
-                            and not (succ[c] >= 0 and strong[c]):
+                    if (
+                        cached[c] == read[i]
+                        and model[c] == model[i]
+                        and not stop_after[c]
+                        and not (succ[c] >= 0 and strong[c])
+                    ):
                         p = c
                         d = cached[c]
                         if succ[c] >= 0:
-                            pred[succ[c]] = -1          # the weak successor starts a chain instead
+                            pred[succ[c]] = -1  # the weak successor starts a chain instead
                             depth[succ[c]] = 0
                         strong[c] = True
                         matched = True
@@ -173,18 +178,24 @@ def link_chains(order, session, key, n_keys, model, read, cached, prompt, ts, re
                 hops += 1
             free = not matched and c >= 0 and succ[c] < 0 and model[c] == model[i] and not stop_after[c]
             if p < 0 and free and cached[i] > 0 and read[i] < cached[c] and ts[i] - ts[c] <= read_ttl[c]:
-                p = c                                    # the thread's previous request, as deep as the read
+                p = c  # the thread's previous request, as deep as the read
                 d = read[i]
             if not matched and p < 0 and read[i] > 0:
                 # The live request of the session that cached the least beyond the read.
                 for j in range(n_win - 1, -1, -1):
                     b = win[j]
-                    if succ[b] < 0 and model[b] == model[i] and not stop_after[b] and cached[b] >= read[i] \
-                            and ts[i] - ts[b] <= read_ttl[b] and (p < 0 or cached[b] < cached[p]):
+                    if (
+                        succ[b] < 0
+                        and model[b] == model[i]
+                        and not stop_after[b]
+                        and cached[b] >= read[i]
+                        and ts[i] - ts[b] <= read_ttl[b]
+                        and (p < 0 or cached[b] < cached[p])
+                    ):
                         p = b
                 d = read[i] if p >= 0 else 0
             if p < 0 and free and prompt[i] >= cached[c]:
-                p = c                                    # append-only: no read says otherwise
+                p = c  # append-only: no read says otherwise
                 d = cached[c]
             if d <= 0:
                 p = -1

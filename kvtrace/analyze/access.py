@@ -19,7 +19,7 @@ import numpy as np
 
 from kvtrace.analyze.blocktrace import BlockTrace
 
-NEVER = np.iinfo(np.int64).max   # the age of a first access, the gap to no next access
+NEVER = np.iinfo(np.int64).max  # the age of a first access, the gap to no next access
 
 
 @dataclass
@@ -87,8 +87,9 @@ def runs_from_blocks(trace: BlockTrace) -> AccessRuns:
     prev = np.empty(len(ids), dtype=np.int32 if trace.n_requests < 2**31 - 1 else np.int64)
     req, first, blocks, prv, nxt, dup = link_runs(ids, trace.offsets, max(n_ids, 1), prev)
     del prev
-    return AccessRuns(req=req, first=first, blocks=blocks, tokens=run_tokens(trace, req, first, blocks),
-                      prev=prv, next=nxt, dup=dup)
+    return AccessRuns(
+        req=req, first=first, blocks=blocks, tokens=run_tokens(trace, req, first, blocks), prev=prv, next=nxt, dup=dup
+    )
 
 
 def access_runs(trace: BlockTrace) -> AccessRuns:

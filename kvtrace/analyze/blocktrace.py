@@ -58,7 +58,7 @@ class BlockTrace:
         return int(self.offsets[-1])
 
     def blocks(self, i: int) -> np.ndarray:
-        return self.hash_ids[self.offsets[i]:self.offsets[i + 1]]
+        return self.hash_ids[self.offsets[i] : self.offsets[i + 1]]
 
     def block_tokens(self) -> np.ndarray:
         """Tokens each block access carries: ``block_size``, except a request's last, partial block."""

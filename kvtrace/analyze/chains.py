@@ -65,31 +65,50 @@ def _p(default, help: str):
 class ChainParams:
     """Assumptions of the chain derivation (each one an option of ``kvtrace reuse``/``export``)."""
 
-    block_size: int = _p(64, "Tokens per block of a derived trace. 64 is the block of public Claude Code "
-                             "block traces; each request loses under one block of hit to rounding.")
-    head_tokens: int | None = _p(None, "Shared head (system prompt + tools) in tokens for every org and model; "
-                                       "None detects it per org, model and thread kind; 0 disables it.")
+    block_size: int = _p(
+        64,
+        "Tokens per block of a derived trace. 64 is the block of public Claude Code "
+        "block traces; each request loses under one block of hit to rounding.",
+    )
+    head_tokens: int | None = _p(
+        None,
+        "Shared head (system prompt + tools) in tokens for every org and model; "
+        "None detects it per org, model and thread kind; 0 disables it.",
+    )
     head_min_chains: int = _p(2, "Detect a head only when at least this many chains start by reading it.")
     head_per_thread_kind: bool = _p(True, "Main threads and subagents have different heads (system prompts).")
-    chain_per_model: bool = _p(True, "Keep one chain per model within a thread: a model change starts a new "
-                                     "chain, and another model's requests in between (auxiliary calls) do not "
-                                     "end it. False: any model change ends the chain for good.")
-    auxiliary_own_chain: bool = _p(True, "Requests whose query source is auxiliary (titles, summaries, quota checks; "
-                                         "not compaction) form chains of their own, so they neither end nor extend "
-                                         "the conversation's chain.")
+    chain_per_model: bool = _p(
+        True,
+        "Keep one chain per model within a thread: a model change starts a new "
+        "chain, and another model's requests in between (auxiliary calls) do not "
+        "end it. False: any model change ends the chain for good.",
+    )
+    auxiliary_own_chain: bool = _p(
+        True,
+        "Requests whose query source is auxiliary (titles, summaries, quota checks; "
+        "not compaction) form chains of their own, so they neither end nor extend "
+        "the conversation's chain.",
+    )
     compaction_ends_chain: bool = _p(True, "A compaction request (or a compaction marker) ends the chain.")
-    link_window: int = _p(16, "A request continues the most recent of its session's last this-many requests "
-                              "of its model (any thread) whose cached prefix equals its cache read (parallel "
-                              "subagents reported under one thread id interleave; a subagent may continue the "
-                              "main thread's prompt), else its thread's previous request. 1: only the session's "
-                              "previous request is matched by its read.")
-    cache_ttl_s: int = _p(300, "The provider's cache TTL behind the reads (3600 for a request that wrote 1 h "
-                               "cache). A request within it of its thread's previous request that reads less "
-                               "than that one cached shares only what it read (the history was rewritten, or "
-                               "rewound: a shorter prompt still shares its read); beyond it the whole cached "
-                               "prefix is assumed if the prompt holds it. 0: a read never limits a link.")
-    max_blocks: int = _p(1_500_000_000, "Refuse to write more block ids than this (8 bytes each); "
-                                        "raise block_size or narrow the window.")
+    link_window: int = _p(
+        16,
+        "A request continues the most recent of its session's last this-many requests "
+        "of its model (any thread) whose cached prefix equals its cache read (parallel "
+        "subagents reported under one thread id interleave; a subagent may continue the "
+        "main thread's prompt), else its thread's previous request. 1: only the session's "
+        "previous request is matched by its read.",
+    )
+    cache_ttl_s: int = _p(
+        300,
+        "The provider's cache TTL behind the reads (3600 for a request that wrote 1 h "
+        "cache). A request within it of its thread's previous request that reads less "
+        "than that one cached shares only what it read (the history was rewritten, or "
+        "rewound: a shorter prompt still shares its read); beyond it the whole cached "
+        "prefix is assumed if the prompt holds it. 0: a read never limits a link.",
+    )
+    max_blocks: int = _p(
+        1_500_000_000, "Refuse to write more block ids than this (8 bytes each); raise block_size or narrow the window."
+    )
 
     @classmethod
     def help(cls) -> dict[str, str]:
@@ -103,8 +122,9 @@ class ChainParams:
             name, sep, raw = item.partition("=")
             name = name.strip().replace("-", "_")
             if not sep or name not in kinds:
-                raise ConfigError(f"--chain '{item}' is not NAME=VALUE of a chain parameter",
-                                  hint="names: " + ", ".join(kinds))
+                raise ConfigError(
+                    f"--chain '{item}' is not NAME=VALUE of a chain parameter", hint="names: " + ", ".join(kinds)
+                )
             raw = raw.strip()
             kind = str(kinds[name])
             try:
@@ -142,8 +162,12 @@ def _codes(df, cols: list[str], labels: bool = False):
     codes = codes.astype(np.int64).ravel()
     if not labels:
         return codes
-    names = df[first].select(pl.concat_str([pl.col(c).cast(pl.Utf8).fill_null("") for c in cols],
-                                           separator="/")).to_series().to_list()
+    names = (
+        df[first]
+        .select(pl.concat_str([pl.col(c).cast(pl.Utf8).fill_null("") for c in cols], separator="/"))
+        .to_series()
+        .to_list()
+    )
     return codes, names
 
 
@@ -235,15 +259,31 @@ def derive_chains(frame, params: ChainParams | None = None, materialize: bool = 
     order, _ = _prev_in_group(session)
     stop_after = compact_req if p.compaction_ends_chain else np.zeros(n, bool)
     force = marker if p.compaction_ends_chain else np.zeros(n, bool)
-    read_ttl = np.where(col("write_1h_tokens") > 0, 3600_000_000, p.cache_ttl_s * 1_000_000) if n \
-        else np.zeros(0, np.int64)
+    read_ttl = (
+        np.where(col("write_1h_tokens") > 0, 3600_000_000, p.cache_ttl_s * 1_000_000) if n else np.zeros(0, np.int64)
+    )
     pred = np.full(n, -1, dtype=np.int64)
     depth = np.zeros(n, dtype=np.int64)
     if n:
         from kvtrace.analyze._kernels import link_chains
 
-        link_chains(order, session, key, int(key.max()) + 1, model, read, cached, prompt, ts_us,
-                    read_ttl.astype(np.int64), stop_after, force, max(1, p.link_window), pred, depth)
+        link_chains(
+            order,
+            session,
+            key,
+            int(key.max()) + 1,
+            model,
+            read,
+            cached,
+            prompt,
+            ts_us,
+            read_ttl.astype(np.int64),
+            stop_after,
+            force,
+            max(1, p.link_window),
+            pred,
+            depth,
+        )
     start = pred < 0
 
     # Shared heads, per (org, model[, thread kind]).
@@ -277,14 +317,24 @@ def derive_chains(frame, params: ChainParams | None = None, materialize: bool = 
     _, hprev = _prev_in_group(np.where(has_head, hgroup, -1 - np.arange(n)))
     hprev = np.where(has_head, hprev, -1)
     hnext = _next_of(hprev)
-    trace = BlockTrace(ts_us / 1e6, prompt, out_len, offsets, np.zeros(0, np.int64), B,
-                       session=session, name="derived")
-    trace.meta.update({"_ts_us": ts_us, "requests": frame, "chain": chain, "thread": thread,
-                       "thread_names": thread_names,
-                       "cached": cached, "head": np.where(has_head, H, 0), "chain_prev": chain_prev,
-                       "shared": depth,
-                       "head_prev": hprev,
-                       "compaction": compact_req | marker, "params": p, "materialized": False})
+    trace = BlockTrace(ts_us / 1e6, prompt, out_len, offsets, np.zeros(0, np.int64), B, session=session, name="derived")
+    trace.meta.update(
+        {
+            "_ts_us": ts_us,
+            "requests": frame,
+            "chain": chain,
+            "thread": thread,
+            "thread_names": thread_names,
+            "cached": cached,
+            "head": np.where(has_head, H, 0),
+            "chain_prev": chain_prev,
+            "shared": depth,
+            "head_prev": hprev,
+            "compaction": compact_req | marker,
+            "params": p,
+            "materialized": False,
+        }
+    )
     trace.meta["_runs"] = _runs(trace, h, inherit, inherited_by_next, chain_prev, chain_next, hprev, hnext, n_blocks)
     trace.meta["_ids_plan"] = (h, inherit, hgroup, heads)
     if materialize:
@@ -316,10 +366,18 @@ def _runs(trace, h, inherit, inherited_by_next, chain_prev, chain_next, hprev, h
     of the chain left (``inherit``) and by what the next one takes (``inherited_by_next``)."""
     from kvtrace.analyze._kernels import chain_runs
 
-    req, first, blocks, prev, nxt = chain_runs(h, inherit, inherited_by_next, chain_prev, chain_next,
-                                               hprev, hnext, n_blocks)
-    return AccessRuns(req=req, first=first, blocks=blocks, tokens=run_tokens(trace, req, first, blocks),
-                      prev=prev, next=nxt, dup=np.zeros(len(req), dtype=bool))
+    req, first, blocks, prev, nxt = chain_runs(
+        h, inherit, inherited_by_next, chain_prev, chain_next, hprev, hnext, n_blocks
+    )
+    return AccessRuns(
+        req=req,
+        first=first,
+        blocks=blocks,
+        tokens=run_tokens(trace, req, first, blocks),
+        prev=prev,
+        next=nxt,
+        dup=np.zeros(len(req), dtype=bool),
+    )
 
 
 def materialize_ids(trace: BlockTrace) -> BlockTrace:
@@ -329,8 +387,9 @@ def materialize_ids(trace: BlockTrace) -> BlockTrace:
     p: ChainParams = trace.meta["params"]
     if trace.n_blocks > p.max_blocks:
         raise ConfigError(
-            f"the derived trace would have {trace.n_blocks:,} blocks of {p.block_size} tokens "
-            f"(limit {p.max_blocks:,})", hint="pass a larger --block-size or a narrower --since/--until")
+            f"the derived trace would have {trace.n_blocks:,} blocks of {p.block_size} tokens (limit {p.max_blocks:,})",
+            hint="pass a larger --block-size or a narrower --since/--until",
+        )
     from kvtrace.analyze._kernels import chain_ids
 
     h, inherit, hgroup, heads = trace.meta["_ids_plan"]
@@ -358,8 +417,10 @@ def chain_reads(trace: BlockTrace, ttl_s: float | None) -> np.ndarray:
 
     m = trace.meta
     if "chain_prev" not in m:
-        raise ConfigError("token-exact cache reads need a trace derived from telemetry",
-                          hint="block-hash traces carry no cache breakpoints; use the block what-if")
+        raise ConfigError(
+            "token-exact cache reads need a trace derived from telemetry",
+            hint="block-hash traces carry no cache breakpoints; use the block what-if",
+        )
     t, tau = ts_us(trace), seconds_to_us(ttl_s)
     cached, head, cp, hp, shared = m["cached"], m["head"], m["chain_prev"], m["head_prev"], m["shared"]
     out = np.zeros(trace.n_requests, dtype=np.int64)

@@ -35,11 +35,15 @@ def mooncake_table(trace: BlockTrace, absolute: bool = False) -> pa.Table:
     base = 0 if absolute or not len(t) else int(t[0])
     ms = (t - base) // 1000
     hash_ids = pa.ListArray.from_arrays(pa.array(trace.offsets), pa.array(trace.hash_ids))
-    return pa.table({"timestamp": pa.array(ms, pa.int64()),
-                     "input_length": pa.array(trace.input_length, pa.int64()),
-                     "output_length": pa.array(trace.output_length, pa.int64()),
-                     "hash_ids": hash_ids,
-                     "block_size": pa.array(np.full(len(ms), trace.block_size, dtype=np.int64))})
+    return pa.table(
+        {
+            "timestamp": pa.array(ms, pa.int64()),
+            "input_length": pa.array(trace.input_length, pa.int64()),
+            "output_length": pa.array(trace.output_length, pa.int64()),
+            "hash_ids": hash_ids,
+            "block_size": pa.array(np.full(len(ms), trace.block_size, dtype=np.int64)),
+        }
+    )
 
 
 def write_mooncake(trace: BlockTrace, out: str | Path | IO[str] | None = None, absolute: bool = False) -> int:
@@ -53,8 +57,10 @@ def write_mooncake(trace: BlockTrace, out: str | Path | IO[str] | None = None, a
     con = duckdb.connect()
     try:
         con.register("mooncake_rows", table)
-        rel = con.sql("SELECT to_json(struct_pack(timestamp := timestamp, input_length := input_length, "
-                      "output_length := output_length, hash_ids := hash_ids, block_size := block_size)) AS line FROM mooncake_rows")
+        rel = con.sql(
+            "SELECT to_json(struct_pack(timestamp := timestamp, input_length := input_length, "
+            "output_length := output_length, hash_ids := hash_ids, block_size := block_size)) AS line FROM mooncake_rows"
+        )
         reader = rel.to_arrow_reader(1 << 16) if hasattr(rel, "to_arrow_reader") else rel.fetch_record_batch(1 << 16)
         if out is None or not isinstance(out, (str, Path)):
             return _write_lines(reader, out or sys.stdout)
@@ -86,8 +92,16 @@ def _write_lines(reader, fh) -> int:
 EXPORT_FORMATS = ("mooncake",)
 
 
-def export_warehouse(store, out: str | Path | IO[str] | None, format: str = "mooncake", trace: str | None = None,
-                     since=None, until=None, params=None, absolute: bool = False) -> dict:
+def export_warehouse(
+    store,
+    out: str | Path | IO[str] | None,
+    format: str = "mooncake",
+    trace: str | None = None,
+    since=None,
+    until=None,
+    params=None,
+    absolute: bool = False,
+) -> dict:
     """Export the warehouse's block trace (ingested, or derived from telemetry) to ``out``.
 
     Returns:

@@ -34,8 +34,10 @@ def block_trace_from_table(t: pa.Table, name: str = "trace", block_size: int | N
         ts = t.column("ts").cast(pa.int64()).to_numpy().astype(np.float64) / 1e6
     sizes = np.unique(t.column("block_size").to_numpy()) if n and "block_size" in t.column_names else []
     if len(sizes) > 1:
-        raise ConfigError(f"the traces mix block sizes {', '.join(map(str, sizes))}",
-                          hint="analyse one trace at a time with --trace NAME")
+        raise ConfigError(
+            f"the traces mix block sizes {', '.join(map(str, sizes))}",
+            hint="analyse one trace at a time with --trace NAME",
+        )
     bs = int(block_size or (sizes[0] if len(sizes) else block_hash.MOONCAKE_BLOCK_SIZE))
     hl = t.column("hash_ids").combine_chunks() if n else pa.array([], pa.list_(pa.int64()))
     offsets = hl.offsets.to_numpy().astype(np.int64)
@@ -47,8 +49,16 @@ def block_trace_from_table(t: pa.Table, name: str = "trace", block_size: int | N
         ids = _separate_traces(traces, offsets, ids)
     if "chat_id" in t.column_names and n and t.column("chat_id").null_count < n:
         session = _bailian_sessions(t, traces)
-    trace = BlockTrace(ts, t.column("input_length").to_numpy(), t.column("output_length").to_numpy(),
-                       offsets, ids, bs, session=session, name=name)
+    trace = BlockTrace(
+        ts,
+        t.column("input_length").to_numpy(),
+        t.column("output_length").to_numpy(),
+        offsets,
+        ids,
+        bs,
+        session=session,
+        name=name,
+    )
     return trace
 
 
@@ -71,18 +81,28 @@ def _bailian_sessions(t: pa.Table, traces) -> np.ndarray:
     import polars as pl
 
     tr = pl.Series("t", traces if traces is not None else np.zeros(t.num_rows, dtype=object), dtype=pl.Utf8)
-    df = pl.DataFrame({"t": tr, "chat": pl.Series(t.column("chat_id").combine_chunks()),
-                       "parent": pl.Series(t.column("parent_chat_id").combine_chunks())})
-    df = df.with_columns(c=pl.concat_str("t", "chat", separator="\x00", ignore_nulls=True),
-                         p=pl.concat_str("t", "parent", separator="\x00", ignore_nulls=True))
+    df = pl.DataFrame(
+        {
+            "t": tr,
+            "chat": pl.Series(t.column("chat_id").combine_chunks()),
+            "parent": pl.Series(t.column("parent_chat_id").combine_chunks()),
+        }
+    )
+    df = df.with_columns(
+        c=pl.concat_str("t", "chat", separator="\x00", ignore_nulls=True),
+        p=pl.concat_str("t", "parent", separator="\x00", ignore_nulls=True),
+    )
     chats = df.select(pl.col("c").unique(maintain_order=True)).with_row_index("ci")
     code = df.join(chats, on="c", how="left", maintain_order="left").get_column("ci").to_numpy()
-    parent = df.join(chats.rename({"c": "p", "ci": "pi"}), on="p", how="left",
-                     maintain_order="left").get_column("pi").to_numpy()
+    parent = (
+        df.join(chats.rename({"c": "p", "ci": "pi"}), on="p", how="left", maintain_order="left")
+        .get_column("pi")
+        .to_numpy()
+    )
     up = np.arange(chats.height)
     has = ~np.isnan(parent.astype(np.float64))
-    up[code[has]] = parent[has].astype(np.int64)       # chat -> its parent chat (itself for roots)
-    for _ in range(64):                                 # pointer jumping: depth halves every round
+    up[code[has]] = parent[has].astype(np.int64)  # chat -> its parent chat (itself for roots)
+    for _ in range(64):  # pointer jumping: depth halves every round
         nxt = up[up]
         if np.array_equal(nxt, up):
             break
@@ -112,8 +132,13 @@ def read_block_trace(path: str | Path, format: str | None = None, block_size: in
     parsed = block_hash.PARSERS[format](path, block_size=block_size)
     if parsed.rejects:
         r = parsed.rejects[0]
-        raise BadTraceInput(r.path or path, r.line, r.reason, field=r.field,
-                            hint="fix or remove the line, or ingest the file: ingest skips bad lines and counts them")
+        raise BadTraceInput(
+            r.path or path,
+            r.line,
+            r.reason,
+            field=r.field,
+            hint="fix or remove the line, or ingest the file: ingest skips bad lines and counts them",
+        )
     t = parsed.block_requests
     order = np.argsort(t.column("ts").cast(pa.int64()).to_numpy(), kind="stable")
     trace = block_trace_from_table(t.take(order), name=block_hash.trace_name(path))
@@ -122,8 +147,14 @@ def read_block_trace(path: str | Path, format: str | None = None, block_size: in
     return trace
 
 
-def load_block_trace(store, trace: str | None = None, since: datetime | str | None = None,
-                     until: datetime | str | None = None, params=None, materialize: bool = True) -> BlockTrace:
+def load_block_trace(
+    store,
+    trace: str | None = None,
+    since: datetime | str | None = None,
+    until: datetime | str | None = None,
+    params=None,
+    materialize: bool = True,
+) -> BlockTrace:
     """The warehouse's requests as one block trace.
 
     Args:
@@ -141,8 +172,10 @@ def load_block_trace(store, trace: str | None = None, since: datetime | str | No
     has_blocks = store.scalar("SELECT count(*) FROM block_requests") > 0
     since, until = _instant(store, since, has_blocks), _instant(store, until, has_blocks)
     if trace is not None and not has_blocks:
-        raise ConfigError(f"no block-hash trace named '{trace}': the warehouse has none",
-                          hint="ingest a Mooncake or Bailian file first, or drop --trace")
+        raise ConfigError(
+            f"no block-hash trace named '{trace}': the warehouse has none",
+            hint="ingest a Mooncake or Bailian file first, or drop --trace",
+        )
     if has_blocks:
         if trace is not None and not store.scalar("SELECT count(*) FROM block_requests WHERE trace = ?", [trace]):
             names = ", ".join(r[0] for r in store.query("SELECT DISTINCT trace FROM block_requests ORDER BY 1"))

@@ -39,8 +39,9 @@ class Pricing:
     def price(self, model: str | None) -> ModelPrice | None:
         """The first entry whose glob matches ``model`` (None if none does)."""
         if model not in self._cache:
-            self._cache[model] = next((m for m in self.models if model and any(
-                fnmatch.fnmatchcase(model, g) for g in m.match)), None)
+            self._cache[model] = next(
+                (m for m in self.models if model and any(fnmatch.fnmatchcase(model, g) for g in m.match)), None
+            )
         return self._cache[model]
 
     def write_multiplier(self, ttl_s: float) -> float:
@@ -59,14 +60,28 @@ def load_pricing(path: str | Path | None = None) -> Pricing:
     try:
         doc = tomllib.loads(text)
         mult = doc.get("multipliers", {})
-        models = [ModelPrice(tuple([m["match"]] if isinstance(m["match"], str) else m["match"]),
-                             float(m["input"]), float(m["output"]), int(m.get("min_cacheable", 0)),
-                             m.get("note")) for m in doc.get("model", [])]
+        models = [
+            ModelPrice(
+                tuple([m["match"]] if isinstance(m["match"], str) else m["match"]),
+                float(m["input"]),
+                float(m["output"]),
+                int(m.get("min_cacheable", 0)),
+                m.get("note"),
+            )
+            for m in doc.get("model", [])
+        ]
     except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as e:
-        raise ConfigError(f"{source}: not a pricing table ({e})",
-                          hint="each [[model]] needs match, input and output (USD per million tokens)") from e
-    return Pricing(models, float(mult.get("cache_write_5m", 1.25)), float(mult.get("cache_write_1h", 2.0)),
-                   float(mult.get("cache_read", 0.1)), source)
+        raise ConfigError(
+            f"{source}: not a pricing table ({e})",
+            hint="each [[model]] needs match, input and output (USD per million tokens)",
+        ) from e
+    return Pricing(
+        models,
+        float(mult.get("cache_write_5m", 1.25)),
+        float(mult.get("cache_write_1h", 2.0)),
+        float(mult.get("cache_read", 0.1)),
+        source,
+    )
 
 
 def price_rows(pricing: Pricing) -> list[dict]:

@@ -32,11 +32,17 @@ CAPTURE = (0.9, 0.95, 0.99)
 class ReuseParams:
     """Parameters of the reuse profile (each one an option of ``kvtrace reuse``)."""
 
-    idle_s: float = field(default=300.0, metadata={
-        "help": "A gap between two requests of a thread longer than this is an idle period; the request "
-                "after it is a resumption (default: the 5 min API cache TTL)."})
-    cdf_points_s: tuple[float, ...] = field(default=CDF_POINTS_S, metadata={
-        "help": "Reuse times (seconds) at which the cumulative distributions are given."})
+    idle_s: float = field(
+        default=300.0,
+        metadata={
+            "help": "A gap between two requests of a thread longer than this is an idle period; the request "
+            "after it is a resumption (default: the 5 min API cache TTL)."
+        },
+    )
+    cdf_points_s: tuple[float, ...] = field(
+        default=CDF_POINTS_S,
+        metadata={"help": "Reuse times (seconds) at which the cumulative distributions are given."},
+    )
     top_threads: int = field(default=10, metadata={"help": "Threads listed individually, largest prompt first."})
 
     @classmethod
@@ -44,8 +50,9 @@ class ReuseParams:
         return {f.name: f.metadata["help"] for f in fields(cls)}
 
 
-def _distribution(age_us: np.ndarray, tokens: np.ndarray, blocks: np.ndarray, p: ReuseParams,
-                  total_tokens: int) -> dict:
+def _distribution(
+    age_us: np.ndarray, tokens: np.ndarray, blocks: np.ndarray, p: ReuseParams, total_tokens: int
+) -> dict:
     ok = age_us < NEVER
     a, tw, bw = age_us[ok], tokens[ok].astype(np.float64), blocks[ok].astype(np.float64)
     order = np.argsort(a, kind="stable")
@@ -68,7 +75,8 @@ def _distribution(age_us: np.ndarray, tokens: np.ndarray, blocks: np.ndarray, p:
         st, sb = share(t)
         cdf.append({"t_s": float(t), "share_tokens": st, "share_blocks": sb})
     return {
-        "reused_tokens": int(T), "reused_blocks": int(Bt),
+        "reused_tokens": int(T),
+        "reused_blocks": int(Bt),
         "share_of_prompt_tokens": float(T / total_tokens) if total_tokens else 0.0,
         "cdf": cdf,
         "within": {k: share(v)[0] for k, v in WITHIN.items()},
@@ -92,8 +100,12 @@ def reuse_profile(trace: BlockTrace, params: ReuseParams | None = None) -> dict:
     t = ts_us(trace)
     first = ~runs.dup & (runs.prev < 0)
     info = {
-        "name": trace.name, "derived": "chain" in trace.meta, "requests": trace.n_requests,
-        "blocks": trace.n_blocks, "block_size": trace.block_size, "prompt_tokens": total,
+        "name": trace.name,
+        "derived": "chain" in trace.meta,
+        "requests": trace.n_requests,
+        "blocks": trace.n_blocks,
+        "block_size": trace.block_size,
+        "prompt_tokens": total,
         "output_tokens": int(trace.output_length.sum()),
         "unique_blocks": int(runs.blocks[first].sum()),
         "span_s": float(t[-1] - t[0]) / 1e6 if len(t) else 0.0,
@@ -123,15 +135,18 @@ def thread_table(trace: BlockTrace, params: ReuseParams | None = None):
         return None
     n = trace.n_requests
     t = ts_us(trace)
-    df = pl.DataFrame({
-        "thread": thread, "session": trace.session if trace.session is not None else thread,
-        "ts_us": t, "prompt": trace.input_length,
-        "compaction": trace.meta.get("compaction", np.zeros(n, bool)),
-        "chain": trace.meta.get("chain", np.zeros(n, np.int64)),
-    }).with_row_index("i")
+    df = pl.DataFrame(
+        {
+            "thread": thread,
+            "session": trace.session if trace.session is not None else thread,
+            "ts_us": t,
+            "prompt": trace.input_length,
+            "compaction": trace.meta.get("compaction", np.zeros(n, bool)),
+            "chain": trace.meta.get("chain", np.zeros(n, np.int64)),
+        }
+    ).with_row_index("i")
     idle_us = int(round(p.idle_s * 1e6))
-    df = df.sort("thread", "i").with_columns(
-        gap=(pl.col("ts_us") - pl.col("ts_us").shift(1).over("thread")) / 1e6)
+    df = df.sort("thread", "i").with_columns(gap=(pl.col("ts_us") - pl.col("ts_us").shift(1).over("thread")) / 1e6)
     df = df.with_columns(resumed=pl.col("gap") > idle_us / 1e6)
     tab = df.group_by("thread", maintain_order=True).agg(
         pl.col("session").first(),
@@ -174,9 +189,11 @@ def thread_summary(trace: BlockTrace, params: ReuseParams | None = None) -> dict
     return {
         "threads": tab.height,
         "sessions": int(tab.get_column("session").n_unique()),
-        "requests_per_thread": {"p50": q(tab["requests"].to_numpy(), 0.5),
-                                "p90": q(tab["requests"].to_numpy(), 0.9),
-                                "max": int(tab["requests"].max())},
+        "requests_per_thread": {
+            "p50": q(tab["requests"].to_numpy(), 0.5),
+            "p90": q(tab["requests"].to_numpy(), 0.9),
+            "max": int(tab["requests"].max()),
+        },
         "gap_s": {"p50": q(gaps, 0.5), "p90": q(gaps, 0.9), "p99": q(gaps, 0.99)},
         "idle_threshold_s": p.idle_s,
         "idle_periods": int(tab["idle_periods"].sum()),

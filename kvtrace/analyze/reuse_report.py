@@ -19,19 +19,19 @@ DEFAULT_TTLS: tuple[float | None, ...] = (60.0, 300.0, 3600.0, None)
 class ReuseOptions:
     """Inputs and assumptions of a reuse report (every field is a ``kvtrace reuse`` option)."""
 
-    file: Path | None = None            # a Mooncake/Bailian file instead of the warehouse
-    file_format: str | None = None      # mooncake or bailian (default: detected)
+    file: Path | None = None  # a Mooncake/Bailian file instead of the warehouse
+    file_format: str | None = None  # mooncake or bailian (default: detected)
     file_block_size: int | None = None  # tokens per block of a file that does not say
-    trace: str | None = None            # one block-hash trace of the warehouse
+    trace: str | None = None  # one block-hash trace of the warehouse
     since: str | None = None
     until: str | None = None
     ttls: list[float | None] = field(default_factory=lambda: list(DEFAULT_TTLS))
     chain: ChainParams = field(default_factory=ChainParams)
     reuse: ReuseParams = field(default_factory=ReuseParams)
-    bytes_per_token: float | None = None   # KV bytes per token of the serving model, for bytes
+    bytes_per_token: float | None = None  # KV bytes per token of the serving model, for bytes
     pricing: Path | None = None
-    price_model: str | None = None      # price every request as this model (block-hash traces)
-    series: bool = False                # working-set time series per TTL (charts)
+    price_model: str | None = None  # price every request as this model (block-hash traces)
+    series: bool = False  # working-set time series per TTL (charts)
 
 
 def reuse_report(store, opts: ReuseOptions | None = None) -> dict:
@@ -49,22 +49,37 @@ def reuse_report(store, opts: ReuseOptions | None = None) -> dict:
     else:
         if store is None:
             raise ConfigError("no warehouse and no trace file", hint="pass --db or a trace FILE")
-        trace = load_block_trace(store, trace=opts.trace, since=opts.since, until=opts.until,
-                                 params=opts.chain, materialize=False)
+        trace = load_block_trace(
+            store, trace=opts.trace, since=opts.since, until=opts.until, params=opts.chain, materialize=False
+        )
         source = str(store.path) if store.path else "memory"
     derived = "chain" in trace.meta
-    out = {"source": source, "derived": derived, "no_data": None,
-           "params": {"ttls_s": list(opts.ttls), "idle_s": opts.reuse.idle_s, "bytes_per_token": bpt,
-                      **({"chains": asdict(opts.chain)} if derived else {})}}
+    out = {
+        "source": source,
+        "derived": derived,
+        "no_data": None,
+        "params": {
+            "ttls_s": list(opts.ttls),
+            "idle_s": opts.reuse.idle_s,
+            "bytes_per_token": bpt,
+            **({"chains": asdict(opts.chain)} if derived else {}),
+        },
+    }
     if trace.n_requests == 0:
-        out["no_data"] = (f"No data: {opts.file} holds no requests." if opts.file is not None
-                          else no_data_text(store, *window_bounds(store, opts.since, opts.until)))
-        out.update(trace=None, reuse_time=None, effective_reuse_time=None, threads=None, ttl=[], spend=None, warnings=[])
+        out["no_data"] = (
+            f"No data: {opts.file} holds no requests."
+            if opts.file is not None
+            else no_data_text(store, *window_bounds(store, opts.since, opts.until))
+        )
+        out.update(
+            trace=None, reuse_time=None, effective_reuse_time=None, threads=None, ttl=[], spend=None, warnings=[]
+        )
         return out
     out.update(reuse_profile(trace, opts.reuse))
     out["ttl"] = ttl_section(trace, opts.ttls, bytes_per_token=bpt, series=opts.series)
-    out["warnings"] = ([trace.meta["block_size_assumed"]] if trace.meta.get("block_size_assumed") else []) \
-        + sizing_warnings(trace, opts.ttls)
+    out["warnings"] = (
+        [trace.meta["block_size_assumed"]] if trace.meta.get("block_size_assumed") else []
+    ) + sizing_warnings(trace, opts.ttls)
     out["spend"] = None
     if derived or opts.price_model:
         out["spend"] = spend_whatif(trace, load_pricing(opts.pricing), model=opts.price_model)

@@ -47,8 +47,9 @@ def spend_whatif(trace: BlockTrace, pricing: Pricing | None = None, model: str |
     if derived:
         cached = trace.meta["cached"]
     elif model is None:
-        raise ConfigError("a block-hash trace has no model to price",
-                          hint="pass --price-model NAME (a model of the pricing table)")
+        raise ConfigError(
+            "a block-hash trace has no model to price", hint="pass --price-model NAME (a model of the pricing table)"
+        )
     else:
         cached = trace.input_length.copy()
     prompt, out = trace.input_length, trace.output_length
@@ -63,7 +64,9 @@ def spend_whatif(trace: BlockTrace, pricing: Pricing | None = None, model: str |
     priced_m = np.array([p is not None for p in prices], dtype=bool)
     p_in = np.array([p.input if p else 0.0 for p in prices])[code] if n else np.zeros(0)
     p_out = np.array([p.output if p else 0.0 for p in prices])[code] if n else np.zeros(0)
-    min_c = np.array([p.min_cacheable if p else 0 for p in prices], dtype=np.int64)[code] if n else np.zeros(0, np.int64)
+    min_c = (
+        np.array([p.min_cacheable if p else 0 for p in prices], dtype=np.int64)[code] if n else np.zeros(0, np.int64)
+    )
     if not derived:
         cached = np.where(cached >= min_c, cached, 0)
     priced = priced_m[code] if n else np.zeros(0, bool)
@@ -83,19 +86,37 @@ def spend_whatif(trace: BlockTrace, pricing: Pricing | None = None, model: str |
         write = cached - read
         usd = _usd(p_in, p_out, inp, write, read, out, pricing.write_multiplier(ttl), pricing.read)
         per_ttl[label] = (read, write, usd)
-        result["ttl"].append({"ttl": label, "ttl_s": ttl, "write_multiplier": pricing.write_multiplier(ttl),
-                              "read_tokens": int(read[priced].sum()), "write_tokens": int(write[priced].sum()),
-                              "input_tokens": int(inp[priced].sum()), "output_tokens": int(out[priced].sum()),
-                              "spend_usd": float(usd[priced].sum())})
+        result["ttl"].append(
+            {
+                "ttl": label,
+                "ttl_s": ttl,
+                "write_multiplier": pricing.write_multiplier(ttl),
+                "read_tokens": int(read[priced].sum()),
+                "write_tokens": int(write[priced].sum()),
+                "input_tokens": int(inp[priced].sum()),
+                "output_tokens": int(out[priced].sum()),
+                "spend_usd": float(usd[priced].sum()),
+            }
+        )
     if derived and model is None:
         r = trace.meta["requests"]
         col = lambda c: r.get_column(c).to_numpy().astype(np.int64)  # noqa: E731
         w5 = col("write_5m_tokens") + (col("write_tokens") - col("write_5m_tokens") - col("write_1h_tokens"))
-        usd = (p_in * (col("input_tokens") + w5 * pricing.write_5m + col("write_1h_tokens") * pricing.write_1h
-                       + col("read_tokens") * pricing.read) + p_out * out) / 1e6
-        result["observed"] = {"read_tokens": int(col("read_tokens")[priced].sum()),
-                              "write_tokens": int(col("write_tokens")[priced].sum()),
-                              "spend_usd": float(usd[priced].sum())}
+        usd = (
+            p_in
+            * (
+                col("input_tokens")
+                + w5 * pricing.write_5m
+                + col("write_1h_tokens") * pricing.write_1h
+                + col("read_tokens") * pricing.read
+            )
+            + p_out * out
+        ) / 1e6
+        result["observed"] = {
+            "read_tokens": int(col("read_tokens")[priced].sum()),
+            "write_tokens": int(col("write_tokens")[priced].sum()),
+            "spend_usd": float(usd[priced].sum()),
+        }
     w5, w1 = per_ttl["5m"][1], per_ttl["1h"][1]
     s5, s1 = float(per_ttl["5m"][2][priced].sum()), float(per_ttl["1h"][2][priced].sum())
     result["writes_that_would_be_reads"] = int((w5 - w1)[priced].sum())
@@ -106,9 +127,17 @@ def spend_whatif(trace: BlockTrace, pricing: Pricing | None = None, model: str |
         sel = code == k
         if not priced_m[k]:
             continue
-        result["by_model"].append({"model": str(name), "requests": int(sel.sum()),
-                                   "spend_5m_usd": float(per_ttl["5m"][2][sel].sum()),
-                                   "spend_1h_usd": float(per_ttl["1h"][2][sel].sum())})
-    result["unpriced"] = [{"model": str(name), "prompt_tokens": int(prompt[code == k].sum())}
-                          for k, name in enumerate(names) if not priced_m[k]]
+        result["by_model"].append(
+            {
+                "model": str(name),
+                "requests": int(sel.sum()),
+                "spend_5m_usd": float(per_ttl["5m"][2][sel].sum()),
+                "spend_1h_usd": float(per_ttl["1h"][2][sel].sum()),
+            }
+        )
+    result["unpriced"] = [
+        {"model": str(name), "prompt_tokens": int(prompt[code == k].sum())}
+        for k, name in enumerate(names)
+        if not priced_m[k]
+    ]
     return result

@@ -29,8 +29,18 @@ CLASSES: dict[str, str] = {
 WRITE_KEYS = ("cache_write_5m", "cache_write_1h", "cache_write_unknown")
 
 # --group-by names (their key expressions are in queries/token_mix_groups.sql).
-GROUPS: tuple[str, ...] = ("day", "hour", "week", "month", "model", "user", "session", "query_source", "agent",
-                           "project")
+GROUPS: tuple[str, ...] = (
+    "day",
+    "hour",
+    "week",
+    "month",
+    "model",
+    "user",
+    "session",
+    "query_source",
+    "agent",
+    "project",
+)
 TIME_GROUPS = ("day", "hour", "week", "month")
 
 
@@ -57,7 +67,7 @@ class TokenMix:
     groups: dict[str, list[dict]] = field(default_factory=dict)
     series_bucket: str = "day"
     series: list[dict] = field(default_factory=list)
-    cost: dict = field(default_factory=dict)     # the window's cost entry (see ``_cost``)
+    cost: dict = field(default_factory=dict)  # the window's cost entry (see ``_cost``)
 
 
 def check_timezone(name: str) -> str:
@@ -67,25 +77,35 @@ def check_timezone(name: str) -> str:
     try:
         ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
-        raise ConfigError(f"unknown --timezone '{name}'",
-                          hint="use an IANA name such as UTC, Europe/Berlin or America/New_York") from None
+        raise ConfigError(
+            f"unknown --timezone '{name}'", hint="use an IANA name such as UTC, Europe/Berlin or America/New_York"
+        ) from None
     return name
 
 
-COST_UNITS_PER_USD = 10 ** 16    # queries/token_mix_groups.sql sums money in these integer units
+COST_UNITS_PER_USD = 10**16  # queries/token_mix_groups.sql sums money in these integer units
 
 
 def _cost(units, unpriced, reported) -> dict:
     """Cost fields of an entry: list-price ``cost_usd`` (null when no request has a price),
     ``unpriced_requests`` and ``reported_cost_usd`` (null when the telemetry reported none)."""
-    return {"cost_usd": None if units is None else int(units) / COST_UNITS_PER_USD,
-            "unpriced_requests": int(unpriced or 0),
-            "reported_cost_usd": None if reported is None else float(reported)}
+    return {
+        "cost_usd": None if units is None else int(units) / COST_UNITS_PER_USD,
+        "unpriced_requests": int(unpriced or 0),
+        "reported_cost_usd": None if reported is None else float(reported),
+    }
 
 
-def token_mix_report(store, since: datetime | None, until: datetime | None, groups: list[str],
-                     hourly_max_s: float, metric_points: int | None = None, pricing: Pricing | None = None,
-                     tz: str = "UTC") -> TokenMix:
+def token_mix_report(
+    store,
+    since: datetime | None,
+    until: datetime | None,
+    groups: list[str],
+    hourly_max_s: float,
+    metric_points: int | None = None,
+    pricing: Pricing | None = None,
+    tz: str = "UTC",
+) -> TokenMix:
     """Token mix of the requests in ``[since, until)`` (None: open), overall and per group.
 
     Args:
@@ -108,10 +128,21 @@ def token_mix_report(store, since: datetime | None, until: datetime | None, grou
     if metric_points is None:
         metric_points = store.scalar("SELECT count(*) FROM metric_points")
     usage = "requests" if metric_points == 0 else None
-    rows = store.named("token_mix_groups", {
-        "since": since, "until": until, "groups": ",".join(groups), "hourly_max_s": hourly_max_s, "usage": usage,
-        "tz": tz, "prices": price_rows(pricing), "write_5m": pricing.write_5m, "write_1h": pricing.write_1h,
-        "read": pricing.read}).fetchall()
+    rows = store.named(
+        "token_mix_groups",
+        {
+            "since": since,
+            "until": until,
+            "groups": ",".join(groups),
+            "hourly_max_s": hourly_max_s,
+            "usage": usage,
+            "tz": tz,
+            "prices": price_rows(pricing),
+            "write_5m": pricing.write_5m,
+            "write_1h": pricing.write_1h,
+            "read": pricing.read,
+        },
+    ).fetchall()
     out = TokenMix(groups={g: [] for g in groups}, cost=_cost(None, 0, None))
     for grp, key, requests, sessions, *classes, cost, unpriced, reported, first_ts, last_ts in rows:
         totals = dict(zip(CLASSES, classes))
@@ -120,8 +151,13 @@ def token_mix_report(store, since: datetime | None, until: datetime | None, grou
             out.mix = mix_from_totals(totals)
             out.cost = _cost(cost, unpriced, reported)
             continue
-        entry = {"key": key, "requests": int(requests), "sessions": int(sessions), "token_mix": mix_from_totals(totals),
-                 **_cost(cost, unpriced, reported)}
+        entry = {
+            "key": key,
+            "requests": int(requests),
+            "sessions": int(sessions),
+            "token_mix": mix_from_totals(totals),
+            **_cost(cost, unpriced, reported),
+        }
         if grp.startswith("series:"):
             out.series_bucket = grp.split(":", 1)[1]
             out.series.append(entry)
@@ -136,7 +172,7 @@ def token_mix_report(store, since: datetime | None, until: datetime | None, grou
 def _sort(entries: list[dict], group: str) -> None:
     if group in TIME_GROUPS:
         entries.sort(key=lambda e: (e["key"] is None, e["key"] or ""))
-    else:   # ties (equal totals) by key, so that the order never depends on hashing
+    else:  # ties (equal totals) by key, so that the order never depends on hashing
         entries.sort(key=lambda e: (-e["token_mix"]["total"], e["key"] is None, e["key"] or ""))
 
 
@@ -151,7 +187,12 @@ def no_data_text(store, since: datetime | None = None, until: datetime | None = 
     def iso(dt):
         return dt.isoformat(timespec="seconds") + "Z"
 
-    held = (f"the warehouse holds {iso(first)} → {iso(last)}" if first is not None
-            else f"the warehouse holds {blocks:,} block-hash trace requests, none of them here")
-    return (f"No data: no requests from {iso(since) if since else 'the first record'} to "
-            f"{iso(until) if until else 'the last record'}; {held}.")
+    held = (
+        f"the warehouse holds {iso(first)} → {iso(last)}"
+        if first is not None
+        else f"the warehouse holds {blocks:,} block-hash trace requests, none of them here"
+    )
+    return (
+        f"No data: no requests from {iso(since) if since else 'the first record'} to "
+        f"{iso(until) if until else 'the last record'}; {held}."
+    )

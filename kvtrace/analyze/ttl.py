@@ -62,17 +62,25 @@ def hit_ratios(trace: BlockTrace, ttls: list[float | None]) -> list[dict]:
         def counts(tau_us):
             k = int(np.searchsorted(ages, tau_us, side="right"))
             return int(cum_tok[k]), int(cum_blk[k])
+
     out = []
     for ttl in ttls:
         ht, hb = counts(seconds_to_us(ttl))
-        out.append({"ttl_s": _ttl_value(ttl), "hit_tokens": ht, "hit_blocks": hb,
-                    "hit_ratio_tokens": ht / total_tok if total_tok else 0.0,
-                    "hit_ratio_blocks": hb / total_blk if total_blk else 0.0})
+        out.append(
+            {
+                "ttl_s": _ttl_value(ttl),
+                "hit_tokens": ht,
+                "hit_blocks": hb,
+                "hit_ratio_tokens": ht / total_tok if total_tok else 0.0,
+                "hit_ratio_blocks": hb / total_blk if total_blk else 0.0,
+            }
+        )
     return out
 
 
-def ttl_section(trace: BlockTrace, ttls: list[float | None], bytes_per_token: float | None = None,
-                series: bool = False) -> list[dict]:
+def ttl_section(
+    trace: BlockTrace, ttls: list[float | None], bytes_per_token: float | None = None, series: bool = False
+) -> list[dict]:
     """The report's ``ttl`` list: per TTL the hit ratios and the working set it requires.
 
     Args:
@@ -90,10 +98,17 @@ def ttl_section(trace: BlockTrace, ttls: list[float | None], bytes_per_token: fl
     out = []
     for h in hit_ratios(trace, list(ttls)):
         ws = working_set(trace, h["ttl_s"], bytes_per_token, series_points=240 if series else 0)
-        entry = {"ttl_s": h["ttl_s"], "hit_ratio_tokens": h["hit_ratio_tokens"],
-                 "hit_ratio_blocks": h["hit_ratio_blocks"],
-                 "working_set": {"mean_tokens": ws["mean_tokens"], "p99_tokens": ws["p99_tokens"],
-                                 "peak_tokens": ws["peak_tokens"], "peak_bytes": ws["peak_bytes"]}}
+        entry = {
+            "ttl_s": h["ttl_s"],
+            "hit_ratio_tokens": h["hit_ratio_tokens"],
+            "hit_ratio_blocks": h["hit_ratio_blocks"],
+            "working_set": {
+                "mean_tokens": ws["mean_tokens"],
+                "p99_tokens": ws["p99_tokens"],
+                "peak_tokens": ws["peak_tokens"],
+                "peak_bytes": ws["peak_bytes"],
+            },
+        }
         if series:
             entry["working_set"]["series"] = ws["series"]
         out.append(entry)

@@ -22,7 +22,7 @@ from kvtrace.units import fmt_duration
 SERIES_POINTS = 240
 # A capacity figure rests on too little data below these (a session's reuse is one sample of it).
 MIN_SESSIONS = 10
-MIN_REQUESTS = 100        # block traces without sessions
+MIN_REQUESTS = 100  # block traces without sessions
 # Whether the working set settled: its peak per equal span of the trace's time, and the rise of
 # the last quarter's peak over the first half's (after the first TTL, while it fills) that says
 # it was still growing when the trace ended.
@@ -51,10 +51,10 @@ def still_rising(peaks: np.ndarray, span_us: int, ttl_us: int) -> float | None:
     rises and falls within the trace, as a day's does, has its peak in the middle, and passes).
     None when it settled or the spans are too few."""
     width = (span_us + 1) / len(peaks)
-    rest = peaks[int(np.ceil(ttl_us / width)):]
+    rest = peaks[int(np.ceil(ttl_us / width)) :]
     if len(rest) < 4:
         return None
-    early, late = int(rest[: len(rest) // 2].max()), int(rest[len(rest) - len(rest) // 4:].max())
+    early, late = int(rest[: len(rest) // 2].max()), int(rest[len(rest) - len(rest) // 4 :].max())
     return late / early if early > 0 and late > STILL_RISING * early else None
 
 
@@ -65,8 +65,9 @@ def _ttl_names(ttls: list[float], verb: bool = True) -> str:
     return f"The {names} TTLs are" if verb else f"the {names} TTLs"
 
 
-def sizing_warnings(trace: BlockTrace, ttls: list[float | None],
-                    peaks: dict[int, np.ndarray] | None = None) -> list[str]:
+def sizing_warnings(
+    trace: BlockTrace, ttls: list[float | None], peaks: dict[int, np.ndarray] | None = None
+) -> list[str]:
     """What the capacity figures of ``trace`` at ``ttls`` rest on that may not hold, one sentence
     each (empty when nothing): a TTL of 0, a TTL as long as the trace or longer, a trace shorter
     than twice a TTL (the working set fills for one TTL and needs another to show a steady
@@ -82,26 +83,36 @@ def sizing_warnings(trace: BlockTrace, ttls: list[float | None],
     if trace.session is not None:
         sessions = len(np.unique(trace.session))
         if sessions < MIN_SESSIONS:
-            out.append(f"Only {sessions} session{'s' if sessions != 1 else ''} ({n:,} requests over "
-                       f"{fmt_duration(span)}): every figure rests on too few sessions to size a fleet; "
-                       f"use a window with at least {MIN_SESSIONS}.")
+            out.append(
+                f"Only {sessions} session{'s' if sessions != 1 else ''} ({n:,} requests over "
+                f"{fmt_duration(span)}): every figure rests on too few sessions to size a fleet; "
+                f"use a window with at least {MIN_SESSIONS}."
+            )
     elif n < MIN_REQUESTS:
-        out.append(f"Only {n} requests over {fmt_duration(span)}: every figure rests on too few requests to size "
-                   f"a fleet; use a trace with at least {MIN_REQUESTS}.")
+        out.append(
+            f"Only {n} requests over {fmt_duration(span)}: every figure rests on too few requests to size "
+            f"a fleet; use a trace with at least {MIN_REQUESTS}."
+        )
     finite = sorted({float(t) for t in ttls if t is not None and not np.isinf(t)})
     if finite and finite[0] <= 0:
-        out.append("TTL 0 s keeps nothing between requests: its hit ratio and working set are those of no "
-                   "cache at all (did you mean a duration such as 5m?).")
+        out.append(
+            "TTL 0 s keeps nothing between requests: its hit ratio and working set are those of no "
+            "cache at all (did you mean a duration such as 5m?)."
+        )
     longer = [t for t in finite if t > 0 and t >= span]
     if longer:
-        out.append(f"{_ttl_names(longer)} as long as the trace ({fmt_duration(span)}) or longer: nothing "
-                   f"expires within it, so the working set is everything the trace touched, not a steady "
-                   f"state; size on a trace several times longer than the TTL.")
+        out.append(
+            f"{_ttl_names(longer)} as long as the trace ({fmt_duration(span)}) or longer: nothing "
+            f"expires within it, so the working set is everything the trace touched, not a steady "
+            f"state; size on a trace several times longer than the TTL."
+        )
     filling = [t for t in finite if 0 < t < span < 2 * t]
     if filling:
-        out.append(f"The trace ({fmt_duration(span)}) covers less than twice {_ttl_names(filling, verb=False)}: "
-                   f"the working set fills during the first TTL and never reached a steady state; the "
-                   f"figures at {'these TTLs' if len(filling) > 1 else 'this TTL'} may understate a longer run.")
+        out.append(
+            f"The trace ({fmt_duration(span)}) covers less than twice {_ttl_names(filling, verb=False)}: "
+            f"the working set fills during the first TTL and never reached a steady state; the "
+            f"figures at {'these TTLs' if len(filling) > 1 else 'this TTL'} may understate a longer run."
+        )
     rising = []
     # the peaks over time: the caller's, else from the trace's blocks (while it still has them)
     own = peaks is None and len(trace.hash_ids) == trace.n_blocks
@@ -114,9 +125,11 @@ def sizing_warnings(trace: BlockTrace, ttls: list[float | None],
         if ratio is not None:
             rising.append(f"{fmt_duration(ttl)} (+{ratio - 1:.0%})")
     if rising:
-        out.append(f"The working set was still rising when the trace ended, at {', '.join(rising)}: the peak "
-                   f"in the last quarter of the trace exceeds the first half's (after the first TTL); the "
-                   f"capacity for a longer run may be larger.")
+        out.append(
+            f"The working set was still rising when the trace ended, at {', '.join(rising)}: the peak "
+            f"in the last quarter of the trace exceeds the first half's (after the first TTL); the "
+            f"capacity for a longer run may be larger."
+        )
     return out
 
 
@@ -147,8 +160,9 @@ def _held(tau: int, come: np.ndarray, go: np.ndarray, t: np.ndarray) -> np.ndarr
     return held
 
 
-def working_set(trace: BlockTrace, ttl_s: float | None, bytes_per_token: float | None = None,
-                series_points: int = SERIES_POINTS) -> dict:
+def working_set(
+    trace: BlockTrace, ttl_s: float | None, bytes_per_token: float | None = None, series_points: int = SERIES_POINTS
+) -> dict:
     """The working set under one TTL, over the trace's span.
 
     Args:
@@ -164,8 +178,16 @@ def working_set(trace: BlockTrace, ttl_s: float | None, bytes_per_token: float |
     """
     B = trace.block_size
     n = trace.n_requests
-    empty = {"mean_tokens": 0.0, "p99_tokens": 0, "peak_tokens": 0, "peak_at": None,
-             "mean_bytes": None, "p99_bytes": None, "peak_bytes": None, "series": None}
+    empty = {
+        "mean_tokens": 0.0,
+        "p99_tokens": 0,
+        "peak_tokens": 0,
+        "peak_at": None,
+        "mean_bytes": None,
+        "p99_bytes": None,
+        "peak_bytes": None,
+        "series": None,
+    }
     if n == 0:
         return empty
     tau = seconds_to_us(ttl_s)
@@ -236,17 +258,20 @@ def _series(times: np.ndarray, level: np.ndarray, t0: int, t1: int, B: int, poin
     # Integral of the step function at each event time, then at the bucket edges.
     dur = np.diff(np.append(times, t1)).astype(np.float64)
     integral = np.concatenate(([0.0], np.cumsum(level * dur)))
-    k = np.searchsorted(times, edges, side="right") - 1          # last event at or before edge
+    k = np.searchsorted(times, edges, side="right") - 1  # last event at or before edge
     k = np.clip(k, 0, len(times) - 1)
     at_edge = integral[k] + level[k] * (edges - times[k])
     width = np.diff(edges)
     mean = np.diff(at_edge) / width
     bucket = np.clip(np.searchsorted(edges, times, side="right") - 1, 0, points - 1)
-    mx = level[k[:-1]].astype(np.float64)                          # level carried into the bucket
+    mx = level[k[:-1]].astype(np.float64)  # level carried into the bucket
     np.maximum.at(mx, bucket, level)
-    return {"t0": _iso(t0), "step_s": float(width[0]) / 1e6,
-            "mean_tokens": [round(float(x) * B, 1) for x in mean],
-            "max_tokens": [int(x) * B for x in mx]}
+    return {
+        "t0": _iso(t0),
+        "step_s": float(width[0]) / 1e6,
+        "mean_tokens": [round(float(x) * B, 1) for x in mean],
+        "max_tokens": [int(x) * B for x in mx],
+    }
 
 
 def _iso(us: int | float) -> str:

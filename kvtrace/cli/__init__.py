@@ -21,24 +21,25 @@ from kvtrace import __version__
 app = typer.Typer(
     name="kvtrace",
     help="Token telemetry of agentic AI traffic -> token mix, context reuse, KV-cache TTL and tier sizing.\n\n"
-         "Example: kvtrace ingest otel.jsonl ~/.claude/projects && kvtrace report --ttl 5m,1h",
+    "Example: kvtrace ingest otel.jsonl ~/.claude/projects && kvtrace report --ttl 5m,1h",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
 
 
-
 def _version(value: bool) -> None:
     if value:
-
         typer.echo(f"kvtrace {__version__}")
         raise typer.Exit()
 
 
 @app.callback()
-def _root(version: bool = typer.Option(False, "--version", help="Print kvtrace's version and exit.",
-                                       callback=_version, is_eager=True)) -> None:
+def _root(
+    version: bool = typer.Option(
+        False, "--version", help="Print kvtrace's version and exit.", callback=_version, is_eager=True
+    ),
+) -> None:
     """kvtrace: token mix, context reuse, KV-cache TTL and tier sizing for agentic AI traffic."""
 
 

@@ -13,22 +13,49 @@ from kvtrace.report.files import write_atomic
 from kvtrace.errors import ConfigError, Interrupted, KvtraceError
 from kvtrace.launch import interrupted, tell_interrupted
 
-DbOpt = Annotated[Optional[Path], typer.Option(
-    "--db", envvar="KVTRACE_DB", help="Warehouse file (default ./kvtrace.duckdb; env KVTRACE_DB).",
-    show_default=False)]
+DbOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--db",
+        envvar="KVTRACE_DB",
+        help="Warehouse file (default ./kvtrace.duckdb; env KVTRACE_DB).",
+        show_default=False,
+    ),
+]
 OutOpt = Annotated[Optional[Path], typer.Option("--out", "-o", help="Write to this file instead of stdout.")]
-SinceOpt = Annotated[Optional[str], typer.Option(
-    "--since", help="Start of the window (ISO date/time, UTC, inclusive), or a span back from the last record: 7d, 24h.")]
-InputFormatOpt = Annotated[Optional[str], typer.Option(
-    "--input-format", "-i", help="Read every input file as this format instead of detecting it: "
-                                 + ", ".join(FORMATS) + ".", show_default=False)]
+SinceOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--since",
+        help="Start of the window (ISO date/time, UTC, inclusive), or a span back from the last record: 7d, 24h.",
+    ),
+]
+InputFormatOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--input-format",
+        "-i",
+        help="Read every input file as this format instead of detecting it: " + ", ".join(FORMATS) + ".",
+        show_default=False,
+    ),
+]
 UntilOpt = Annotated[Optional[str], typer.Option("--until", help="End of the window (ISO date/time, UTC, exclusive).")]
-ModelOpt = Annotated[Optional[str], typer.Option(
-    "--model", help="KV geometry for bytes: a catalog model (kvtrace size --list) or a config.json path, with its "
-                    "KV cache dtype as a suffix or through --kv-dtype: MiniMax-M2.7:fp8 (default bf16).")]
-KvDtypeOpt = Annotated[Optional[str], typer.Option(
-    "--kv-dtype", help="KV cache dtype of --model: bf16 (default) or fp8; the same as --model NAME:fp8.",
-    show_default=False)]
+ModelOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--model",
+        help="KV geometry for bytes: a catalog model (kvtrace size --list) or a config.json path, with its "
+        "KV cache dtype as a suffix or through --kv-dtype: MiniMax-M2.7:fp8 (default bf16).",
+    ),
+]
+KvDtypeOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--kv-dtype",
+        help="KV cache dtype of --model: bf16 (default) or fp8; the same as --model NAME:fp8.",
+        show_default=False,
+    ),
+]
 
 
 def model_option(model: str | None, kv_dtype: str | None) -> str | None:
@@ -74,8 +101,14 @@ class progress_bar:
         self.description, self.total, self.bar, self.task = description, total, None, None
         console = Console(stderr=True)
         if console.is_terminal:
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                                       TimeRemainingColumn)
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
 
             columns = [TextColumn(description), TextColumn("[bold]{task.fields[step]}"), BarColumn()]
             columns += [MofNCompleteColumn()] if count else []
@@ -114,7 +147,6 @@ def guarded(fn):
     and Ctrl-C prints one ``Interrupted: ...`` line and exits 130, whatever the library it
     interrupted raised on the way out."""
     import functools
-
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):

@@ -16,13 +16,36 @@ from kvtrace.units import fmt_int
 
 
 def ingest(
-    paths: Annotated[list[str], typer.Argument(help="Files, folders (recursive), globs, or - for stdin. .gz is read too.")],
+    paths: Annotated[
+        list[str], typer.Argument(help="Files, folders (recursive), globs, or - for stdin. .gz is read too.")
+    ],
     db: DbOpt = None,
     input_format: InputFormatOpt = None,
-    block_size: Annotated[Optional[int], typer.Option("--block-size", min=1, help="Tokens per block of block-hash traces that do not say (Mooncake's have none; kvtrace export writes it on every line, and a file's own size must agree). Default: the format's (Mooncake 512, Bailian 16), with a warning. Applies to the files read: an unchanged file is not read again without --force.", show_default=False)] = None,
-    strict: Annotated[bool, typer.Option("--strict", help="A malformed line is fatal (exit 1; nothing of that file is stored).")] = False,
-    force: Annotated[bool, typer.Option("--force", help="Re-read files that are unchanged since the last ingest (still never counts a record twice).")] = False,
-    format: Annotated[Optional[str], typer.Option("--format", "-f", help="Output format of the summary: text (default) or json.", show_default=False)] = None,
+    block_size: Annotated[
+        Optional[int],
+        typer.Option(
+            "--block-size",
+            min=1,
+            help="Tokens per block of block-hash traces that do not say (Mooncake's have none; kvtrace export writes it on every line, and a file's own size must agree). Default: the format's (Mooncake 512, Bailian 16), with a warning. Applies to the files read: an unchanged file is not read again without --force.",
+            show_default=False,
+        ),
+    ] = None,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="A malformed line is fatal (exit 1; nothing of that file is stored).")
+    ] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Re-read files that are unchanged since the last ingest (still never counts a record twice).",
+        ),
+    ] = False,
+    format: Annotated[
+        Optional[str],
+        typer.Option(
+            "--format", "-f", help="Output format of the summary: text (default) or json.", show_default=False
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="The same as --format json.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar, no skipped-line messages.")] = False,
 ) -> None:
@@ -44,28 +67,56 @@ def ingest(
     fresh = not os.path.lexists(target)
     try:
         with open_store(db) as store:
-            run(store, paths, format=input_format, block_size=block_size, strict=strict, force=force,
-                progress=not quiet and not as_json, summary=summary)
+            run(
+                store,
+                paths,
+                format=input_format,
+                block_size=block_size,
+                strict=strict,
+                force=force,
+                progress=not quiet and not as_json,
+                summary=summary,
+            )
     except BaseException as e:
         if fresh and not summary.files_stored:
-            _remove_warehouse(target)    # a failed first ingest leaves no empty warehouse behind
+            _remove_warehouse(target)  # a failed first ingest leaves no empty warehouse behind
         if isinstance(e, WriteFailed) and not interrupted():
             raise WriteFailed(f"{e.args[0]}: {interrupted_line(summary)}", hint=e.hint) from None
         if not interrupted(e):
             raise
         raise Interrupted(interrupted_line(summary)) from e
     if block_size is not None and summary.files_stored and not set(summary.formats) & set(BLOCK_FORMATS):
-        summary.warnings.append(f"--block-size {block_size} applies to block-hash traces "
-                                f"({', '.join(BLOCK_FORMATS)}); none was read")
+        summary.warnings.append(
+            f"--block-size {block_size} applies to block-hash traces ({', '.join(BLOCK_FORMATS)}); none was read"
+        )
     if fresh and summary.yielded_nothing and not summary.files_stored:
         _remove_warehouse(target)
     if as_json:
         d = summary.to_dict()
-        typer.echo(json.dumps({k: d[k] for k in ("files", "files_skipped", "files_resumed", "requests_added",
-                                                 "metric_points_added",
-                                                 "block_requests_added", "duplicates_skipped", "requests_folded",
-                                                 "lines_rejected",
-                                                 "unknown_records", "rejects", "skipped", "yielded_nothing", "warnings")}, indent=2))
+        typer.echo(
+            json.dumps(
+                {
+                    k: d[k]
+                    for k in (
+                        "files",
+                        "files_skipped",
+                        "files_resumed",
+                        "requests_added",
+                        "metric_points_added",
+                        "block_requests_added",
+                        "duplicates_skipped",
+                        "requests_folded",
+                        "lines_rejected",
+                        "unknown_records",
+                        "rejects",
+                        "skipped",
+                        "yielded_nothing",
+                        "warnings",
+                    )
+                },
+                indent=2,
+            )
+        )
     else:
         for line in summary.warnings:
             typer.echo(f"warning: {line}", err=True)
@@ -77,7 +128,9 @@ def ingest(
             for line in summary.skipped[:MAX_LISTED]:
                 typer.echo(f"skipped {line}", err=True)
             if len(summary.skipped) > MAX_LISTED:
-                typer.echo(f"... and {len(summary.skipped) - MAX_LISTED} more skipped files (--json lists them)", err=True)
+                typer.echo(
+                    f"... and {len(summary.skipped) - MAX_LISTED} more skipped files (--json lists them)", err=True
+                )
         typer.echo(summary_line(summary))
     if summary.yielded_nothing:
         first, more = summary.yielded_nothing[0], len(summary.yielded_nothing) - 1
@@ -111,8 +164,10 @@ def summary_line(summary) -> str:
         extra.append(f"{len(summary.skipped)} skipped")
     if unrecognized:
         extra.append(f"{unrecognized} not telemetry")
-    parts = [f"{summary.files} files ({summary.files_skipped} unchanged{''.join(', ' + x for x in extra)})",
-             f"{summary.requests_added} requests added"]
+    parts = [
+        f"{summary.files} files ({summary.files_skipped} unchanged{''.join(', ' + x for x in extra)})",
+        f"{summary.requests_added} requests added",
+    ]
     if summary.metric_points_added:
         parts.append(f"{summary.metric_points_added} metric points added")
     if summary.block_requests_added:
@@ -139,8 +194,14 @@ def _remove_warehouse(path) -> None:
 
 def interrupted_line(summary) -> str:
     """What an interrupted (or failed) ingest kept and what it rolled back, in one line."""
-    kept = (f"kept {fmt_int(summary.files_stored)} of {fmt_int(summary.files)} files "
-            f"({fmt_int(summary.requests_added)} requests added)") if summary.files else "kept nothing"
+    kept = (
+        (
+            f"kept {fmt_int(summary.files_stored)} of {fmt_int(summary.files)} files "
+            f"({fmt_int(summary.requests_added)} requests added)"
+        )
+        if summary.files
+        else "kept nothing"
+    )
     if summary.files_skipped:
         kept += f", {fmt_int(summary.files_skipped)} unchanged"
     pending = summary.files_pending

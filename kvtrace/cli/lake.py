@@ -27,7 +27,9 @@ def lake(
 
     with open_store(db, read_only=True) as store:
         last = store.named("usage_bounds").fetchall()[0][1]
-        counts = export_lake(store, out, since=parse_instant(since, last), until=parse_instant(until, last), force=force)
+        counts = export_lake(
+            store, out, since=parse_instant(since, last), until=parse_instant(until, last), force=force
+        )
     written = ", ".join(f"{n:,} {t}" for t, n in counts.items()) or "nothing (no rows in the window)"
     typer.echo(f"wrote {written} to {out}")
 

@@ -13,7 +13,9 @@ from kvtrace.errors import UnknownQuery
 
 def query(
     name: Annotated[Optional[str], typer.Argument(help="Query name (file stem under queries/).")] = None,
-    param: Annotated[Optional[list[str]], typer.Option("--param", "-p", help="A $named parameter as key=value (repeatable).")] = None,
+    param: Annotated[
+        Optional[list[str]], typer.Option("--param", "-p", help="A $named parameter as key=value (repeatable).")
+    ] = None,
     db: DbOpt = None,
     list_: Annotated[bool, typer.Option("--list", help="List the named queries with their titles.")] = False,
     format: Annotated[str, typer.Option("--format", "-f", help="table, csv or json.")] = "table",
@@ -47,8 +49,10 @@ def query(
     names = sorted(set(re.findall(r"\$([A-Za-z_]\w*)", q.sql)))
     for k in params:
         if k not in names:
-            raise ConfigError(f"query '{name}' has no parameter '{k}'",
-                              hint=f"its parameters: {', '.join(names)}" if names else "it takes no parameters")
+            raise ConfigError(
+                f"query '{name}' has no parameter '{k}'",
+                hint=f"its parameters: {', '.join(names)}" if names else "it takes no parameters",
+            )
     for needed in set(names) - set(params):
         params[needed] = None  # an unset parameter is an open bound
     import duckdb
@@ -60,9 +64,10 @@ def query(
             bad = [k for k, v in params.items() if v is not None and v in str(e)]
             if not bad:
                 raise
-            raise ConfigError(f"--param {bad[0]}={params[bad[0]]!r} does not fit query '{name}': "
-                              f"{str(e).splitlines()[0]}",
-                              hint="times are ISO dates or date-times in UTC, e.g. -p since=2026-11-01T09:00") from None
+            raise ConfigError(
+                f"--param {bad[0]}={params[bad[0]]!r} does not fit query '{name}': {str(e).splitlines()[0]}",
+                hint="times are ISO dates or date-times in UTC, e.g. -p since=2026-11-01T09:00",
+            ) from None
     if format == "csv":
         typer.echo(df.write_csv(), nl=False)
     elif format == "json":
@@ -85,8 +90,14 @@ def print_table(df, limit: int) -> None:
     numeric = [dtype.is_numeric() for dtype in df.dtypes]
     for col, right in zip(df.columns, numeric):
         # one line per row, as wide as it needs (a long text cell ends in an ellipsis)
-        table.add_column(col, justify="right" if right else "left", no_wrap=True, min_width=len(col),
-                         max_width=None if right else max(MAX_TEXT_WIDTH, len(col)), overflow="ellipsis")
+        table.add_column(
+            col,
+            justify="right" if right else "left",
+            no_wrap=True,
+            min_width=len(col),
+            max_width=None if right else max(MAX_TEXT_WIDTH, len(col)),
+            overflow="ellipsis",
+        )
     for row in df.head(limit).iter_rows():
         table.add_row(*(_cell(v) for v in row))
     console = Console(width=Console(width=1 << 16).measure(table).maximum)

@@ -9,7 +9,17 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvtrace.cli._options import DbOpt, InputFormatOpt, KvDtypeOpt, ModelOpt, OutOpt, SinceOpt, UntilOpt, guarded, model_option
+from kvtrace.cli._options import (
+    DbOpt,
+    InputFormatOpt,
+    KvDtypeOpt,
+    ModelOpt,
+    OutOpt,
+    SinceOpt,
+    UntilOpt,
+    guarded,
+    model_option,
+)
 from kvtrace.errors import ConfigError, NoData
 from kvtrace.units import parse_duration, parse_durations
 from kvtrace.report.output import FORMATS, IMAGE_FORMATS, render_text, write_report
@@ -19,23 +29,84 @@ from kvtrace.units import fmt_bytes
 
 def report(
     db: DbOpt = None,
-    format: Annotated[str, typer.Option("--format", "-f", help="table (terminal), json, md, html; or png / svg: each chart as a file in the --out folder.")] = "table",
+    format: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            "-f",
+            help="table (terminal), json, md, html; or png / svg: each chart as a file in the --out folder.",
+        ),
+    ] = "table",
     out: OutOpt = None,
     since: SinceOpt = None,
     until: UntilOpt = None,
-    group_by: Annotated[Optional[list[str]], typer.Option("--group-by", "-g", help="hour, day, week, month, model, user, session, query_source, agent, project (repeat or comma-separate); each row has its cost at list prices.")] = None,
-    timezone: Annotated[str, typer.Option("--timezone", "--tz", help="IANA time zone of hour/day/week/month boundaries and of --since/--until without an offset: UTC, Europe/Berlin, America/New_York.")] = "UTC",
-    pricing: Annotated[Optional[Path], typer.Option("--pricing", help="Pricing TOML for the cost columns and the spend what-if (default: built-in list prices).")] = None,
-    ttl: Annotated[Optional[list[str]], typer.Option("--ttl", help="TTL what-if and required capacity for these idle TTLs: 30s, 5m, 1h, 2d (repeat or comma-separate).")] = None,
+    group_by: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--group-by",
+            "-g",
+            help="hour, day, week, month, model, user, session, query_source, agent, project (repeat or comma-separate); each row has its cost at list prices.",
+        ),
+    ] = None,
+    timezone: Annotated[
+        str,
+        typer.Option(
+            "--timezone",
+            "--tz",
+            help="IANA time zone of hour/day/week/month boundaries and of --since/--until without an offset: UTC, Europe/Berlin, America/New_York.",
+        ),
+    ] = "UTC",
+    pricing: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--pricing", help="Pricing TOML for the cost columns and the spend what-if (default: built-in list prices)."
+        ),
+    ] = None,
+    ttl: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--ttl",
+            help="TTL what-if and required capacity for these idle TTLs: 30s, 5m, 1h, 2d (repeat or comma-separate).",
+        ),
+    ] = None,
     model: ModelOpt = None,
     kv_dtype: KvDtypeOpt = None,
-    tiers: Annotated[Optional[str], typer.Option("--tiers", help="Add a tier replay: a preset name or a tiers TOML file; with the capacity reaching 90/99/100% of each TTL's hit ratio and where each tier lands.")] = None,
-    tier_ttl: Annotated[Optional[str], typer.Option("--tier-ttl", help="Idle TTL of the tier replay: 5m, 1h, none (default: the one --ttl if exactly one is given, else none).")] = None,
-    simulate: Annotated[Optional[list[str]], typer.Option("--simulate", help="Add the serving model (kvtrace simulate) of the window's sessions under this configuration: [NAME=]TIERS[:TIER,TIER], e.g. dram=seed-testbed:HBM,DRAM (the first tier is the GPU's; --model is the served model). Repeat to compare; ratios are to the first.")] = None,
+    tiers: Annotated[
+        Optional[str],
+        typer.Option(
+            "--tiers",
+            help="Add a tier replay: a preset name or a tiers TOML file; with the capacity reaching 90/99/100% of each TTL's hit ratio and where each tier lands.",
+        ),
+    ] = None,
+    tier_ttl: Annotated[
+        Optional[str],
+        typer.Option(
+            "--tier-ttl",
+            help="Idle TTL of the tier replay: 5m, 1h, none (default: the one --ttl if exactly one is given, else none).",
+        ),
+    ] = None,
+    simulate: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--simulate",
+            help="Add the serving model (kvtrace simulate) of the window's sessions under this configuration: [NAME=]TIERS[:TIER,TIER], e.g. dram=seed-testbed:HBM,DRAM (the first tier is the GPU's; --model is the served model). Repeat to compare; ratios are to the first.",
+        ),
+    ] = None,
     title: Annotated[str, typer.Option("--title", help="Report title.")] = "kvtrace report",
-    ingest: Annotated[Optional[list[str]], typer.Option("--ingest", help="Ingest these files or folders first, in the same process (only what is new is read).")] = None,
+    ingest: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--ingest", help="Ingest these files or folders first, in the same process (only what is new is read)."
+        ),
+    ] = None,
     input_format: InputFormatOpt = None,
-    strict: Annotated[bool, typer.Option("--strict", help="Exit 1 (writing nothing) when the window or warehouse holds no requests, instead of a report that says so.")] = False,
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--strict",
+            help="Exit 1 (writing nothing) when the window or warehouse holds no requests, instead of a report that says so.",
+        ),
+    ] = False,
 ) -> None:
     """Report the token mix (and, with --ttl / --tiers, reuse and capacity) of the warehouse.
 
@@ -58,9 +129,11 @@ def report(
     if format not in FORMATS:
         raise ConfigError(f"unknown --format '{format}'", hint="choose table, json, md, html, png or svg")
     if format in IMAGE_FORMATS and (out is None or out.suffix.lower() in (".png", ".svg") or out.is_file()):
-        raise ConfigError(f"--format {format} writes one file per chart, so --out must name a folder"
-                          + (f", not '{out}'" if out is not None else ""),
-                          hint=f"for example: --format {format} --out charts/")
+        raise ConfigError(
+            f"--format {format} writes one file per chart, so --out must name a folder"
+            + (f", not '{out}'" if out is not None else ""),
+            hint=f"for example: --format {format} --out charts/",
+        )
     if input_format and not ingest:
         raise ConfigError("--input-format is the format of the --ingest files", hint="add --ingest PATH, or drop it")
     groups = [g.strip() for item in (group_by or []) for g in item.split(",") if g.strip()]
@@ -69,10 +142,19 @@ def report(
 
         # checked before any ingest or analysis runs
         check_configs([parse_config(c, option="--simulate") for c in simulate], option="--simulate")
-    opts = ReportOptions(since=since, until=until, group_by=groups, ttls=parse_durations(ttl),
-                         model=model_option(model, kv_dtype), tiers=tiers, title=title, timezone=timezone,
-                         tier_ttl=None if tier_ttl is None else parse_duration(tier_ttl, what="--tier-ttl", unlimited=True),
-                         pricing=None if pricing is None else str(pricing), simulate=list(simulate or []))
+    opts = ReportOptions(
+        since=since,
+        until=until,
+        group_by=groups,
+        ttls=parse_durations(ttl),
+        model=model_option(model, kv_dtype),
+        tiers=tiers,
+        title=title,
+        timezone=timezone,
+        tier_ttl=None if tier_ttl is None else parse_duration(tier_ttl, what="--tier-ttl", unlimited=True),
+        pricing=None if pricing is None else str(pricing),
+        simulate=list(simulate or []),
+    )
     if ingest:
         from kvtrace.ingest import ingest as run_ingest
 
@@ -87,7 +169,7 @@ def report(
     if empty and strict:
         raise NoData(empty, hint="--strict asks for data; widen --since/--until or ingest more")
     _write(rep.data, format, out)
-    if empty and format not in IMAGE_FORMATS and (out is not None or format != "table"):   # said already
+    if empty and format not in IMAGE_FORMATS and (out is not None or format != "table"):  # said already
         typer.echo(empty, err=True)
 
 

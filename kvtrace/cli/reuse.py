@@ -16,24 +16,76 @@ from kvtrace.units import fmt_int, fmt_seconds, fmt_span, fmt_tokens, fmt_ttl
 
 
 def reuse(
-    file: Annotated[Optional[Path], typer.Argument(help="A Mooncake or Bailian trace file to analyse instead of the warehouse.")] = None,
-    input_format: Annotated[Optional[str], typer.Option("--input-format", "-i", help="Read FILE as this format instead of detecting it: mooncake or bailian.", show_default=False)] = None,
+    file: Annotated[
+        Optional[Path], typer.Argument(help="A Mooncake or Bailian trace file to analyse instead of the warehouse.")
+    ] = None,
+    input_format: Annotated[
+        Optional[str],
+        typer.Option(
+            "--input-format",
+            "-i",
+            help="Read FILE as this format instead of detecting it: mooncake or bailian.",
+            show_default=False,
+        ),
+    ] = None,
     db: DbOpt = None,
-    trace: Annotated[Optional[str], typer.Option("--trace", help="One ingested block-hash trace by name (kvtrace query block_traces).")] = None,
+    trace: Annotated[
+        Optional[str],
+        typer.Option("--trace", help="One ingested block-hash trace by name (kvtrace query block_traces)."),
+    ] = None,
     since: SinceOpt = None,
     until: UntilOpt = None,
-    ttl: Annotated[Optional[list[str]], typer.Option("--ttl", help="Idle TTLs for the what-if: 30s, 5m, 1h, 2d, none (repeat or comma-separate). Default 1m,5m,1h,none.")] = None,
-    block_size: Annotated[Optional[int], typer.Option("--block-size", min=1, help="Tokens per block: of traces derived from telemetry (default 64), or of a FILE that does not say (default: the format's, with a warning).", show_default=False)] = None,
-    head_tokens: Annotated[Optional[int], typer.Option("--head-tokens", help="Shared head (system prompt + tools) in tokens; default: detected; 0 disables.")] = None,
-    chain: Annotated[Optional[list[str]], typer.Option("--chain", help="Any other prefix-chain assumption as NAME=VALUE (repeatable): link_window, cache_ttl_s, chain_per_model, auxiliary_own_chain, compaction_ends_chain, head_min_chains, head_per_thread_kind, max_blocks.")] = None,
-    idle: Annotated[str, typer.Option("--idle", help="A gap within a thread longer than this is an idle period (resumption after it).")] = "5m",
+    ttl: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--ttl",
+            help="Idle TTLs for the what-if: 30s, 5m, 1h, 2d, none (repeat or comma-separate). Default 1m,5m,1h,none.",
+        ),
+    ] = None,
+    block_size: Annotated[
+        Optional[int],
+        typer.Option(
+            "--block-size",
+            min=1,
+            help="Tokens per block: of traces derived from telemetry (default 64), or of a FILE that does not say (default: the format's, with a warning).",
+            show_default=False,
+        ),
+    ] = None,
+    head_tokens: Annotated[
+        Optional[int],
+        typer.Option(
+            "--head-tokens", help="Shared head (system prompt + tools) in tokens; default: detected; 0 disables."
+        ),
+    ] = None,
+    chain: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--chain",
+            help="Any other prefix-chain assumption as NAME=VALUE (repeatable): link_window, cache_ttl_s, chain_per_model, auxiliary_own_chain, compaction_ends_chain, head_min_chains, head_per_thread_kind, max_blocks.",
+        ),
+    ] = None,
+    idle: Annotated[
+        str,
+        typer.Option("--idle", help="A gap within a thread longer than this is an idle period (resumption after it)."),
+    ] = "5m",
     model: ModelOpt = None,
     kv_dtype: KvDtypeOpt = None,
-    bytes_per_token: Annotated[Optional[float], typer.Option("--bytes-per-token", help="KV bytes per token (2 x layers x kv_heads x head_dim x dtype bytes).")] = None,
-    pricing: Annotated[Optional[Path], typer.Option("--pricing", help="Pricing TOML for the spend what-if (default: built-in list prices).")] = None,
-    price_model: Annotated[Optional[str], typer.Option("--price-model", help="Price every request as this model (needed for block-hash traces).")] = None,
+    bytes_per_token: Annotated[
+        Optional[float],
+        typer.Option("--bytes-per-token", help="KV bytes per token (2 x layers x kv_heads x head_dim x dtype bytes)."),
+    ] = None,
+    pricing: Annotated[
+        Optional[Path],
+        typer.Option("--pricing", help="Pricing TOML for the spend what-if (default: built-in list prices)."),
+    ] = None,
+    price_model: Annotated[
+        Optional[str],
+        typer.Option("--price-model", help="Price every request as this model (needed for block-hash traces)."),
+    ] = None,
     format: Annotated[str, typer.Option("--format", "-f", help="table or json.")] = "table",
-    series: Annotated[bool, typer.Option("--series", help="Include the working-set time series per TTL (json).")] = False,
+    series: Annotated[
+        bool, typer.Option("--series", help="Include the working-set time series per TTL (json).")
+    ] = False,
     out: OutOpt = None,
 ) -> None:
     """Show how context is reused: reuse times, TTL hit ratios, capacity per TTL and API spend.
@@ -54,14 +106,27 @@ def reuse(
     if bytes_per_token is None and spec is not None:
         bytes_per_token = float(resolve_model(spec).bytes_per_token)
     if input_format is not None and (file is None or input_format not in ("mooncake", "bailian")):
-        raise ConfigError(f"--input-format {input_format}: the format of a trace FILE",
-                          hint="give a FILE and choose mooncake or bailian")
-    opts = ReuseOptions(file=file, file_format=input_format, file_block_size=block_size, trace=trace, since=since, until=until,
-                        ttls=parse_ttls(ttl) or list(DEFAULT_TTLS),
-                        chain=ChainParams.from_settings(chain, head_tokens=head_tokens,
-                                                        **({} if block_size is None else {"block_size": block_size})),
-                        reuse=ReuseParams(idle_s=parse_duration(idle, what="--idle")), bytes_per_token=bytes_per_token,
-                        pricing=pricing, price_model=price_model, series=series)
+        raise ConfigError(
+            f"--input-format {input_format}: the format of a trace FILE",
+            hint="give a FILE and choose mooncake or bailian",
+        )
+    opts = ReuseOptions(
+        file=file,
+        file_format=input_format,
+        file_block_size=block_size,
+        trace=trace,
+        since=since,
+        until=until,
+        ttls=parse_ttls(ttl) or list(DEFAULT_TTLS),
+        chain=ChainParams.from_settings(
+            chain, head_tokens=head_tokens, **({} if block_size is None else {"block_size": block_size})
+        ),
+        reuse=ReuseParams(idle_s=parse_duration(idle, what="--idle")),
+        bytes_per_token=bytes_per_token,
+        pricing=pricing,
+        price_model=price_model,
+        series=series,
+    )
     with working(f"measuring reuse in {file or 'the warehouse'}"):
         if file is not None:
             data = reuse_report(None, opts)
@@ -70,7 +135,7 @@ def reuse(
 
             with open_store(db, read_only=True) as store:
                 data = reuse_report(store, opts)
-    if data["no_data"] and (format == "json" or out is not None):   # the table says it itself
+    if data["no_data"] and (format == "json" or out is not None):  # the table says it itself
         typer.echo(data["no_data"], err=True)
     if format == "json":
         import orjson
@@ -94,23 +159,26 @@ def render(data: dict, console) -> None:
     """The reuse report as the report's tables (reuse time, TTL what-if, spend) and two summary lines."""
     from dataclasses import replace
 
-
     tr = data.get("trace")
     if not tr:
         console.print(data.get("no_data") or "No requests in the window.", markup=False)
         return
     kind = "derived from telemetry" if data["derived"] else "block-hash trace"
-    console.print(f"[bold]{tr['name']}[/] ({kind}): {fmt_int(tr['requests'])} requests, "
-                  f"{fmt_tokens(tr['prompt_tokens'])} prompt tokens in {fmt_int(tr['blocks'])} blocks of "
-                  f"{tr['block_size']}, {fmt_int(tr['unique_blocks'])} distinct, over {fmt_span(tr['span_s'])}")
+    console.print(
+        f"[bold]{tr['name']}[/] ({kind}): {fmt_int(tr['requests'])} requests, "
+        f"{fmt_tokens(tr['prompt_tokens'])} prompt tokens in {fmt_int(tr['blocks'])} blocks of "
+        f"{tr['block_size']}, {fmt_int(tr['unique_blocks'])} distinct, over {fmt_span(tr['span_s'])}"
+    )
     print_tables([reuse_cdf_table(data), ttl_table(data)], console)
     th = data.get("threads")
     if th:
-        console.print(f"Threads: {fmt_int(th['threads'])} in {fmt_int(th['sessions'])} sessions; "
-                      f"{fmt_int(th['chains'])} chains, {fmt_int(th['compactions'])} compactions; "
-                      f"{fmt_int(th['idle_periods'])} idle periods over {fmt_ttl(th['idle_threshold_s'])}, "
-                      f"resuming {fmt_tokens(th['resumed_prompt_tokens'])} prompt tokens; "
-                      f"gap p50 {fmt_seconds(th['gap_s']['p50'])}, p90 {fmt_seconds(th['gap_s']['p90'])}")
+        console.print(
+            f"Threads: {fmt_int(th['threads'])} in {fmt_int(th['sessions'])} sessions; "
+            f"{fmt_int(th['chains'])} chains, {fmt_int(th['compactions'])} compactions; "
+            f"{fmt_int(th['idle_periods'])} idle periods over {fmt_ttl(th['idle_threshold_s'])}, "
+            f"resuming {fmt_tokens(th['resumed_prompt_tokens'])} prompt tokens; "
+            f"gap p50 {fmt_seconds(th['gap_s']['p50'])}, p90 {fmt_seconds(th['gap_s']['p90'])}"
+        )
     spend = spend_table(data.get("spend") or {})
     if spend is not None:
         print_tables([replace(spend, title="API spend what-if (hosted prompt caching)")], console)

@@ -14,7 +14,9 @@ from kvtrace.schedule.scheduler import schedule as loop
 
 def schedule(
     profiles: Annotated[list[str], typer.Argument(help="Profile TOML files or names in reports/profiles.")],
-    once: Annotated[bool, typer.Option("--once", help="Run what is due now (the catch-up of a missed period), then exit.")] = False,
+    once: Annotated[
+        bool, typer.Option("--once", help="Run what is due now (the catch-up of a missed period), then exit.")
+    ] = False,
     max_runs: Annotated[Optional[int], typer.Option("--max-runs", help="Exit after this many runs.", min=1)] = None,
     db: ProfileDbOpt = None,
     out_root: OutRootOpt = None,
@@ -30,7 +32,6 @@ def schedule(
     """
     import signal
 
-
     profs = [load_profile(p) for p in profiles]
 
     def report(kind, prof, slot, what):
@@ -45,12 +46,13 @@ def schedule(
             typer.echo(f"{stamp} {prof.name}: failed: {what}", err=True)
 
     def stop(signum, frame):
-        raise KeyboardInterrupt   # a run in progress removes its temporary folder on the way out
+        raise KeyboardInterrupt  # a run in progress removes its temporary folder on the way out
 
     # SIGTERM (systemctl stop, a Kubernetes pod shutting down) ends the loop like Ctrl-C does.
     previous = signal.signal(signal.SIGTERM, stop)
-    kwargs = {k: v for k, v in (("warehouse", db), ("output_root", out_root), ("write_empty", write_empty))
-              if v is not None}
+    kwargs = {
+        k: v for k, v in (("warehouse", db), ("output_root", out_root), ("write_empty", write_empty)) if v is not None
+    }
     try:
         n = loop(profs, once=once, max_runs=max_runs, on_event=report, **kwargs)
     except KeyboardInterrupt:

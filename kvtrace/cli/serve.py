@@ -17,10 +17,18 @@ from kvtrace.serve import server
 
 def serve(
     db: DbOpt = None,
-    stop: Annotated[bool, typer.Option("--stop", help="Stop the server of this warehouse (waits for a running command).")] = False,
-    status: Annotated[bool, typer.Option("--status", help="Print the server's status as JSON (exit 1 if none runs).")] = False,
-    detach: Annotated[bool, typer.Option("--detach", "-d", help="Run in the background; return once it answers (log: DB.serve.log).")] = False,
-    idle_exit: Annotated[Optional[str], typer.Option("--idle-exit", help="Stop after this long without a command: 30m, 8h.")] = None,
+    stop: Annotated[
+        bool, typer.Option("--stop", help="Stop the server of this warehouse (waits for a running command).")
+    ] = False,
+    status: Annotated[
+        bool, typer.Option("--status", help="Print the server's status as JSON (exit 1 if none runs).")
+    ] = False,
+    detach: Annotated[
+        bool, typer.Option("--detach", "-d", help="Run in the background; return once it answers (log: DB.serve.log).")
+    ] = False,
+    idle_exit: Annotated[
+        Optional[str], typer.Option("--idle-exit", help="Stop after this long without a command: 30m, 8h.")
+    ] = None,
     log: Annotated[Optional[Path], typer.Option("--log", help="With --detach: the server's log file.")] = None,
 ) -> None:
     """Keep kvtrace loaded in a resident process, so commands on a warehouse start in milliseconds.
@@ -49,14 +57,13 @@ def serve(
         return
     idle = parse_duration(idle_exit, what="--idle-exit") if idle_exit else None
     if detach:
-
         log_path = log or Path(resolve_db(db) + ".serve.log")
         info = server.detach(db, idle_exit, log_path)
         typer.echo(f"kvtrace serve: pid {info['pid']} serving {info['db']} (log {log_path})")
         return
     from kvtrace.cli import command
 
-    command()      # the click command, built once here: every command's fork inherits it
+    command()  # the click command, built once here: every command's fork inherits it
     srv = server.Server(db, run=run_here, idle_exit=idle)
     srv.start()
     srv.serve_forever()

@@ -7,7 +7,18 @@ from typing import Annotated, Optional
 
 import typer
 
-from kvtrace.cli._options import DbOpt, KvDtypeOpt, ModelOpt, OutOpt, SinceOpt, UntilOpt, emit_text, guarded, model_option, progress_bar
+from kvtrace.cli._options import (
+    DbOpt,
+    KvDtypeOpt,
+    ModelOpt,
+    OutOpt,
+    SinceOpt,
+    UntilOpt,
+    emit_text,
+    guarded,
+    model_option,
+    progress_bar,
+)
 from kvtrace.errors import ConfigError
 from kvtrace.report.simulate_page import render_simulate_html
 from kvtrace.units import parse_duration, parse_tokens
@@ -15,38 +26,139 @@ from kvtrace.synth.config import set_field
 
 
 def simulate(
-    scenario: Annotated[Optional[str], typer.Option("--scenario", help="A committed scenario (seed-study) or a scenario TOML file; other options override it.")] = None,
-    config: Annotated[Optional[list[str]], typer.Option("--config", "-c", help="A configuration: [NAME=]TIERS[:TIER,TIER], e.g. dram=seed-testbed:HBM,DRAM (the first tier is the GPU's). Repeat to compare; ratios are to the first.")] = None,
-    sessions: Annotated[Optional[str], typer.Option("--sessions", help="Workload: a kvtrace synth preset (seed-study, sample-week), warehouse (the requests of --db), or kv-cache-tester trace files (comma list) or a folder of them.")] = None,
+    scenario: Annotated[
+        Optional[str],
+        typer.Option(
+            "--scenario", help="A committed scenario (seed-study) or a scenario TOML file; other options override it."
+        ),
+    ] = None,
+    config: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--config",
+            "-c",
+            help="A configuration: [NAME=]TIERS[:TIER,TIER], e.g. dram=seed-testbed:HBM,DRAM (the first tier is the GPU's). Repeat to compare; ratios are to the first.",
+        ),
+    ] = None,
+    sessions: Annotated[
+        Optional[str],
+        typer.Option(
+            "--sessions",
+            help="Workload: a kvtrace synth preset (seed-study, sample-week), warehouse (the requests of --db), or kv-cache-tester trace files (comma list) or a folder of them.",
+        ),
+    ] = None,
     db: DbOpt = None,
     since: SinceOpt = None,
     until: UntilOpt = None,
-    rate: Annotated[Optional[float], typer.Option("--rate", help="New sessions per minute (scales the arrival rate).")] = None,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override a synth workload parameter: name=value (JSON value), repeatable; see kvtrace synth --params.")] = None,
-    duration: Annotated[Optional[str], typer.Option("--duration", help="Simulated time: 30m, 2h (sessions arrive throughout).")] = None,
+    rate: Annotated[
+        Optional[float], typer.Option("--rate", help="New sessions per minute (scales the arrival rate).")
+    ] = None,
+    set_: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--set",
+            help="Override a synth workload parameter: name=value (JSON value), repeatable; see kvtrace synth --params.",
+        ),
+    ] = None,
+    duration: Annotated[
+        Optional[str], typer.Option("--duration", help="Simulated time: 30m, 2h (sessions arrive throughout).")
+    ] = None,
     seed: Annotated[Optional[int], typer.Option("--seed", help="Random seed of the workload.")] = None,
     model: ModelOpt = None,
     kv_dtype: KvDtypeOpt = None,
-    gpu: Annotated[Optional[str], typer.Option("--gpu", help="GPU of the hardware catalog: RTX-PRO-6000, H100, H200, B200, GH200.")] = None,
+    gpu: Annotated[
+        Optional[str], typer.Option("--gpu", help="GPU of the hardware catalog: RTX-PRO-6000, H100, H200, B200, GH200.")
+    ] = None,
     gpus: Annotated[Optional[int], typer.Option("--gpus", help="GPUs per node (tensor parallel).")] = None,
-    gpu_kv: Annotated[Optional[str], typer.Option("--gpu-kv", help="GPU KV cache capacity in tokens (vLLM logs it as 'GPU KV cache size'), e.g. 400K; default: the tier file's HBM less the weights.")] = None,
-    prefill_efficiency: Annotated[Optional[float], typer.Option("--prefill-efficiency", help="Share of the datasheet FLOPS prefill reaches.")] = None,
-    decode_efficiency: Annotated[Optional[float], typer.Option("--decode-efficiency", help="Share of the memory bandwidth decode reaches.")] = None,
-    gpu_usd_hour: Annotated[Optional[float], typer.Option("--gpu-usd-hour", help="Price of one GPU per hour (default: the hardware catalog's).")] = None,
-    max_num_seqs: Annotated[Optional[int], typer.Option("--max-num-seqs", help="Most sequences running at once.")] = None,
-    max_batched_tokens: Annotated[Optional[int], typer.Option("--max-batched-tokens", help="Token budget of a step (decode + chunked prefill).")] = None,
-    chunk: Annotated[Optional[int], typer.Option("--chunk", help="Offload chunk size in tokens (LMCache: 256).")] = None,
-    load: Annotated[Optional[str], typer.Option("--load", help="Offload loads: block (the step waits) or overlap (only the request waits).")] = None,
-    store: Annotated[Optional[str], typer.Option("--store", help="What a prompt writes to each offload tier: missing (chunks it lacks) or all (every chunk again).")] = None,
-    tier_mode: Annotated[Optional[str], typer.Option("--tier-mode", help="Offload tiers: inclusive (write-through: every prompt's chunks to every tier, as LMCache) or exclusive (a chunk lives in one tier: written to the next tier when evicted from the one above, moved up to the GPU on a hit).")] = None,
-    no_write_back: Annotated[bool, typer.Option("--no-write-back", help="Do not copy chunks loaded from a lower tier into the tiers above.")] = False,
-    nodes: Annotated[str, typer.Option("--nodes", help="Identical nodes behind the --router (a number), or auto: the fewest that meet --ttft-p90 per configuration.")] = "1",
-    router: Annotated[Optional[str], typer.Option("--router", help="How a fleet's requests find a node: affinity (a session stays on one node; nodes run independently), round-robin or least-loaded (per request, fewest outstanding requests; a session's turns may land on other nodes, whose caches miss them).")] = None,
-    ttft_p90: Annotated[Optional[float], typer.Option("--ttft-p90", help="With --nodes auto: the p90 TTFT target in seconds, over every request.")] = None,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Worker processes for the nodes of a fleet under --router affinity (results do not depend on it).")] = 1,
-    calibrate: Annotated[Optional[float], typer.Option("--calibrate", help="Fit the efficiency factors so the first configuration's steady processed tokens/s equals this measured value (the prefill factor; the decode factor follows from the scenario's measured decode step); print them and exit.")] = None,
-    fit: Annotated[str, typer.Option("--fit", help="With --calibrate: prefill (fit the prefill factor) or both (scale both by one multiplier).")] = "prefill",
-    format: Annotated[str, typer.Option("--format", "-f", help="table, json or html (a self-contained page with charts).")] = "table",
+    gpu_kv: Annotated[
+        Optional[str],
+        typer.Option(
+            "--gpu-kv",
+            help="GPU KV cache capacity in tokens (vLLM logs it as 'GPU KV cache size'), e.g. 400K; default: the tier file's HBM less the weights.",
+        ),
+    ] = None,
+    prefill_efficiency: Annotated[
+        Optional[float], typer.Option("--prefill-efficiency", help="Share of the datasheet FLOPS prefill reaches.")
+    ] = None,
+    decode_efficiency: Annotated[
+        Optional[float], typer.Option("--decode-efficiency", help="Share of the memory bandwidth decode reaches.")
+    ] = None,
+    gpu_usd_hour: Annotated[
+        Optional[float],
+        typer.Option("--gpu-usd-hour", help="Price of one GPU per hour (default: the hardware catalog's)."),
+    ] = None,
+    max_num_seqs: Annotated[
+        Optional[int], typer.Option("--max-num-seqs", help="Most sequences running at once.")
+    ] = None,
+    max_batched_tokens: Annotated[
+        Optional[int], typer.Option("--max-batched-tokens", help="Token budget of a step (decode + chunked prefill).")
+    ] = None,
+    chunk: Annotated[
+        Optional[int], typer.Option("--chunk", help="Offload chunk size in tokens (LMCache: 256).")
+    ] = None,
+    load: Annotated[
+        Optional[str],
+        typer.Option("--load", help="Offload loads: block (the step waits) or overlap (only the request waits)."),
+    ] = None,
+    store: Annotated[
+        Optional[str],
+        typer.Option(
+            "--store",
+            help="What a prompt writes to each offload tier: missing (chunks it lacks) or all (every chunk again).",
+        ),
+    ] = None,
+    tier_mode: Annotated[
+        Optional[str],
+        typer.Option(
+            "--tier-mode",
+            help="Offload tiers: inclusive (write-through: every prompt's chunks to every tier, as LMCache) or exclusive (a chunk lives in one tier: written to the next tier when evicted from the one above, moved up to the GPU on a hit).",
+        ),
+    ] = None,
+    no_write_back: Annotated[
+        bool, typer.Option("--no-write-back", help="Do not copy chunks loaded from a lower tier into the tiers above.")
+    ] = False,
+    nodes: Annotated[
+        str,
+        typer.Option(
+            "--nodes",
+            help="Identical nodes behind the --router (a number), or auto: the fewest that meet --ttft-p90 per configuration.",
+        ),
+    ] = "1",
+    router: Annotated[
+        Optional[str],
+        typer.Option(
+            "--router",
+            help="How a fleet's requests find a node: affinity (a session stays on one node; nodes run independently), round-robin or least-loaded (per request, fewest outstanding requests; a session's turns may land on other nodes, whose caches miss them).",
+        ),
+    ] = None,
+    ttft_p90: Annotated[
+        Optional[float],
+        typer.Option("--ttft-p90", help="With --nodes auto: the p90 TTFT target in seconds, over every request."),
+    ] = None,
+    jobs: Annotated[
+        int,
+        typer.Option(
+            "--jobs",
+            "-j",
+            help="Worker processes for the nodes of a fleet under --router affinity (results do not depend on it).",
+        ),
+    ] = 1,
+    calibrate: Annotated[
+        Optional[float],
+        typer.Option(
+            "--calibrate",
+            help="Fit the efficiency factors so the first configuration's steady processed tokens/s equals this measured value (the prefill factor; the decode factor follows from the scenario's measured decode step); print them and exit.",
+        ),
+    ] = None,
+    fit: Annotated[
+        str,
+        typer.Option(
+            "--fit", help="With --calibrate: prefill (fit the prefill factor) or both (scale both by one multiplier)."
+        ),
+    ] = "prefill",
+    format: Annotated[
+        str, typer.Option("--format", "-f", help="table, json or html (a self-contained page with charts).")
+    ] = "table",
     out: OutOpt = None,
 ) -> None:
     """Simulate an inference node closed loop: throughput, TTFT by cohort and tier fills per configuration.
@@ -69,12 +181,23 @@ def simulate(
         raise ConfigError(f"unknown --format '{format}'", hint="choose table, json or html")
     sc = load_scenario(scenario) if scenario else Scenario()
     changes: dict = {}
-    for key, value in (("sessions", sessions), ("db", str(db) if db else None), ("since", since), ("until", until),
-                       ("rate_per_min", rate), ("seed", seed), ("model", _model(sc.model, model, kv_dtype)),
-                       ("gpu", gpu), ("gpus", gpus), ("prefill_efficiency", prefill_efficiency),
-                       ("decode_efficiency", decode_efficiency), ("max_num_seqs", max_num_seqs),
-                       ("gpu_usd_per_hour", gpu_usd_hour), ("router", router),
-                       ("max_num_batched_tokens", max_batched_tokens)):
+    for key, value in (
+        ("sessions", sessions),
+        ("db", str(db) if db else None),
+        ("since", since),
+        ("until", until),
+        ("rate_per_min", rate),
+        ("seed", seed),
+        ("model", _model(sc.model, model, kv_dtype)),
+        ("gpu", gpu),
+        ("gpus", gpus),
+        ("prefill_efficiency", prefill_efficiency),
+        ("decode_efficiency", decode_efficiency),
+        ("max_num_seqs", max_num_seqs),
+        ("gpu_usd_per_hour", gpu_usd_hour),
+        ("router", router),
+        ("max_num_batched_tokens", max_batched_tokens),
+    ):
         if value is not None:
             changes[key] = value
     if duration is not None:
@@ -84,7 +207,6 @@ def simulate(
     if config:
         changes["configs"] = [parse_config(c) for c in config]
     if set_:
-
         workload = dict(sc.workload)
         for assignment in set_:
             set_field(workload, assignment)
@@ -101,9 +223,16 @@ def simulate(
     sc.cost()
     if calibrate is not None:
         res = fit_factors(sc, calibrate, fit=fit)
-        _emit(res, format, out, lambda c: c.print(f"{res['config']}: prefill_efficiency = {res['prefill_efficiency']}, "
-                                                   f"decode_efficiency = {res['decode_efficiency']} "
-                                                   f"(steady {res['target_tokens_per_s']:g} tokens/s)"))
+        _emit(
+            res,
+            format,
+            out,
+            lambda c: c.print(
+                f"{res['config']}: prefill_efficiency = {res['prefill_efficiency']}, "
+                f"decode_efficiency = {res['decode_efficiency']} "
+                f"(steady {res['target_tokens_per_s']:g} tokens/s)"
+            ),
+        )
         return
     if nodes == "auto":
         if ttft_p90 is None:
@@ -135,7 +264,7 @@ def _model(current: str, model: str | None, kv_dtype: str | None) -> str | None:
     """The served model from ``--model``/``--kv-dtype``; ``--kv-dtype`` alone changes the dtype of
     the scenario's model."""
     if model is None and kv_dtype is not None:
-        from kvtrace.replay.catalog import DTYPE_BYTES   # here: the replay package costs every command 0.1 s
+        from kvtrace.replay.catalog import DTYPE_BYTES  # here: the replay package costs every command 0.1 s
 
         name, sep, dtype = current.rpartition(":")
         model = name if sep and dtype.lower() in DTYPE_BYTES else current

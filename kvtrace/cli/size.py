@@ -14,13 +14,25 @@ from kvtrace.units import fmt_bytes_compact, is_bytes, parse_bytes, parse_durati
 def size(
     model: ModelOpt = None,
     kv_dtype: KvDtypeOpt = None,
-    block_size: Annotated[Optional[int], typer.Option("--block-size", help="Also give bytes per block of this many tokens.")] = None,
+    block_size: Annotated[
+        Optional[int], typer.Option("--block-size", help="Also give bytes per block of this many tokens.")
+    ] = None,
     rate: Annotated[Optional[str], typer.Option("--rate", help="KV tokens per second (4200, 4.2K).")] = None,
-    ttl: Annotated[Optional[str], typer.Option("--ttl", help="Hold time: 5m, 1h, 2d. With --rate: the capacity needed.")] = None,
-    capacity: Annotated[Optional[str], typer.Option("--capacity", help="A capacity in tokens (15M) or bytes (512GB). With --rate: how long it holds.")] = None,
-    write_rate: Annotated[Optional[str], typer.Option("--write-rate", help="Sustained writes, bytes/s: 1.9GB/s (default: --rate x bytes per token).")] = None,
+    ttl: Annotated[
+        Optional[str], typer.Option("--ttl", help="Hold time: 5m, 1h, 2d. With --rate: the capacity needed.")
+    ] = None,
+    capacity: Annotated[
+        Optional[str],
+        typer.Option("--capacity", help="A capacity in tokens (15M) or bytes (512GB). With --rate: how long it holds."),
+    ] = None,
+    write_rate: Annotated[
+        Optional[str],
+        typer.Option("--write-rate", help="Sustained writes, bytes/s: 1.9GB/s (default: --rate x bytes per token)."),
+    ] = None,
     drives: Annotated[Optional[str], typer.Option("--drives", help="Drive set as COUNTxSIZE: 8x12.8TB.")] = None,
-    raid: Annotated[str, typer.Option("--raid", help="RAID level of the drives: 0, 1 or 10 (mirrors write twice).")] = "0",
+    raid: Annotated[
+        str, typer.Option("--raid", help="RAID level of the drives: 0, 1 or 10 (mirrors write twice).")
+    ] = "0",
     waf: Annotated[float, typer.Option("--waf", help="Write amplification of the drives.")] = 1.0,
     dwpd_rating: Annotated[Optional[float], typer.Option("--dwpd-rating", help="The drives' endurance rating.")] = None,
     list_: Annotated[bool, typer.Option("--list", help="List the catalog's models and the tier presets.")] = False,
@@ -42,10 +54,13 @@ def size(
             rows.append({"model": name, "bytes_per_token": m.bytes_per_token, "kv_dtype": m.kv_dtype})
         if format == "json":
             import json
+
             typer.echo(json.dumps({"models": rows, "tier_presets": preset_names()}, indent=1))
         else:
             for r in rows:
-                typer.echo(f"{r['model']:22} {r['bytes_per_token']:>9,} B/token ({fmt_bytes_compact(r['bytes_per_token'])}, {r['kv_dtype']})")
+                typer.echo(
+                    f"{r['model']:22} {r['bytes_per_token']:>9,} B/token ({fmt_bytes_compact(r['bytes_per_token'])}, {r['kv_dtype']})"
+                )
             typer.echo("tier presets: " + ", ".join(preset_names()))
         return
     spec = model_option(model, kv_dtype)
@@ -57,19 +72,34 @@ def size(
         else:
             cap_t = parse_tokens(capacity, what="--capacity")
     d = parse_drives(drives, raid, waf, dwpd_rating) if drives else None
-    out = size_calc(m, rate_tokens_s=float(parse_tokens(rate, what="--rate")) if rate else None,
-                    ttl_s=parse_duration(ttl, what="--ttl", unlimited=True) if ttl else None,
-                    write_bytes_s=parse_rate(write_rate, what="--write-rate") if write_rate else None,
-                    drives=d, capacity_tokens=cap_t, capacity_bytes=cap_b, block_size=block_size)
+    out = size_calc(
+        m,
+        rate_tokens_s=float(parse_tokens(rate, what="--rate")) if rate else None,
+        ttl_s=parse_duration(ttl, what="--ttl", unlimited=True) if ttl else None,
+        write_bytes_s=parse_rate(write_rate, what="--write-rate") if write_rate else None,
+        drives=d,
+        capacity_tokens=cap_t,
+        capacity_bytes=cap_b,
+        block_size=block_size,
+    )
     if format == "json":
         import json
+
         typer.echo(json.dumps(out, indent=1))
         return
-    labels = {"bytes_per_token": "bytes per token", "bytes_per_block": "bytes per block",
-              "capacity_tokens": "capacity (tokens)", "capacity_bytes": "capacity (bytes)",
-              "minutes_held": "minutes held at the rate", "write_bytes_per_s": "writes (bytes/s)",
-              "rate_tokens_per_s": "rate (tokens/s)", "ttl_s": "TTL (s)", "drive_size_bytes": "drive size",
-              "usable_bytes": "usable capacity", "dwpd_per_drive": "DWPD per drive"}
+    labels = {
+        "bytes_per_token": "bytes per token",
+        "bytes_per_block": "bytes per block",
+        "capacity_tokens": "capacity (tokens)",
+        "capacity_bytes": "capacity (bytes)",
+        "minutes_held": "minutes held at the rate",
+        "write_bytes_per_s": "writes (bytes/s)",
+        "rate_tokens_per_s": "rate (tokens/s)",
+        "ttl_s": "TTL (s)",
+        "drive_size_bytes": "drive size",
+        "usable_bytes": "usable capacity",
+        "dwpd_per_drive": "DWPD per drive",
+    }
     for k, v in out.items():
         if k == "warnings":
             continue

@@ -15,19 +15,52 @@ from kvtrace.synth import generate
 
 
 def synth(
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Output folder (otlp/, claude/projects/, synth-run.md).")] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Random seed: the same seed and options give the same bytes.")] = 0,
-    preset: Annotated[str, typer.Option("--preset", help="seed-study (2.5 sessions/min around the clock) or sample-week (a small team's working week).")] = "seed-study",
-    days: Annotated[Optional[float], typer.Option("--days", help="Days of session arrivals (default: the preset's, 7).")] = None,
-    start: Annotated[Optional[str], typer.Option("--start", help="Simulated start, ISO 8601 UTC (default 2026-03-02T00:00:00Z).")] = None,
-    cache_ttl: Annotated[str, typer.Option("--cache-ttl", help="Prompt-cache idle TTL the simulated API uses: 5m or 1h.")] = "5m",
-    format: Annotated[str, typer.Option("--format", "-f", help="Comma list of outputs: otlp, transcripts.")] = "otlp,transcripts",
-    rate: Annotated[Optional[float], typer.Option("--rate", help="Session arrivals per minute while active (overrides the preset).")] = None,
-    users: Annotated[Optional[int], typer.Option("--users", help="Size of the user pool (overrides the preset).")] = None,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override any model parameter: name=value (JSON value), repeatable; see --params.")] = None,
-    endpoint: Annotated[Optional[str], typer.Option("--endpoint", help="Send OTLP live to this OTLP/HTTP base URL (e.g. http://127.0.0.1:4318) instead of writing otlp/ (transcripts only with --out).")] = None,
+    out: Annotated[
+        Optional[Path], typer.Option("--out", "-o", help="Output folder (otlp/, claude/projects/, synth-run.md).")
+    ] = None,
+    seed: Annotated[
+        int, typer.Option("--seed", help="Random seed: the same seed and options give the same bytes.")
+    ] = 0,
+    preset: Annotated[
+        str,
+        typer.Option(
+            "--preset",
+            help="seed-study (2.5 sessions/min around the clock) or sample-week (a small team's working week).",
+        ),
+    ] = "seed-study",
+    days: Annotated[
+        Optional[float], typer.Option("--days", help="Days of session arrivals (default: the preset's, 7).")
+    ] = None,
+    start: Annotated[
+        Optional[str], typer.Option("--start", help="Simulated start, ISO 8601 UTC (default 2026-03-02T00:00:00Z).")
+    ] = None,
+    cache_ttl: Annotated[
+        str, typer.Option("--cache-ttl", help="Prompt-cache idle TTL the simulated API uses: 5m or 1h.")
+    ] = "5m",
+    format: Annotated[
+        str, typer.Option("--format", "-f", help="Comma list of outputs: otlp, transcripts.")
+    ] = "otlp,transcripts",
+    rate: Annotated[
+        Optional[float], typer.Option("--rate", help="Session arrivals per minute while active (overrides the preset).")
+    ] = None,
+    users: Annotated[
+        Optional[int], typer.Option("--users", help="Size of the user pool (overrides the preset).")
+    ] = None,
+    set_: Annotated[
+        Optional[list[str]],
+        typer.Option("--set", help="Override any model parameter: name=value (JSON value), repeatable; see --params."),
+    ] = None,
+    endpoint: Annotated[
+        Optional[str],
+        typer.Option(
+            "--endpoint",
+            help="Send OTLP live to this OTLP/HTTP base URL (e.g. http://127.0.0.1:4318) instead of writing otlp/ (transcripts only with --out).",
+        ),
+    ] = None,
     gzip: Annotated[bool, typer.Option("--gzip", help="Write .jsonl.gz files (deterministic headers).")] = False,
-    params: Annotated[bool, typer.Option("--params", help="List every model parameter with its default and exit.")] = False,
+    params: Annotated[
+        bool, typer.Option("--params", help="List every model parameter with its default and exit.")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
@@ -69,8 +102,10 @@ def synth(
         typer.echo(json.dumps(summary, indent=2))
         return
     mix = summary["token_mix"]
-    typer.echo(f"{summary['sessions']} sessions, {summary['requests']} requests, "
-               f"${summary['cost_usd']:,.2f} at list prices, in {summary['elapsed_s']} s")
+    typer.echo(
+        f"{summary['sessions']} sessions, {summary['requests']} requests, "
+        f"${summary['cost_usd']:,.2f} at list prices, in {summary['elapsed_s']} s"
+    )
     typer.echo("token mix: " + ", ".join(f"{k.removesuffix('_tokens')} {v * 100:.2f}%" for k, v in mix.items()))
     for kind, path in summary["files"].items():
         typer.echo(f"wrote {kind}: {path}")
@@ -90,8 +125,14 @@ class _bar:
         from rich.console import Console
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self.progress = Progress(TextColumn("[bold]simulating"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
-                                 TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+        self.progress = Progress(
+            TextColumn("[bold]simulating"),
+            BarColumn(),
+            TextColumn("{task.percentage:>5.1f}%"),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        )
         self.progress.__enter__()
         self.task = self.progress.add_task("synth", total=1.0)
         return lambda frac: self.progress.update(self.task, completed=frac)

@@ -11,9 +11,26 @@ from kvtrace.errors import ConfigError
 from kvtrace.units import parse_duration
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)\s*$", re.I)
-_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
-          "t": 1000**4, "tb": 1000**4, "kib": 1 << 10, "ki": 1 << 10, "mib": 1 << 20, "mi": 1 << 20,
-          "gib": 1 << 30, "gi": 1 << 30, "tib": 1 << 40, "ti": 1 << 40}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "kib": 1 << 10,
+    "ki": 1 << 10,
+    "mib": 1 << 20,
+    "mi": 1 << 20,
+    "gib": 1 << 30,
+    "gi": 1 << 30,
+    "tib": 1 << 40,
+    "ti": 1 << 40,
+}
 
 
 def parse_size(text: str | int) -> int:
@@ -52,7 +69,9 @@ class CollectorConfig:
     host: str = field(default="127.0.0.1", metadata={"help": "address to bind (HTTP and gRPC)"})
     http_port: int = field(default=4318, metadata={"help": "OTLP/HTTP port (0: any free port)"})
     grpc_port: int | None = field(default=4317, metadata={"help": "OTLP/gRPC port (0: any free port; None: no gRPC)"})
-    ingest_every: float = field(default=60.0, metadata={"help": "seconds between ingests of closed segments (0: never)"})
+    ingest_every: float = field(
+        default=60.0, metadata={"help": "seconds between ingests of closed segments (0: never)"}
+    )
     token: str | None = field(default=None, metadata={"help": "bearer token required from clients"})
     insecure: bool = field(default=False, metadata={"help": "allow a non-loopback bind without a token"})
     max_body: int = field(default=16 << 20, metadata={"help": "largest request, after decompression"})
@@ -63,9 +82,14 @@ class CollectorConfig:
     keep_ingested: float = field(default=7 * 86400.0, metadata={"help": "seconds to keep ingested segments"})
     grpc_workers: int = field(default=16, metadata={"help": "gRPC handler threads"})
     access_log: bool = field(default=False, metadata={"help": "log one line per HTTP request (no contents)"})
-    header_timeout: float = field(default=10.0, metadata={"help": "seconds a connection may take to send a request's headers"})
+    header_timeout: float = field(
+        default=10.0, metadata={"help": "seconds a connection may take to send a request's headers"}
+    )
     body_timeout: float = field(default=30.0, metadata={"help": "seconds a request may take to send its body"})
-    max_connections: int = field(default=1000, metadata={"help": "open HTTP connections above which new ones get 503 (capped by the open-file limit)"})
+    max_connections: int = field(
+        default=1000,
+        metadata={"help": "open HTTP connections above which new ones get 503 (capped by the open-file limit)"},
+    )
 
     def check(self) -> None:
         """Refuse unsafe or impossible settings.
@@ -77,7 +101,8 @@ class CollectorConfig:
             raise ConfigError(
                 f"refusing to listen on {self.host} without a token: anyone who can reach it could write telemetry",
                 hint="pass --token SECRET (clients send 'Authorization: Bearer SECRET'), bind 127.0.0.1, "
-                     "or pass --insecure if a firewall or proxy already guards it")
+                "or pass --insecure if a firewall or proxy already guards it",
+            )
         if self.max_body <= 0 or self.segment_bytes <= 0:
             raise ConfigError("--max-body and --segment-size must be positive")
         if self.header_timeout <= 0 or self.body_timeout <= 0 or self.max_connections <= 0:

@@ -54,7 +54,8 @@ def _handler(collector, signal: otlp.Signal):
                 except SpoolFull as e:
                     code = grpc.StatusCode.RESOURCE_EXHAUSTED if e.status == 429 else grpc.StatusCode.UNAVAILABLE
                     context.set_trailing_metadata(
-                        [("grpc-status-details-bin", _retry_details(code.value[0], str(e), e.retry_after))])
+                        [("grpc-status-details-bin", _retry_details(code.value[0], str(e), e.retry_after))]
+                    )
                     context.abort(code, str(e))
                 except SpoolWriteError as e:
                     code = grpc.StatusCode.UNAVAILABLE
@@ -62,11 +63,17 @@ def _handler(collector, signal: otlp.Signal):
                 metrics.inc("kvtrace_collect_stored_records_total", batch.records, signal=signal.name)
             return otlp.response_message(signal)
         finally:
-            metrics.inc("kvtrace_collect_requests_total", protocol="grpc", encoding="protobuf", signal=signal.name,
-                        code=code.name)
+            metrics.inc(
+                "kvtrace_collect_requests_total",
+                protocol="grpc",
+                encoding="protobuf",
+                signal=signal.name,
+                code=code.name,
+            )
 
-    return grpc.unary_unary_rpc_method_handler(export, request_deserializer=None,
-                                               response_serializer=lambda m: m.SerializeToString())
+    return grpc.unary_unary_rpc_method_handler(
+        export, request_deserializer=None, response_serializer=lambda m: m.SerializeToString()
+    )
 
 
 GRPC_IDLE_MS = 60_000
@@ -86,13 +93,17 @@ def start_grpc(collector, host: str, port: int):
         # A connection that never completes its handshake is closed after the HTTP front end's
         # header deadline, and one idle between exports after a minute, so idle sockets cannot
         # hold the collector's file descriptors (exporters reconnect on their own).
-        options=[("grpc.max_receive_message_length", cfg.max_body),
-                 ("grpc.so_reuseport", 0),
-                 ("grpc.server_handshake_timeout_ms", int(cfg.header_timeout * 1000)),
-                 ("grpc.max_connection_idle_ms", GRPC_IDLE_MS)])
+        options=[
+            ("grpc.max_receive_message_length", cfg.max_body),
+            ("grpc.so_reuseport", 0),
+            ("grpc.server_handshake_timeout_ms", int(cfg.header_timeout * 1000)),
+            ("grpc.max_connection_idle_ms", GRPC_IDLE_MS),
+        ],
+    )
     for signal in otlp.SIGNALS.values():
         server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler(signal.grpc_service, {"Export": _handler(collector, signal)}),))
+            (grpc.method_handlers_generic_handler(signal.grpc_service, {"Export": _handler(collector, signal)}),)
+        )
     addr = f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
     try:
         bound = server.add_insecure_port(addr)

@@ -45,17 +45,26 @@ def connection_budget(wanted: int) -> int:
         return wanted
     budget = max(1, min(wanted, soft - RESERVED_FILES - ACCEPT_BURST))
     if budget < wanted:
-        log.warning("the open-file limit (%d) allows %d client connections, not %d; raise it "
-                    "(LimitNOFILE= in the systemd unit, ulimit -n)", soft, budget, wanted)
+        log.warning(
+            "the open-file limit (%d) allows %d client connections, not %d; raise it "
+            "(LimitNOFILE= in the systemd unit, ulimit -n)",
+            soft,
+            budget,
+            wanted,
+        )
     return budget
 
 
 _REFUSAL_BODY = b'{"code":14,"message":"too many connections to kvtrace collect; retry later"}'
-REFUSAL = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
-           b"Connection: close\r\nContent-Length: " + str(len(_REFUSAL_BODY)).encode() + b"\r\n\r\n" + _REFUSAL_BODY)
+REFUSAL = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+    b"Connection: close\r\nContent-Length: " + str(len(_REFUSAL_BODY)).encode() + b"\r\n\r\n" + _REFUSAL_BODY
+)
 _TIMEOUT_BODY = b'{"code":4,"message":"request headers not received in time"}'
-TIMED_OUT = (b"HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\nConnection: close\r\n"
-             b"Content-Length: " + str(len(_TIMEOUT_BODY)).encode() + b"\r\n\r\n" + _TIMEOUT_BODY)
+TIMED_OUT = (
+    b"HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\nConnection: close\r\n"
+    b"Content-Length: " + str(len(_TIMEOUT_BODY)).encode() + b"\r\n\r\n" + _TIMEOUT_BODY
+)
 
 
 def guarded_protocol(header_timeout: float, max_connections: int) -> type:
@@ -67,8 +76,9 @@ def guarded_protocol(header_timeout: float, max_connections: int) -> type:
             self._kv_deadline = None
             self._kv_cycle = None
             if len(self.connections) > max_connections:
-                log.warning("refused a connection: %d open, the limit is %d", len(self.connections) - 1,
-                            max_connections)
+                log.warning(
+                    "refused a connection: %d open, the limit is %d", len(self.connections) - 1, max_connections
+                )
                 transport.write(REFUSAL)
                 transport.close()
                 return
@@ -92,14 +102,14 @@ def guarded_protocol(header_timeout: float, max_connections: int) -> type:
 
         def handle_events(self) -> None:
             super().handle_events()
-            if self.cycle is not self._kv_cycle:       # a request's headers are complete
+            if self.cycle is not self._kv_cycle:  # a request's headers are complete
                 self._kv_cycle = self.cycle
                 self._kv_disarm()
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
             if not self.transport.is_closing():
-                self._kv_arm()                           # the next request's headers, on a kept-alive connection
+                self._kv_arm()  # the next request's headers, on a kept-alive connection
 
         def connection_lost(self, exc) -> None:
             self._kv_disarm()
@@ -128,7 +138,7 @@ class RateLimit(logging.Filter):
                 self._seen[key] = (last, held + 1)
                 return False
             self._seen[key] = (now, 0)
-            if len(self._seen) > 1000:                   # forget old lines, keep the table small
+            if len(self._seen) > 1000:  # forget old lines, keep the table small
                 self._seen = {k: v for k, v in self._seen.items() if now - v[0] < self.interval}
         if held:
             record.msg = f"{record.msg} (and {held} more like it in the last {self.interval:.0f} s)"

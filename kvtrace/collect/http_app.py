@@ -42,7 +42,7 @@ def authorized(header: str | None, token: str | None) -> bool:
     return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), token.encode())
 
 
-DRAIN_FACTOR = 4   # read (and drop) an oversized body up to this many times the limit
+DRAIN_FACTOR = 4  # read (and drop) an oversized body up to this many times the limit
 
 
 async def _read_capped(request: Request, limit: int) -> bytes | None:
@@ -70,8 +70,7 @@ def make_app(collector) -> Starlette:
     def count(signal: str, code: int, content_type: str | None) -> None:
         media = otlp.media_type_of(content_type)
         encoding = "json" if media == otlp.JSON_TYPE else "protobuf" if media else "other"
-        metrics.inc("kvtrace_collect_requests_total", protocol="http", encoding=encoding, signal=signal,
-                    code=str(code))
+        metrics.inc("kvtrace_collect_requests_total", protocol="http", encoding=encoding, signal=signal, code=str(code))
 
     async def export(request: Request) -> Response:
         name = request.path_params["signal"]
@@ -91,18 +90,26 @@ def make_app(collector) -> Starlette:
             return _status(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
         media = otlp.media_type_of(request.headers.get("content-type"))
         if media is None:
-            return _status(415, f"unsupported media type '{request.headers.get('content-type', '')}'; "
-                                "use application/x-protobuf or application/json")
+            return _status(
+                415,
+                f"unsupported media type '{request.headers.get('content-type', '')}'; "
+                "use application/x-protobuf or application/json",
+            )
         length = request.headers.get("content-length")
         if length and length.isdigit() and int(length) > DRAIN_FACTOR * cfg.max_body:
-            return _status(413, f"body of {length} bytes is over the {cfg.max_body}-byte limit", media,
-                           headers={"Connection": "close"})
+            return _status(
+                413,
+                f"body of {length} bytes is over the {cfg.max_body}-byte limit",
+                media,
+                headers={"Connection": "close"},
+            )
         try:
             async with asyncio.timeout(cfg.body_timeout):
                 raw = await _read_capped(request, cfg.max_body)
         except TimeoutError:
-            return _status(408, f"the body did not arrive within {cfg.body_timeout:.0f} s", media,
-                           headers={"Connection": "close"})
+            return _status(
+                408, f"the body did not arrive within {cfg.body_timeout:.0f} s", media, headers={"Connection": "close"}
+            )
         except ClientDisconnect:
             # Nobody is left to answer: one line, no traceback (the exporter retries the batch).
             log.info("a client went away before sending its whole %s body", signal.name)
@@ -135,11 +142,14 @@ def make_app(collector) -> Starlette:
         ok = collector.healthy()
         last = metrics.get("kvtrace_collect_last_ingest_timestamp_seconds")
         collector.update_gauges()
-        body = {"status": "ok" if ok else "unhealthy", "spool_bytes": spool.backlog_bytes,
-                "queue_bytes": spool.queue_bytes,
-                "segments_retrying": int(metrics.get("kvtrace_collect_segments_retrying")),
-                "segments_set_aside": int(metrics.get("kvtrace_collect_segments_set_aside")),
-                "last_ingest_age_s": round(time.time() - last, 3) if last else None}
+        body = {
+            "status": "ok" if ok else "unhealthy",
+            "spool_bytes": spool.backlog_bytes,
+            "queue_bytes": spool.queue_bytes,
+            "segments_retrying": int(metrics.get("kvtrace_collect_segments_retrying")),
+            "segments_set_aside": int(metrics.get("kvtrace_collect_segments_set_aside")),
+            "last_ingest_age_s": round(time.time() - last, 3) if last else None,
+        }
         return JSONResponse(body, status_code=200 if ok else 503)
 
     async def prometheus(request: Request) -> Response:
@@ -156,7 +166,7 @@ def make_app(collector) -> Starlette:
 
     routes = [
         Route("/v1/{signal}", export, methods=_ALL_METHODS),
-        Route("/v1/{signal}/", export, methods=_ALL_METHODS),   # a trailing slash: no redirect for a POST
+        Route("/v1/{signal}/", export, methods=_ALL_METHODS),  # a trailing slash: no redirect for a POST
         Route("/healthz", healthz, methods=["GET", "HEAD"]),
         Route("/metrics", prometheus, methods=["GET"]),
     ]

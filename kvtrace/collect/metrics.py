@@ -7,10 +7,19 @@ from collections import defaultdict
 
 # name -> (type, help); every series the collector exports is declared here once.
 METRICS: dict[str, tuple[str, str]] = {
-    "kvtrace_collect_requests_total": ("counter", "Export requests answered, by protocol, encoding, signal and status code."),
-    "kvtrace_collect_received_records_total": ("counter", "Records (log records, data points, spans) in decoded requests."),
+    "kvtrace_collect_requests_total": (
+        "counter",
+        "Export requests answered, by protocol, encoding, signal and status code.",
+    ),
+    "kvtrace_collect_received_records_total": (
+        "counter",
+        "Records (log records, data points, spans) in decoded requests.",
+    ),
     "kvtrace_collect_stored_records_total": ("counter", "Records written and fsynced to the spool (acknowledged)."),
-    "kvtrace_collect_rejected_records_total": ("counter", "Lines and records of ingested segments that ingest rejected (reasons logged with -v)."),
+    "kvtrace_collect_rejected_records_total": (
+        "counter",
+        "Lines and records of ingested segments that ingest rejected (reasons logged with -v).",
+    ),
     "kvtrace_collect_received_bytes_total": ("counter", "Request bytes after decompression."),
     "kvtrace_collect_spool_bytes": ("gauge", "Bytes of spool segments not yet ingested (open, sealed, ready)."),
     "kvtrace_collect_spool_queue_bytes": ("gauge", "Bytes of accepted batches waiting for the spool writer."),
@@ -18,10 +27,22 @@ METRICS: dict[str, tuple[str, str]] = {
     "kvtrace_collect_segments_ingested_total": ("counter", "Spool segments ingested into the warehouse."),
     "kvtrace_collect_ingested_requests_total": ("counter", "Request rows added to the warehouse by the collector."),
     "kvtrace_collect_ingest_errors_total": ("counter", "Ingest cycles that failed (segments stay for the next one)."),
-    "kvtrace_collect_last_ingest_timestamp_seconds": ("gauge", "Unix time of the last successful ingest cycle (0: none yet)."),
-    "kvtrace_collect_segment_failures_total": ("counter", "Segments set aside in SPOOL/failed/ because ingest cannot read their content."),
-    "kvtrace_collect_segments_set_aside": ("gauge", "Segments in SPOOL/failed/ (OTLP JSON lines; see SPOOL/failed/*.error.txt)."),
-    "kvtrace_collect_segments_retrying": ("gauge", "Segments whose conversion or ingest failed and is retried with backoff."),
+    "kvtrace_collect_last_ingest_timestamp_seconds": (
+        "gauge",
+        "Unix time of the last successful ingest cycle (0: none yet).",
+    ),
+    "kvtrace_collect_segment_failures_total": (
+        "counter",
+        "Segments set aside in SPOOL/failed/ because ingest cannot read their content.",
+    ),
+    "kvtrace_collect_segments_set_aside": (
+        "gauge",
+        "Segments in SPOOL/failed/ (OTLP JSON lines; see SPOOL/failed/*.error.txt).",
+    ),
+    "kvtrace_collect_segments_retrying": (
+        "gauge",
+        "Segments whose conversion or ingest failed and is retried with backoff.",
+    ),
     "kvtrace_collect_recovered_segments_total": ("counter", "Open segments recovered after an unclean stop."),
 }
 

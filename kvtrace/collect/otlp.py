@@ -27,12 +27,12 @@ import orjson
 # What each signal looks like on the wire (OTLP JSON keys; protobuf classes by module).
 @dataclass(frozen=True)
 class Signal:
-    name: str                # logs | metrics | traces
-    frame_kind: int          # spool frame kind for protobuf bodies
-    resource_key: str        # resourceLogs ...
-    scope_key: str           # scopeLogs ...
-    items_key: str           # logRecords | metrics | spans
-    module: str              # opentelemetry.proto.collector.<x>.v1.<x>_service_pb2
+    name: str  # logs | metrics | traces
+    frame_kind: int  # spool frame kind for protobuf bodies
+    resource_key: str  # resourceLogs ...
+    scope_key: str  # scopeLogs ...
+    items_key: str  # logRecords | metrics | spans
+    module: str  # opentelemetry.proto.collector.<x>.v1.<x>_service_pb2
     request: str
     response: str
     grpc_service: str
@@ -41,23 +41,51 @@ class Signal:
         return getattr(import_module(self.module), name)
 
 
-SIGNALS: dict[str, Signal] = {s.name: s for s in [
-    Signal("logs", ord("L"), "resourceLogs", "scopeLogs", "logRecords",
-           "opentelemetry.proto.collector.logs.v1.logs_service_pb2", "ExportLogsServiceRequest",
-           "ExportLogsServiceResponse", "opentelemetry.proto.collector.logs.v1.LogsService"),
-    Signal("metrics", ord("M"), "resourceMetrics", "scopeMetrics", "metrics",
-           "opentelemetry.proto.collector.metrics.v1.metrics_service_pb2", "ExportMetricsServiceRequest",
-           "ExportMetricsServiceResponse", "opentelemetry.proto.collector.metrics.v1.MetricsService"),
-    Signal("traces", ord("T"), "resourceSpans", "scopeSpans", "spans",
-           "opentelemetry.proto.collector.trace.v1.trace_service_pb2", "ExportTraceServiceRequest",
-           "ExportTraceServiceResponse", "opentelemetry.proto.collector.trace.v1.TraceService"),
-]}
+SIGNALS: dict[str, Signal] = {
+    s.name: s
+    for s in [
+        Signal(
+            "logs",
+            ord("L"),
+            "resourceLogs",
+            "scopeLogs",
+            "logRecords",
+            "opentelemetry.proto.collector.logs.v1.logs_service_pb2",
+            "ExportLogsServiceRequest",
+            "ExportLogsServiceResponse",
+            "opentelemetry.proto.collector.logs.v1.LogsService",
+        ),
+        Signal(
+            "metrics",
+            ord("M"),
+            "resourceMetrics",
+            "scopeMetrics",
+            "metrics",
+            "opentelemetry.proto.collector.metrics.v1.metrics_service_pb2",
+            "ExportMetricsServiceRequest",
+            "ExportMetricsServiceResponse",
+            "opentelemetry.proto.collector.metrics.v1.MetricsService",
+        ),
+        Signal(
+            "traces",
+            ord("T"),
+            "resourceSpans",
+            "scopeSpans",
+            "spans",
+            "opentelemetry.proto.collector.trace.v1.trace_service_pb2",
+            "ExportTraceServiceRequest",
+            "ExportTraceServiceResponse",
+            "opentelemetry.proto.collector.trace.v1.TraceService",
+        ),
+    ]
+}
 JSON_FRAME = ord("J")
 SIGNAL_BY_FRAME = {s.frame_kind: s for s in SIGNALS.values()}
 
 JSON_TYPE = "application/json"
 PROTOBUF_TYPE = "application/x-protobuf"
 MEDIA_TYPES = (JSON_TYPE, PROTOBUF_TYPE)
+
 
 class BadPayload(ValueError):
     """A body that cannot be decoded (answered with 400 / INVALID_ARGUMENT, never retried)."""
@@ -77,11 +105,12 @@ class Batch:
 
     signal: Signal
     frame_kind: int
-    payload: bytes           # the frame body: an OTLP JSON line, or protobuf bytes
-    records: int             # log records, data points or spans
+    payload: bytes  # the frame body: an OTLP JSON line, or protobuf bytes
+    records: int  # log records, data points or spans
 
 
 # -- decompression ---------------------------------------------------------------------------
+
 
 def decompress(body: bytes, encoding: str | None, limit: int) -> bytes:
     """Undo ``Content-Encoding`` without ever holding more than ``limit`` bytes of output.
@@ -117,7 +146,7 @@ def decompress(body: bytes, encoding: str | None, limit: int) -> bytes:
                 raise TooLarge(f"body is over the {limit}-byte limit after decompression")
             if not d.eof:
                 raise BadPayload(f"truncated {enc} body")
-            data = d.unused_data if enc != "deflate" else b""   # gzip may have several members
+            data = d.unused_data if enc != "deflate" else b""  # gzip may have several members
             if data and not data.strip(b"\x00"):
                 break
     except zlib.error as e:
@@ -155,19 +184,27 @@ class _Metric(msgspec.Struct):
     summary: Optional[_Points] = None
 
     def points(self) -> int:
-        return sum(len(d.dataPoints or ()) for d in (self.gauge, self.sum, self.histogram, self.exponentialHistogram,
-                                                     self.summary) if d is not None)
+        return sum(
+            len(d.dataPoints or ())
+            for d in (self.gauge, self.sum, self.histogram, self.exponentialHistogram, self.summary)
+            if d is not None
+        )
 
 
 def _request_type(signal: Signal, item: type):
     scope = msgspec.defstruct(signal.scope_key, [(signal.items_key, Optional[list[item]], None)])
     resource = msgspec.defstruct(signal.resource_key, [(signal.scope_key, Optional[list[scope]], None)])
-    return msgspec.defstruct(signal.request, [(signal.resource_key, Optional[list[resource]], None)]
-                             + [(k, msgspec.Raw, None) for k in _TOP_KEYS if k != signal.resource_key])
+    return msgspec.defstruct(
+        signal.request,
+        [(signal.resource_key, Optional[list[resource]], None)]
+        + [(k, msgspec.Raw, None) for k in _TOP_KEYS if k != signal.resource_key],
+    )
 
 
-_JSON_DECODERS = {name: msgspec.json.Decoder(_request_type(SIGNALS[name], item))
-                  for name, item in (("logs", _Item), ("metrics", _Metric), ("traces", _Item))}
+_JSON_DECODERS = {
+    name: msgspec.json.Decoder(_request_type(SIGNALS[name], item))
+    for name, item in (("logs", _Item), ("metrics", _Metric), ("traces", _Item))
+}
 
 
 def decode_json(signal: Signal, body: bytes) -> Batch:
@@ -178,7 +215,7 @@ def decode_json(signal: Signal, body: bytes) -> Batch:
         BadPayload: not UTF-8 JSON, or not shaped like the signal's export request.
     """
     try:
-        body.decode("utf-8")     # the schema skips most text without decoding it (0.1 ms for 670 KB)
+        body.decode("utf-8")  # the schema skips most text without decoding it (0.1 ms for 670 KB)
     except UnicodeDecodeError as e:
         raise BadPayload(f"body is not UTF-8 text (byte {e.start + 1})") from None
     try:
@@ -216,6 +253,7 @@ def decode_json(signal: Signal, body: bytes) -> Batch:
 
 # -- protobuf --------------------------------------------------------------------------------
 
+
 def decode_protobuf(signal: Signal, body: bytes) -> Batch:
     """Check that a protobuf body is the signal's export request and count its records; the frame
     keeps the bytes as received.
@@ -234,8 +272,13 @@ def decode_protobuf(signal: Signal, body: bytes) -> Batch:
     elif signal.name == "traces":
         records = sum(len(ss.spans) for rs in msg.resource_spans for ss in rs.scope_spans)
     else:
-        records = sum(len(getattr(m, kind).data_points) for rm in msg.resource_metrics for sm in rm.scope_metrics
-                      for m in sm.metrics if (kind := m.WhichOneof("data")))
+        records = sum(
+            len(getattr(m, kind).data_points)
+            for rm in msg.resource_metrics
+            for sm in rm.scope_metrics
+            for m in sm.metrics
+            if (kind := m.WhichOneof("data"))
+        )
     return Batch(signal, signal.frame_kind, body if records else b"", records)
 
 
@@ -245,6 +288,7 @@ def decode(signal: Signal, media_type: str, body: bytes) -> Batch:
 
 
 # -- answers ---------------------------------------------------------------------------------
+
 
 def media_type_of(content_type: str | None) -> str | None:
     """The OTLP media type named by a Content-Type header, or None if it is not one."""

@@ -33,7 +33,7 @@ MAGIC = b"KV"
 HEADER = struct.Struct(">2sBII")
 OPEN, SEALED, READY, TMP, DONE = ".open", ".sealed", ".jsonl", ".jsonl.tmp", ".jsonl.done"
 INGESTED_DIR = "ingested"
-FAILED_DIR = "failed"      # segments that could not be converted or ingested, kept for a manual retry
+FAILED_DIR = "failed"  # segments that could not be converted or ingested, kept for a manual retry
 
 
 def _private(path, flags: int) -> int:
@@ -56,8 +56,8 @@ def iter_frames(data: bytes) -> Iterator[tuple[int, int, bytes]]:
     while pos + HEADER.size <= n:
         magic, kind, length, crc = HEADER.unpack_from(data, pos)
         end = pos + HEADER.size + length
-        if magic == MAGIC and end <= n and zlib.crc32(data[pos + HEADER.size:end]) == crc:
-            yield end, kind, data[pos + HEADER.size:end]
+        if magic == MAGIC and end <= n and zlib.crc32(data[pos + HEADER.size : end]) == crc:
+            yield end, kind, data[pos + HEADER.size : end]
             pos = end
             continue
         nxt = data.find(MAGIC, pos + 1)
@@ -207,9 +207,15 @@ def spool_status(spool: Path) -> dict:
     for p in set_aside(spool):
         why = spool / FAILED_DIR / (segment_id(p) + ".error.txt")
         aside.append({"path": str(p), "error": why.read_text().strip() if why.exists() else ""})
-    return {"spool": str(spool), "open": len(listing(spool, OPEN)), "sealed": len(listing(spool, SEALED)),
-            "ready": len(listing(spool, READY)), "oldest_waiting_s": round(max(ages), 1) if ages else None,
-            "ingested_kept": len(list((spool / INGESTED_DIR).glob("seg-*" + DONE))), "set_aside": aside}
+    return {
+        "spool": str(spool),
+        "open": len(listing(spool, OPEN)),
+        "sealed": len(listing(spool, SEALED)),
+        "ready": len(listing(spool, READY)),
+        "oldest_waiting_s": round(max(ages), 1) if ages else None,
+        "ingested_kept": len(list((spool / INGESTED_DIR).glob("seg-*" + DONE))),
+        "set_aside": aside,
+    }
 
 
 def set_aside(spool: Path) -> list[Path]:

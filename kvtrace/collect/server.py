@@ -40,9 +40,14 @@ class Collector:
     def __init__(self, config: CollectorConfig):
         self.config = config
         self.metrics = Metrics()
-        self.spool = Spool(config.spool, segment_bytes=config.segment_bytes, segment_age=config.segment_age,
-                           max_queue_bytes=config.max_queue, max_spool_bytes=config.max_spool,
-                           on_seal=self._on_seal)
+        self.spool = Spool(
+            config.spool,
+            segment_bytes=config.segment_bytes,
+            segment_age=config.segment_age,
+            max_queue_bytes=config.max_queue,
+            max_spool_bytes=config.max_spool,
+            on_seal=self._on_seal,
+        )
         self.worker = Worker()
         self.recovery: Recovery | None = None
         self.http_port: int | None = None
@@ -57,7 +62,9 @@ class Collector:
         self._started = False
         # The same error at every connection (out of open files, a storm of bad clients) is logged
         # once per interval; access log lines never show a query string's values.
-        self._log_filters = [(logging.getLogger(name), RateLimit()) for name in ("kvtrace.collect", "asyncio", "uvicorn.error")]
+        self._log_filters = [
+            (logging.getLogger(name), RateLimit()) for name in ("kvtrace.collect", "asyncio", "uvicorn.error")
+        ]
         self._log_filters.append((logging.getLogger("uvicorn.access"), RedactQuery()))
 
     # -- life cycle ------------------------------------------------------------------------------
@@ -77,8 +84,12 @@ class Collector:
             http_sock.close()
             raise
         if self.recovery.segments_recovered:
-            log.warning("recovered %d open segment(s) from an unclean stop (%d frames kept, %d torn bytes cut)",
-                        self.recovery.segments_recovered, self.recovery.frames_kept, self.recovery.bytes_cut)
+            log.warning(
+                "recovered %d open segment(s) from an unclean stop (%d frames kept, %d torn bytes cut)",
+                self.recovery.segments_recovered,
+                self.recovery.frames_kept,
+                self.recovery.bytes_cut,
+            )
             self.metrics.inc("kvtrace_collect_recovered_segments_total", self.recovery.segments_recovered)
         self._maint = threading.Thread(target=self._maintain, name="kvtrace-maintenance", daemon=True)
         self._maint.start()
@@ -89,7 +100,9 @@ class Collector:
                 try:
                     self._grpc, self.grpc_port = start_grpc(self, self.config.host, self.config.grpc_port)
                 except OSError as e:
-                    raise ConfigError(str(e), hint="choose another --grpc-port (-1: no gRPC) or stop what uses it") from None
+                    raise ConfigError(
+                        str(e), hint="choose another --grpc-port (-1: no gRPC) or stop what uses it"
+                    ) from None
             self._start_http(http_sock)
         except BaseException:
             if self._uv is None:
@@ -109,8 +122,10 @@ class Collector:
             sock.bind((self.config.host.strip("[]"), self.config.http_port))
         except OSError as e:
             sock.close()
-            raise ConfigError(f"cannot listen on {self.config.host}:{self.config.http_port}: {e.strerror}",
-                              hint="choose another --http-port or stop what uses it") from None
+            raise ConfigError(
+                f"cannot listen on {self.config.host}:{self.config.http_port}: {e.strerror}",
+                hint="choose another --http-port or stop what uses it",
+            ) from None
         sock.listen(1024)
         self.http_port = sock.getsockname()[1]
         return sock
@@ -126,12 +141,21 @@ class Collector:
                 yield
 
         protocol = guarded_protocol(self.config.header_timeout, connection_budget(self.config.max_connections))
-        config = uvicorn.Config(make_app(self), log_config=None, access_log=self.config.access_log,
-                                lifespan="off", timeout_graceful_shutdown=int(GRACE_SECONDS),
-                                server_header=False, date_header=False, http=protocol, backlog=ACCEPT_BURST)
+        config = uvicorn.Config(
+            make_app(self),
+            log_config=None,
+            access_log=self.config.access_log,
+            lifespan="off",
+            timeout_graceful_shutdown=int(GRACE_SECONDS),
+            server_header=False,
+            date_header=False,
+            http=protocol,
+            backlog=ACCEPT_BURST,
+        )
         self._uv = _Server(config)
-        self._uv_thread = threading.Thread(target=lambda: asyncio.run(self._uv.serve(sockets=[sock])),
-                                           name="kvtrace-http", daemon=True)
+        self._uv_thread = threading.Thread(
+            target=lambda: asyncio.run(self._uv.serve(sockets=[sock])), name="kvtrace-http", daemon=True
+        )
         self._uv_thread.start()
         deadline = time.monotonic() + 15
         while not self._uv.started:
@@ -237,9 +261,15 @@ class Collector:
                 self.metrics.set("kvtrace_collect_segments_retrying", t["retrying"])
                 self.metrics.inc("kvtrace_collect_ingested_requests_total", t["requests_added"])
                 self.metrics.inc("kvtrace_collect_rejected_records_total", t["lines_rejected"])
-                log.info("ingested %d segment(s): %d requests, %d metric points added, %d duplicates skipped, "
-                         "%d lines rejected", t["segments"], t["requests_added"], t["metric_points_added"],
-                         t["duplicates_skipped"], t["lines_rejected"])
+                log.info(
+                    "ingested %d segment(s): %d requests, %d metric points added, %d duplicates skipped, "
+                    "%d lines rejected",
+                    t["segments"],
+                    t["requests_added"],
+                    t["metric_points_added"],
+                    t["duplicates_skipped"],
+                    t["lines_rejected"],
+                )
                 # A reject's reason can quote a value from the request: details only with -v.
                 for r in t["rejects"]:
                     log.debug("ingest skipped %s", r)

@@ -43,9 +43,9 @@ class SpoolWriteError(Exception):
 class Recovery:
     """What opening the spool found from a previous run."""
 
-    segments_recovered: int = 0   # .open segments sealed after a crash
+    segments_recovered: int = 0  # .open segments sealed after a crash
     frames_kept: int = 0
-    bytes_cut: int = 0            # torn (never acknowledged) tails removed
+    bytes_cut: int = 0  # torn (never acknowledged) tails removed
 
 
 @contextmanager
@@ -79,8 +79,16 @@ class Spool:
         on_seal: called (from the writer thread) with the path of each newly sealed segment.
     """
 
-    def __init__(self, path: Path, *, segment_bytes: int = 64 << 20, segment_age: float = 60.0,
-                 max_queue_bytes: int = 64 << 20, max_spool_bytes: int = 10 << 30, on_seal=None):
+    def __init__(
+        self,
+        path: Path,
+        *,
+        segment_bytes: int = 64 << 20,
+        segment_age: float = 60.0,
+        max_queue_bytes: int = 64 << 20,
+        max_spool_bytes: int = 10 << 30,
+        on_seal=None,
+    ):
         self.path = Path(path)
         self.segment_bytes, self.segment_age = segment_bytes, segment_age
         self.max_queue_bytes, self.max_spool_bytes = max_queue_bytes, max_spool_bytes
@@ -96,7 +104,7 @@ class Spool:
         self._seg_size = 0
         self._seg_opened = 0.0
         self._seq = 0
-        self._backlog_base = 0   # bytes of sealed + ready segments at the last refresh
+        self._backlog_base = 0  # bytes of sealed + ready segments at the last refresh
         self._lock_fh = None
         self._thread: threading.Thread | None = None
 
@@ -110,8 +118,10 @@ class Spool:
             fcntl.flock(self._lock_fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self._lock_fh.close()
-            raise ConfigError(f"spool {self.path} is in use by another kvtrace collect",
-                              hint="stop the other collector or pass a different --spool") from None
+            raise ConfigError(
+                f"spool {self.path} is in use by another kvtrace collect",
+                hint="stop the other collector or pass a different --spool",
+            ) from None
         rec = Recovery()
         with ops_lock(self.path):
             seg.tidy(self.path)
@@ -185,8 +195,9 @@ class Spool:
             if self._queue and self._queued_bytes + len(frame) > self.max_queue_bytes:
                 raise SpoolFull("the spool queue is full", status=429, retry_after=1)
             if self.backlog_bytes + self._queued_bytes > self.max_spool_bytes:
-                raise SpoolFull(f"the spool holds over {self.max_spool_bytes} bytes not yet ingested",
-                                status=503, retry_after=30)
+                raise SpoolFull(
+                    f"the spool holds over {self.max_spool_bytes} bytes not yet ingested", status=503, retry_after=30
+                )
             fut: Future = Future()
             self._queue.append((frame, fut, records))
             self._queued_bytes += len(frame)
@@ -225,7 +236,7 @@ class Spool:
         sid = seg.new_segment_id(seq=self._seq)
         path = self.path / (sid + seg.OPEN)
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
-        seg.fsync_dir(self.path)   # the new name must survive a crash as well as its data
+        seg.fsync_dir(self.path)  # the new name must survive a crash as well as its data
         self._seg_path, self._seg_size, self._seg_opened = path, 0, time.monotonic()
 
     def _write(self, batch: list[tuple[bytes, Future, int]]) -> None:

@@ -30,7 +30,7 @@ from kvtrace.errors import SchemaError
 
 log = logging.getLogger("kvtrace.collect")
 
-STORE_RETRY_SECONDS = 10.0   # how long one ingest waits for a report to let go of the warehouse
+STORE_RETRY_SECONDS = 10.0  # how long one ingest waits for a report to let go of the warehouse
 
 
 def _init_worker(parent: int) -> None:
@@ -62,7 +62,7 @@ def _init_worker(parent: int) -> None:
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 30.0
 PERMANENT_ATTEMPTS = 3
-_retry: dict[str, tuple[int, float]] = {}   # segment path -> (failures so far, monotonic time of the next try)
+_retry: dict[str, tuple[int, float]] = {}  # segment path -> (failures so far, monotonic time of the next try)
 
 
 def permanent(path: Path, error: BaseException) -> bool:
@@ -197,8 +197,16 @@ def ingest_segments(spool: str, db: str, keep_seconds: float, now: bool = False)
     done_dir = root / seg.INGESTED_DIR
     done_dir.mkdir(mode=0o700, exist_ok=True)
 
-    totals = {"segments": 0, "requests_added": 0, "metric_points_added": 0, "duplicates_skipped": 0,
-              "lines_rejected": 0, "rejects": [], "failed": 0, "retrying": 0}
+    totals = {
+        "segments": 0,
+        "requests_added": 0,
+        "metric_points_added": 0,
+        "duplicates_skipped": 0,
+        "lines_rejected": 0,
+        "rejects": [],
+        "failed": 0,
+        "retrying": 0,
+    }
     with ops_lock(root):
         due = [r for r in seg.listing(root, seg.READY) if _due(r, now)]
         # a segment that failed before goes alone, so that it cannot fail a chunk of others
@@ -211,7 +219,7 @@ def ingest_segments(spool: str, db: str, keep_seconds: float, now: bool = False)
             if len(chunk) == 1:
                 totals["failed"] += record_failure(root, chunk[0], s["error"]) == "set_aside"
                 continue
-            _add(totals, s.get("stored") or {})     # what the chunk stored before it failed
+            _add(totals, s.get("stored") or {})  # what the chunk stored before it failed
             for ready in chunk:
                 s = _ingest(db, [ready])
                 if "error" in s:
@@ -274,8 +282,11 @@ class Worker:
 
     def call(self, op: str, *args):
         if self._proc is None or self._proc.poll() is not None:
-            self._proc = subprocess.Popen([sys.executable, "-m", "kvtrace.collect.worker", str(os.getpid())],
-                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "kvtrace.collect.worker", str(os.getpid())],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+            )
         try:
             self._proc.stdin.write(json.dumps({"op": op, "args": list(args)}).encode() + b"\n")
             self._proc.stdin.flush()

@@ -30,13 +30,18 @@ def read_files(paths: list[Path]) -> tuple[pa.Table, list[Reject]]:
         except OSError as e:
             rejects.append(Reject(None, f"cannot read: {e}", path=str(p)))
             continue
-        if damage:      # the whole lines before it are read
+        if damage:  # the whole lines before it are read
             rejects.append(Reject(None, damage_reason(damage), path=str(p)))
         idx.append(i)
         names.append(str(p))
         texts.append(data.decode("utf-8", errors="replace"))
-    table = pa.table({"file_idx": pa.array(idx, pa.int32()), "path": pa.array(names, pa.string()),
-                      "content": pa.array(texts, pa.large_string())})
+    table = pa.table(
+        {
+            "file_idx": pa.array(idx, pa.int32()),
+            "path": pa.array(names, pa.string()),
+            "content": pa.array(texts, pa.large_string()),
+        }
+    )
     return table, rejects
 
 
@@ -58,11 +63,19 @@ def line_rejects(con, table: str, paths: list[Path], reasons: dict[str, tuple[st
     (``kind -> (reason, field)``), in file and line order, naming its file; a ``bad_count``
     line names the field and value of its ``bad_field`` and ``bad_value`` columns."""
     kinds = ", ".join(f"'{k}'" for k in reasons)
-    rows = con.execute(f"SELECT file_idx, lineno, kind, bad_field, bad_value FROM {table} WHERE kind IN ({kinds}) "
-                       "ORDER BY file_idx, lineno").fetchall()
-    return [Reject(lineno, reasons[kind][0] + (f", got {value}" if kind == "bad_count" else ""),
-                   field=field if kind == "bad_count" else reasons[kind][1], path=str(paths[file_idx]))
-            for file_idx, lineno, kind, field, value in rows]
+    rows = con.execute(
+        f"SELECT file_idx, lineno, kind, bad_field, bad_value FROM {table} WHERE kind IN ({kinds}) "
+        "ORDER BY file_idx, lineno"
+    ).fetchall()
+    return [
+        Reject(
+            lineno,
+            reasons[kind][0] + (f", got {value}" if kind == "bad_count" else ""),
+            field=field if kind == "bad_count" else reasons[kind][1],
+            path=str(paths[file_idx]),
+        )
+        for file_idx, lineno, kind, field, value in rows
+    ]
 
 
 def requests_table(con, table: str) -> pa.Table:

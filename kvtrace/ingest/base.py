@@ -42,8 +42,8 @@ class Parsed:
     block_requests: pa.Table | None = None
     rejects: list[Reject] = field(default_factory=list)
     unknown: Counter = field(default_factory=Counter)  # records seen but not used, per kind
-    lines: int = 0                                       # input lines (or records) read
-    warnings: list[str] = field(default_factory=list)   # e.g. a block size that was assumed
+    lines: int = 0  # input lines (or records) read
+    warnings: list[str] = field(default_factory=list)  # e.g. a block size that was assumed
     # Parsers that can resume a grown file (Format.resumable): the byte offset just after the
     # last whole line read, the number of lines before it (both from the file's start), and the
     # fingerprint of the bytes before that offset (kvtrace.ingest.resume).
@@ -61,34 +61,73 @@ class Parsed:
 
 
 # Canonical ``requests`` columns and the Arrow types parsers should produce.
-REQUEST_SCHEMA = pa.schema([
-    ("request_key", pa.string()), ("request_id", pa.string()), ("message_id", pa.string()),
-    ("ts", pa.timestamp("us")), ("source", pa.string()), ("agent", pa.string()),
-    ("session_id", pa.string()), ("thread_id", pa.string()), ("user_id", pa.string()),
-    ("org_id", pa.string()), ("project", pa.string()), ("model", pa.string()),
-    ("query_source", pa.string()),
-    ("input_tokens", pa.int64()), ("cache_read_tokens", pa.int64()),
-    ("cache_write_5m_tokens", pa.int64()), ("cache_write_1h_tokens", pa.int64()),
-    ("cache_write_unknown_tokens", pa.int64()), ("output_tokens", pa.int64()),
-    ("cost_usd", pa.float64()), ("duration_ms", pa.float64()), ("ttft_ms", pa.float64()),
-    ("is_sidechain", pa.bool_()), ("attributes", pa.string()), ("ingested_from", pa.string()),
-])
+REQUEST_SCHEMA = pa.schema(
+    [
+        ("request_key", pa.string()),
+        ("request_id", pa.string()),
+        ("message_id", pa.string()),
+        ("ts", pa.timestamp("us")),
+        ("source", pa.string()),
+        ("agent", pa.string()),
+        ("session_id", pa.string()),
+        ("thread_id", pa.string()),
+        ("user_id", pa.string()),
+        ("org_id", pa.string()),
+        ("project", pa.string()),
+        ("model", pa.string()),
+        ("query_source", pa.string()),
+        ("input_tokens", pa.int64()),
+        ("cache_read_tokens", pa.int64()),
+        ("cache_write_5m_tokens", pa.int64()),
+        ("cache_write_1h_tokens", pa.int64()),
+        ("cache_write_unknown_tokens", pa.int64()),
+        ("output_tokens", pa.int64()),
+        ("cost_usd", pa.float64()),
+        ("duration_ms", pa.float64()),
+        ("ttft_ms", pa.float64()),
+        ("is_sidechain", pa.bool_()),
+        ("attributes", pa.string()),
+        ("ingested_from", pa.string()),
+    ]
+)
 
-METRIC_POINT_SCHEMA = pa.schema([
-    ("point_key", pa.string()), ("metric", pa.string()), ("series_key", pa.string()),
-    ("temporality", pa.int16()), ("start_ts", pa.timestamp("us")), ("ts", pa.timestamp("us")),
-    ("value", pa.float64()), ("token_type", pa.string()), ("source", pa.string()),
-    ("agent", pa.string()), ("session_id", pa.string()), ("user_id", pa.string()),
-    ("org_id", pa.string()), ("model", pa.string()), ("query_source", pa.string()),
-    ("attributes", pa.string()), ("ingested_from", pa.string()),
-])
+METRIC_POINT_SCHEMA = pa.schema(
+    [
+        ("point_key", pa.string()),
+        ("metric", pa.string()),
+        ("series_key", pa.string()),
+        ("temporality", pa.int16()),
+        ("start_ts", pa.timestamp("us")),
+        ("ts", pa.timestamp("us")),
+        ("value", pa.float64()),
+        ("token_type", pa.string()),
+        ("source", pa.string()),
+        ("agent", pa.string()),
+        ("session_id", pa.string()),
+        ("user_id", pa.string()),
+        ("org_id", pa.string()),
+        ("model", pa.string()),
+        ("query_source", pa.string()),
+        ("attributes", pa.string()),
+        ("ingested_from", pa.string()),
+    ]
+)
 
-BLOCK_REQUEST_SCHEMA = pa.schema([
-    ("trace", pa.string()), ("seq", pa.int64()), ("ts", pa.timestamp("us")),
-    ("input_length", pa.int64()), ("output_length", pa.int64()), ("block_size", pa.int32()),
-    ("hash_ids", pa.list_(pa.int64())), ("chat_id", pa.string()), ("parent_chat_id", pa.string()),
-    ("turn", pa.int32()), ("ingested_from", pa.string()),
-])
+BLOCK_REQUEST_SCHEMA = pa.schema(
+    [
+        ("trace", pa.string()),
+        ("seq", pa.int64()),
+        ("ts", pa.timestamp("us")),
+        ("input_length", pa.int64()),
+        ("output_length", pa.int64()),
+        ("block_size", pa.int32()),
+        ("hash_ids", pa.list_(pa.int64())),
+        ("chat_id", pa.string()),
+        ("parent_chat_id", pa.string()),
+        ("turn", pa.int32()),
+        ("ingested_from", pa.string()),
+    ]
+)
 
 
 def normalize_query_source(raw: Any) -> str | None:
@@ -105,10 +144,12 @@ def normalize_query_source(raw: Any) -> str | None:
 
 def query_source_sql(expr: str) -> str:
     """The SQL twin of :func:`normalize_query_source`, for parsers that work in DuckDB."""
-    return (f"CASE WHEN {expr} IS NULL THEN NULL "
-            f"WHEN {expr} IN ('main','sdk','print') OR starts_with({expr}, 'repl_main') THEN 'main' "
-            f"WHEN {expr} = 'subagent' OR starts_with({expr}, 'agent') OR contains({expr}, 'subagent') "
-            f"OR starts_with({expr}, 'task') THEN 'subagent' ELSE 'auxiliary' END")
+    return (
+        f"CASE WHEN {expr} IS NULL THEN NULL "
+        f"WHEN {expr} IN ('main','sdk','print') OR starts_with({expr}, 'repl_main') THEN 'main' "
+        f"WHEN {expr} = 'subagent' OR starts_with({expr}, 'agent') OR contains({expr}, 'subagent') "
+        f"OR starts_with({expr}, 'task') THEN 'subagent' ELSE 'auxiliary' END"
+    )
 
 
 # Request and metric times outside these bounds are rejected at ingest: a clock or a file gone
@@ -131,7 +172,7 @@ def reject_implausible_times(parsed: Parsed) -> None:
         bad = np.zeros(table.num_rows, dtype=bool)
         for col in ("ts", "start_ts"):
             if col in table.column_names:
-                t = table.column(col).to_numpy()     # NaT for a missing time: never out of range
+                t = table.column(col).to_numpy()  # NaT for a missing time: never out of range
                 bad |= (t < lo) | (t >= hi)
         if not bad.any():
             continue
@@ -140,11 +181,15 @@ def reject_implausible_times(parsed: Parsed) -> None:
             where = table.column("ingested_from")[int(i)].as_py() or ""
             source = table.column("source")[int(i)].as_py()
             path, _, line = where.rpartition(":")
-            parsed.rejects.append(Reject(
-                int(line) if line.isdigit() else None,
-                f"time {ts[i].astype('datetime64[s]')} is outside {PLAUSIBLE_TIMES[0]} .. {PLAUSIBLE_TIMES[1]}"
-                " (a clock or a file gone wrong?)",
-                field=_TIME_FIELD.get(source, "time"), path=path if line.isdigit() else (where or None)))
+            parsed.rejects.append(
+                Reject(
+                    int(line) if line.isdigit() else None,
+                    f"time {ts[i].astype('datetime64[s]')} is outside {PLAUSIBLE_TIMES[0]} .. {PLAUSIBLE_TIMES[1]}"
+                    " (a clock or a file gone wrong?)",
+                    field=_TIME_FIELD.get(source, "time"),
+                    path=path if line.isdigit() else (where or None),
+                )
+            )
         setattr(parsed, name, table.filter(pa.array(~bad)))
 
 

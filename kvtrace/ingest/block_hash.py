@@ -42,9 +42,16 @@ MOONCAKE_BLOCK_SIZE = 512
 BAILIAN_BLOCK_SIZE = 16
 FORMAT_BLOCK_SIZE = {"mooncake": MOONCAKE_BLOCK_SIZE, "bailian": BAILIAN_BLOCK_SIZE}
 
-_TYPES = {"timestamp": pa.float64(), "input_length": pa.int64(), "output_length": pa.int64(),
-          "hash_ids": pa.list_(pa.int64()), "block_size": pa.int64(), "chat_id": pa.string(),
-          "parent_chat_id": pa.string(), "turn": pa.int64()}
+_TYPES = {
+    "timestamp": pa.float64(),
+    "input_length": pa.int64(),
+    "output_length": pa.int64(),
+    "hash_ids": pa.list_(pa.int64()),
+    "block_size": pa.int64(),
+    "chat_id": pa.string(),
+    "parent_chat_id": pa.string(),
+    "turn": pa.int64(),
+}
 _MOONCAKE_COLS = ("timestamp", "input_length", "output_length", "hash_ids", "block_size")
 _BAILIAN_COLS = (*_MOONCAKE_COLS, "chat_id", "parent_chat_id", "turn")
 _REQUIRED = ("timestamp", "input_length", "output_length", "hash_ids")
@@ -64,12 +71,15 @@ def trace_name(path: str | Path) -> str:
 
 def assumed_block_size_note(path: Path, size: int, fmt: str) -> str:
     """The warning of a block trace file read without a known block size."""
-    return (f"{path.name}: no block size in the file; assumed {size} tokens per block ({fmt.capitalize()}'s). "
-            f"Pass --block-size if it differs: every token and byte figure scales with it.")
+    return (
+        f"{path.name}: no block size in the file; assumed {size} tokens per block ({fmt.capitalize()}'s). "
+        f"Pass --block-size if it differs: every token and byte figure scales with it."
+    )
 
 
-def parse_mooncake(path: str | Path, *, trace: str | None = None, block_size: int | None = None,
-                   engine: str = "arrow") -> Parsed:
+def parse_mooncake(
+    path: str | Path, *, trace: str | None = None, block_size: int | None = None, engine: str = "arrow"
+) -> Parsed:
     """Read a Mooncake JSONL trace.
 
     Args:
@@ -86,8 +96,9 @@ def parse_mooncake(path: str | Path, *, trace: str | None = None, block_size: in
     return _parse(Path(path), "mooncake", trace, block_size, 1_000, engine)
 
 
-def parse_bailian(path: str | Path, *, trace: str | None = None, block_size: int | None = None,
-                  engine: str = "arrow") -> Parsed:
+def parse_bailian(
+    path: str | Path, *, trace: str | None = None, block_size: int | None = None, engine: str = "arrow"
+) -> Parsed:
     """Read an Alibaba Bailian JSONL trace (``qwen_*_blksz_16.jsonl``).
 
     Args:
@@ -107,15 +118,16 @@ PARSERS = {"mooncake": parse_mooncake, "bailian": parse_bailian}
 
 # -- implementation ----------------------------------------------------------------------------
 
+
 def _parse(path: Path, fmt: str, trace: str | None, given: int | None, unit_us: int, engine: str) -> Parsed:
     if engine not in ("arrow", "duckdb"):
         raise ValueError(f"engine {engine!r}: arrow or duckdb")
     trace = trace or trace_name(path)
-    data, damage = read_whole(path)      # a damaged .gz: the whole lines before the damage
+    data, damage = read_whole(path)  # a damaged .gz: the whole lines before the damage
     lines = _nonblank_line_numbers(data)
     if engine == "arrow":
         table = _read_arrow(data, fmt)
-    else:                                # DuckDB reads the file itself: not past a .gz's damage
+    else:  # DuckDB reads the file itself: not past a .gz's damage
         table = None if damage else _read_duckdb(path, fmt)
     if table is None or table.num_rows != len(lines) or _has_problems(table):
         table, lines, rejects = _read_slow(data, fmt)
@@ -125,15 +137,24 @@ def _parse(path: Path, fmt: str, trace: str | None, given: int | None, unit_us: 
         rejects.append(Reject(None, damage_reason(damage), path=str(path)))
     block_size, warnings = _block_size(table, lines, path, fmt, given)
     n_lines = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
-    return Parsed(block_requests=_to_rows(table, lines, trace, block_size, unit_us, str(path)),
-                  rejects=rejects, lines=n_lines, warnings=warnings)
+    return Parsed(
+        block_requests=_to_rows(table, lines, trace, block_size, unit_us, str(path)),
+        rejects=rejects,
+        lines=n_lines,
+        warnings=warnings,
+    )
 
 
 def _block_size(t: pa.Table, lines: np.ndarray, path: Path, fmt: str, given: int | None) -> tuple[int, list[str]]:
     """The trace's block size and the warning when it was assumed (see the module's docstring)."""
     if given is not None and given <= 0:
-        raise BadTraceInput(path, None, f"not a positive integer: {given}", field="block_size",
-                            hint="--block-size is the number of tokens per block, e.g. 64")
+        raise BadTraceInput(
+            path,
+            None,
+            f"not a positive integer: {given}",
+            field="block_size",
+            hint="--block-size is the number of tokens per block, e.g. 64",
+        )
     col = t.column("block_size").combine_chunks()
     if col.null_count == len(col):
         if given is not None:
@@ -145,12 +166,22 @@ def _block_size(t: pa.Table, lines: np.ndarray, path: Path, fmt: str, given: int
     if pc.any(differs).as_py():
         i = pc.index(differs, True).as_py()
         v = col[i].as_py()
-        raise BadTraceInput(path, int(lines[i]), f"block size {'missing' if v is None else v} where the first "
-                            f"line says {'none' if first is None else first}", field="block_size",
-                            hint="one block size per trace: every line carries the same")
+        raise BadTraceInput(
+            path,
+            int(lines[i]),
+            f"block size {'missing' if v is None else v} where the first "
+            f"line says {'none' if first is None else first}",
+            field="block_size",
+            hint="one block size per trace: every line carries the same",
+        )
     if given is not None and given != first:
-        raise BadTraceInput(path, None, f"the file says {first} tokens per block, --block-size says {given}",
-                            field="block_size", hint="drop --block-size: the file's own size is used")
+        raise BadTraceInput(
+            path,
+            None,
+            f"the file says {first} tokens per block, --block-size says {given}",
+            field="block_size",
+            hint="drop --block-size: the file's own size is used",
+        )
     return first, []
 
 
@@ -165,10 +196,10 @@ def _nonblank_line_numbers(data: bytes) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     nl = np.flatnonzero(buf == 10)
     ends = nl if buf[-1] == 10 else np.append(nl, buf.size)
-    starts = np.concatenate(([0], nl[:len(ends) - 1] + 1))
+    starts = np.concatenate(([0], nl[: len(ends) - 1] + 1))
     keep = np.ones(len(ends), dtype=bool)
     for i in np.flatnonzero(ends - starts <= 8):
-        keep[i] = bool(data[starts[i]:ends[i]].strip())
+        keep[i] = bool(data[starts[i] : ends[i]].strip())
     return np.flatnonzero(keep).astype(np.int64) + 1
 
 
@@ -178,11 +209,14 @@ def _read_arrow(data: bytes, fmt: str) -> pa.Table | None:
     cols = _BAILIAN_COLS if fmt == "bailian" else _MOONCAKE_COLS
     # Bailian chat ids are numbers in the published traces and text elsewhere: read as they come.
     typed = [c for c in cols if c not in ("chat_id", "parent_chat_id")]
-    options = pa_json.ParseOptions(explicit_schema=pa.schema([(c, _TYPES[c]) for c in typed]),
-                                   unexpected_field_behavior="infer" if fmt == "bailian" else "ignore")
+    options = pa_json.ParseOptions(
+        explicit_schema=pa.schema([(c, _TYPES[c]) for c in typed]),
+        unexpected_field_behavior="infer" if fmt == "bailian" else "ignore",
+    )
     try:
-        t = pa_json.read_json(pa.BufferReader(data), parse_options=options,
-                              read_options=pa_json.ReadOptions(block_size=_ARROW_BLOCK))
+        t = pa_json.read_json(
+            pa.BufferReader(data), parse_options=options, read_options=pa_json.ReadOptions(block_size=_ARROW_BLOCK)
+        )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
     out = {}
@@ -192,12 +226,20 @@ def _read_arrow(data: bytes, fmt: str) -> pa.Table | None:
         elif t.schema.field(c).type in (_TYPES[c], pa.int64(), pa.null()):
             out[c] = t.column(c).cast(_TYPES[c])
         else:
-            return None          # e.g. fractional chat ids: the slow path writes them as Python does
+            return None  # e.g. fractional chat ids: the slow path writes them as Python does
     return pa.table(out)
 
 
-_DUCKDB_TYPES = {"timestamp": "DOUBLE", "input_length": "BIGINT", "output_length": "BIGINT", "hash_ids": "BIGINT[]",
-                 "block_size": "BIGINT", "chat_id": "VARCHAR", "parent_chat_id": "VARCHAR", "turn": "BIGINT"}
+_DUCKDB_TYPES = {
+    "timestamp": "DOUBLE",
+    "input_length": "BIGINT",
+    "output_length": "BIGINT",
+    "hash_ids": "BIGINT[]",
+    "block_size": "BIGINT",
+    "chat_id": "VARCHAR",
+    "parent_chat_id": "VARCHAR",
+    "turn": "BIGINT",
+}
 
 
 def _read_duckdb(path: Path, fmt: str) -> pa.Table | None:
@@ -209,9 +251,11 @@ def _read_duckdb(path: Path, fmt: str) -> pa.Table | None:
     con = duckdb.connect()
     try:
         # ignore_errors: a malformed line becomes a NULL row (found below), not an abort.
-        return con.sql(f"SELECT * FROM read_json(?, format='newline_delimited', columns={spec}, "
-                       "ignore_errors=true, maximum_object_size=1073741824)",
-                       params=[str(path)]).to_arrow_table()
+        return con.sql(
+            f"SELECT * FROM read_json(?, format='newline_delimited', columns={spec}, "
+            "ignore_errors=true, maximum_object_size=1073741824)",
+            params=[str(path)],
+        ).to_arrow_table()
     except duckdb.Error:
         return None
     finally:
@@ -312,8 +356,7 @@ def _check_row(obj, fmt: str) -> tuple[dict, tuple[str | None, str] | None]:
     return row, None
 
 
-def _to_rows(t: pa.Table, lines: np.ndarray, trace: str, block_size: int, unit_us: int,
-             source: str) -> pa.Table:
+def _to_rows(t: pa.Table, lines: np.ndarray, trace: str, block_size: int, unit_us: int, source: str) -> pa.Table:
     n = t.num_rows
     ts_us = np.rint(t.column("timestamp").to_numpy(zero_copy_only=False) * unit_us).astype(np.int64)
     names = {f.name for f in t.schema}
@@ -327,10 +370,10 @@ def _to_rows(t: pa.Table, lines: np.ndarray, trace: str, block_size: int, unit_u
         "block_size": pa.array(np.full(n, block_size, dtype=np.int32)),
         "hash_ids": t.column("hash_ids").combine_chunks().cast(pa.list_(pa.int64())),
         "chat_id": t.column("chat_id").combine_chunks() if "chat_id" in names else pa.nulls(n, pa.string()),
-        "parent_chat_id": (t.column("parent_chat_id").combine_chunks() if "parent_chat_id" in names
-                           else pa.nulls(n, pa.string())),
-        "turn": (t.column("turn").combine_chunks().cast(pa.int32()) if "turn" in names
-                 else pa.nulls(n, pa.int32())),
+        "parent_chat_id": (
+            t.column("parent_chat_id").combine_chunks() if "parent_chat_id" in names else pa.nulls(n, pa.string())
+        ),
+        "turn": (t.column("turn").combine_chunks().cast(pa.int32()) if "turn" in names else pa.nulls(n, pa.int32())),
         "ingested_from": pc.binary_join_element_wise(source, line_str, ":"),
     }
     return pa.table(cols, schema=BLOCK_REQUEST_SCHEMA)

@@ -45,15 +45,15 @@ from kvtrace.store import load_query
 # Why a parsed candidate line was not used: a problem (-> Reject) ...
 _REJECTS = {
     "malformed": ("malformed JSON", None),
-    "bad_count": BAD_COUNT,   # field: the line's bad_field
+    "bad_count": BAD_COUNT,  # field: the line's bad_field
     "bad_timestamp": ("missing or unreadable timestamp (want ISO 8601)", "timestamp"),
     "no_id": ("an assistant record with usage but neither message.id nor requestId", "message.id"),
 }
 # ... or a record kind counted in Parsed.unknown.
 _COUNTED = ("torn_last_line", "synthetic", "api_error", "assistant_without_usage", "compact_boundary")
 
-_MAX_GROUPS = 4      # parallel groups (connections) at most
-_PY_GROUP = _MAX_GROUPS   # the group (cursor, table) of the files read in Python
+_MAX_GROUPS = 4  # parallel groups (connections) at most
+_PY_GROUP = _MAX_GROUPS  # the group (cursor, table) of the files read in Python
 
 # Below this many bytes one connection is quicker than starting threads.
 _PARALLEL_BYTES = 16 << 20
@@ -96,9 +96,9 @@ class _Db:
     def __init__(self, con):
         self.con = con
         self.cursors: dict[int, object] = {}
-        self.view_groups: tuple = ()   # the groups the temp view tx_rec of cursor 0 reads
-        self.one_thread = False     # DuckDB's own threads set to 1 (small batches)
-        self.raw_views: set[int] = set()   # cursors with their view tx_raw
+        self.view_groups: tuple = ()  # the groups the temp view tx_rec of cursor 0 reads
+        self.one_thread = False  # DuckDB's own threads set to 1 (small batches)
+        self.raw_views: set[int] = set()  # cursors with their view tx_raw
 
     def cursor(self, k: int):
         cur = self.cursors.get(k)
@@ -107,8 +107,10 @@ class _Db:
             cur.execute("SET TimeZone = 'UTC'")
             # Every result is ordered explicitly; keeping insertion order makes storing tx_rec ~1.5x slower.
             cur.execute("SET preserve_insertion_order = false")
-            cur.execute("CREATE OR REPLACE TEMP VIEW tx_names AS "
-                        "SELECT unnest(getvariable('tx_names')) AS filename, unnest(getvariable('tx_idx')) AS file_idx")
+            cur.execute(
+                "CREATE OR REPLACE TEMP VIEW tx_names AS "
+                "SELECT unnest(getvariable('tx_names')) AS filename, unnest(getvariable('tx_idx')) AS file_idx"
+            )
             self.cursors[k] = cur
         return cur
 
@@ -119,9 +121,11 @@ class _Db:
         cur = self.cursor(k)
         cur.execute("SET VARIABLE tx_names = ?", [names])
         cur.execute("SET VARIABLE tx_idx = ?", [idx])
-        if raw and k not in self.raw_views and names:      # read_blob needs the list to bind the view
-            cur.execute("CREATE OR REPLACE TEMP VIEW tx_raw AS "
-                        "SELECT filename, try(decode(content)) AS content FROM read_blob(getvariable('tx_names'))")
+        if raw and k not in self.raw_views and names:  # read_blob needs the list to bind the view
+            cur.execute(
+                "CREATE OR REPLACE TEMP VIEW tx_raw AS "
+                "SELECT filename, try(decode(content)) AS content FROM read_blob(getvariable('tx_names'))"
+            )
             self.raw_views.add(k)
 
     def threads_for(self, total_bytes: int) -> None:
@@ -134,8 +138,10 @@ class _Db:
 
     def union_view(self, groups: tuple[int, ...]) -> None:
         if groups != self.view_groups:
-            self.cursor(0).execute("CREATE OR REPLACE TEMP VIEW tx_rec AS " + " UNION ALL ".join(
-                f"SELECT * FROM main.tx_rec_{k}" for k in groups))
+            self.cursor(0).execute(
+                "CREATE OR REPLACE TEMP VIEW tx_rec AS "
+                + " UNION ALL ".join(f"SELECT * FROM main.tx_rec_{k}" for k in groups)
+            )
             self.view_groups = groups
 
     def close(self) -> None:
@@ -176,9 +182,13 @@ def _parse_group(db: _Db, k: int, paths: list[Path], idx: list[int], in_python: 
             return False
         db.names(k, [str(paths[i]) for i in rest], rest)
         _run_lines(cur, k)
-    in_python.update(i for (i,) in cur.execute(
-        f"SELECT file_idx FROM tx_names ANTI JOIN (SELECT file_idx FROM main.tx_rec_{k} WHERE file_lines IS NOT NULL) "
-        "USING (file_idx)").fetchall())
+    in_python.update(
+        i
+        for (i,) in cur.execute(
+            f"SELECT file_idx FROM tx_names ANTI JOIN (SELECT file_idx FROM main.tx_rec_{k} WHERE file_lines IS NOT NULL) "
+            "USING (file_idx)"
+        ).fetchall()
+    )
     return True
 
 
@@ -208,7 +218,7 @@ def _parse_groups(db: _Db, paths: list[Path], parsed: Parsed) -> tuple[int, ...]
             if not p.name.endswith(".gz"):
                 sizes[i] = p.stat().st_size
                 continue
-        except OSError:     # gone: the Python read says so
+        except OSError:  # gone: the Python read says so
             pass
         in_python.add(i)
     total = sum(sizes.values())
@@ -233,8 +243,7 @@ def _parse_groups(db: _Db, paths: list[Path], parsed: Parsed) -> tuple[int, ...]
     return done
 
 
-def _parse_parallel(db: _Db, paths: list[Path], groups: list[list[int]], in_python: set[int],
-                    made: list[bool]) -> None:
+def _parse_parallel(db: _Db, paths: list[Path], groups: list[list[int]], in_python: set[int], made: list[bool]) -> None:
     """Parse each group on its own cursor in its own thread (``_parse_group``)."""
     cursors = [db.cursor(k) for k in range(len(groups))]
     errors: list[BaseException | None] = [None] * len(groups)
@@ -251,7 +260,7 @@ def _parse_parallel(db: _Db, paths: list[Path], groups: list[list[int]], in_pyth
     try:
         for t in threads:
             t.join()
-    except BaseException:           # Ctrl-C: stop the queries still running, then give up
+    except BaseException:  # Ctrl-C: stop the queries still running, then give up
         for c in cursors:
             c.interrupt()
         for t in threads:
@@ -273,15 +282,16 @@ def _parse_in_python(db: _Db, paths: list[Path], idx: list[int], parsed: Parsed)
         except OSError as e:
             parsed.rejects.append(Reject(None, f"cannot read: {e}", path=str(p)))
             continue
-        if damage:      # the whole lines before it are read
+        if damage:  # the whole lines before it are read
             parsed.rejects.append(Reject(None, damage_reason(damage), path=str(p)))
         read.append(i)
         texts.append(data.decode("utf-8", errors="replace"))
     names = [str(paths[i]) for i in read]
     con = db.cursor(_PY_GROUP)
     db.names(_PY_GROUP, names, read, raw=False)
-    con.register("tx_raw", pa.table({"filename": pa.array(names, pa.string()),
-                                     "content": pa.array(texts, pa.large_string())}))
+    con.register(
+        "tx_raw", pa.table({"filename": pa.array(names, pa.string()), "content": pa.array(texts, pa.large_string())})
+    )
     try:
         _run_lines(con, _PY_GROUP)
     finally:
@@ -293,9 +303,10 @@ def _collect(con, parsed: Parsed, paths: list[Path]) -> None:
     requests."""
     rejects = []
     for kind, n, lines, at in con.execute(
-            "SELECT kind, count(*), coalesce(sum(file_lines), 0), "
-            "CASE WHEN kind IN ('malformed', 'bad_count', 'bad_timestamp', 'no_id') "
-            "THEN list((file_idx, lineno, bad_field, bad_value)) END FROM tx_rec GROUP BY kind").fetchall():
+        "SELECT kind, count(*), coalesce(sum(file_lines), 0), "
+        "CASE WHEN kind IN ('malformed', 'bad_count', 'bad_timestamp', 'no_id') "
+        "THEN list((file_idx, lineno, bad_field, bad_value)) END FROM tx_rec GROUP BY kind"
+    ).fetchall():
         parsed.lines += int(lines)
         if kind in _COUNTED:
             parsed.unknown[kind] += n
@@ -314,16 +325,20 @@ def _files_table(paths: list[Path]) -> pa.Table:
     for p in paths:
         parts = p.parts
         project = None
-        for i in range(len(parts) - 2, -1, -1):   # the nearest ``projects`` folder above the file
+        for i in range(len(parts) - 2, -1, -1):  # the nearest ``projects`` folder above the file
             if parts[i] == "projects":
                 project = parts[i + 1] if i + 1 < len(parts) - 1 else None
                 break
         projects.append(project)
         stem = p.name.split(".", 1)[0]
         is_agent.append(stem.startswith("agent-") or p.parent.name == "subagents")
-        agent_ids.append(stem[len("agent-"):] if stem.startswith("agent-") else None)
-    return pa.table({"file_idx": pa.array(range(len(paths)), pa.int32()),
-                     "path": pa.array([str(p) for p in paths], pa.string()),
-                     "project": pa.array(projects, pa.string()),
-                     "file_agent_id": pa.array(agent_ids, pa.string()),
-                     "file_is_agent": pa.array(is_agent, pa.bool_())})
+        agent_ids.append(stem[len("agent-") :] if stem.startswith("agent-") else None)
+    return pa.table(
+        {
+            "file_idx": pa.array(range(len(paths)), pa.int32()),
+            "path": pa.array([str(p) for p in paths], pa.string()),
+            "project": pa.array(projects, pa.string()),
+            "file_agent_id": pa.array(agent_ids, pa.string()),
+            "file_is_agent": pa.array(is_agent, pa.bool_()),
+        }
+    )

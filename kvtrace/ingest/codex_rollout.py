@@ -54,9 +54,12 @@ def parse(paths: list[Path]) -> Parsed:
         con.execute(load_query("ingest/agent_macros").sql)
         con.register("cx_raw", table)
         con.execute(load_query("ingest/codex_rollout").sql)
-        parsed.lines = int(con.execute(
-            "SELECT coalesce(sum(len(string_split(content, chr(10))) "
-            "- CASE WHEN ends_with(content, chr(10)) THEN 1 ELSE 0 END), 0) FROM cx_raw").fetchone()[0])
+        parsed.lines = int(
+            con.execute(
+                "SELECT coalesce(sum(len(string_split(content, chr(10))) "
+                "- CASE WHEN ends_with(content, chr(10)) THEN 1 ELSE 0 END), 0) FROM cx_raw"
+            ).fetchone()[0]
+        )
         parsed.rejects += line_rejects(con, "cx_lines", paths, _REJECTS)
         for kind, n in con.execute("SELECT kind, count(*) FROM cx_lines GROUP BY kind").fetchall():
             if kind not in _NOT_COUNTED and kind not in _REJECTS:
@@ -66,12 +69,18 @@ def parse(paths: list[Path]) -> Parsed:
         if usage_lines > used:
             parsed.unknown["codex-rollout:duplicate_usage"] += int(usage_lines - used)
         for file_idx, lineno, total, cached, written in con.execute(
-                "SELECT file_idx, lineno, raw_input, raw_cached, raw_write FROM cx_requests "
-                "WHERE clipped ORDER BY file_idx, lineno").fetchall():
-            parsed.rejects.append(Reject(
-                lineno, f"input_tokens {total} is less than cached_input_tokens {cached or 0} + "
-                f"cache_write_input_tokens {written or 0}: uncached input stored as 0 (row kept)",
-                field="input_tokens", path=str(paths[file_idx])))
+            "SELECT file_idx, lineno, raw_input, raw_cached, raw_write FROM cx_requests "
+            "WHERE clipped ORDER BY file_idx, lineno"
+        ).fetchall():
+            parsed.rejects.append(
+                Reject(
+                    lineno,
+                    f"input_tokens {total} is less than cached_input_tokens {cached or 0} + "
+                    f"cache_write_input_tokens {written or 0}: uncached input stored as 0 (row kept)",
+                    field="input_tokens",
+                    path=str(paths[file_idx]),
+                )
+            )
         parsed.requests = requests_table(con, "cx_requests")
     finally:
         con.close()

@@ -22,8 +22,8 @@ from kvtrace.errors import BadTraceInput, UnknownFormat
 @dataclass(frozen=True)
 class Format:
     name: str
-    parser: str            # "module:function"
-    batch: bool            # parser takes list[Path] instead of one Path
+    parser: str  # "module:function"
+    batch: bool  # parser takes list[Path] instead of one Path
     help: str
     resumable: bool = False  # parser(path, start=resume.Start) reads a grown file from there
     # "module:function" reading many small files of a one-file format in one pass (list[Path]
@@ -35,21 +35,49 @@ class Format:
         return getattr(importlib.import_module(mod), fn)
 
 
-FORMATS: dict[str, Format] = {f.name: f for f in [
-    Format("otlp-json", "kvtrace.ingest.otlp_json:parse", False,
-           "OTLP JSON lines: one Export{Logs,Metrics,Trace}ServiceRequest per line", resumable=True,
-           small="kvtrace.ingest.otlp_json:parse_small"),
-    Format("claude-transcript", "kvtrace.ingest.claude_transcripts:parse", True,
-           "Claude Code transcripts (~/.claude/projects/**/*.jsonl)"),
-    Format("codex-rollout", "kvtrace.ingest.codex_rollout:parse", True,
-           "Codex CLI rollout files (~/.codex/sessions/**/rollout-*.jsonl)"),
-    Format("gemini-chat", "kvtrace.ingest.gemini_chats:parse", True,
-           "Gemini CLI chat logs (~/.gemini/tmp/*/chats/session-*.json[l])"),
-    Format("mooncake", "kvtrace.ingest.block_hash:parse_mooncake", False,
-           "Mooncake block-hash trace JSONL (timestamp ms, input_length, output_length, hash_ids)"),
-    Format("bailian", "kvtrace.ingest.block_hash:parse_bailian", False,
-           "Alibaba Bailian block-hash trace JSONL (chat_id, parent_chat_id, timestamp s, turn, hash_ids)"),
-]}
+FORMATS: dict[str, Format] = {
+    f.name: f
+    for f in [
+        Format(
+            "otlp-json",
+            "kvtrace.ingest.otlp_json:parse",
+            False,
+            "OTLP JSON lines: one Export{Logs,Metrics,Trace}ServiceRequest per line",
+            resumable=True,
+            small="kvtrace.ingest.otlp_json:parse_small",
+        ),
+        Format(
+            "claude-transcript",
+            "kvtrace.ingest.claude_transcripts:parse",
+            True,
+            "Claude Code transcripts (~/.claude/projects/**/*.jsonl)",
+        ),
+        Format(
+            "codex-rollout",
+            "kvtrace.ingest.codex_rollout:parse",
+            True,
+            "Codex CLI rollout files (~/.codex/sessions/**/rollout-*.jsonl)",
+        ),
+        Format(
+            "gemini-chat",
+            "kvtrace.ingest.gemini_chats:parse",
+            True,
+            "Gemini CLI chat logs (~/.gemini/tmp/*/chats/session-*.json[l])",
+        ),
+        Format(
+            "mooncake",
+            "kvtrace.ingest.block_hash:parse_mooncake",
+            False,
+            "Mooncake block-hash trace JSONL (timestamp ms, input_length, output_length, hash_ids)",
+        ),
+        Format(
+            "bailian",
+            "kvtrace.ingest.block_hash:parse_bailian",
+            False,
+            "Alibaba Bailian block-hash trace JSONL (chat_id, parent_chat_id, timestamp s, turn, hash_ids)",
+        ),
+    ]
+}
 
 # The block-hash trace formats (their parsers take a block_size).
 BLOCK_FORMATS = ("mooncake", "bailian")
@@ -78,7 +106,7 @@ def read_whole(path: Path) -> tuple[bytes, str | None]:
     with GzipSalvage(path) as fh:
         data = b"".join(fh.pieces())
         if fh.problem:
-            return data[:data.rfind(b"\n") + 1], fh.problem
+            return data[: data.rfind(b"\n") + 1], fh.problem
     return data, None
 
 
@@ -95,8 +123,8 @@ class GzipSalvage(io.RawIOBase):
     which end there (format detection reads the first lines of a damaged file as of a whole one,
     and its parser reports the damage); ``seek(0)`` starts again."""
 
-    _IN = 1 << 16          # compressed bytes per step
-    _OUT = 8 << 20         # decompressed bytes per step at most (a gzip bomb stays bounded)
+    _IN = 1 << 16  # compressed bytes per step
+    _OUT = 8 << 20  # decompressed bytes per step at most (a gzip bomb stays bounded)
 
     def __init__(self, path: Path):
         super().__init__()
@@ -111,10 +139,10 @@ class GzipSalvage(io.RawIOBase):
             raise io.UnsupportedOperation("a gzip stream is read from its start")
         self._f.seek(0)
         self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        self._tail = b""           # compressed input not yet decompressed (output was bounded)
-        self._member = False       # the current member has started
+        self._tail = b""  # compressed input not yet decompressed (output was bounded)
+        self._member = False  # the current member has started
         self._out = b""
-        self._at = 0               # bytes of _out already returned
+        self._at = 0  # bytes of _out already returned
         self._problem: str | None = None
         self._done = False
         return 0
@@ -131,7 +159,7 @@ class GzipSalvage(io.RawIOBase):
     def pieces(self):
         """The rest of the decompressed bytes, piece by piece, up to the end or the damage."""
         if self._at < len(self._out):
-            yield self._out[self._at:]
+            yield self._out[self._at :]
         while not self._done:
             self._step()
             if self._out:
@@ -143,11 +171,11 @@ class GzipSalvage(io.RawIOBase):
             self._step()
         n = min(len(b), len(self._out) - self._at)
         if n:
-            b[:n] = memoryview(self._out)[self._at:self._at + n]
+            b[:n] = memoryview(self._out)[self._at : self._at + n]
             self._at += n
             return n
         if self._problem:
-            del b      # the traceback keeps this frame: the caller's buffer must not stay exported
+            del b  # the traceback keeps this frame: the caller's buffer must not stay exported
             raise GzipDamaged(self._problem)
         return 0
 
@@ -162,7 +190,7 @@ class GzipSalvage(io.RawIOBase):
             stop = len(self._out) if end < 0 else end + 1
             if size >= 0:
                 stop = min(stop, self._at + size - len(line))
-            line += self._out[self._at:stop]
+            line += self._out[self._at : stop]
             self._at = stop
             if line.endswith(b"\n"):
                 break
@@ -179,7 +207,7 @@ class GzipSalvage(io.RawIOBase):
             self._done = True
             return
         if not self._member and not data.startswith(b"\x1f\x8b") and not data.strip(b"\0"):
-            self._done = True              # zero padding after the last member
+            self._done = True  # zero padding after the last member
             return
         self._member = True
         before = self._d.copy()
@@ -190,12 +218,12 @@ class GzipSalvage(io.RawIOBase):
             d, out = before, bytearray()
             for i in range(len(data)):
                 try:
-                    out += d.decompress(data[i:i + 1])
+                    out += d.decompress(data[i : i + 1])
                 except zlib.error:
                     break
             self._out, self._problem, self._done = bytes(out), str(e), True
             return
-        if self._d.eof:                    # a member ends: the next one starts in what is left
+        if self._d.eof:  # a member ends: the next one starts in what is left
             self._tail = self._d.unused_data
             self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
             self._member = False
@@ -204,8 +232,15 @@ class GzipSalvage(io.RawIOBase):
 
 
 # Top-level record types of Codex rollout lines ({"timestamp", "type", "payload"}).
-_CODEX_TYPES = {"session_meta", "turn_context", "event_msg", "response_item", "compacted",
-                "token_usage_record", "world_state"}
+_CODEX_TYPES = {
+    "session_meta",
+    "turn_context",
+    "event_msg",
+    "response_item",
+    "compacted",
+    "token_usage_record",
+    "world_state",
+}
 
 
 def block_hash_format(obj: object) -> str | None:
@@ -227,13 +262,22 @@ def _classify(obj: object) -> str | None:
     if obj.get("type") in _CODEX_TYPES and "payload" in obj:
         return "codex-rollout"
     if "instructions" in obj and "id" in obj and "timestamp" in obj and "type" not in obj:
-        return "codex-rollout"   # the first line of a 2025 rollout
+        return "codex-rollout"  # the first line of a 2025 rollout
     if "sessionId" in obj and ("projectHash" in obj or isinstance(obj.get("messages"), list)):
         return "gemini-chat"
     if "$set" in obj and isinstance(obj["$set"], dict):
         return "gemini-chat"
-    if any(k in obj for k in ("resourceLogs", "resourceMetrics", "resourceSpans",
-                               "resource_logs", "resource_metrics", "resource_spans")):
+    if any(
+        k in obj
+        for k in (
+            "resourceLogs",
+            "resourceMetrics",
+            "resourceSpans",
+            "resource_logs",
+            "resource_metrics",
+            "resource_spans",
+        )
+    ):
         return "otlp-json"
     if "hash_ids" in obj:
         return block_hash_format(obj)
@@ -293,8 +337,10 @@ def sniff(path: Path, max_lines: int = 50) -> str:
         raise BadTraceInput(path, None, f"cannot read: {getattr(e, 'strerror', None) or e}") from e
     if is_lfs_pointer(path):
         raise UnknownFormat(f"{path}: not telemetry", hint=LFS_HINT)
-    raise UnknownFormat(f"{path}: cannot detect the format from its first {max_lines} lines",
-                        hint="force one with --input-format " + "|".join(FORMATS))
+    raise UnknownFormat(
+        f"{path}: cannot detect the format from its first {max_lines} lines",
+        hint="force one with --input-format " + "|".join(FORMATS),
+    )
 
 
 def _classify_whole(path: Path, max_bytes: int = 64 << 20) -> str | None:
@@ -302,7 +348,7 @@ def _classify_whole(path: Path, max_bytes: int = 64 << 20) -> str | None:
     if not path.name.endswith((".json", ".json.gz")) or path.stat().st_size > max_bytes:
         return None
     with open_text(path) as fh:
-        text = fh.read(max_bytes + 1)     # a .gz may expand far beyond its size
+        text = fh.read(max_bytes + 1)  # a .gz may expand far beyond its size
         if len(text) > max_bytes:
             return None
         try:

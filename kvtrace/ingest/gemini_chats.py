@@ -52,27 +52,37 @@ def parse(paths: list[Path]) -> Parsed:
         con.execute(load_query("ingest/agent_macros").sql)
         con.register("gm_raw", table)
         con.execute(load_query("ingest/gemini_chats").sql)
-        parsed.lines = int(con.execute(
-            "SELECT coalesce(sum(CASE WHEN json_valid(content) THEN 1 ELSE len(string_split(content, chr(10))) "
-            "- CASE WHEN ends_with(content, chr(10)) THEN 1 ELSE 0 END END), 0) FROM gm_raw").fetchone()[0])
+        parsed.lines = int(
+            con.execute(
+                "SELECT coalesce(sum(CASE WHEN json_valid(content) THEN 1 ELSE len(string_split(content, chr(10))) "
+                "- CASE WHEN ends_with(content, chr(10)) THEN 1 ELSE 0 END END), 0) FROM gm_raw"
+            ).fetchone()[0]
+        )
         parsed.rejects += line_rejects(con, "gm_items", paths, _REJECTS)
         for kind, n in con.execute(
-                "SELECT kind, sum(n) FROM gm_items WHERE kind IN ('prompt_log', 'torn_last_line') "
-                "GROUP BY kind").fetchall():
+            "SELECT kind, sum(n) FROM gm_items WHERE kind IN ('prompt_log', 'torn_last_line') GROUP BY kind"
+        ).fetchall():
             parsed.unknown[f"gemini-chat:{kind}"] += int(n)
         # a message written before its tokens were known is not missing if a later copy has them
         untokened = con.execute(
             "SELECT count(DISTINCT coalesce(msg.id, file_idx || ':' || lineno)) FROM gm_items "
             "WHERE kind = 'gemini_without_tokens' AND coalesce(msg.id, '') NOT IN "
-            "(SELECT coalesce(msg.id, '') FROM gm_items WHERE kind = 'usage')").fetchone()[0]
+            "(SELECT coalesce(msg.id, '') FROM gm_items WHERE kind = 'usage')"
+        ).fetchone()[0]
         if untokened:
             parsed.unknown["gemini-chat:gemini_without_tokens"] += int(untokened)
         for file_idx, lineno, total, cached in con.execute(
-                "SELECT file_idx, lineno, raw_input, raw_cached FROM gm_requests WHERE clipped "
-                "ORDER BY file_idx, lineno").fetchall():
-            parsed.rejects.append(Reject(
-                lineno, f"tokens.input {total} is less than tokens.cached {cached}: uncached input "
-                "stored as the tool tokens only (row kept)", field="tokens.input", path=str(paths[file_idx])))
+            "SELECT file_idx, lineno, raw_input, raw_cached FROM gm_requests WHERE clipped ORDER BY file_idx, lineno"
+        ).fetchall():
+            parsed.rejects.append(
+                Reject(
+                    lineno,
+                    f"tokens.input {total} is less than tokens.cached {cached}: uncached input "
+                    "stored as the tool tokens only (row kept)",
+                    field="tokens.input",
+                    path=str(paths[file_idx]),
+                )
+            )
         parsed.requests = requests_table(con, "gm_requests")
     finally:
         con.close()

@@ -24,8 +24,8 @@ import pyarrow as pa
 
 from kvtrace.ingest.base import Reject, query_source_sql
 
-CHUNK_BYTES = 128 << 20   # lines are read and normalized this much at a time (bounds memory)
-BATCH_BYTES = 2 << 20     # an Arrow record batch: the unit DuckDB hands to a thread
+CHUNK_BYTES = 128 << 20  # lines are read and normalized this much at a time (bounds memory)
+BATCH_BYTES = 2 << 20  # an Arrow record batch: the unit DuckDB hands to a thread
 BATCH_LINES = 2048
 
 
@@ -37,17 +37,18 @@ class Lines:
     """One chunk of input lines: an Arrow table ``(line_no, line)`` and what could not be decoded."""
 
     table: pa.Table
-    first: int                      # line number of the first line
-    count: int                      # lines in the chunk
+    first: int  # line number of the first line
+    count: int  # lines in the chunk
     rejects: list[Reject] = field(default_factory=list)
 
 
 READ_STEP = 1 << 20
-FIRST_PIECE = 8 << 20     # iter_chunks' first piece (reading 128 MB before any work began took 0.15 s)
+FIRST_PIECE = 8 << 20  # iter_chunks' first piece (reading 128 MB before any work began took 0.15 s)
 
 
-def iter_chunks(fh: BinaryIO, size: int = CHUNK_BYTES, buffers: int = 0,
-                step: int = READ_STEP) -> Iterator[bytearray | memoryview]:
+def iter_chunks(
+    fh: BinaryIO, size: int = CHUNK_BYTES, buffers: int = 0, step: int = READ_STEP
+) -> Iterator[bytearray | memoryview]:
     """Read ``fh`` in pieces of about ``size`` bytes (the first ones smaller: 8 MB, doubling) that
     end at a line end (except the last).
 
@@ -69,7 +70,7 @@ def iter_chunks(fh: BinaryIO, size: int = CHUNK_BYTES, buffers: int = 0,
     pool: dict[int, mmap.mmap] = {}
     turn = 0
     carry = b""
-    piece = min(size, FIRST_PIECE)    # doubling up to size: the first piece's consumer starts soon
+    piece = min(size, FIRST_PIECE)  # doubling up to size: the first piece's consumer starts soon
     while True:
         need = len(carry) + piece
         piece = min(piece * 2, size)
@@ -84,29 +85,29 @@ def iter_chunks(fh: BinaryIO, size: int = CHUNK_BYTES, buffers: int = 0,
             # exported.
             buf = mmap.mmap(-1, max(need, size + READ_STEP))
             pool[slot] = buf
-        buf[:len(carry)] = carry
+        buf[: len(carry)] = carry
         got = len(carry)
         while got < need:
             try:
-                n = fh.readinto(memoryview(buf)[got:min(got + step, need)])
+                n = fh.readinto(memoryview(buf)[got : min(got + step, need)])
             except (EOFError, OSError, zlib.error):
                 cut = buf.rfind(b"\n", 0, got)
-                if cut >= 0:                      # keep the whole lines read so far
+                if cut >= 0:  # keep the whole lines read so far
                     yield _piece(buf, cut + 1, buffers)
                 raise
             if not n:
                 break
             got += n
-        if got < need:                           # end of input
+        if got < need:  # end of input
             if got:
                 yield _piece(buf, got, buffers)
             return
         cut = buf.rfind(b"\n", 0, need)
-        if cut < 0:                               # one line longer than a piece: read on
+        if cut < 0:  # one line longer than a piece: read on
             carry = bytes(memoryview(buf)[:need])
             continue
-        carry = bytes(memoryview(buf)[cut + 1:need])
-        turn += 1                                 # the next piece goes to the next buffer
+        carry = bytes(memoryview(buf)[cut + 1 : need])
+        turn += 1  # the next piece goes to the next buffer
         yield _piece(buf, cut + 1, buffers)
 
 
@@ -159,7 +160,7 @@ def _line_starts(data: bytes | bytearray) -> np.ndarray:
             break
     starts = np.asarray(starts, dtype=np.int64)
     if len(starts) and starts[-1] == len(data):
-        starts = starts[:-1]          # the final newline does not start a line
+        starts = starts[:-1]  # the final newline does not start a line
     return np.concatenate([[0], starts, [len(data)]]).astype(np.int64)
 
 
@@ -184,8 +185,9 @@ def lines_table(data: bytes | bytearray, first: int) -> Lines:
     line_no = pa.array(np.arange(first, first + n, dtype=np.int64))
     batches = []
     for lo, hi in _batch_bounds(offsets):
-        batches.append(pa.RecordBatch.from_arrays([line_no.slice(lo, hi - lo), arr.slice(lo, hi - lo)],
-                                                  names=["line_no", "line"]))
+        batches.append(
+            pa.RecordBatch.from_arrays([line_no.slice(lo, hi - lo), arr.slice(lo, hi - lo)], names=["line_no", "line"])
+        )
     return Lines(pa.Table.from_batches(batches), first, n, rejects)
 
 
@@ -203,13 +205,13 @@ def _batch_bounds(offsets: np.ndarray) -> Iterator[tuple[int, int]]:
 def _blank_non_utf8(data: bytes | bytearray, offsets: np.ndarray, first: int) -> tuple[bytes, list[Reject]]:
     rejects, parts = [], []
     for i in range(len(offsets) - 1):
-        line = bytes(data[offsets[i]:offsets[i + 1]])
+        line = bytes(data[offsets[i] : offsets[i + 1]])
         try:
             line.decode("utf-8")
             parts.append(line)
         except UnicodeDecodeError as e:
             rejects.append(Reject(first + i, f"not UTF-8 text (byte {e.start + 1} of the line)"))
-            parts.append(b"\n" if line.endswith(b"\n") else b" ")   # keep the line count
+            parts.append(b"\n" if line.endswith(b"\n") else b" ")  # keep the line count
     return b"".join(parts), rejects
 
 
@@ -260,8 +262,8 @@ def new_connection():
 
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
-    con.execute("SET preserve_insertion_order = false")   # rows carry their line numbers
-    con.execute("SET enable_progress_bar = false")        # the CLI draws its own
+    con.execute("SET preserve_insertion_order = false")  # rows carry their line numbers
+    con.execute("SET enable_progress_bar = false")  # the CLI draws its own
     con.execute(f"CREATE OR REPLACE MACRO otlp_qs(x) AS {query_source_sql('x')}")
     con.execute(load_query("ingest/otlp_macros").sql)
     # request keys and disjoint buckets of the other agents' records (otlp_agents_*, otlp_genai_spans)

@@ -32,8 +32,19 @@ import pyarrow as pa
 
 from kvtrace.ingest.base import METRIC_POINT_SCHEMA, REQUEST_SCHEMA, Parsed, Reject, arrow_as
 from kvtrace.ingest.formats import GzipDamaged, damage_reason, open_text, read_whole
-from kvtrace.ingest.otlp_common import (CHUNK_BYTES, KEEP_BYTES, READ_STEP, Lines, connection, iter_chunks,
-                                         join_lines, lines_table, prefetch, retire_connection, searchable)
+from kvtrace.ingest.otlp_common import (
+    CHUNK_BYTES,
+    KEEP_BYTES,
+    READ_STEP,
+    Lines,
+    connection,
+    iter_chunks,
+    join_lines,
+    lines_table,
+    prefetch,
+    retire_connection,
+    searchable,
+)
 from kvtrace.ingest.resume import TAIL_BYTES, Start, fingerprint
 from kvtrace.store import load_query
 
@@ -43,11 +54,14 @@ from kvtrace.store import load_query
 # parse of a collector's small segment.
 # otlp_logs marks the lines with a Codex or Gemini CLI event for otlp_agents_logs, so a Claude
 # Code file is not searched again; the other agents' metrics and spans have their own queries.
-_SIGNALS = ((1, "ingest/otlp_logs", "otlp_log_rows", None), (2, "ingest/otlp_metrics", "otlp_metric_rows", None),
-            (4, "ingest/otlp_spans", "otlp_span_rows", None),
-            (1, "ingest/otlp_agents_logs", "otlp_agent_log_rows", "otlp_log_rows"),
-            (2, "ingest/otlp_agents_metrics", "otlp_agent_metric_rows", None),
-            (4, "ingest/otlp_genai_spans", "otlp_genai_span_rows", None))
+_SIGNALS = (
+    (1, "ingest/otlp_logs", "otlp_log_rows", None),
+    (2, "ingest/otlp_metrics", "otlp_metric_rows", None),
+    (4, "ingest/otlp_spans", "otlp_span_rows", None),
+    (1, "ingest/otlp_agents_logs", "otlp_agent_log_rows", "otlp_log_rows"),
+    (2, "ingest/otlp_agents_metrics", "otlp_agent_metric_rows", None),
+    (4, "ingest/otlp_genai_spans", "otlp_genai_span_rows", None),
+)
 _REQUEST_TABLES = {"otlp_log_rows", "otlp_span_rows", "otlp_agent_log_rows", "otlp_genai_span_rows"}
 _POINT_TABLES = {"otlp_metric_rows", "otlp_agent_metric_rows"}
 
@@ -99,7 +113,7 @@ def parse_small(paths: list[Path]) -> Parsed:
     rejects: list[Reject] = []
     datas: list[bytes] = []
     names: list[str] = []
-    firsts: list[int] = []          # each file's first line in the joined input
+    firsts: list[int] = []  # each file's first line in the joined input
     alone: list[Parsed] = []
     line = 1
     for p in paths:
@@ -133,17 +147,20 @@ def parse_small(paths: list[Path]) -> Parsed:
             rejects.append(Reject(n, r.reason, field=r.field, path=path))
         else:
             rejects.append(r)
-    out = Parsed(rejects=sorted(rejects, key=lambda r: (r.path or "", r.line or 0)),
-                 lines=joined.lines + sum(a.lines for a in alone))
+    out = Parsed(
+        rejects=sorted(rejects, key=lambda r: (r.path or "", r.line or 0)),
+        lines=joined.lines + sum(a.lines for a in alone),
+    )
     for part in [joined, *alone]:
-        out.unknown.update(dict(sorted(part.unknown.items())))     # the query's order varies
+        out.unknown.update(dict(sorted(part.unknown.items())))  # the query's order varies
     for name, schema in (("requests", REQUEST_SCHEMA), ("metric_points", METRIC_POINT_SCHEMA)):
         tables = [t for t in [getattr(joined, name)] if t is not None and t.num_rows]
         if tables:
             t = tables[0]
             origins = [":".join(map(str, where(int(w[1:])))) for w in t.column("ingested_from").to_pylist()]
-            tables[0] = t.set_column(t.schema.get_field_index("ingested_from"), "ingested_from",
-                                     pa.array(origins, pa.string()))
+            tables[0] = t.set_column(
+                t.schema.get_field_index("ingested_from"), "ingested_from", pa.array(origins, pa.string())
+            )
         tables += [t for a in alone if (t := getattr(a, name)) is not None and t.num_rows]
         setattr(out, name, pa.concat_tables(tables) if tables else schema.empty_table())
     return out
@@ -166,14 +183,13 @@ class _Piece(NamedTuple):
     """A chunk as numbered lines, and what the parse needs to know of it."""
 
     lines: Lines | None
-    problem: str | None          # what went wrong reading it (a damaged gzip stream)
+    problem: str | None  # what went wrong reading it (a damaged gzip stream)
     newline_end: bool
-    whole: int                   # bytes of its whole lines: all of it unless the last line is torn
-    whole_tail: bytes            # the last TAIL_BYTES of those
+    whole: int  # bytes of its whole lines: all of it unless the last line is torn
+    whole_tail: bytes  # the last TAIL_BYTES of those
 
 
-def _pieces(chunks: Iterator[tuple[bytes | bytearray | memoryview, str | None]], first: int = 1
-            ) -> Iterator[_Piece]:
+def _pieces(chunks: Iterator[tuple[bytes | bytearray | memoryview, str | None]], first: int = 1) -> Iterator[_Piece]:
     """Each chunk as a :class:`_Piece`, its lines numbered from ``first`` on."""
     for data, problem in chunks:
         lines = lines_table(data, first) if data else None
@@ -182,15 +198,15 @@ def _pieces(chunks: Iterator[tuple[bytes | bytearray | memoryview, str | None]],
         newline_end = data[-1:] == b"\n"
         base, end = searchable(data)
         whole = end if newline_end else base.rfind(b"\n", 0, end) + 1
-        yield _Piece(lines, problem, newline_end, whole, bytes(data[max(0, whole - TAIL_BYTES):whole]))
+        yield _Piece(lines, problem, newline_end, whole, bytes(data[max(0, whole - TAIL_BYTES) : whole]))
 
 
 @dataclass
 class _Book:
     """What the pieces read so far add up to."""
 
-    first: int                     # the next line's number
-    tail: bytes                    # the last TAIL_BYTES of whole lines
+    first: int  # the next line's number
+    tail: bytes  # the last TAIL_BYTES of whole lines
     whole_bytes: int = 0
     ends_with_newline: bool = True
     problems: list[Reject] = field(default_factory=list)
@@ -208,8 +224,13 @@ class _Book:
         return piece.lines
 
 
-def _parse(chunks: Iterator[tuple[bytes | bytearray | memoryview, str | None]], origin: str,
-           read_ahead: bool = False, first: int = 1, before: bytes = b"") -> Parsed:
+def _parse(
+    chunks: Iterator[tuple[bytes | bytearray | memoryview, str | None]],
+    origin: str,
+    read_ahead: bool = False,
+    first: int = 1,
+    before: bytes = b"",
+) -> Parsed:
     """Parse chunks of lines, piece by piece, on this thread's connection."""
     with connection() as con:
         parsed = _parse_pieces(con, chunks, origin, read_ahead, first, before)
@@ -243,13 +264,19 @@ def _parse_pieces(con, chunks, origin: str, read_ahead: bool, first: int, before
         parsed.rejects = sorted(book.problems + _rejects(con, torn), key=lambda r: r.line or 0)
         parsed.unknown = Counter({k: int(n) for k, n in con.execute(load_query("ingest/otlp_unknown").sql).fetchall()})
         params = {"origin": origin}
-        parsed.requests = (arrow_as(con.sql(load_query("ingest/otlp_requests").sql, params=params), REQUEST_SCHEMA)
-                           if any_requests else REQUEST_SCHEMA.empty_table())
-        parsed.metric_points = (arrow_as(con.sql(load_query("ingest/otlp_points").sql, params=params),
-                                         METRIC_POINT_SCHEMA) if any_points else METRIC_POINT_SCHEMA.empty_table())
+        parsed.requests = (
+            arrow_as(con.sql(load_query("ingest/otlp_requests").sql, params=params), REQUEST_SCHEMA)
+            if any_requests
+            else REQUEST_SCHEMA.empty_table()
+        )
+        parsed.metric_points = (
+            arrow_as(con.sql(load_query("ingest/otlp_points").sql, params=params), METRIC_POINT_SCHEMA)
+            if any_points
+            else METRIC_POINT_SCHEMA.empty_table()
+        )
     finally:
         if hasattr(pieces, "close"):
-            pieces.close()      # a read ahead in flight ends with the parse
+            pieces.close()  # a read ahead in flight ends with the parse
     return parsed
 
 
@@ -272,8 +299,9 @@ def _normalize(con, lines, made: set[str]) -> None:
         else:
             mask = np.zeros(lines.count, dtype=bool)
             if marked_in in made:
-                marked = con.execute(f"SELECT DISTINCT line_no FROM {marked_in} WHERE kind IS NULL AND line_no >= ?",
-                                     [lines.first]).fetchnumpy()["line_no"]
+                marked = con.execute(
+                    f"SELECT DISTINCT line_no FROM {marked_in} WHERE kind IS NULL AND line_no >= ?", [lines.first]
+                ).fetchnumpy()["line_no"]
                 mask[np.asarray(marked, dtype=np.int64) - lines.first] = True
         if not mask.any():
             continue
@@ -306,5 +334,3 @@ def _rejects(con, torn_line: int | None) -> list[Reject]:
             reason = "invalid JSON: the last line is torn (no newline at the end; was a writer interrupted?)"
         out.append(Reject(int(line), reason, fld))
     return out
-
-

@@ -44,8 +44,8 @@ class IngestSummary:
     """What one ``ingest`` call did (``--json`` prints it)."""
 
     files: int = 0
-    files_skipped: int = 0           # unchanged since a previous ingest
-    files_resumed: int = 0           # grown since a previous ingest: read from where it stopped
+    files_skipped: int = 0  # unchanged since a previous ingest
+    files_resumed: int = 0  # grown since a previous ingest: read from where it stopped
     requests_added: int = 0
     metric_points_added: int = 0
     block_requests_added: int = 0
@@ -54,18 +54,18 @@ class IngestSummary:
     # (a sidechain replay under a request id of its own: see queries/ingest/merge_fold.sql)
     requests_folded: int = 0
     lines_rejected: int = 0
-    rejects: list[str] = field(default_factory=list)   # first MAX_REPORTED_REJECTS, "file:line: reason"
+    rejects: list[str] = field(default_factory=list)  # first MAX_REPORTED_REJECTS, "file:line: reason"
     unknown_records: dict[str, int] = field(default_factory=dict)
     formats: dict[str, int] = field(default_factory=dict)
-    files_stored: int = 0            # files whose transaction committed (the counts above are theirs)
-    files_pending: list[str] = field(default_factory=list)   # the unit being read when the ingest stopped
+    files_stored: int = 0  # files whose transaction committed (the counts above are theirs)
+    files_pending: list[str] = field(default_factory=list)  # the unit being read when the ingest stopped
     # "path: reason" of what a walk or a glob found but could not read: not a regular file (a FIFO,
     # a device, a broken link), unreadable, empty, a damaged .gz; such files are not in the ledger
     skipped: list[str] = field(default_factory=list)
     # inputs that yielded nothing: a file whose every line was rejected, a folder or glob in
     # which no file was recognised (the CLI exits non-zero)
     yielded_nothing: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)   # e.g. a file that yielded nothing under --input-format
+    warnings: list[str] = field(default_factory=list)  # e.g. a file that yielded nothing under --input-format
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -73,8 +73,10 @@ class IngestSummary:
 
 # -- inputs --------------------------------------------------------------------------------------
 
-def expand_inputs(paths: Iterable[str | Path], stdin_dir: Path | None = None,
-                  walked: set[Path] | None = None) -> list[Path]:
+
+def expand_inputs(
+    paths: Iterable[str | Path], stdin_dir: Path | None = None, walked: set[Path] | None = None
+) -> list[Path]:
     """Files, folders (recursive), globs and ``-`` (stdin, copied to a temporary file).
 
     Files found by walking a folder are added to ``walked`` (when given): an unrecognized one
@@ -87,9 +89,13 @@ def expand_inputs(paths: Iterable[str | Path], stdin_dir: Path | None = None,
     return out
 
 
-def _expand(paths: Iterable[str | Path], stdin_dir: Path | None, walked: set[str],
-            groups: list | None = None,
-            unreadable: list | None = None) -> list[str | Path]:
+def _expand(
+    paths: Iterable[str | Path],
+    stdin_dir: Path | None,
+    walked: set[str],
+    groups: list | None = None,
+    unreadable: list | None = None,
+) -> list[str | Path]:
     """:func:`expand_inputs` with the files of walked folders as absolute path strings (in
     ``walked`` too): for a tree of thousands of files, Path objects cost several times the walk.
     ``groups``: gets ``(input, its files)`` of each folder and glob; ``unreadable``:
@@ -114,8 +120,10 @@ def _expand(paths: Iterable[str | Path], stdin_dir: Path | None, walked: set[str
             root, bad = str(p.resolve()), []
             found = walk(root, bad)
             if bad and bad[0][0] == root:
-                raise KvtraceError(f"{s}: cannot read the folder: {bad[0][1]}",
-                                   hint="check its permissions, or run as a user who can read it")
+                raise KvtraceError(
+                    f"{s}: cannot read the folder: {bad[0][1]}",
+                    hint="check its permissions, or run as a user who can read it",
+                )
             if unreadable is not None:
                 unreadable.extend(bad)
             out.extend(found)
@@ -126,20 +134,22 @@ def _expand(paths: Iterable[str | Path], stdin_dir: Path | None, walked: set[str
         elif any(c in s for c in "*?["):
             matches = sorted(Path(m) for m in glob.glob(os.path.expanduser(s), recursive=True))
             if not matches:
-                raise KvtraceError(f"{s}: no file matches", hint="check the pattern, or quote it so the shell does not expand it")
+                raise KvtraceError(
+                    f"{s}: no file matches", hint="check the pattern, or quote it so the shell does not expand it"
+                )
             found = _expand(matches, None, walked, None, unreadable)
             walked.update(found)
             out.extend(found)
             groups.append((s, found))
         elif os.path.lexists(p):
-            out.append(p)      # a FIFO, a device, a broken link: _stat says what it is
+            out.append(p)  # a FIFO, a device, a broken link: _stat says what it is
         else:
             raise KvtraceError(f"{s}: no such file or folder", hint="pass files, folders, globs or - for stdin")
     if inputs == 1:
-        return out             # one input names each file once
+        return out  # one input names each file once
     seen, unique = set(), []
     for p in out:
-        key = p if isinstance(p, str) else os.path.abspath(p)   # walked files are absolute already
+        key = p if isinstance(p, str) else os.path.abspath(p)  # walked files are absolute already
         if key not in seen:
             seen.add(key)
             unique.append(p)
@@ -163,12 +173,20 @@ def _stat(p: Path) -> tuple[str, int, int]:
         st = os.stat(p)
     except OSError as e:
         if isinstance(e, FileNotFoundError):
-            raise _NotReadable("a broken link (its target does not exist)" if os.path.islink(p)
-                               else "gone (removed while kvtrace ran)") from None
+            raise _NotReadable(
+                "a broken link (its target does not exist)" if os.path.islink(p) else "gone (removed while kvtrace ran)"
+            ) from None
         raise _NotReadable(f"cannot read: {e.strerror or e}") from None
     if not stat.S_ISREG(st.st_mode):
-        kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode)
-                else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a file")
+        kind = (
+            "a FIFO"
+            if stat.S_ISFIFO(st.st_mode)
+            else "a socket"
+            if stat.S_ISSOCK(st.st_mode)
+            else "a device"
+            if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+            else "not a file"
+        )
         raise _NotReadable(f"not a regular file ({kind})")
     if st.st_size == 0:
         raise _NotReadable(_EMPTY)
@@ -179,6 +197,7 @@ _NOT_READABLE_HINT = "kvtrace reads regular files; pipe a stream in with `kvtrac
 
 
 # -- merge ---------------------------------------------------------------------------------------
+
 
 def _merge(store: Store, parsed: Parsed, summary: IngestSummary) -> None:
     con = store.con
@@ -194,8 +213,11 @@ def _merge(store: Store, parsed: Parsed, summary: IngestSummary) -> None:
             else:
                 if name == "block_requests":
                     _check_block_size(store)
-                added = store.scalar(load_query("ingest/merge_points").sql if name == "metric_points" else
-                                     f"INSERT INTO {name} BY NAME SELECT * FROM staged_in ON CONFLICT DO NOTHING")
+                added = store.scalar(
+                    load_query("ingest/merge_points").sql
+                    if name == "metric_points"
+                    else f"INSERT INTO {name} BY NAME SELECT * FROM staged_in ON CONFLICT DO NOTHING"
+                )
                 setattr(summary, f"{name}_added", getattr(summary, f"{name}_added") + added)
                 summary.duplicates_skipped += n_in - added
         finally:
@@ -205,14 +227,19 @@ def _merge(store: Store, parsed: Parsed, summary: IngestSummary) -> None:
 def _check_block_size(store: Store) -> None:
     """A block trace read again with another block size (``--block-size``) would keep its stored
     rows and size without a word: refuse it."""
-    clash = store.query("SELECT s.trace, b.block_size, s.block_size, s.ingested_from FROM staged_in s "
-                        "JOIN block_requests b USING (trace, seq) WHERE b.block_size <> s.block_size LIMIT 1")
+    clash = store.query(
+        "SELECT s.trace, b.block_size, s.block_size, s.ingested_from FROM staged_in s "
+        "JOIN block_requests b USING (trace, seq) WHERE b.block_size <> s.block_size LIMIT 1"
+    )
     if clash:
         trace, stored, read, where = clash[0]
-        raise BadTraceInput(where.rpartition(":")[0], None,
-                            f"trace '{trace}' is stored with {stored} tokens per block, this read gives {read}",
-                            field="block_size", hint=f"ingest it into another warehouse (--db) to keep both, or "
-                                                     f"read it with --block-size {stored}")
+        raise BadTraceInput(
+            where.rpartition(":")[0],
+            None,
+            f"trace '{trace}' is stored with {stored} tokens per block, this read gives {read}",
+            field="block_size",
+            hint=f"ingest it into another warehouse (--db) to keep both, or read it with --block-size {stored}",
+        )
 
 
 def _merge_requests(store: Store, table) -> tuple[int, int]:
@@ -225,7 +252,8 @@ def _merge_requests(store: Store, table) -> tuple[int, int]:
     staged = _stage_unique(store, table)
     folded = 0
     if store.scalar(
-            "CREATE OR REPLACE TEMP VIEW staged AS SELECT * FROM " + staged + ";\n" + load_query("ingest/merge_match").sql):
+        "CREATE OR REPLACE TEMP VIEW staged AS SELECT * FROM " + staged + ";\n" + load_query("ingest/merge_match").sql
+    ):
         before = store.scalar("SELECT count(*) FROM requests")
         store.run(load_query("ingest/merge_requests").sql)
         folded = _fold_copies(store)
@@ -241,11 +269,13 @@ def _fold_copies(store: Store) -> int:
     until none is left (each round removes a row, so this ends). Returns the rows folded."""
     if not store.scalar(load_query("ingest/merge_fold").sql):
         return 0
-    copies = store.con.sql("SELECT * FROM requests WHERE request_key IN (SELECT request_key FROM fold_out)").to_arrow_table()
+    copies = store.con.sql(
+        "SELECT * FROM requests WHERE request_key IN (SELECT request_key FROM fold_out)"
+    ).to_arrow_table()
     store.run("DELETE FROM requests WHERE request_key IN (SELECT request_key FROM fold_out)")
     store.con.register("staged_in", copies)
     added, folded = _merge_requests(store, copies)
-    return copies.num_rows - added + folded     # the copies that merged, and what folding them folded
+    return copies.num_rows - added + folded  # the copies that merged, and what folding them folded
 
 
 # Up to this many staged rows, uniqueness is checked in Python: a statement costs more.
@@ -265,8 +295,10 @@ def _stage_unique(store: Store, table) -> str:
         # count(DISTINCT x) = count(*) in SQL: a NULL key makes the batch "not unique" there too
         unique = None not in keys and len(set(keys)) == len(keys) and len(set(ids)) == len(ids)
     else:
-        unique = store.scalar("SELECT count(DISTINCT request_key) = count(*) "
-                              "AND count(DISTINCT coalesce(message_id, request_key)) = count(*) FROM staged_in")
+        unique = store.scalar(
+            "SELECT count(DISTINCT request_key) = count(*) "
+            "AND count(DISTINCT coalesce(message_id, request_key)) = count(*) FROM staged_in"
+        )
     if unique:
         return "staged_in"
     store.run(load_query("ingest/merge_dedup").sql)
@@ -276,20 +308,34 @@ def _stage_unique(store: Store, table) -> str:
 def _record_rejects(parsed: Parsed, default_path: str, summary: IngestSummary, strict: bool) -> None:
     if parsed.rejects and strict:
         r: Reject = parsed.rejects[0]
-        raise BadTraceInput(r.path or default_path, r.line, r.reason, field=r.field,
-                            hint="fix or remove the line, or ingest without --strict to skip bad lines")
+        raise BadTraceInput(
+            r.path or default_path,
+            r.line,
+            r.reason,
+            field=r.field,
+            hint="fix or remove the line, or ingest without --strict to skip bad lines",
+        )
     summary.lines_rejected += len(parsed.rejects)
     room = MAX_REPORTED_REJECTS - len(summary.rejects)
-    summary.rejects.extend(r.describe(default_path) for r in parsed.rejects[:max(room, 0)])
+    summary.rejects.extend(r.describe(default_path) for r in parsed.rejects[: max(room, 0)])
     for kind, n in parsed.unknown.items():
         summary.unknown_records[kind] = summary.unknown_records.get(kind, 0) + n
 
 
 # -- driver --------------------------------------------------------------------------------------
 
-def ingest(store: Store, paths: Iterable[str | Path], *, format: str | None = None,
-           strict: bool = False, progress: bool = False, force: bool = False,
-           summary: IngestSummary | None = None, block_size: int | None = None) -> IngestSummary:
+
+def ingest(
+    store: Store,
+    paths: Iterable[str | Path],
+    *,
+    format: str | None = None,
+    strict: bool = False,
+    progress: bool = False,
+    force: bool = False,
+    summary: IngestSummary | None = None,
+    block_size: int | None = None,
+) -> IngestSummary:
     """Ingest files, folders, globs or ``-`` into ``store``.
 
     Args:
@@ -312,32 +358,44 @@ def ingest(store: Store, paths: Iterable[str | Path], *, format: str | None = No
     summary = IngestSummary() if summary is None else summary
     forced = get_format(format) if format else None
     paths = list(paths)
-    with (tempfile.TemporaryDirectory(prefix="kvtrace-") if any(str(p) == "-" for p in paths)
-          else contextlib.nullcontext()) as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="kvtrace-")
+        if any(str(p) == "-" for p in paths)
+        else contextlib.nullcontext()
+    ) as tmp:
         _ingest_files(store, paths, Path(tmp) if tmp else None, forced, strict, progress, force, summary, block_size)
     if summary.requests_added + summary.metric_points_added + summary.block_requests_added >= ROW_GROUP_ROWS:
         store.checkpoint_bulk()
     return summary
 
 
-def _ingest_files(store: Store, paths: list, stdin_dir: Path | None, forced, strict: bool, progress: bool,
-                  force: bool, summary: IngestSummary, block_size: int | None = None) -> None:
+def _ingest_files(
+    store: Store,
+    paths: list,
+    stdin_dir: Path | None,
+    forced,
+    strict: bool,
+    progress: bool,
+    force: bool,
+    summary: IngestSummary,
+    block_size: int | None = None,
+) -> None:
     walked: set[str] = set()
     groups: list[tuple[str, list]] = []
     unreadable: list[tuple[str, str]] = []
     files = _expand(paths, stdin_dir, walked, groups, unreadable)
     summary.files = len(files)
     summary.skipped.extend(f"{folder}: cannot read the folder: {why}" for folder, why in unreadable)
-    found: set[str] = set()      # files recognised (or unchanged): a folder or glob without any says so
+    found: set[str] = set()  # files recognised (or unchanged): a folder or glob without any says so
     # Files a walk found unrecognizable are in the ledger too (format 'unrecognized'), so a
     # repeat does not sniff them again; forcing a format reads them after all. A file is
     # skipped only if it was read under the format this ingest would read it as (a read under
     # a wrong --input-format does not hide it from a plain ingest).
     ledger = {} if force else read_ledger(store)
-    known = None if force else ledger    # every ledger row there is, when it was read
+    known = None if force else ledger  # every ledger row there is, when it was read
     todo: dict[str, list[tuple[Path, tuple]]] = {}
     unrecognized: list[tuple[Path, tuple]] = []
-    starts: dict[str, resume.Start] = {}        # grown files: where to read from
+    starts: dict[str, resume.Start] = {}  # grown files: where to read from
     for p in files:
         was_walked = p in walked
         try:
@@ -351,8 +409,13 @@ def _ingest_files(store: Store, paths: list, stdin_dir: Path | None, forced, str
             continue
         was = ledger.get(st, {})
         detected = [f for f, by_flag in was.items() if not by_flag]
-        if forced is not None and forced.name in was or forced is None and detected and (
-                detected[0] != "unrecognized" or was_walked):
+        if (
+            forced is not None
+            and forced.name in was
+            or forced is None
+            and detected
+            and (detected[0] != "unrecognized" or was_walked)
+        ):
             summary.files_skipped += 1
             if forced is None and detected[0] == "unrecognized":
                 summary.unknown_records["file:unrecognized"] = summary.unknown_records.get("file:unrecognized", 0) + 1
@@ -370,14 +433,14 @@ def _ingest_files(store: Store, paths: list, stdin_dir: Path | None, forced, str
         except UnknownFormat as e:
             if not was_walked:
                 raise
-            if e.hint == LFS_HINT:       # the trace is missing, not a stray file: say so each time
+            if e.hint == LFS_HINT:  # the trace is missing, not a stray file: say so each time
                 summary.skipped.append(f"{p}: {e.hint}")
                 continue
             # e.g. ~/.codex/history.jsonl beside the sessions: not telemetry, not an error
             summary.unknown_records["file:unrecognized"] = summary.unknown_records.get("file:unrecognized", 0) + 1
             unrecognized.append((p, st))
             continue
-        if name in was:              # read before under an --input-format that is the detected one
+        if name in was:  # read before under an --input-format that is the detected one
             summary.files_skipped += 1
             found.add(st[0])
             continue
@@ -392,8 +455,10 @@ def _ingest_files(store: Store, paths: list, stdin_dir: Path | None, forced, str
         if not any((m if isinstance(m, str) else os.path.abspath(m)) in found for m in members):
             summary.yielded_nothing.append(
                 f"{label}: no file was recognised among its {len(members)} files (see the skipped ones above; "
-                f"force a format with --input-format if they are telemetry)" if members else
-                f"{label}: no .jsonl, .json or .ndjson files (.gz too) in it")
+                f"force a format with --input-format if they are telemetry)"
+                if members
+                else f"{label}: no .jsonl, .json or .ndjson files (.gz too) in it"
+            )
     units = _units(todo, starts)
     total = sum(st[1] for _, group in units for _, st in group)
     # Unrecognized files go into the ledger with the last unit (one transaction less).
@@ -404,9 +469,18 @@ def _ingest_files(store: Store, paths: list, stdin_dir: Path | None, forced, str
         for i, (fmt_name, group) in enumerate(units):
             summary.files_pending = [str(p) for p, _ in group]
             reading.unit(group, done)
-            stored = _ingest_unit(store, get_format(fmt_name), group, summary, strict,
-                                  pending if i == len(units) - 1 else [], known, starts,
-                                  forced is not None, block_size)
+            stored = _ingest_unit(
+                store,
+                get_format(fmt_name),
+                group,
+                summary,
+                strict,
+                pending if i == len(units) - 1 else [],
+                known,
+                starts,
+                forced is not None,
+                block_size,
+            )
             summary.files_pending = []
             summary.files_stored += stored
             done += sum(st[1] for _, st in group)
@@ -420,8 +494,9 @@ def _now():
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
-def _units(todo: dict[str, list[tuple[Path, tuple]]],
-           starts: dict[str, resume.Start]) -> list[tuple[str, list[tuple[Path, tuple]]]]:
+def _units(
+    todo: dict[str, list[tuple[Path, tuple]]], starts: dict[str, resume.Start]
+) -> list[tuple[str, list[tuple[Path, tuple]]]]:
     """Split work into transactions: one per file, or size-capped batches for batch parsers and
     for the small files of a format that reads them together (not those resumed: read alone)."""
     units = []
@@ -453,9 +528,18 @@ def _batches(items: list, max_bytes: int, max_files: int | None = None) -> list[
     return out
 
 
-def _ingest_unit(store: Store, fmt, group, summary: IngestSummary, strict: bool, also: list[tuple],
-                 known: dict | None, starts: dict[str, resume.Start],
-                 forced: bool = False, block_size: int | None = None) -> int:
+def _ingest_unit(
+    store: Store,
+    fmt,
+    group,
+    summary: IngestSummary,
+    strict: bool,
+    also: list[tuple],
+    known: dict | None,
+    starts: dict[str, resume.Start],
+    forced: bool = False,
+    block_size: int | None = None,
+) -> int:
     """Parse one unit and merge it in one transaction, with its ledger rows (and ``also``'s).
     ``forced``: read under ``--input-format``; a file that yields nothing then is a warning.
     ``block_size``: given to the parsers of block-hash traces.
@@ -463,7 +547,7 @@ def _ingest_unit(store: Store, fmt, group, summary: IngestSummary, strict: bool,
     paths = [p for p, _ in group]
     if fmt.batch:
         parsed: Parsed = fmt.load()(paths)
-    elif len(group) > 1:             # small files read together (see _units)
+    elif len(group) > 1:  # small files read together (see _units)
         try:
             parsed = fmt.load(small=True)(paths)
         except Exception:
@@ -471,11 +555,24 @@ def _ingest_unit(store: Store, fmt, group, summary: IngestSummary, strict: bool,
         if parsed is None or strict and parsed.rejects:
             # A problem: file by file, as without batching: the files before the bad one are
             # stored, and its error is raised as it would be alone.
-            return sum(_ingest_unit(store, fmt, [item], summary, strict, also if k == len(group) - 1 else [],
-                                    known, starts, forced, block_size) for k, item in enumerate(group))
+            return sum(
+                _ingest_unit(
+                    store,
+                    fmt,
+                    [item],
+                    summary,
+                    strict,
+                    also if k == len(group) - 1 else [],
+                    known,
+                    starts,
+                    forced,
+                    block_size,
+                )
+                for k, item in enumerate(group)
+            )
     elif group[0][1][0] in starts:
         parsed = fmt.load()(paths[0], start=starts[group[0][1][0]])
-    elif fmt.name in BLOCK_FORMATS:     # DuckDB is loaded here: its reader is the faster one
+    elif fmt.name in BLOCK_FORMATS:  # DuckDB is loaded here: its reader is the faster one
         parsed = fmt.load()(paths[0], block_size=block_size, engine="duckdb")
     else:
         parsed = fmt.load()(paths[0])
@@ -487,21 +584,32 @@ def _ingest_unit(store: Store, fmt, group, summary: IngestSummary, strict: bool,
         summary.yielded_nothing.extend(_barren_message(p, parsed) for p in barren)
         group = [item for item in group if str(item[0]) not in barren]
     now = _now()
-    before = (summary.requests_added, summary.metric_points_added, summary.block_requests_added,
-              summary.duplicates_skipped)
+    before = (
+        summary.requests_added,
+        summary.metric_points_added,
+        summary.block_requests_added,
+        summary.duplicates_skipped,
+    )
     # unordered outside the transaction: its RESET must not run inside a failed one (refused there)
     try:
         with store.unordered(), store.transaction():
             _merge(store, parsed, summary)
-            added = (summary.requests_added - before[0]) + (summary.metric_points_added - before[1]) \
+            added = (
+                (summary.requests_added - before[0])
+                + (summary.metric_points_added - before[1])
                 + (summary.block_requests_added - before[2])
+            )
             dups = summary.duplicates_skipped - before[3]
             rows = _ledger_rows(group, fmt.name, now, added, dups, len(parsed.rejects), parsed, forced) + also
             _record_files(store, rows, known)
     except BaseException:
         # rolled back: the summary counts only what is stored
-        (summary.requests_added, summary.metric_points_added, summary.block_requests_added,
-         summary.duplicates_skipped) = before
+        (
+            summary.requests_added,
+            summary.metric_points_added,
+            summary.block_requests_added,
+            summary.duplicates_skipped,
+        ) = before
         raise
     summary.formats[fmt.name] = summary.formats.get(fmt.name, 0) + len(group)
     summary.warnings.extend(parsed.warnings)
@@ -542,7 +650,7 @@ def _warn_silent(paths: list[Path], parsed: Parsed, fmt_name: str, summary: Inge
     """A warning for each file that gave neither a row, a rejected line nor a counted record
     under a forced format: most likely the wrong one."""
     if parsed.unknown:
-        return                       # counted records cannot be told apart by file
+        return  # counted records cannot be told apart by file
     if len(paths) == 1:
         heard = {str(paths[0])} if (parsed.tables() or parsed.rejects) else set()
     else:
@@ -554,23 +662,41 @@ def _warn_silent(paths: list[Path], parsed: Parsed, fmt_name: str, summary: Inge
             seen = f" (it looks like {sniff(p)})"
         except UnknownFormat:
             seen = ""
-        summary.warnings.append(f"{p}: nothing read as {fmt_name}{seen}; check --input-format, or ingest without it "
-                                "to detect the format")
+        summary.warnings.append(
+            f"{p}: nothing read as {fmt_name}{seen}; check --input-format, or ingest without it to detect the format"
+        )
 
 
-def _ledger_rows(group, fmt_name: str, now, added: int, dups: int, rejected: int,
-                 parsed: Parsed | None = None, forced: bool = False) -> list[tuple]:
+def _ledger_rows(
+    group, fmt_name: str, now, added: int, dups: int, rejected: int, parsed: Parsed | None = None, forced: bool = False
+) -> list[tuple]:
     """``ingested_files`` rows of a unit's files; a batch's counts are booked on its first file.
     A parser that can resume a grown file says how far it read (``resume``)."""
     reach = (None, None, None)
     if parsed is not None and parsed.read_to is not None and len(group) == 1:
         reach = (parsed.read_to, parsed.lines_read, parsed.tail_sha256)
-    return [(st[0], st[1], st[2], fmt_name, now, added, dups, rejected) + reach + (forced,) if i == 0 else
-            (st[0], st[1], st[2], fmt_name, now, 0, 0, 0, None, None, None, forced) for i, (_, st) in enumerate(group)]
+    return [
+        (st[0], st[1], st[2], fmt_name, now, added, dups, rejected) + reach + (forced,)
+        if i == 0
+        else (st[0], st[1], st[2], fmt_name, now, 0, 0, 0, None, None, None, forced)
+        for i, (_, st) in enumerate(group)
+    ]
 
 
-_LEDGER_COLUMNS = ("path", "size", "mtime_ns", "format", "ingested_at", "rows_added", "duplicates", "lines_rejected",
-                   "read_to", "lines_read", "tail_sha256", "forced")
+_LEDGER_COLUMNS = (
+    "path",
+    "size",
+    "mtime_ns",
+    "format",
+    "ingested_at",
+    "rows_added",
+    "duplicates",
+    "lines_rejected",
+    "read_to",
+    "lines_read",
+    "tail_sha256",
+    "forced",
+)
 # Up to this many ledger rows go in as statement parameters; more as one Arrow table (a batch
 # can hold thousands of small transcript files).
 _LEDGER_PARAM_ROWS = 64
@@ -623,8 +749,15 @@ def _progress(enabled: bool):
     console = Console(stderr=True)
     if not console.is_terminal:
         return _NoBar()
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                    TimeRemainingColumn(), console=console, transient=True)
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+    )
 
 
 class _Reading:
@@ -640,9 +773,9 @@ class _Reading:
         self.bar = bar
         self.task = bar.add_task("ingest", total=total or 1)
         self.lock = threading.Lock()
-        self.files: dict[str, int] = {}          # real path -> size, of the unit being read
-        self.read: dict[str, int] = {}           # real path -> furthest offset seen
-        self.base = 0                            # bytes of the units before
+        self.files: dict[str, int] = {}  # real path -> size, of the unit being read
+        self.read: dict[str, int] = {}  # real path -> furthest offset seen
+        self.base = 0  # bytes of the units before
         self.stop = threading.Event()
         self.thread = None
         if not isinstance(bar, _NoBar) and os.path.isdir("/proc/self/fdinfo"):
@@ -689,7 +822,7 @@ class _Reading:
                     open_now[target] = max(open_now.get(target, 0), pos)
                 for path in self.read:
                     if path not in open_now:
-                        self.read[path] = self.files[path]     # opened before and closed: read whole
+                        self.read[path] = self.files[path]  # opened before and closed: read whole
                 for path, pos in open_now.items():
                     self.read[path] = max(self.read.get(path, 0), min(pos, self.files[path]))
                 self.bar.update(self.task, completed=self.base + sum(self.read.values()))

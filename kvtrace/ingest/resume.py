@@ -51,5 +51,5 @@ def point(store: Store, fmt_name: str, st: tuple[str, int, int]) -> Start | None
     except OSError:
         return None
     if fingerprint(before) != digest:
-        return None                   # not the bytes that were read: rewritten, not grown
+        return None  # not the bytes that were read: rewritten, not grown
     return Start(read_to, lines_read + 1, before)

@@ -59,5 +59,5 @@ def _list(folder: str, unreadable: list | None = None) -> list[tuple[str, bool]]
             unreadable.append((folder, e.strerror or str(e)))
         return []
     out.sort()
-    base = folder.rstrip(os.sep) + os.sep      # "/" gives "/name"
+    base = folder.rstrip(os.sep) + os.sep  # "/" gives "/name"
     return [(base + name, is_dir) for name, is_dir in out]

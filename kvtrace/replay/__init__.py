@@ -13,13 +13,33 @@ from kvtrace.replay.size import size_calc
 from kvtrace.replay.tiers import TierSet, load_tiers, preset_names
 from kvtrace.replay.ttft import TTFTConfig
 
-__all__ = ["KVModel", "ReplayResult", "TTFTConfig", "TierSet", "catalog_names", "default_capacities",
-           "load_model", "load_tiers", "preset_names", "replay", "resolve_model", "size_calc", "tiers_report",
-           "dram_fill_time"]
+__all__ = [
+    "KVModel",
+    "ReplayResult",
+    "TTFTConfig",
+    "TierSet",
+    "catalog_names",
+    "default_capacities",
+    "load_model",
+    "load_tiers",
+    "preset_names",
+    "replay",
+    "resolve_model",
+    "size_calc",
+    "tiers_report",
+    "dram_fill_time",
+]
 
 
-def tiers_report(trace, tiers: str | TierSet, model: str | KVModel | None = None, ttls=None, capacities=None,
-                 tier_ttl: float | None = None, ttft: TTFTConfig | None = None) -> dict:
+def tiers_report(
+    trace,
+    tiers: str | TierSet,
+    model: str | KVModel | None = None,
+    ttls=None,
+    capacities=None,
+    tier_ttl: float | None = None,
+    ttft: TTFTConfig | None = None,
+) -> dict:
     """The report's ``tiers`` section for a block trace (see ``ReplayResult.tiers_section``).
 
     Args:
@@ -34,13 +54,25 @@ def tiers_report(trace, tiers: str | TierSet, model: str | KVModel | None = None
     m = resolve_model(model) if isinstance(model, str) else model
     asked = [*(ttls or []), *([tier_ttl] if tier_ttl is not None else [])]
     grid_ttls = list(dict.fromkeys([*asked, None])) if asked else None
-    res = replay(trace, capacities=list(capacities) if capacities else None, ttls=grid_ttls, model=m, tiers=ts,
-                 tier_ttl=tier_ttl, ttft=ttft)
+    res = replay(
+        trace,
+        capacities=list(capacities) if capacities else None,
+        ttls=grid_ttls,
+        model=m,
+        tiers=ts,
+        tier_ttl=tier_ttl,
+        ttft=ttft,
+    )
     return res.tiers_section()
 
 
-def dram_fill_time(trace, model: str | KVModel = "MiniMax-M2.7:fp8", tiers: str | TierSet = "seed-testbed",
-                   tier: str = "DRAM", tier_ttl: float | None = None) -> dict:
+def dram_fill_time(
+    trace,
+    model: str | KVModel = "MiniMax-M2.7:fp8",
+    tiers: str | TierSet = "seed-testbed",
+    tier: str = "DRAM",
+    tier_ttl: float | None = None,
+) -> dict:
     """When a tier of a hierarchy first fills under a workload (the seed scenario's question).
 
     Returns:
@@ -52,8 +84,21 @@ def dram_fill_time(trace, model: str | KVModel = "MiniMax-M2.7:fp8", tiers: str 
     res = replay(trace, capacities=[None], ttls=[None], model=m, tiers=ts, tier_ttl=tier_ttl)
     for t in res.tiers["tiers"]:
         if t["name"].lower() == tier.lower():
-            keep = ("name", "capacity_bytes", "capacity_tokens", "depth_tokens", "first_full_s", "fills_at",
-                    "write_bytes_per_s_mean", "write_bytes_per_s_peak", "hit_ratio_tokens")
-            return {k: t[k] for k in keep} | {"span_s": res.tiers["span_s"], "model": m.name,
-                                               "kv_dtype": m.kv_dtype, "tiers": ts.name}
+            keep = (
+                "name",
+                "capacity_bytes",
+                "capacity_tokens",
+                "depth_tokens",
+                "first_full_s",
+                "fills_at",
+                "write_bytes_per_s_mean",
+                "write_bytes_per_s_peak",
+                "hit_ratio_tokens",
+            )
+            return {k: t[k] for k in keep} | {
+                "span_s": res.tiers["span_s"],
+                "model": m.name,
+                "kv_dtype": m.kv_dtype,
+                "tiers": ts.name,
+            }
     raise KeyError(f"no tier named {tier!r} in {ts.name}")

@@ -26,8 +26,18 @@ import numpy as np
 
 from kvtrace.errors import ConfigError
 
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1,
-               "fp8_e5m2": 1, "int8": 1, "fp32": 4, "float32": 4}
+DTYPE_BYTES = {
+    "bf16": 2,
+    "fp16": 2,
+    "bfloat16": 2,
+    "float16": 2,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "int8": 1,
+    "fp32": 4,
+    "float32": 4,
+}
 
 
 @dataclass(frozen=True)
@@ -36,7 +46,7 @@ class KVModel:
 
     name: str
     layers: int
-    attention: str = "gqa"             # "gqa" (also MHA) or "mla"
+    attention: str = "gqa"  # "gqa" (also MHA) or "mla"
     kv_heads: int = 0
     head_dim: int = 0
     kv_lora_rank: int = 0
@@ -55,8 +65,8 @@ class KVModel:
     linear_conv_kernel: int = 0
     params_total: float | None = None
     params_active: float | None = None
-    experts: int = 0                   # routed experts per MoE layer (0: a dense model)
-    experts_active: int = 0            # experts each token is routed to (top-k)
+    experts: int = 0  # routed experts per MoE layer (0: a dense model)
+    experts_active: int = 0  # experts each token is routed to (top-k)
     expert_params: float | None = None  # parameters of all routed experts together
     weight_bytes: float = 2.0
     kv_dtype: str = "bf16"
@@ -94,8 +104,8 @@ class KVModel:
             return 0
         temporal = self.linear_value_heads * self.linear_key_head_dim * self.linear_value_head_dim
         conv = max(self.linear_conv_kernel - 1, 0) * (
-            2 * self.linear_key_heads * self.linear_key_head_dim
-            + self.linear_value_heads * self.linear_value_head_dim)
+            2 * self.linear_key_heads * self.linear_key_head_dim + self.linear_value_heads * self.linear_value_head_dim
+        )
         return self.linear_layers * (temporal + conv) * self.state_dtype_bytes
 
     def bytes_per_block(self, block_size: int) -> int:
@@ -118,8 +128,10 @@ class KVModel:
         """
         n = np.asarray(n, dtype=np.float64)
         if self.params_active is None:
-            raise ConfigError(f"model {self.name} has no parameter count",
-                              hint="pick a catalog model, or use a prefill rate (--prefill-rate)")
+            raise ConfigError(
+                f"model {self.name} has no parameter count",
+                hint="pick a catalog model, or use a prefill rate (--prefill-rate)",
+            )
         if self.attention == "mla":
             pair = 2 * self.attention_heads * (self.qk_nope_head_dim + self.qk_rope_head_dim + self.v_head_dim)
         else:
@@ -134,9 +146,13 @@ class KVModel:
 
     def to_dict(self, block_size: int | None = None) -> dict:
         d = asdict(self)
-        d.update(bytes_per_token=self.bytes_per_token, full_layers=self.full_layers,
-                 sliding_bytes_per_seq=self.sliding_bytes_per_seq,
-                 state_bytes_per_seq=self.state_bytes_per_seq, weights_bytes=self.weights_bytes)
+        d.update(
+            bytes_per_token=self.bytes_per_token,
+            full_layers=self.full_layers,
+            sliding_bytes_per_seq=self.sliding_bytes_per_seq,
+            state_bytes_per_seq=self.state_bytes_per_seq,
+            weights_bytes=self.weights_bytes,
+        )
         if block_size:
             d["block_size"] = block_size
             d["bytes_per_block"] = self.bytes_per_block(block_size)
@@ -182,8 +198,9 @@ def load_model(spec: str, kv_dtype: str = "bf16") -> KVModel:
         path = path / "config.json"
     if path.suffix == ".json" or path.exists():
         return replace(model_from_hf_config(path), kv_dtype=dtype)
-    raise ConfigError(f"unknown model {spec!r}",
-                      hint="use one of " + ", ".join(catalog_names()) + ", or a config.json path")
+    raise ConfigError(
+        f"unknown model {spec!r}", hint="use one of " + ", ".join(catalog_names()) + ", or a config.json path"
+    )
 
 
 def _split_dtype(spec: str) -> tuple[str, str | None]:
@@ -206,8 +223,10 @@ def model_spec(model: str, kv_dtype: str | None = None) -> str:
     if kv_dtype is not None and kv_dtype.lower() not in DTYPE_BYTES:
         raise ConfigError(f"unknown KV dtype {kv_dtype!r}", hint="use " + " or ".join(DTYPE_BYTES))
     if suffix and kv_dtype and kv_dtype.lower() != suffix:
-        raise ConfigError(f"--model {model} says {suffix}, --kv-dtype says {kv_dtype}",
-                          hint=f"give the dtype once: --model {name}:{kv_dtype.lower()}, or drop --kv-dtype")
+        raise ConfigError(
+            f"--model {model} says {suffix}, --kv-dtype says {kv_dtype}",
+            hint=f"give the dtype once: --model {name}:{kv_dtype.lower()}, or drop --kv-dtype",
+        )
     dtype = suffix or (kv_dtype.lower() if kv_dtype else None)
     return f"{name}:{dtype}" if dtype else name
 
@@ -225,23 +244,35 @@ def model_from_hf_config(path: str | Path) -> KVModel:
     try:
         cfg = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as e:
-        raise ConfigError(f"{path}: cannot read the model config: {e}",
-                          hint="pass a Hugging Face config.json or a catalog model name") from e
+        raise ConfigError(
+            f"{path}: cannot read the model config: {e}", hint="pass a Hugging Face config.json or a catalog model name"
+        ) from e
     cfg = cfg.get("text_config", cfg) if isinstance(cfg, dict) else {}
     layers = cfg.get("num_hidden_layers")
     heads = cfg.get("num_attention_heads")
     if not isinstance(layers, int) or not isinstance(heads, int):
-        raise ConfigError(f"{path}: field 'num_hidden_layers'/'num_attention_heads' missing",
-                          hint="is this a decoder model's config.json?")
+        raise ConfigError(
+            f"{path}: field 'num_hidden_layers'/'num_attention_heads' missing",
+            hint="is this a decoder model's config.json?",
+        )
     hidden = int(cfg.get("hidden_size") or 0)
-    kw: dict = dict(name=str(cfg.get("_name_or_path") or path.parent.name or path.stem), layers=layers,
-                    attention_heads=heads, hidden_size=hidden, source=str(path),
-                    params_total=cfg.get("num_parameters"), params_active=cfg.get("num_parameters"))
+    kw: dict = dict(
+        name=str(cfg.get("_name_or_path") or path.parent.name or path.stem),
+        layers=layers,
+        attention_heads=heads,
+        hidden_size=hidden,
+        source=str(path),
+        params_total=cfg.get("num_parameters"),
+        params_active=cfg.get("num_parameters"),
+    )
     if cfg.get("kv_lora_rank"):
-        kw.update(attention="mla", kv_lora_rank=int(cfg["kv_lora_rank"]),
-                  qk_rope_head_dim=int(cfg.get("qk_rope_head_dim", 64)),
-                  qk_nope_head_dim=int(cfg.get("qk_nope_head_dim", 128)),
-                  v_head_dim=int(cfg.get("v_head_dim", 128)))
+        kw.update(
+            attention="mla",
+            kv_lora_rank=int(cfg["kv_lora_rank"]),
+            qk_rope_head_dim=int(cfg.get("qk_rope_head_dim", 64)),
+            qk_nope_head_dim=int(cfg.get("qk_nope_head_dim", 128)),
+            v_head_dim=int(cfg.get("v_head_dim", 128)),
+        )
     else:
         head_dim = cfg.get("head_dim") or (hidden // heads if heads else 0)
         kw.update(kv_heads=int(cfg.get("num_key_value_heads") or heads), head_dim=int(head_dim))
@@ -251,11 +282,13 @@ def model_from_hf_config(path: str | Path) -> KVModel:
     if kw["sliding_layers"]:
         kw["sliding_window"] = int(cfg.get("sliding_window") or 0)
     if kw["linear_layers"]:
-        kw.update(linear_key_heads=int(cfg.get("linear_num_key_heads", 0)),
-                  linear_value_heads=int(cfg.get("linear_num_value_heads", 0)),
-                  linear_key_head_dim=int(cfg.get("linear_key_head_dim", 0)),
-                  linear_value_head_dim=int(cfg.get("linear_value_head_dim", 0)),
-                  linear_conv_kernel=int(cfg.get("linear_conv_kernel_dim", 0)))
+        kw.update(
+            linear_key_heads=int(cfg.get("linear_num_key_heads", 0)),
+            linear_value_heads=int(cfg.get("linear_num_value_heads", 0)),
+            linear_key_head_dim=int(cfg.get("linear_key_head_dim", 0)),
+            linear_value_head_dim=int(cfg.get("linear_value_head_dim", 0)),
+            linear_conv_kernel=int(cfg.get("linear_conv_kernel_dim", 0)),
+        )
     return KVModel(**kw)
 
 
@@ -263,9 +296,11 @@ def _layer_kinds(cfg: dict, layers: int) -> list[str]:
     """Per layer: "full", "sliding" or "linear", from whichever field the config uses."""
     types = cfg.get("layer_types")
     if isinstance(types, list) and len(types) == layers:
-        return ["sliding" if "sliding" in str(t) else "linear" if "linear" in str(t) or "mamba" in str(t)
-                else "full" for t in types]
-    attn = cfg.get("attn_type_list")        # MiniMax: 1 = softmax attention, 0 = lightning (linear)
+        return [
+            "sliding" if "sliding" in str(t) else "linear" if "linear" in str(t) or "mamba" in str(t) else "full"
+            for t in types
+        ]
+    attn = cfg.get("attn_type_list")  # MiniMax: 1 = softmax attention, 0 = lightning (linear)
     if isinstance(attn, list) and len(attn) == layers:
         return ["full" if int(a) == 1 else "linear" for a in attn]
     interval = cfg.get("full_attention_interval")

@@ -35,8 +35,8 @@ from kvtrace.analyze.blocktrace import BlockTrace
 from kvtrace.analyze.working_set import TIME_BUCKETS, time_buckets
 from kvtrace.errors import BadTraceInput
 
-NO_TTL = 1 << 62                 # a TTL in µs that never expires anything
-NUMPY_MAX_BLOCKS = 3_000_000     # above this, the compiled engine pays for its start-up
+NO_TTL = 1 << 62  # a TTL in µs that never expires anything
+NUMPY_MAX_BLOCKS = 3_000_000  # above this, the compiled engine pays for its start-up
 
 
 @dataclass
@@ -93,8 +93,9 @@ def dense_ids(ids: np.ndarray) -> tuple[np.ndarray, int]:
     return inv.astype(np.int64, copy=False).reshape(-1), len(uniq)
 
 
-def compute_distances(trace: BlockTrace, ttls_us: list[int], engine: str = "auto",
-                      keep: set[int] | None = None, on_progress=None) -> Distances:
+def compute_distances(
+    trace: BlockTrace, ttls_us: list[int], engine: str = "auto", keep: set[int] | None = None, on_progress=None
+) -> Distances:
     """Stack distances, ages and live counts of ``trace`` (one pass).
 
     Args:
@@ -107,8 +108,13 @@ def compute_distances(trace: BlockTrace, ttls_us: list[int], engine: str = "auto
             compiled engine runs (the vectorized one is over in a second or two).
     """
     if np.any(np.diff(trace.ts) < 0):
-        raise BadTraceInput(trace.name, None, "request times go backwards",
-                            field="ts", hint="sort the requests by time before replaying")
+        raise BadTraceInput(
+            trace.name,
+            None,
+            "request times go backwards",
+            field="ts",
+            hint="sort the requests by time before replaying",
+        )
     t = ts_us(trace)
     ttls = sorted({int(x) for x in ttls_us} | {NO_TTL})
     keep = set(ttls) if keep is None else {int(x) for x in keep}
@@ -121,16 +127,19 @@ def compute_distances(trace: BlockTrace, ttls_us: list[int], engine: str = "auto
             return res
         engine = "blocks"
     from kvtrace.replay import kernel
+
     ids, n_ids = dense_ids(trace.hash_ids)
-    done = np.zeros(2, dtype=np.int64)       # requests done; a stop request (see _watched)
+    done = np.zeros(2, dtype=np.int64)  # requests done; a stop request (see _watched)
     if engine == "numba":
-        res = _watched(lambda: kernel.run_fast(t, trace.offsets, ids, n_ids, ttls, keep, done), done,
-                       trace.n_requests, on_progress)
+        res = _watched(
+            lambda: kernel.run_fast(t, trace.offsets, ids, n_ids, ttls, keep, done), done, trace.n_requests, on_progress
+        )
         if res is not None:
             res.t_us = t
             return res
-    res = _watched(lambda: kernel.run_blocks(t, trace.offsets, ids, n_ids, ttls, keep, done), done,
-                   trace.n_requests, on_progress)
+    res = _watched(
+        lambda: kernel.run_blocks(t, trace.offsets, ids, n_ids, ttls, keep, done), done, trace.n_requests, on_progress
+    )
     res.t_us = t
     return res
 
@@ -159,7 +168,7 @@ def _watched(run, done: np.ndarray, n: int, on_progress):
             on_progress(min(1.0, int(done[0]) / max(n, 1)))
             worker.join(0.2)
     finally:
-        if worker.is_alive():     # Ctrl-C or an error here: the kernel stops at its next request
+        if worker.is_alive():  # Ctrl-C or an error here: the kernel stops at its next request
             done[1] = 1
             worker.join()
     if "error" in out:
@@ -168,6 +177,7 @@ def _watched(run, done: np.ndarray, n: int, on_progress):
 
 
 # -- the vectorized engine ---------------------------------------------------------------------
+
 
 def _numpy_engine(trace: BlockTrace, t: np.ndarray, ttls: list[int], keep: set[int]) -> Distances | None:
     """Distances by sorting and dominance sums; None if the trace is not prefix-closed."""
@@ -203,7 +213,7 @@ def _numpy_engine(trace: BlockTrace, t: np.ndarray, ttls: list[int], keep: set[i
     U = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(counts, out=U[1:])
     # Each run's depth: the blocks requests r+1..i-1 added, less those re-touched before i.
-    qp = np.searchsorted(r_req, r_req, side="left")        # runs (events) of requests before i
+    qp = np.searchsorted(r_req, r_req, side="left")  # runs (events) of requests before i
     d = 1 + (U[r_req] - U[r_src + 1]) - _dominance_sum(r_src, r_len, qp, r_src)
     # Live blocks before request i under a TTL: the blocks requests r0..i-1 touched (r0 the first
     # within the TTL), less those re-touched before i. A run (request i', source r) counts once
@@ -217,8 +227,9 @@ def _numpy_engine(trace: BlockTrace, t: np.ndarray, ttls: list[int], keep: set[i
         r0 = np.searchsorted(t, t - tau, side="left")
         e = np.searchsorted(t, t[r_src] + tau, side="right")
         gone = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(np.bincount(np.maximum(r_req + 1, e), weights=r_len, minlength=n + 1)[:n + 1].astype(np.int64),
-                  out=gone)
+        np.cumsum(
+            np.bincount(np.maximum(r_req + 1, e), weights=r_len, minlength=n + 1)[: n + 1].astype(np.int64), out=gone
+        )
         live[tau] = (U[:n] - U[r0]) - (killed[:n] - gone[:n])
     age = t[r_req] - t[r_src]
     peak, by_time = {}, {}
@@ -229,9 +240,18 @@ def _numpy_engine(trace: BlockTrace, t: np.ndarray, ttls: list[int], keep: set[i
         by_time[tau] = np.zeros(TIME_BUCKETS, dtype=np.int64)
         np.maximum.at(by_time[tau], bucket, live[tau] + counts - hit)
         peak[tau] = int(by_time[tau].max())
-    return Distances(req=r_req, first=r_first, blocks=r_len, d=d, age=age, unique=counts.astype(np.int64),
-                     live={k: v for k, v in live.items() if k in keep}, peak_after=peak, peak_by_time=by_time,
-                     kernel="numpy")
+    return Distances(
+        req=r_req,
+        first=r_first,
+        blocks=r_len,
+        d=d,
+        age=age,
+        unique=counts.astype(np.int64),
+        live={k: v for k, v in live.items() if k in keep},
+        peak_after=peak,
+        peak_by_time=by_time,
+        kernel="numpy",
+    )
 
 
 def _dominance_sum(ev_r: np.ndarray, ev_w: np.ndarray, q_p: np.ndarray, q_r: np.ndarray) -> np.ndarray:

@@ -24,7 +24,7 @@ from kvtrace.replay.ttft import TTFTConfig, ttft_report
 
 DEFAULT_TTLS = (30.0, 60.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, None)
 DEFAULT_POINTS = 64
-CEILING_SHARES = (0.9, 0.99, 1.0)    # capacity reaching these shares of what each TTL allows
+CEILING_SHARES = (0.9, 0.99, 1.0)  # capacity reaching these shares of what each TTL allows
 
 ASSUMPTIONS = [
     "LRU eviction with an idle TTL refreshed on every access; an age equal to the TTL still hits.",
@@ -35,10 +35,10 @@ ASSUMPTIONS = [
 ]
 TIER_ASSUMPTIONS = {
     "exclusive": "Tiers are depth bands of one LRU stack (exclusive, demote on evict): a hit is read from its "
-                 "band's tier and promoted to the first; each block brought up across a boundary pushes one "
-                 "block down across it (a write into the tier below).",
+    "band's tier and promoted to the first; each block brought up across a boundary pushes one "
+    "block down across it (a write into the tier below).",
     "inclusive": "Tiers are write-through (inclusive, LMCache / Dynamo KVBM style): each tier holds the top of "
-                 "the LRU stack up to its size; every block a tier lacks is written to it.",
+    "the LRU stack up to its size; every block a tier lacks is written to it.",
 }
 
 
@@ -50,7 +50,7 @@ def default_capacities(trace: BlockTrace, points: int = DEFAULT_POINTS) -> list[
     lo = max(1, min(64, top // 1000))
     k = points
     grid = np.unique(np.round(np.geomspace(lo, top, k)).astype(np.int64))
-    while len(grid) < min(points, top - lo + 1) and k < 4 * points:   # rounding merges small sizes
+    while len(grid) < min(points, top - lo + 1) and k < 4 * points:  # rounding merges small sizes
         k += 1
         grid = np.unique(np.round(np.geomspace(lo, top, k)).astype(np.int64))
     return [int(b) * bs for b in grid] + [None]
@@ -69,25 +69,43 @@ class ReplayResult:
     engine: dict = field(default_factory=dict)
     assumptions: list[str] = field(default_factory=list)
     capacity: list[dict] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)   # what the figures rest on that may not hold
-    sample: dict | None = None      # a sampled replay's rate and expected error (kvtrace.replay.sample)
+    warnings: list[str] = field(default_factory=list)  # what the figures rest on that may not hold
+    sample: dict | None = None  # a sampled replay's rate and expected error (kvtrace.replay.sample)
 
     def to_dict(self) -> dict:
         """The JSON of ``kvtrace replay --format json``: ``grid`` and ``tiers`` are lists; the
         hierarchy's own figures (mode, TTL, overall hit ratio) are under ``hierarchy``."""
         tiers = dict(self.tiers or {})
         per_tier = tiers.pop("tiers", [])
-        return {"trace": self.trace, "model": self.model, "grid": self.grid, "working_set": self.working_set,
-                "capacity": self.capacity, "hierarchy": tiers or None, "tiers": per_tier, "ttft": self.ttft,
-                "engine": self.engine, "assumptions": self.assumptions, "warnings": self.warnings,
-                "sample": self.sample}
+        return {
+            "trace": self.trace,
+            "model": self.model,
+            "grid": self.grid,
+            "working_set": self.working_set,
+            "capacity": self.capacity,
+            "hierarchy": tiers or None,
+            "tiers": per_tier,
+            "ttft": self.ttft,
+            "engine": self.engine,
+            "assumptions": self.assumptions,
+            "warnings": self.warnings,
+            "sample": self.sample,
+        }
 
     def tiers_section(self) -> dict:
         """The report's ``tiers`` section: the tier replay with the grid, TTFT and assumptions."""
-        return {**(self.tiers or {}), "grid": self.grid, "capacity": self.capacity, "ttft": self.ttft,
-                "working_set": self.working_set, "model": self.model, "engine": self.engine,
-                "assumptions": self.assumptions, "warnings": self.warnings,
-                **({"sample": self.sample} if self.sample is not None else {})}
+        return {
+            **(self.tiers or {}),
+            "grid": self.grid,
+            "capacity": self.capacity,
+            "ttft": self.ttft,
+            "working_set": self.working_set,
+            "model": self.model,
+            "engine": self.engine,
+            "assumptions": self.assumptions,
+            "warnings": self.warnings,
+            **({"sample": self.sample} if self.sample is not None else {}),
+        }
 
     def hit_ratio(self, capacity_tokens: int | None, ttl_s: float | None, weight: str = "tokens") -> float:
         """The grid value at one point (``None`` = unlimited / no TTL)."""
@@ -104,8 +122,15 @@ class ReplayResult:
         raise KeyError(tier)
 
 
-def capacity_by_ttl(dist, trace: BlockTrace, ttl_list: list, ttl_sorted: list[int], ceiling: np.ndarray,
-                    bpb: int | None, tiers: list[dict]) -> list[dict]:
+def capacity_by_ttl(
+    dist,
+    trace: BlockTrace,
+    ttl_list: list,
+    ttl_sorted: list[int],
+    ceiling: np.ndarray,
+    bpb: int | None,
+    tiers: list[dict],
+) -> list[dict]:
     """Per TTL: the hit ratio it allows (unlimited capacity), the smallest LRU capacity reaching
     90%, 99% and 100% of it, and where each tier of the hierarchy ends (its depth in the LRU
     stack) on that curve.
@@ -120,8 +145,9 @@ def capacity_by_ttl(dist, trace: BlockTrace, ttl_list: list, ttl_sorted: list[in
     shares = np.array(CEILING_SHARES)
     targets = np.ceil(ceiling[:, None] * shares[None, :] - 1e-9).astype(np.int64)
     caps = capacity_for_shares(dist, trace.input_length, bs, ttls_arr, targets, max(trace.n_blocks, 1))
-    depths = np.array(sorted({int(t["depth_tokens"]) // bs for t in tiers} | set(caps.ravel().tolist()) - {0}),
-                      dtype=np.int64)
+    depths = np.array(
+        sorted({int(t["depth_tokens"]) // bs for t in tiers} | set(caps.ravel().tolist()) - {0}), dtype=np.int64
+    )
     _, at = hit_grid(dist, trace.input_length, bs, depths, ttls_arr, unlimited=False) if len(depths) else (None, None)
 
     def hits(blocks: int, j: int) -> int:
@@ -131,18 +157,37 @@ def capacity_by_ttl(dist, trace: BlockTrace, ttl_list: list, ttl_sorted: list[in
     for ttl in ttl_list:
         j = ttl_sorted.index(_ttl_us(ttl))
         top = int(ceiling[j])
-        reach = [{"share": float(sh), "capacity_blocks": int(caps[j, i]), "capacity_tokens": int(caps[j, i]) * bs,
-                  "capacity_bytes": None if bpb is None else int(caps[j, i]) * bpb,
-                  "hit_ratio_tokens": hits(int(caps[j, i]), j) / total_t}
-                 for i, sh in enumerate(CEILING_SHARES)]
+        reach = [
+            {
+                "share": float(sh),
+                "capacity_blocks": int(caps[j, i]),
+                "capacity_tokens": int(caps[j, i]) * bs,
+                "capacity_bytes": None if bpb is None else int(caps[j, i]) * bpb,
+                "hit_ratio_tokens": hits(int(caps[j, i]), j) / total_t,
+            }
+            for i, sh in enumerate(CEILING_SHARES)
+        ]
         landing = []
         for t in tiers:
             b = int(t["depth_tokens"]) // bs
             h = hits(b, j)
-            landing.append({"name": t["name"], "depth_tokens": b * bs, "depth_bytes": None if bpb is None else b * bpb,
-                            "hit_ratio_tokens": h / total_t, "share_of_ceiling": h / top if top else None})
-        out.append({"ttl_s": None if ttl is None or math.isinf(ttl) else float(ttl), "hit_ratio_tokens": top / total_t,
-                    "reach": reach, "tiers": landing})
+            landing.append(
+                {
+                    "name": t["name"],
+                    "depth_tokens": b * bs,
+                    "depth_bytes": None if bpb is None else b * bpb,
+                    "hit_ratio_tokens": h / total_t,
+                    "share_of_ceiling": h / top if top else None,
+                }
+            )
+        out.append(
+            {
+                "ttl_s": None if ttl is None or math.isinf(ttl) else float(ttl),
+                "hit_ratio_tokens": top / total_t,
+                "reach": reach,
+                "tiers": landing,
+            }
+        )
     return out
 
 
@@ -177,10 +222,19 @@ class _Steps:
         return lambda fraction: self.at(step, fraction)
 
 
-def replay(trace: BlockTrace, capacities: list[int | None] | None = None, ttls: list[float | None] | None = None,
-           model: KVModel | None = None, tiers: TierSet | None = None, tier_ttl: float | None = None,
-           ttft: TTFTConfig | None = None, engine: str = "auto", points: int = 480,
-           release_ids: bool = False, progress=None) -> ReplayResult:
+def replay(
+    trace: BlockTrace,
+    capacities: list[int | None] | None = None,
+    ttls: list[float | None] | None = None,
+    model: KVModel | None = None,
+    tiers: TierSet | None = None,
+    tier_ttl: float | None = None,
+    ttft: TTFTConfig | None = None,
+    engine: str = "auto",
+    points: int = 480,
+    release_ids: bool = False,
+    progress=None,
+) -> ReplayResult:
     """Replay a block trace through LRU caches of every capacity x TTL, and through a tier hierarchy.
 
     Args:
@@ -210,18 +264,20 @@ def replay(trace: BlockTrace, capacities: list[int | None] | None = None, ttls: 
     bs = trace.block_size
     need = {_ttl_us(t) for t in ttl_list} | {_ttl_us(tier_ttl)}
     keep = {_ttl_us(tier_ttl)} if tiers is not None else set()
-    dist = compute_distances(trace, sorted(need), engine=engine, keep=keep,
-                             on_progress=steps.within("distances") if progress else None)
+    dist = compute_distances(
+        trace, sorted(need), engine=engine, keep=keep, on_progress=steps.within("distances") if progress else None
+    )
     if release_ids:
-        trace.hash_ids = np.zeros(0, dtype=np.int64)         # the caller's copy, no longer needed
+        trace.hash_ids = np.zeros(0, dtype=np.int64)  # the caller's copy, no longer needed
     clock["distances_s"] = time.perf_counter() - t0
 
     t1 = time.perf_counter()
     steps.at("grid")
     finite = sorted({int(c) // bs for c in caps_tok if c is not None})
     ttl_sorted = sorted({_ttl_us(t) for t in ttl_list})
-    hb, ht = hit_grid(dist, trace.input_length, bs, np.array(finite, dtype=np.int64),
-                      np.array(ttl_sorted, dtype=np.int64))
+    hb, ht = hit_grid(
+        dist, trace.input_length, bs, np.array(finite, dtype=np.int64), np.array(ttl_sorted, dtype=np.int64)
+    )
     total_b, total_t = max(trace.n_blocks, 1), max(int(trace.input_length.sum()), 1)
     bpb = model.bytes_per_block(bs) if model is not None else None
     grid = []
@@ -230,24 +286,38 @@ def replay(trace: BlockTrace, capacities: list[int | None] | None = None, ttls: 
         for c in caps_tok:
             k = len(finite) if c is None else finite.index(int(c) // bs)
             blocks = None if c is None else int(c) // bs
-            grid.append({"capacity_tokens": None if c is None else int(c), "capacity_blocks": blocks,
-                         "capacity_bytes": None if c is None or bpb is None else blocks * bpb,
-                         "ttl_s": None if ttl is None or math.isinf(ttl) else float(ttl),
-                         "hit_ratio_tokens": int(ht[k, j]) / total_t, "hit_ratio_blocks": int(hb[k, j]) / total_b,
-                         "hit_tokens": int(ht[k, j]), "hit_blocks": int(hb[k, j])})
+            grid.append(
+                {
+                    "capacity_tokens": None if c is None else int(c),
+                    "capacity_blocks": blocks,
+                    "capacity_bytes": None if c is None or bpb is None else blocks * bpb,
+                    "ttl_s": None if ttl is None or math.isinf(ttl) else float(ttl),
+                    "hit_ratio_tokens": int(ht[k, j]) / total_t,
+                    "hit_ratio_blocks": int(hb[k, j]) / total_b,
+                    "hit_tokens": int(ht[k, j]),
+                    "hit_blocks": int(hb[k, j]),
+                }
+            )
     working = []
     for ttl in ttl_list:
         tau = _ttl_us(ttl)
         peak = dist.peak_after[tau]
-        working.append({"ttl_s": None if tau == NO_TTL else ttl, "peak_tokens": peak * bs,
-                        "peak_bytes": None if bpb is None else peak * bpb})
+        working.append(
+            {
+                "ttl_s": None if tau == NO_TTL else ttl,
+                "peak_tokens": peak * bs,
+                "peak_bytes": None if bpb is None else peak * bpb,
+            }
+        )
     clock["grid_s"] = time.perf_counter() - t1
 
     tier_out = ttft_out = None
     assumptions = list(ASSUMPTIONS)
     if dist.kernel == "numba-blocks":
-        assumptions.append("The trace is not prefix-closed (a block id follows different parents), so the "
-                           "block-by-block engine ran; hits are exact, tier traffic uses running maxima of depth.")
+        assumptions.append(
+            "The trace is not prefix-closed (a block id follows different parents), so the "
+            "block-by-block engine ran; hits are exact, tier traffic uses running maxima of depth."
+        )
     if tiers is not None:
         t2 = time.perf_counter()
         steps.at("tiers")
@@ -255,37 +325,73 @@ def replay(trace: BlockTrace, capacities: list[int | None] | None = None, ttls: 
         t_us = dist.t_us
         tau = _ttl_us(tier_ttl)
         bpt = model.bytes_per_token if model is not None else 0
-        per_tier, hit_b, hit_t, info = tier_traffic(dist, t_us, trace.input_length, bs, resolved, tiers.mode,
-                                                    tau, bpt, points=points)
+        per_tier, hit_b, hit_t, info = tier_traffic(
+            dist, t_us, trace.input_length, bs, resolved, tiers.mode, tau, bpt, points=points
+        )
         hit_all = int(hit_t.sum())
-        tier_out = {"name": tiers.name, "description": tiers.description, "mode": tiers.mode,
-                    "ttl_s": None if tau == NO_TTL else float(tier_ttl), "window_s": info["window_s"],
-                    "span_s": info["span_s"], "hit_ratio_tokens": hit_all / total_t,
-                    "miss_tokens": int(trace.input_length.sum()) - hit_all, "tiers": per_tier}
+        tier_out = {
+            "name": tiers.name,
+            "description": tiers.description,
+            "mode": tiers.mode,
+            "ttl_s": None if tau == NO_TTL else float(tier_ttl),
+            "window_s": info["window_s"],
+            "span_s": info["span_s"],
+            "hit_ratio_tokens": hit_all / total_t,
+            "miss_tokens": int(trace.input_length.sum()) - hit_all,
+            "tiers": per_tier,
+        }
         assumptions.append(TIER_ASSUMPTIONS[tiers.mode])
         clock["tiers_s"] = time.perf_counter() - t2
         if model is not None:
             t3 = time.perf_counter()
             steps.at("ttft")
-            ttft_out = ttft_report(t_us, trace.input_length, trace.session, dist, hit_b, hit_t, resolved, model,
-                                   tiers.compute, ttft or TTFTConfig(), bs)
-            assumptions.append("TTFT = reload of hit bytes at each tier's read bandwidth (+ latency) and "
-                               "re-prefill of missed tokens, overlapped or summed; no queueing.")
+            ttft_out = ttft_report(
+                t_us,
+                trace.input_length,
+                trace.session,
+                dist,
+                hit_b,
+                hit_t,
+                resolved,
+                model,
+                tiers.compute,
+                ttft or TTFTConfig(),
+                bs,
+            )
+            assumptions.append(
+                "TTFT = reload of hit bytes at each tier's read bandwidth (+ latency) and "
+                "re-prefill of missed tokens, overlapped or summed; no queueing."
+            )
             clock["ttft_s"] = time.perf_counter() - t3
     t4 = time.perf_counter()
     steps.at("capacity")
-    capacity = capacity_by_ttl(dist, trace, ttl_list, ttl_sorted, ht[len(finite)], bpb,
-                               (tier_out or {}).get("tiers") or [])
+    capacity = capacity_by_ttl(
+        dist, trace, ttl_list, ttl_sorted, ht[len(finite)], bpb, (tier_out or {}).get("tiers") or []
+    )
     clock["capacity_s"] = time.perf_counter() - t4
     span = float(trace.ts[-1] - trace.ts[0]) if trace.n_requests else 0.0
-    info_trace = {"name": trace.name, "requests": trace.n_requests, "blocks": trace.n_blocks, "block_size": bs,
-                  "input_tokens": int(trace.input_length.sum()), "span_s": span,
-                  "distinct_blocks": dist.peak_after[NO_TTL]}
+    info_trace = {
+        "name": trace.name,
+        "requests": trace.n_requests,
+        "blocks": trace.n_blocks,
+        "block_size": bs,
+        "input_tokens": int(trace.input_length.sum()),
+        "span_s": span,
+        "distinct_blocks": dist.peak_after[NO_TTL],
+    }
     clock["total_s"] = time.perf_counter() - t0
     steps.at("done")
     warnings = [trace.meta["block_size_assumed"]] if trace.meta.get("block_size_assumed") else []
     warnings += sizing_warnings(trace, ttl_list + ([tier_ttl] if tiers is not None else []), peaks=dist.peak_by_time)
-    return ReplayResult(trace=info_trace, grid=grid, working_set=working, capacity=capacity,
-                        model=None if model is None else model.to_dict(bs), tiers=tier_out, ttft=ttft_out,
-                        engine={"kernel": dist.kernel, "runs": len(dist), **{k: round(v, 4) for k, v in clock.items()}},
-                        assumptions=assumptions, warnings=warnings)
+    return ReplayResult(
+        trace=info_trace,
+        grid=grid,
+        working_set=working,
+        capacity=capacity,
+        model=None if model is None else model.to_dict(bs),
+        tiers=tier_out,
+        ttft=ttft_out,
+        engine={"kernel": dist.kernel, "runs": len(dist), **{k: round(v, 4) for k, v in clock.items()}},
+        assumptions=assumptions,
+        warnings=warnings,
+    )

@@ -29,7 +29,7 @@ def _ramp_sums(x: np.ndarray, coef: np.ndarray | int, tb: np.ndarray, caps: np.n
     """``out[t, k] = sum(coef * max(caps[k] - x, 0))`` over runs in TTL bin ``t`` (int64, exact:
     products may wrap around, the true result fits, and int64 arithmetic is modular)."""
     K = len(caps)
-    b = np.searchsorted(caps, x, side="right")              # caps[k] > x  <=>  k >= b
+    b = np.searchsorted(caps, x, side="right")  # caps[k] > x  <=>  k >= b
     flat = tb * (K + 1) + b
     A = np.zeros((T + 1) * (K + 1), dtype=np.int64)
     S = np.zeros((T + 1) * (K + 1), dtype=np.int64)
@@ -45,14 +45,20 @@ def _ramp_sums(x: np.ndarray, coef: np.ndarray | int, tb: np.ndarray, caps: np.n
 def _steps(y: np.ndarray, w: np.ndarray, tb: np.ndarray, caps: np.ndarray, T: int) -> np.ndarray:
     """``out[t, k] = sum(w * (caps[k] >= y))`` over runs in TTL bin ``t``."""
     K = len(caps)
-    b = np.searchsorted(caps, y, side="left")               # caps[k] >= y  <=>  k >= b
+    b = np.searchsorted(caps, y, side="left")  # caps[k] >= y  <=>  k >= b
     A = np.zeros((T + 1) * (K + 1), dtype=np.int64)
     np.add.at(A, tb * (K + 1) + b, w)
     return A.reshape(T + 1, K + 1)[:T, :K].cumsum(axis=1)
 
 
-def hit_grid(dist: Distances, input_length: np.ndarray, block_size: int,
-             caps_blocks: np.ndarray, ttls_us: np.ndarray, unlimited: bool = True):
+def hit_grid(
+    dist: Distances,
+    input_length: np.ndarray,
+    block_size: int,
+    caps_blocks: np.ndarray,
+    ttls_us: np.ndarray,
+    unlimited: bool = True,
+):
     """Hit blocks and hit tokens for every capacity x TTL.
 
     Args:
@@ -69,7 +75,7 @@ def hit_grid(dist: Distances, input_length: np.ndarray, block_size: int,
     caps = np.asarray(caps_blocks, dtype=np.int64)
     ttls = np.asarray(ttls_us, dtype=np.int64)
     T, K = len(ttls), len(caps)
-    if dist.kernel.startswith("numba"):       # the compiled twin (numba is loaded already)
+    if dist.kernel.startswith("numba"):  # the compiled twin (numba is loaded already)
         from kvtrace.replay.kernel import grid_sums
 
         A_b, S_b, A_t, S_t, W_t, ub, ut = grid_sums(dist, input_length, block_size, caps, ttls)
@@ -79,32 +85,41 @@ def hit_grid(dist: Distances, input_length: np.ndarray, block_size: int,
         tokens += W_t[:T, :K].cumsum(axis=1)
         ub, ut = ub[:T], ut[:T]
     else:
-        tb = np.searchsorted(ttls, dist.age, side="left")   # ttls[t] >= age  <=>  t >= tb
+        tb = np.searchsorted(ttls, dist.age, side="left")  # ttls[t] >= age  <=>  t >= tb
         keep = tb < T
         d, ln, tb = dist.d[keep], dist.blocks[keep], tb[keep]
         full, part = run_token_split(dist, input_length, block_size)
         full, part = full[keep], part[keep]
         x0 = d - 1
         one = np.ones_like(ln)
-        blocks = _ramp_sums(np.concatenate([x0, x0 + ln]), np.concatenate([one, -one]),
-                            np.concatenate([tb, tb]), caps, T)
-        tokens = block_size * _ramp_sums(np.concatenate([x0, x0 + full]), np.concatenate([one, -one]),
-                                         np.concatenate([tb, tb]), caps, T)
+        blocks = _ramp_sums(
+            np.concatenate([x0, x0 + ln]), np.concatenate([one, -one]), np.concatenate([tb, tb]), caps, T
+        )
+        tokens = block_size * _ramp_sums(
+            np.concatenate([x0, x0 + full]), np.concatenate([one, -one]), np.concatenate([tb, tb]), caps, T
+        )
         has = part > 0
         tokens += _steps(d[has] + full[has], part[has], tb[has], caps, T)
         ub = np.zeros(T, dtype=np.int64)
         ut = np.zeros(T, dtype=np.int64)
         np.add.at(ub, tb, ln)
         np.add.at(ut, tb, full * block_size + part)
-    hb, ht = blocks.T.cumsum(axis=1), tokens.T.cumsum(axis=1)   # cumulative over TTL bins
+    hb, ht = blocks.T.cumsum(axis=1), tokens.T.cumsum(axis=1)  # cumulative over TTL bins
     if unlimited:
         hb = np.vstack([hb, ub.cumsum()])
         ht = np.vstack([ht, ut.cumsum()])
     return hb, ht
 
 
-def capacity_for_shares(dist: Distances, input_length: np.ndarray, block_size: int, ttls_us: np.ndarray,
-                        targets: np.ndarray, max_blocks: int, points: int = 64) -> np.ndarray:
+def capacity_for_shares(
+    dist: Distances,
+    input_length: np.ndarray,
+    block_size: int,
+    ttls_us: np.ndarray,
+    targets: np.ndarray,
+    max_blocks: int,
+    points: int = 64,
+) -> np.ndarray:
     """The smallest LRU capacity (blocks) whose hit tokens reach ``targets[t, s]`` at TTL ``t``.
 
     Hit tokens grow with capacity (LRU's inclusion property holds under an idle TTL, which does
@@ -123,22 +138,26 @@ def capacity_for_shares(dist: Distances, input_length: np.ndarray, block_size: i
         int64 capacities in blocks, shape ``(len(ttls_us), S)``; 0 where the target is 0.
     """
     targets = np.asarray(targets, dtype=np.int64)
-    lo = np.zeros(targets.shape, dtype=np.int64)          # hit(lo) < target (or target == 0)
-    hi = np.full(targets.shape, max(int(max_blocks), 1), dtype=np.int64)   # hit(hi) >= target
+    lo = np.zeros(targets.shape, dtype=np.int64)  # hit(lo) < target (or target == 0)
+    hi = np.full(targets.shape, max(int(max_blocks), 1), dtype=np.int64)  # hit(hi) >= target
     hi[targets <= 0] = 0
     while True:
         open_ = hi - lo > 1
         if not open_.any():
             return hi
-        probes = np.unique(np.concatenate([lo[open_] + 1] + [np.linspace(a, b, points + 2).round().astype(np.int64)
-                                                             for a, b in zip(lo[open_], hi[open_])]))
+        probes = np.unique(
+            np.concatenate(
+                [lo[open_] + 1]
+                + [np.linspace(a, b, points + 2).round().astype(np.int64) for a, b in zip(lo[open_], hi[open_])]
+            )
+        )
         probes = probes[probes > 0]
         _, ht = hit_grid(dist, input_length, block_size, probes, ttls_us, unlimited=False)
         for t, s in zip(*np.nonzero(open_)):
             inside = (probes > lo[t, s]) & (probes < hi[t, s])
             caps, hits = probes[inside], ht[inside, t]
             reach = np.flatnonzero(hits >= targets[t, s])
-            if len(reach):                   # caps holds lo + 1, so every open bracket shrinks
+            if len(reach):  # caps holds lo + 1, so every open bracket shrinks
                 hi[t, s] = caps[reach[0]]
                 if reach[0] > 0:
                     lo[t, s] = caps[reach[0] - 1]

@@ -51,7 +51,7 @@ def _fen_prefix(fen, i):  # pragma: no cover - compiled
 @numba.njit(cache=True, nogil=True)
 def _grow(a, size):  # pragma: no cover - compiled
     b = np.empty(size, dtype=a.dtype)
-    b[:len(a)] = a
+    b[: len(a)] = a
     return b
 
 
@@ -74,13 +74,13 @@ def _runs_kernel(t, offsets, ids, n_ids, ttls, keep, live, peak, done):  # pragm
     NB = peak.shape[1]
     span = t[n - 1] - t[0] + 1 if n else 1
     for i in range(n):
-        done[0] = i                        # requests done so far, read by a watching thread
-        if done[1]:                        # the watcher asks it to stop (Ctrl-C, a cancelled command)
+        done[0] = i  # requests done so far, read by a watching thread
+        if done[1]:  # the watcher asks it to stop (Ctrl-C, a cancelled command)
             return False, R, r_req, r_first, r_len, r_src, r_d
-        b = (t[i] - t[0]) * NB // span     # the time bucket of the peaks
+        b = (t[i] - t[0]) * NB // span  # the time bucket of the peaks
         a = offsets[i]
         m = offsets[i + 1] - a
-        if R + m + 1 > cap:                # arrays grow only between requests, which keeps the
+        if R + m + 1 > cap:  # arrays grow only between requests, which keeps the
             cap = max(cap + cap // 2, R + m + 1)  # hot loop below free of reallocation
             r_req = _grow(r_req, cap)
             r_first = _grow(r_first, cap)
@@ -115,13 +115,13 @@ def _runs_kernel(t, offsets, ids, n_ids, ttls, keep, live, peak, done):  # pragm
             for k in range(j, e):
                 last[ids[a + k]] = i
             j = e
-        while j < m:                       # the rest of the request must be new blocks
+        while j < m:  # the rest of the request must be new blocks
             x = ids[a + j]
             if last[x] >= 0:
                 return False, R, r_req, r_first, r_len, r_src, r_d
             last[x] = i
             j += 1
-        for q in range(first_run, R):      # depths against the stack before the request
+        for q in range(first_run, R):  # depths against the stack before the request
             r_d[q] = 1 + total - _fen_prefix(fen, r_src[q])
         for k in range(T):
             lim = t[i] - ttls[k]
@@ -149,8 +149,9 @@ def _runs_kernel(t, offsets, ids, n_ids, ttls, keep, live, peak, done):  # pragm
 
 
 @numba.njit(cache=True, nogil=True)
-def _blocks_kernel(t, offsets, ids, n_ids, ttls, keep, live, peak, unique,
-                   o_req, o_first, o_d, o_age, done):  # pragma: no cover - compiled
+def _blocks_kernel(
+    t, offsets, ids, n_ids, ttls, keep, live, peak, unique, o_req, o_first, o_d, o_age, done
+):  # pragma: no cover - compiled
     n = len(offsets) - 1
     N = len(ids)
     last_pos = np.full(n_ids, -1, dtype=np.int64)
@@ -181,7 +182,7 @@ def _blocks_kernel(t, offsets, ids, n_ids, ttls, keep, live, peak, unique,
         u = 0
         for j in range(m):
             x = ids[a + j]
-            if last_req[x] == i:           # repeated within the request: same depth as before
+            if last_req[x] == i:  # repeated within the request: same depth as before
                 if not broken:
                     o_req[R] = i
                     o_first[R] = j
@@ -230,7 +231,7 @@ def _blocks_kernel(t, offsets, ids, n_ids, ttls, keep, live, peak, unique,
             if tmp_pos[k] >= 0:
                 _fen_add(fen, tmp_pos[k], -1)
                 total -= 1
-        for k in range(u):                 # tail first: the head ends up most recent
+        for k in range(u):  # tail first: the head ends up most recent
             pos = P + u - 1 - k
             last_pos[tmp_ids[k]] = pos
             _fen_add(fen, pos, 1)
@@ -258,14 +259,23 @@ def run_fast(t, offsets, ids, n_ids, ttls, keep, done) -> Distances | None:
     live = np.zeros((len(kept), n), dtype=np.int32)
     peak = np.zeros((len(ttls), TIME_BUCKETS), dtype=np.int64)
     ok, R, r_req, r_first, r_len, r_src, r_d = _runs_kernel(
-        t, offsets, ids, n_ids, np.asarray(ttls, dtype=np.int64), rows, live, peak, done)
+        t, offsets, ids, n_ids, np.asarray(ttls, dtype=np.int64), rows, live, peak, done
+    )
     if not ok:
         return None
     req = r_req[:R]
-    return Distances(req=req, first=r_first[:R], blocks=r_len[:R], d=r_d[:R], age=t[req] - t[r_src[:R]],
-                     unique=np.diff(offsets), live={tau: live[k] for k, tau in enumerate(kept)},
-                     peak_after={tau: int(peak[k].max()) for k, tau in enumerate(ttls)},
-                     peak_by_time={tau: peak[k] for k, tau in enumerate(ttls)}, kernel="numba")
+    return Distances(
+        req=req,
+        first=r_first[:R],
+        blocks=r_len[:R],
+        d=r_d[:R],
+        age=t[req] - t[r_src[:R]],
+        unique=np.diff(offsets),
+        live={tau: live[k] for k, tau in enumerate(kept)},
+        peak_after={tau: int(peak[k].max()) for k, tau in enumerate(ttls)},
+        peak_by_time={tau: peak[k] for k, tau in enumerate(ttls)},
+        kernel="numba",
+    )
 
 
 def run_blocks(t, offsets, ids, n_ids, ttls, keep, done) -> Distances:
@@ -280,15 +290,38 @@ def run_blocks(t, offsets, ids, n_ids, ttls, keep, done) -> Distances:
     o_first = np.empty(N, dtype=np.int64)
     o_d = np.empty(N, dtype=np.int64)
     o_age = np.empty(N, dtype=np.int64)
-    R = _blocks_kernel(t, offsets, ids, n_ids, np.asarray(ttls, dtype=np.int64), rows, live, peak, unique,
-                       o_req, o_first, o_d, o_age, done)
-    return Distances(req=o_req[:R], first=o_first[:R], blocks=np.ones(R, dtype=np.int64), d=o_d[:R],
-                     age=o_age[:R], unique=unique, live={tau: live[k] for k, tau in enumerate(kept)},
-                     peak_after={tau: int(peak[k].max()) for k, tau in enumerate(ttls)},
-                     peak_by_time={tau: peak[k] for k, tau in enumerate(ttls)}, kernel="numba-blocks")
+    R = _blocks_kernel(
+        t,
+        offsets,
+        ids,
+        n_ids,
+        np.asarray(ttls, dtype=np.int64),
+        rows,
+        live,
+        peak,
+        unique,
+        o_req,
+        o_first,
+        o_d,
+        o_age,
+        done,
+    )
+    return Distances(
+        req=o_req[:R],
+        first=o_first[:R],
+        blocks=np.ones(R, dtype=np.int64),
+        d=o_d[:R],
+        age=o_age[:R],
+        unique=unique,
+        live={tau: live[k] for k, tau in enumerate(kept)},
+        peak_after={tau: int(peak[k].max()) for k, tau in enumerate(ttls)},
+        peak_by_time={tau: peak[k] for k, tau in enumerate(ttls)},
+        kernel="numba-blocks",
+    )
 
 
 # -- the grid and the tier bands over runs (the compiled twins of grid.py and traffic.py) ----------
+
 
 @numba.njit(cache=True, nogil=True)
 def _grid_kernel(req, first, blocks, d, age, L, bs, caps, ttls, A_b, S_b, A_t, S_t, W_t, U_b, U_t):  # pragma: no cover
@@ -360,8 +393,9 @@ def _band_kernel(req, first, blocks, d, age, L, bs, bounds, ttl, hit_b, hit_t, l
 def grid_sums(dist, L, bs, caps, ttls):
     """The compiled ``grid.hit_grid`` accumulation: ``(A_b, S_b, A_t, S_t, W_t, U_b, U_t)``."""
     T, K = len(ttls), len(caps)
-    arrs = [np.zeros((T + 1, K + 1), dtype=np.int64) for _ in range(5)] + [np.zeros(T + 1, dtype=np.int64)
-                                                                          for _ in range(2)]
+    arrs = [np.zeros((T + 1, K + 1), dtype=np.int64) for _ in range(5)] + [
+        np.zeros(T + 1, dtype=np.int64) for _ in range(2)
+    ]
     _grid_kernel(dist.req, dist.first, dist.blocks, dist.d, dist.age, L, bs, caps, ttls, *arrs)
     return arrs
 
@@ -372,8 +406,20 @@ def band_sums(dist, L, bs, bounds, ttl, n):
     hit_b = np.zeros((K, n), dtype=np.int32)
     hit_t = np.zeros((K, n), dtype=np.int64)
     live_hit = np.zeros(n, dtype=np.int32)
-    _band_kernel(dist.req, dist.first, dist.blocks, dist.d, dist.age, L, bs, np.asarray(bounds, dtype=np.int64),
-                 ttl, hit_b, hit_t, live_hit)
+    _band_kernel(
+        dist.req,
+        dist.first,
+        dist.blocks,
+        dist.d,
+        dist.age,
+        L,
+        bs,
+        np.asarray(bounds, dtype=np.int64),
+        ttl,
+        hit_b,
+        hit_t,
+        live_hit,
+    )
     return hit_b, hit_t, live_hit
 
 

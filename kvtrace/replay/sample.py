@@ -62,13 +62,13 @@ from kvtrace.replay.tiers import resolve
 from kvtrace.replay.traffic import band_hits, tier_traffic
 
 HASH_BITS = 32
-MODULUS = 1 << HASH_BITS          # P: hashes are the top 32 bits of a 64-bit mix
-ERROR_PARTITIONS = 4              # extra disjoint samples for the per-run error estimate
-ERROR_FACTOR = 2.0                # stated error = this x mean per-cell deviation across samples
-SIZE_CHUNK = 1 << 22              # block accesses per step of the fixed-size threshold walk
-HEAVY_PROBE = 1 << 22             # block accesses looked at (evenly spaced) to find heavy blocks
-HEAVY_WEIGHT = 0.01               # heavy: a block that, sampled, would carry > 1% of the accesses
-HEAVY_MAX = 1024                  # at most this many heavy blocks (the heaviest)
+MODULUS = 1 << HASH_BITS  # P: hashes are the top 32 bits of a 64-bit mix
+ERROR_PARTITIONS = 4  # extra disjoint samples for the per-run error estimate
+ERROR_FACTOR = 2.0  # stated error = this x mean per-cell deviation across samples
+SIZE_CHUNK = 1 << 22  # block accesses per step of the fixed-size threshold walk
+HEAVY_PROBE = 1 << 22  # block accesses looked at (evenly spaced) to find heavy blocks
+HEAVY_WEIGHT = 0.01  # heavy: a block that, sampled, would carry > 1% of the accesses
+HEAVY_MAX = 1024  # at most this many heavy blocks (the heaviest)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -95,7 +95,7 @@ def block_hash(ids: np.ndarray) -> np.ndarray:
     return out
 
 
-HEAVY_CODE = 255                  # sample codes: a heavy block, or no sample
+HEAVY_CODE = 255  # sample codes: a heavy block, or no sample
 NO_CODE = 254
 
 
@@ -166,8 +166,9 @@ def _stratum_sums(offsets, L, bs, ids, is_heavy):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def _weighted_kernel(t, offsets, ids, n_ids, wt, unit, ttls, rows, live, peak, unique,
-                     o_req, o_first, o_d, o_age):  # pragma: no cover - compiled
+def _weighted_kernel(
+    t, offsets, ids, n_ids, wt, unit, ttls, rows, live, peak, unique, o_req, o_first, o_d, o_age
+):  # pragma: no cover - compiled
     """The block-by-block LRU walk of a sample in which block ``x`` stands for ``wt[x] / unit``
     blocks of the full trace: depths, live counts and peaks are weighted sums, in whole blocks
     (a depth rounds up). Otherwise ``kernel._blocks_kernel``: running maxima of depth and age
@@ -197,7 +198,7 @@ def _weighted_kernel(t, offsets, ids, n_ids, wt, unit, ttls, rows, live, peak, u
         uw = 0
         for j in range(m):
             x = ids[a + j]
-            if last_req[x] == i:           # repeated within the request: same depth as before
+            if last_req[x] == i:  # repeated within the request: same depth as before
                 if not broken:
                     o_req[R] = i
                     o_first[R] = j
@@ -212,7 +213,7 @@ def _weighted_kernel(t, offsets, ids, n_ids, wt, unit, ttls, rows, live, peak, u
             else:
                 age = t[i] - t[last_req[x]]
             if not broken:
-                d = (total - _fen_prefix(fen, p) + 2 * unit - 1) // unit   # itself + the weight above it
+                d = (total - _fen_prefix(fen, p) + 2 * unit - 1) // unit  # itself + the weight above it
                 if d > dmax:
                     dmax = d
                 if age > amax:
@@ -247,7 +248,7 @@ def _weighted_kernel(t, offsets, ids, n_ids, wt, unit, ttls, rows, live, peak, u
             if tmp_pos[k] >= 0:
                 _fen_add(fen, tmp_pos[k], -wt[tmp_ids[k]])
                 total -= wt[tmp_ids[k]]
-        for k in range(u):                 # tail first: the head ends up most recent
+        for k in range(u):  # tail first: the head ends up most recent
             pos = P + u - 1 - k
             last_pos[tmp_ids[k]] = pos
             _fen_add(fen, pos, wt[tmp_ids[k]])
@@ -258,9 +259,30 @@ def _weighted_kernel(t, offsets, ids, n_ids, wt, unit, ttls, rows, live, peak, u
 
 
 @numba.njit(cache=True, nogil=True)
-def _weighted_runs_kernel(t, offsets, ids, n_ids, wt, hv, unit, ttls, rows, live, peak, unique,
-                          b_src, b_first, b_len, b_w,
-                          o_req, o_first, o_len, o_d, o_age, o_heavy):  # pragma: no cover - compiled
+def _weighted_runs_kernel(
+    t,
+    offsets,
+    ids,
+    n_ids,
+    wt,
+    hv,
+    unit,
+    ttls,
+    rows,
+    live,
+    peak,
+    unique,
+    b_src,
+    b_first,
+    b_len,
+    b_w,
+    o_req,
+    o_first,
+    o_len,
+    o_d,
+    o_age,
+    o_heavy,
+):  # pragma: no cover - compiled
     """``kernel._runs_kernel`` with weights: a Fenwick tree over requests holds each request's
     live weight; a run's first block lies below the live weight of later requests, and each block
     of the run below the ones before it. Writes segments of runs (a single light block, or
@@ -270,11 +292,11 @@ def _weighted_runs_kernel(t, offsets, ids, n_ids, wt, hv, unit, ttls, rows, live
     last = np.full(n_ids, -1, dtype=np.int64)
     cut = np.zeros(n, dtype=np.int64)
     fen = np.zeros(n + 1, dtype=np.int64)
-    lw = np.zeros(n, dtype=np.int64)       # live weight per request (fen holds the same, summable)
+    lw = np.zeros(n, dtype=np.int64)  # live weight per request (fen holds the same, summable)
     total = 0
     T = len(ttls)
     ptr = np.zeros(T, dtype=np.int64)
-    gone = np.zeros(T, dtype=np.int64)     # live weight of the requests before ptr[k]: expired
+    gone = np.zeros(T, dtype=np.int64)  # live weight of the requests before ptr[k]: expired
     S = 0
     for i in range(n):
         a = offsets[i]
@@ -309,14 +331,14 @@ def _weighted_runs_kernel(t, offsets, ids, n_ids, wt, hv, unit, ttls, rows, live
             nr += 1
             src = r
             j = e
-        while j < m:                       # the rest of the request must be new blocks
+        while j < m:  # the rest of the request must be new blocks
             x = ids[a + j]
             if last[x] >= 0:
                 return -1
             last[x] = i
             uw += wt[x]
             j += 1
-        for q in range(nr):                # depths against the stack before the request
+        for q in range(nr):  # depths against the stack before the request
             r = b_src[q]
             units = unit + total - _fen_prefix(fen, r)
             k = b_first[q]
@@ -378,12 +400,13 @@ class Sampling:
     rate: float | None = None
     size: int | None = None
     partitions: int = ERROR_PARTITIONS
-    heavy: bool = True              # keep the heaviest blocks whole (False: plain SHARDS)
+    heavy: bool = True  # keep the heaviest blocks whole (False: plain SHARDS)
 
     def __post_init__(self):
         if (self.rate is None) == (self.size is None):
-            raise ConfigError("sample either at a rate or to a size, not both",
-                              hint="e.g. --sample 1% or --sample-size 1M")
+            raise ConfigError(
+                "sample either at a rate or to a size, not both", hint="e.g. --sample 1% or --sample-size 1M"
+            )
         if self.rate is not None and not (0 < self.rate <= 1):
             raise ConfigError(f"sampling rate {self.rate:g} is not in (0, 1]", hint="e.g. --sample 1% or --sample 0.01")
         if self.size is not None and self.size < 1:
@@ -396,8 +419,9 @@ def parse_rate(text: str) -> float:
     try:
         v = float(s[:-1]) / 100 if s.endswith("%") else float(s)
     except ValueError:
-        raise ConfigError(f"--sample {text!r} is not a rate",
-                          hint="give a percentage or a fraction: 1% or 0.01") from None
+        raise ConfigError(
+            f"--sample {text!r} is not a rate", hint="give a percentage or a fraction: 1% or 0.01"
+        ) from None
     if not (0 < v <= 1) or math.isnan(v):
         raise ConfigError(f"--sample {text!r} is not in (0, 100%]", hint="e.g. --sample 1% (or 0.01)")
     return v
@@ -419,7 +443,7 @@ def threshold_for_size(ids: np.ndarray, size: int, chunk: int = SIZE_CHUNK) -> i
     kept = np.zeros(0, dtype=np.int64)
     kept_h = np.zeros(0, dtype=np.int64)
     for a in range(0, len(ids), chunk):
-        part = np.asarray(ids[a:a + chunk], dtype=np.int64)
+        part = np.asarray(ids[a : a + chunk], dtype=np.int64)
         h = block_hash(part)
         sel = h < T
         if not sel.any():
@@ -427,7 +451,7 @@ def threshold_for_size(ids: np.ndarray, size: int, chunk: int = SIZE_CHUNK) -> i
         kept, first = np.unique(np.concatenate([kept, part[sel]]), return_index=True)
         kept_h = np.concatenate([kept_h, h[sel]])[first]
         if len(kept) > size:
-            T = int(np.partition(kept_h, size)[size])   # the (size+1)-th smallest hash
+            T = int(np.partition(kept_h, size)[size])  # the (size+1)-th smallest hash
             keep = kept_h < T
             kept, kept_h = kept[keep], kept_h[keep]
     return T
@@ -439,11 +463,11 @@ def heavy_blocks(ids: np.ndarray, T: int) -> np.ndarray:
     least 4 times there). None at rate 1."""
     if T >= MODULUS or len(ids) == 0:
         return np.zeros(0, dtype=np.int64)
-    probe = np.asarray(ids[::max(1, len(ids) // HEAVY_PROBE)], dtype=np.int64)
+    probe = np.asarray(ids[:: max(1, len(ids) // HEAVY_PROBE)], dtype=np.int64)
     u, c = np.unique(probe, return_counts=True)
     sel = c >= max(4.0, HEAVY_WEIGHT * T / MODULUS * len(probe))
     u, c = u[sel], c[sel]
-    if len(u) > HEAVY_MAX:                       # the heaviest, ties broken by id
+    if len(u) > HEAVY_MAX:  # the heaviest, ties broken by id
         u = u[np.lexsort((u, -c))[:HEAVY_MAX]]
     return np.sort(u)
 
@@ -475,8 +499,16 @@ def sample_trace(trace: BlockTrace, codes: np.ndarray, p: int, with_heavy: bool)
         keep[0] = keep[-1] = True
     offsets = np.zeros(int(keep.sum()) + 1, dtype=np.int64)
     np.cumsum(counts[keep], out=offsets[1:])
-    st = BlockTrace(trace.ts[keep], L[keep], trace.output_length[keep], offsets, out, trace.block_size,
-                    session=None if trace.session is None else trace.session[keep], name=trace.name)
+    st = BlockTrace(
+        trace.ts[keep],
+        L[keep],
+        trace.output_length[keep],
+        offsets,
+        out,
+        trace.block_size,
+        session=None if trace.session is None else trace.session[keep],
+        name=trace.name,
+    )
     return st, int(L.sum())
 
 
@@ -492,13 +524,14 @@ class SampledDistances:
     live: dict
     peak_after: dict
     t_us: np.ndarray
-    heavy_accesses: tuple[int, int]     # (block accesses, tokens) of heavy blocks: all of them
-    light_accesses: tuple[int, int]     # (block accesses, tokens) of the sampled light blocks
-    distinct: int                       # distinct blocks in the sample
+    heavy_accesses: tuple[int, int]  # (block accesses, tokens) of heavy blocks: all of them
+    light_accesses: tuple[int, int]  # (block accesses, tokens) of the sampled light blocks
+    distinct: int  # distinct blocks in the sample
 
 
-def sampled_distances(st: BlockTrace, heavy: np.ndarray, T: int, ttls_us: list[int], keep: list[int] = (),
-                      blocks: bool = False) -> SampledDistances:
+def sampled_distances(
+    st: BlockTrace, heavy: np.ndarray, T: int, ttls_us: list[int], keep: list[int] = (), blocks: bool = False
+) -> SampledDistances:
     """Depths (in blocks of the full trace) and ages of a sample's block accesses: by runs, or
     block by block when the sample is not prefix-closed (or ``blocks``, for checks). Peaks for
     every TTL of ``ttls_us``, live counts before each request for those of ``keep``."""
@@ -511,7 +544,7 @@ def sampled_distances(st: BlockTrace, heavy: np.ndarray, T: int, ttls_us: list[i
         first[ids[::-1]] = np.arange(len(ids))[::-1]
         seen = first >= 0
         is_heavy[seen] = np.isin(st.hash_ids[first[seen]], heavy)
-    wt = np.where(is_heavy, T, MODULUS).astype(np.int64)      # in 1/T of a block of the full trace
+    wt = np.where(is_heavy, T, MODULUS).astype(np.int64)  # in 1/T of a block of the full trace
     n, N = st.n_requests, st.n_blocks
     keep = sorted({int(x) for x in keep})
     rows = np.array([keep.index(x) if x in keep else -1 for x in ttls], dtype=np.int64)
@@ -522,32 +555,76 @@ def sampled_distances(st: BlockTrace, heavy: np.ndarray, T: int, ttls_us: list[i
     o_heavy = np.empty(N, dtype=np.bool_)
     longest = int(np.diff(st.offsets).max()) if n else 0
     ttl_arr = np.asarray(ttls, dtype=np.int64)
-    R = -1 if blocks else _weighted_runs_kernel(t, st.offsets, ids, n_ids, wt, is_heavy, T, ttl_arr, rows, live, peak,
-                                                unique, *(np.empty(longest, dtype=np.int64) for _ in range(4)),
-                                                o_req, o_first, o_len, o_d, o_age, o_heavy)
-    if R < 0:                              # not prefix-closed: block by block
+    R = (
+        -1
+        if blocks
+        else _weighted_runs_kernel(
+            t,
+            st.offsets,
+            ids,
+            n_ids,
+            wt,
+            is_heavy,
+            T,
+            ttl_arr,
+            rows,
+            live,
+            peak,
+            unique,
+            *(np.empty(longest, dtype=np.int64) for _ in range(4)),
+            o_req,
+            o_first,
+            o_len,
+            o_d,
+            o_age,
+            o_heavy,
+        )
+    )
+    if R < 0:  # not prefix-closed: block by block
         live[:], peak[:], unique[:] = 0, 0, 0
-        R = _weighted_kernel(t, st.offsets, ids, n_ids, wt, T, ttl_arr, rows, live, peak, unique,
-                             o_req, o_first, o_d, o_age)
+        R = _weighted_kernel(
+            t, st.offsets, ids, n_ids, wt, T, ttl_arr, rows, live, peak, unique, o_req, o_first, o_d, o_age
+        )
         o_len[:R] = 1
         o_heavy[:R] = is_heavy[ids[st.offsets[o_req[:R]] + o_first[:R]]]
     hv = o_heavy[:R]
 
     def part(sel):
-        return Distances(req=o_req[:R][sel], first=o_first[:R][sel], blocks=o_len[:R][sel],
-                         d=o_d[:R][sel], age=o_age[:R][sel], unique=unique, kernel="numba-sampled", t_us=t)
+        return Distances(
+            req=o_req[:R][sel],
+            first=o_first[:R][sel],
+            blocks=o_len[:R][sel],
+            d=o_d[:R][sel],
+            age=o_age[:R][sel],
+            unique=unique,
+            kernel="numba-sampled",
+            t_us=t,
+        )
 
     nb_h, nt_h, nb_l, nt_l, distinct = _stratum_sums(st.offsets, st.input_length, st.block_size, ids, is_heavy)
-    return SampledDistances(heavy=part(hv), light=part(~hv), unique=unique,
-                            live={tau: live[k] for k, tau in enumerate(keep)},
-                            peak_after={tau: int(-(-int(peak[k]) // T)) for k, tau in enumerate(ttls)}, t_us=t,
-                            heavy_accesses=(nb_h, nt_h),
-                            light_accesses=(nb_l, nt_l), distinct=distinct)
+    return SampledDistances(
+        heavy=part(hv),
+        light=part(~hv),
+        unique=unique,
+        live={tau: live[k] for k, tau in enumerate(keep)},
+        peak_after={tau: int(-(-int(peak[k]) // T)) for k, tau in enumerate(ttls)},
+        t_us=t,
+        heavy_accesses=(nb_h, nt_h),
+        light_accesses=(nb_l, nt_l),
+        distinct=distinct,
+    )
 
 
-def sampled_replay(trace: BlockTrace, sampling: Sampling, capacities: list[int | None] | None = None,
-                   ttls: list[float | None] | None = None, model=None, tiers=None, tier_ttl: float | None = None,
-                   release_ids: bool = False):
+def sampled_replay(
+    trace: BlockTrace,
+    sampling: Sampling,
+    capacities: list[int | None] | None = None,
+    ttls: list[float | None] | None = None,
+    model=None,
+    tiers=None,
+    tier_ttl: float | None = None,
+    release_ids: bool = False,
+):
     """The replay of ``kvtrace.replay.engine.replay`` estimated from a spatially hashed sample of
     ``trace`` (see the module docstring), in the full trace's units, with ``sample`` saying the
     rate and the expected error.
@@ -565,8 +642,8 @@ def sampled_replay(trace: BlockTrace, sampling: Sampling, capacities: list[int |
         raise ConfigError("a TTL is negative", hint="TTLs are durations such as 5m")
     ids = trace.hash_ids
     T = threshold_for_rate(sampling.rate) if sampling.rate is not None else None
-    if T is None:          # fixed size: the heavy blocks at that rate count against the size
-        heavy = heavy_blocks(ids, threshold_for_size(ids, sampling.size))[:sampling.size // 2]
+    if T is None:  # fixed size: the heavy blocks at that rate count against the size
+        heavy = heavy_blocks(ids, threshold_for_size(ids, sampling.size))[: sampling.size // 2]
         T = threshold_for_size(ids, max(sampling.size - len(heavy), 1))
     else:
         heavy = heavy_blocks(ids, T)
@@ -577,7 +654,7 @@ def sampled_replay(trace: BlockTrace, sampling: Sampling, capacities: list[int |
     codes = sample_codes(ids, T, k + 1, heavy)
     L = trace.input_length
     total_t, total_b = max(int(L.sum()), 1), max(trace.n_blocks, 1)
-    covered = int(np.minimum(L, np.diff(trace.offsets) * bs).sum())     # tokens the blocks carry
+    covered = int(np.minimum(L, np.diff(trace.offsets) * bs).sum())  # tokens the blocks carry
     finite = sorted({int(c) // bs for c in caps_tok if c is not None})
     caps = np.array(finite, dtype=np.int64)
     ttl_sorted = sorted({_ttl_us(x) for x in ttl_list})
@@ -588,7 +665,7 @@ def sampled_replay(trace: BlockTrace, sampling: Sampling, capacities: list[int |
     if resolved is not None:
         caps_t = np.array([r.capacity_blocks for r in resolved], dtype=np.int64)
         bounds = np.concatenate([[0], np.cumsum(caps_t) if tiers.mode == "exclusive" else caps_t])
-    light_w = MODULUS / T                  # a light block stands for 1 / rate blocks
+    light_w = MODULUS / T  # a light block stands for 1 / rate blocks
 
     def estimate(p: int, base: dict | None = None) -> dict:
         """One sample: its grid of hit ratios (tokens, blocks), weighted walk and tier band hits.
@@ -608,14 +685,20 @@ def sampled_replay(trace: BlockTrace, sampling: Sampling, capacities: list[int |
         # light hits scale to the light accesses of the full trace (a ratio estimate per stratum)
         fb = (trace.n_blocks - nb_h) / nb_l if nb_l else 0.0
         ft = (covered - nt_h) / nt_l if nt_l else 0.0
-        out = {"st": st, "sd": sd, "grid_t": (ht_h + ht_l * ft) / total_t, "grid_b": (hb_h + hb_l * fb) / total_b,
-               "heavy_grid": (hb_h, ht_h), "heavy_n": (nb_h, nt_h)}
-        if base is None and T < MODULUS:   # the grid one light block (1 / rate blocks) larger
+        out = {
+            "st": st,
+            "sd": sd,
+            "grid_t": (ht_h + ht_l * ft) / total_t,
+            "grid_b": (hb_h + hb_l * fb) / total_b,
+            "heavy_grid": (hb_h, ht_h),
+            "heavy_n": (nb_h, nt_h),
+        }
+        if base is None and T < MODULUS:  # the grid one light block (1 / rate blocks) larger
             up = caps + -(-MODULUS // T)
             (ub_h, ut_h), (ub_l, ut_l) = (hit_grid(d, st.input_length, bs, up, ttl_arr) for d in (sd.heavy, sd.light))
             out["res_t"] = float(np.abs((ut_h + ut_l * ft) / total_t - out["grid_t"]).mean())
             out["res_b"] = float(np.abs((ub_h + ub_l * fb) / total_b - out["grid_b"]).mean())
-        if resolved is not None:           # blocks weigh 1 / rate (as in the walk), hit tokens by ft
+        if resolved is not None:  # blocks weigh 1 / rate (as in the walk), hit tokens by ft
             hl = band_hits(sd.light, st.input_length, bs, bounds, tau, st.n_requests)
             if base is None:
                 hh = band_hits(sd.heavy, st.input_length, bs, bounds, tau, st.n_requests)
@@ -627,8 +710,10 @@ def sampled_replay(trace: BlockTrace, sampling: Sampling, capacities: list[int |
     first = estimate(0)
     st, sd, grid_t, grid_b = first["st"], first["sd"], first["grid_t"], first["grid_b"]
     if st.n_blocks == 0:
-        raise ConfigError(f"{trace.name}: the sample at rate {rate:.3g} holds no block",
-                          hint="raise --sample (or --sample-size), or replay without sampling")
+        raise ConfigError(
+            f"{trace.name}: the sample at rate {rate:.3g} holds no block",
+            hint="raise --sample (or --sample-size), or replay without sampling",
+        )
     clock = {"sample_s": time.perf_counter() - t0}
     bpb = model.bytes_per_block(bs) if model is not None else None
     grid = []
@@ -637,31 +722,67 @@ def sampled_replay(trace: BlockTrace, sampling: Sampling, capacities: list[int |
         for c in caps_tok:
             r = len(finite) if c is None else finite.index(int(c) // bs)
             blocks = None if c is None else int(c) // bs
-            grid.append({"capacity_tokens": None if c is None else int(c), "capacity_blocks": blocks,
-                         "capacity_bytes": None if c is None or bpb is None else blocks * bpb,
-                         "ttl_s": None if ttl is None or math.isinf(ttl) else float(ttl),
-                         "hit_ratio_tokens": float(grid_t[r, j]), "hit_ratio_blocks": float(grid_b[r, j]),
-                         "hit_tokens": int(round(grid_t[r, j] * total_t)),
-                         "hit_blocks": int(round(grid_b[r, j] * total_b))})
+            grid.append(
+                {
+                    "capacity_tokens": None if c is None else int(c),
+                    "capacity_blocks": blocks,
+                    "capacity_bytes": None if c is None or bpb is None else blocks * bpb,
+                    "ttl_s": None if ttl is None or math.isinf(ttl) else float(ttl),
+                    "hit_ratio_tokens": float(grid_t[r, j]),
+                    "hit_ratio_blocks": float(grid_b[r, j]),
+                    "hit_tokens": int(round(grid_t[r, j] * total_t)),
+                    "hit_blocks": int(round(grid_b[r, j] * total_b)),
+                }
+            )
     working = []
     for ttl in ttl_list:
         peak = sd.peak_after[_ttl_us(ttl)]
-        working.append({"ttl_s": None if _ttl_us(ttl) == NO_TTL else ttl, "peak_tokens": peak * bs,
-                        "peak_bytes": None if bpb is None else peak * bpb})
+        working.append(
+            {
+                "ttl_s": None if _ttl_us(ttl) == NO_TTL else ttl,
+                "peak_tokens": peak * bs,
+                "peak_bytes": None if bpb is None else peak * bpb,
+            }
+        )
     hierarchy = None
     assumptions = list(ASSUMPTIONS)
     if tiers is not None:
         t2 = time.perf_counter()
-        dist = Distances(req=sd.light.req, first=sd.light.first, blocks=sd.light.blocks, d=sd.light.d,
-                         age=sd.light.age, unique=sd.unique, live=sd.live, kernel="numba-sampled")
+        dist = Distances(
+            req=sd.light.req,
+            first=sd.light.first,
+            blocks=sd.light.blocks,
+            d=sd.light.d,
+            age=sd.light.age,
+            unique=sd.unique,
+            live=sd.live,
+            kernel="numba-sampled",
+        )
         bpt = model.bytes_per_token if model is not None else 0
-        per_tier, _, hit_t, info = tier_traffic(dist, sd.t_us, st.input_length, bs, resolved, tiers.mode, tau, bpt,
-                                                hits=first["hits"], total_tokens=float(L.sum()))
+        per_tier, _, hit_t, info = tier_traffic(
+            dist,
+            sd.t_us,
+            st.input_length,
+            bs,
+            resolved,
+            tiers.mode,
+            tau,
+            bpt,
+            hits=first["hits"],
+            total_tokens=float(L.sum()),
+        )
         hit_all = float(hit_t.sum())
-        hierarchy = {"name": tiers.name, "description": tiers.description, "mode": tiers.mode,
-                     "ttl_s": None if tau == NO_TTL else float(tier_ttl), "window_s": info["window_s"],
-                     "span_s": info["span_s"], "hit_ratio_tokens": hit_all / total_t,
-                     "miss_tokens": int(L.sum()) - int(round(hit_all)), "tiers": per_tier}
+        hierarchy = {
+            "name": tiers.name,
+            "description": tiers.description,
+            "mode": tiers.mode,
+            "ttl_s": None if tau == NO_TTL else float(tier_ttl),
+            "window_s": info["window_s"],
+            "span_s": info["span_s"],
+            "hit_ratio_tokens": hit_all / total_t,
+            "miss_tokens": int(L.sum()) - int(round(hit_all)),
+            "tiers": per_tier,
+        }
         assumptions.append(TIER_ASSUMPTIONS[tiers.mode])
         clock["tiers_s"] = time.perf_counter() - t2
     # The expected error: the spread of the grids of disjoint samples at the same rate (sampling
@@ -669,12 +790,13 @@ def sampled_replay(trace: BlockTrace, sampling: Sampling, capacities: list[int |
     # 1 / rate blocks, so depths are known to that resolution).
     t3 = time.perf_counter()
     grids = [first]
-    for p in range(1, k + 1):              # keep only their grids
+    for p in range(1, k + 1):  # keep only their grids
         g = estimate(p, first)
         grids.append({key: g[key] for key in ("grid_t", "grid_b", "tiers_t") if key in g})
-    codes = None                          # free the sample codes: no estimate follows
-    err = err_b = err_tiers = 0.0 if T == MODULUS else None     # None: above 50%, no second sample fits
+    codes = None  # free the sample codes: no estimate follows
+    err = err_b = err_tiers = 0.0 if T == MODULUS else None  # None: above 50%, no second sample fits
     if len(grids) > 1:
+
         def spread(key):
             return ERROR_FACTOR * float(np.std([g[key] for g in grids], axis=0, ddof=1).mean())
 
@@ -684,20 +806,41 @@ def sampled_replay(trace: BlockTrace, sampling: Sampling, capacities: list[int |
     if release_ids:
         trace.hash_ids = np.zeros(0, dtype=np.int64)
     distinct = sd.distinct
-    sample = {"mode": "rate" if sampling.rate is not None else "size", "rate": rate, "threshold": T,
-              "modulus": MODULUS, "size_limit": sampling.size, "heavy_blocks": len(heavy),
-              "sampled_blocks": distinct, "sampled_accesses": st.n_blocks, "block_accesses": trace.n_blocks,
-              "samples": len(grids), "expected_error": err, "expected_error_blocks": err_b,
-              "expected_error_tiers": err_tiers if resolved is not None else None,
-              "error_basis": (f"{ERROR_FACTOR:g} x the mean over the grid's cells of the standard deviation of the "
-                              f"hit ratio across {len(grids)} disjoint samples at this rate, plus the mean change of "
-                              f"the grid when every capacity grows by 1/rate blocks" if len(grids) > 1 else
-                              "every block is sampled: the replay is exact" if T == MODULUS else
-                              "not estimated above a 50% rate (no disjoint sample of the same rate fits in the hash "
-                              "range): sample at 50% or less for an estimate, or replay without sampling")}
+    sample = {
+        "mode": "rate" if sampling.rate is not None else "size",
+        "rate": rate,
+        "threshold": T,
+        "modulus": MODULUS,
+        "size_limit": sampling.size,
+        "heavy_blocks": len(heavy),
+        "sampled_blocks": distinct,
+        "sampled_accesses": st.n_blocks,
+        "block_accesses": trace.n_blocks,
+        "samples": len(grids),
+        "expected_error": err,
+        "expected_error_blocks": err_b,
+        "expected_error_tiers": err_tiers if resolved is not None else None,
+        "error_basis": (
+            f"{ERROR_FACTOR:g} x the mean over the grid's cells of the standard deviation of the "
+            f"hit ratio across {len(grids)} disjoint samples at this rate, plus the mean change of "
+            f"the grid when every capacity grows by 1/rate blocks"
+            if len(grids) > 1
+            else "every block is sampled: the replay is exact"
+            if T == MODULUS
+            else "not estimated above a 50% rate (no disjoint sample of the same rate fits in the hash "
+            "range): sample at 50% or less for an estimate, or replay without sampling"
+        ),
+    }
     span = float(trace.ts[-1] - trace.ts[0]) if trace.n_requests else 0.0
-    info_trace = {"name": trace.name, "requests": trace.n_requests, "blocks": trace.n_blocks, "block_size": bs,
-                  "input_tokens": int(L.sum()), "span_s": span, "distinct_blocks": sd.peak_after[NO_TTL]}
+    info_trace = {
+        "name": trace.name,
+        "requests": trace.n_requests,
+        "blocks": trace.n_blocks,
+        "block_size": bs,
+        "input_tokens": int(L.sum()),
+        "span_s": span,
+        "distinct_blocks": sd.peak_after[NO_TTL],
+    }
     warnings = [trace.meta["block_size_assumed"]] if trace.meta.get("block_size_assumed") else []
     # no steady-state check: it would need the exact working set the sample stands in for
     warnings += sizing_warnings(trace, ttl_list + ([tier_ttl] if tiers is not None else []), peaks={})
@@ -708,11 +851,27 @@ def sampled_replay(trace: BlockTrace, sampling: Sampling, capacities: list[int |
             f"Sampled (SHARDS): the blocks whose id hashes below {rate:.4g} of the hash range, and the "
             f"{len(heavy)} heaviest blocks whole; a sampled block stands for 1/{rate:.4g} blocks in depths "
             f"and counts. "
-            + (f"Expected error of the hit ratios: {err:.2%} (mean absolute)." if err is not None else
-               "Expected error not estimated above a 50% rate."))
+            + (
+                f"Expected error of the hit ratios: {err:.2%} (mean absolute)."
+                if err is not None
+                else "Expected error not estimated above a 50% rate."
+            )
+        )
     clock["total_s"] = time.perf_counter() - t0
-    return ReplayResult(trace=info_trace, grid=grid, working_set=working,
-                        model=None if model is None else model.to_dict(bs), tiers=hierarchy, ttft=None,
-                        engine={"kernel": "sampled", "runs": len(sd.heavy) + len(sd.light),
-                                **{key: round(v, 4) for key, v in clock.items()}},
-                        assumptions=assumptions, capacity=[], warnings=warnings, sample=sample)
+    return ReplayResult(
+        trace=info_trace,
+        grid=grid,
+        working_set=working,
+        model=None if model is None else model.to_dict(bs),
+        tiers=hierarchy,
+        ttft=None,
+        engine={
+            "kernel": "sampled",
+            "runs": len(sd.heavy) + len(sd.light),
+            **{key: round(v, 4) for key, v in clock.items()},
+        },
+        assumptions=assumptions,
+        capacity=[],
+        warnings=warnings,
+        sample=sample,
+    )

@@ -96,14 +96,17 @@ class Tier:
             total = self.gpus * self.gpu_memory_bytes * self.usable_fraction
             if self.subtract_weights:
                 if model is None or model.weights_bytes is None:
-                    raise ConfigError(f"tier {self.name}: the KV budget subtracts the weights, "
-                                      "but the model's size is unknown",
-                                      hint="pick a catalog model with --model, or give the tier a capacity")
+                    raise ConfigError(
+                        f"tier {self.name}: the KV budget subtracts the weights, but the model's size is unknown",
+                        hint="pick a catalog model with --model, or give the tier a capacity",
+                    )
                 total -= model.weights_bytes
             if total <= 0:
-                raise ConfigError(f"tier {self.name}: the model's weights do not fit in "
-                                  f"{self.gpus} x {self.gpu_memory_bytes / 1e9:g} GB",
-                                  hint="use more or larger GPUs, or an FP8 checkpoint")
+                raise ConfigError(
+                    f"tier {self.name}: the model's weights do not fit in "
+                    f"{self.gpus} x {self.gpu_memory_bytes / 1e9:g} GB",
+                    hint="use more or larger GPUs, or an FP8 checkpoint",
+                )
             return int(total)
         if self.drives is not None:
             return self.drives.usable_bytes
@@ -150,22 +153,28 @@ def load_tiers(spec: str) -> TierSet:
     elif path.exists():
         text, where = path.read_text(), str(path)
     elif spec.endswith(".toml") or "/" in spec or os.sep in spec:
-        raise ConfigError(f"{spec}: no such tiers file",
-                          hint="check the path, or use a preset (" + ", ".join(preset_names()) + ")")
+        raise ConfigError(
+            f"{spec}: no such tiers file", hint="check the path, or use a preset (" + ", ".join(preset_names()) + ")"
+        )
     else:
-        raise ConfigError(f"unknown tiers {spec!r}",
-                          hint="use a preset (" + ", ".join(preset_names()) + ") or a TOML file path")
+        raise ConfigError(
+            f"unknown tiers {spec!r}", hint="use a preset (" + ", ".join(preset_names()) + ") or a TOML file path"
+        )
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{where}: not valid TOML: {e}", hint="see `kvtrace replay --help` for the tier format") from e
+        raise ConfigError(
+            f"{where}: not valid TOML: {e}", hint="see `kvtrace replay --help` for the tier format"
+        ) from e
     return tiers_from_dict(doc, where)
 
 
 def tiers_from_dict(doc: dict, where: str = "tiers") -> TierSet:
     mode = str(doc.get("mode", "exclusive"))
     if mode not in ("exclusive", "inclusive"):
-        raise ConfigError(f"{where}: mode {mode!r}", hint="use exclusive (demote on evict) or inclusive (write-through)")
+        raise ConfigError(
+            f"{where}: mode {mode!r}", hint="use exclusive (demote on evict) or inclusive (write-through)"
+        )
     raw = doc.get("tier") or []
     if not raw:
         raise ConfigError(f"{where}: no [[tier]] entries", hint="list the tiers fastest first, one [[tier]] each")
@@ -174,9 +183,16 @@ def tiers_from_dict(doc: dict, where: str = "tiers") -> TierSet:
     known = set(Compute.__dataclass_fields__)
     bad = set(comp) - known
     if bad:
-        raise ConfigError(f"{where}: [compute] field '{sorted(bad)[0]}' is unknown", hint="known: " + ", ".join(sorted(known)))
-    return TierSet(name=str(doc.get("name", Path(where).stem)), tiers=tiers, mode=mode,
-                   description=str(doc.get("description", "")), compute=Compute(**comp))
+        raise ConfigError(
+            f"{where}: [compute] field '{sorted(bad)[0]}' is unknown", hint="known: " + ", ".join(sorted(known))
+        )
+    return TierSet(
+        name=str(doc.get("name", Path(where).stem)),
+        tiers=tiers,
+        mode=mode,
+        description=str(doc.get("description", "")),
+        compute=Compute(**comp),
+    )
 
 
 def _tier(t: dict, where: str) -> Tier:
@@ -199,8 +215,13 @@ def _tier(t: dict, where: str) -> Tier:
         if raid not in RAID_WRITE_FACTOR:
             raise ConfigError(f"{where}: drives.raid {raid!r}", hint="use 0, 1 or 10")
         try:
-            kw["drives"] = Drives(count=int(d["count"]), size_bytes=parse_bytes(d["size"], what=f"{where}: drives.size"),
-                                  raid=raid, dwpd_rating=d.get("dwpd_rating"), waf=float(d.get("waf", 1.0)))
+            kw["drives"] = Drives(
+                count=int(d["count"]),
+                size_bytes=parse_bytes(d["size"], what=f"{where}: drives.size"),
+                raid=raid,
+                dwpd_rating=d.get("dwpd_rating"),
+                waf=float(d.get("waf", 1.0)),
+            )
         except KeyError as e:
             raise ConfigError(f"{where}: drives.{e.args[0]} is missing", hint="drives need count and size") from e
     known = set(Tier.__dataclass_fields__)
@@ -233,13 +254,17 @@ def resolve(ts: TierSet, model: KVModel | None, block_size: int) -> list[Resolve
             if nbytes is None:
                 raise ConfigError(f"tier {t.name} has no capacity", hint='give it capacity = "512GB" (or tokens, "2M")')
             if model is None:
-                raise ConfigError(f"tier {t.name} is sized in bytes, so its capacity in tokens needs a model",
-                                  hint="pass --model (a catalog name or a config.json)")
+                raise ConfigError(
+                    f"tier {t.name} is sized in bytes, so its capacity in tokens needs a model",
+                    hint="pass --model (a catalog name or a config.json)",
+                )
             blocks = int(math.floor(nbytes / bpb))
         out.append(ResolvedTier(t, blocks, blocks * bpb if bpb else float("nan"), bpb))
     if ts.mode == "inclusive":
         caps = [r.capacity_blocks for r in out]
         if any(b < a for a, b in zip(caps, caps[1:])):
-            raise ConfigError(f"tiers {ts.name}: in inclusive mode every tier holds the ones above it",
-                              hint="make each tier at least as large as the one before, or use mode = exclusive")
+            raise ConfigError(
+                f"tiers {ts.name}: in inclusive mode every tier holds the ones above it",
+                hint="make each tier at least as large as the one before, or use mode = exclusive",
+            )
     return out

@@ -48,8 +48,14 @@ def save_npz(trace: BlockTrace, path: str | Path) -> None:
     ids = trace.hash_ids
     if ids.size and ids.min() >= 0 and ids.max() < 2**31:
         ids = ids.astype(np.int32)
-    arrays = dict(ts=trace.ts, input_length=trace.input_length, output_length=trace.output_length,
-                  offsets=trace.offsets, hash_ids=ids, block_size=np.int64(trace.block_size))
+    arrays = dict(
+        ts=trace.ts,
+        input_length=trace.input_length,
+        output_length=trace.output_length,
+        offsets=trace.offsets,
+        hash_ids=ids,
+        block_size=np.int64(trace.block_size),
+    )
     if trace.session is not None:
         arrays["session"] = trace.session
     np.savez(path, **arrays)
@@ -63,17 +69,34 @@ def load_npz(path: str | Path) -> BlockTrace:
         session = z["session"] if "session" in z.files else None
         bs = int(z["block_size"])
     except (OSError, ValueError, KeyError) as e:
-        raise BadTraceInput(path, None, f"not a kvtrace .npz trace ({e})",
-                            hint="it needs ts, input_length, output_length, offsets, hash_ids, block_size") from e
+        raise BadTraceInput(
+            path,
+            None,
+            f"not a kvtrace .npz trace ({e})",
+            hint="it needs ts, input_length, output_length, offsets, hash_ids, block_size",
+        ) from e
     ids = kw.pop("hash_ids")
     try:
-        trace = BlockTrace(kw["ts"], kw["input_length"], kw["output_length"], kw["offsets"],
-                           np.zeros(0, dtype=np.int64), bs, session=session, name=_stem(path))
+        trace = BlockTrace(
+            kw["ts"],
+            kw["input_length"],
+            kw["output_length"],
+            kw["offsets"],
+            np.zeros(0, dtype=np.int64),
+            bs,
+            session=session,
+            name=_stem(path),
+        )
     except ValueError as e:
         raise BadTraceInput(path, None, str(e), hint="offsets has one more entry than requests") from e
     if len(ids) != trace.n_blocks:
-        raise BadTraceInput(path, None, f"{len(ids)} hash_ids for {trace.n_blocks} blocks in offsets",
-                            field="hash_ids", hint="offsets[-1] must equal len(hash_ids)")
+        raise BadTraceInput(
+            path,
+            None,
+            f"{len(ids)} hash_ids for {trace.n_blocks} blocks in offsets",
+            field="hash_ids",
+            hint="offsets[-1] must equal len(hash_ids)",
+        )
     # Ids stored as int32 stay int32 (BlockTrace would widen them to int64): a 10 M-request
     # trace's ids are its largest array, and the replay engines take either width.
     trace.hash_ids = ids

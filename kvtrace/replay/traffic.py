@@ -29,11 +29,10 @@ from kvtrace.units import fmt_duration
 _NICE_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200, 86400)
 
 
-def band_hits(dist: Distances, input_length: np.ndarray, block_size: int, bounds: np.ndarray,
-              ttl_us: int, n: int):
+def band_hits(dist: Distances, input_length: np.ndarray, block_size: int, bounds: np.ndarray, ttl_us: int, n: int):
     """Per request and band ``(bounds[k], bounds[k+1]]``: hit blocks and hit tokens of the runs not
     older than the TTL, and the blocks of those runs at any depth (they were live)."""
-    if dist.kernel.startswith("numba"):       # the compiled twin (numba is loaded already)
+    if dist.kernel.startswith("numba"):  # the compiled twin (numba is loaded already)
         from kvtrace.replay.kernel import band_sums
 
         return band_sums(dist, input_length, block_size, bounds, ttl_us, n)
@@ -66,10 +65,19 @@ def nice_window(span_s: float, points: int) -> float:
     return float(np.ceil(want / 86400) * 86400)
 
 
-def tier_traffic(dist: Distances, t_us: np.ndarray, input_length: np.ndarray, block_size: int,
-                 tiers: list[ResolvedTier], mode: str, ttl_us: int, bytes_per_token: int,
-                 points: int = 480, hits=None, total_tokens: float | None = None
-                 ) -> tuple[list[dict], np.ndarray, np.ndarray, dict]:
+def tier_traffic(
+    dist: Distances,
+    t_us: np.ndarray,
+    input_length: np.ndarray,
+    block_size: int,
+    tiers: list[ResolvedTier],
+    mode: str,
+    ttl_us: int,
+    bytes_per_token: int,
+    points: int = 480,
+    hits=None,
+    total_tokens: float | None = None,
+) -> tuple[list[dict], np.ndarray, np.ndarray, dict]:
     """Per-tier hits, reads, writes, occupancy and endurance under one idle TTL.
 
     A sampled replay (``kvtrace.replay.sample``) passes its weighted band ``hits`` (as
@@ -87,10 +95,10 @@ def tier_traffic(dist: Distances, t_us: np.ndarray, input_length: np.ndarray, bl
     u = dist.unique if hits is not None else dist.unique.astype(np.int64)
     before = dist.live[ttl_us] if hits is not None else dist.live[ttl_us].astype(np.int64)
     above = np.cumsum(hit_b, axis=0, dtype=hit_b.dtype if hits is not None else np.int64)  # blocks above each bound
-    after = before + u - live_hit                         # live blocks after each request
+    after = before + u - live_hit  # live blocks after each request
     del live_hit
 
-    def pushed(k):                                        # blocks pushed down across bounds[k]
+    def pushed(k):  # blocks pushed down across bounds[k]
         return np.maximum((u - above[k - 1]) - np.maximum(bounds[k] - before, 0), 0)
 
     t0 = int(t_us[0]) if n else 0
@@ -104,7 +112,7 @@ def tier_traffic(dist: Distances, t_us: np.ndarray, input_length: np.ndarray, bl
     for k, rt in enumerate(tiers):
         t = rt.tier
         bpb = rt.bytes_per_block
-        extra = bpb - block_size * bytes_per_token           # window / state a block carries
+        extra = bpb - block_size * bytes_per_token  # window / state a block carries
         read = hit_t[k] * float(bytes_per_token) + hit_b[k] * float(extra)
         if mode == "exclusive":
             wblocks = u - above[0] if k == 0 else pushed(k)
@@ -122,30 +130,42 @@ def tier_traffic(dist: Distances, t_us: np.ndarray, input_length: np.ndarray, bl
         mean_w = write_total / span_s if span_s > 0 else None
         peak_w = float(wb.max()) / w if nb else 0.0
         item = {
-            "name": t.name, "kind": t.kind,
-            "capacity_blocks": int(caps[k]), "capacity_tokens": int(caps[k]) * block_size,
-            "capacity_bytes": float(caps[k]) * bpb, "depth_tokens": int(bounds[k + 1]) * block_size,
-            "hit_blocks": int(hit_b[k].sum()), "hit_tokens": int(hit_t[k].sum()),
+            "name": t.name,
+            "kind": t.kind,
+            "capacity_blocks": int(caps[k]),
+            "capacity_tokens": int(caps[k]) * block_size,
+            "capacity_bytes": float(caps[k]) * bpb,
+            "depth_tokens": int(bounds[k + 1]) * block_size,
+            "hit_blocks": int(hit_b[k].sum()),
+            "hit_tokens": int(hit_t[k].sum()),
             "hit_ratio_tokens": float(hit_t[k].sum()) / total_tokens if total_tokens else 0.0,
-            "read_bytes": float(read.sum()), "write_bytes": write_total,
+            "read_bytes": float(read.sum()),
+            "write_bytes": write_total,
             "read_bytes_per_s_mean": float(read.sum()) / span_s if span_s > 0 else None,
             "read_bytes_per_s_peak": float(rb.max()) / w if nb else 0.0,
-            "write_bytes_per_s_mean": mean_w, "write_bytes_per_s_peak": peak_w,
-            "read_gbps": t.read_gbps, "write_gbps": t.write_gbps, "latency_us": t.latency_us,
+            "write_bytes_per_s_mean": mean_w,
+            "write_bytes_per_s_peak": peak_w,
+            "read_gbps": t.read_gbps,
+            "write_gbps": t.write_gbps,
+            "latency_us": t.latency_us,
             "occupancy_peak_bytes": float(occ.max()) * bpb if n else 0.0,
             "occupancy_end_bytes": float(occ[-1]) * bpb if n else 0.0,
             "first_full_s": float(t_us[full_at[0]] - t0) / 1e6 if len(full_at) else None,
             "fills_at": _when(int(t_us[full_at[0]]), t0) if len(full_at) else None,
             "capex_usd": _capex(t, float(caps[k]) * bpb),
             **_drives(t, mean_w, peak_w),
-            "series": {"step_s": w, "read_bytes_per_s": [round(x / w, 1) for x in rb],
-                       "write_bytes_per_s": [round(x / w, 1) for x in wb],
-                       "occupancy_bytes": [float(x) * bpb for x in ob]},
+            "series": {
+                "step_s": w,
+                "read_bytes_per_s": [round(x / w, 1) for x in rb],
+                "write_bytes_per_s": [round(x / w, 1) for x in wb],
+                "occupancy_bytes": [float(x) * bpb for x in ob],
+            },
         }
         out.append(item)
     if out:
-        last = pushed(K) if mode == "exclusive" else np.maximum(
-            (u - above[K - 1]) - np.maximum(bounds[K] - before, 0), 0)
+        last = (
+            pushed(K) if mode == "exclusive" else np.maximum((u - above[K - 1]) - np.maximum(bounds[K] - before, 0), 0)
+        )
         out[-1]["evicted_bytes"] = float(last.sum()) * tiers[-1].bytes_per_block
     info = {"window_s": w, "span_s": span_s, "ttl_us": ttl_us}
     return out, hit_b, hit_t, info
@@ -163,17 +183,23 @@ def _drives(t, mean_w: float | None, peak_w: float) -> dict:
     if d is None:
         return {}
     mean = d.dwpd(mean_w) if mean_w is not None else None
-    return {"drives": d.count, "drive_size_bytes": d.size_bytes, "raid": d.raid, "waf": d.waf,
-            "usable_bytes": d.usable_bytes, "dwpd_rating": d.dwpd_rating,
-            "dwpd_per_drive": mean, "dwpd_per_drive_at_peak": d.dwpd(peak_w),
-            "within_rating": None if d.dwpd_rating is None or mean is None else mean <= d.dwpd_rating}
+    return {
+        "drives": d.count,
+        "drive_size_bytes": d.size_bytes,
+        "raid": d.raid,
+        "waf": d.waf,
+        "usable_bytes": d.usable_bytes,
+        "dwpd_rating": d.dwpd_rating,
+        "dwpd_per_drive": mean,
+        "dwpd_per_drive_at_peak": d.dwpd(peak_w),
+        "within_rating": None if d.dwpd_rating is None or mean is None else mean <= d.dwpd_rating,
+    }
 
 
 def _when(us: int, t0: int) -> str:
     """When a tier filled: a UTC time for wall-clock traces, else the offset from the start."""
     from datetime import datetime, timezone
 
-
-    if t0 > 10**15:                      # after 2001-09: the trace carries real times
+    if t0 > 10**15:  # after 2001-09: the trace carries real times
         return datetime.fromtimestamp(us / 1e6, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     return "+" + fmt_duration((us - t0) / 1e6)

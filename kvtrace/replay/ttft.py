@@ -40,8 +40,8 @@ class TTFTConfig:
 
     overlap: bool = True
     resume_gap_s: float = 300.0
-    prefill_tokens_per_s: float | None = None      # overrides the FLOPs model when set
-    tflops: float | None = None                     # per GPU; default from the tiers' [compute]
+    prefill_tokens_per_s: float | None = None  # overrides the FLOPs model when set
+    tflops: float | None = None  # per GPU; default from the tiers' [compute]
     mfu: float | None = None
     gpus: int | None = None
 
@@ -54,11 +54,11 @@ def _gaps(t_us: np.ndarray, session: np.ndarray | None, dist: Distances) -> np.n
     n = len(t_us)
     gap = np.full(n, np.nan)
     if session is not None and dist.kernel.startswith("numba"):
-        from kvtrace.replay.kernel import session_gaps   # compiled: no sort of every request
+        from kvtrace.replay.kernel import session_gaps  # compiled: no sort of every request
 
         return session_gaps(t_us, np.asarray(session))
     if session is not None:
-        order = np.argsort(session, kind="stable")      # by session, in time within each
+        order = np.argsort(session, kind="stable")  # by session, in time within each
         s = session[order]
         same = np.zeros(n, dtype=bool)
         same[1:] = s[1:] == s[:-1]
@@ -87,16 +87,32 @@ def _stats(x: np.ndarray, cdf: bool = False) -> dict:
         return {**out, "cdf_ms": []} if cdf else out
     xs = np.sort(x)
     q = _quantiles(xs, QUANTILES) * 1e3
-    out = {"count": int(len(x)), "mean_ms": float(x.mean()) * 1e3, "p50_ms": float(q[0]), "p90_ms": float(q[1]),
-           "p99_ms": float(q[2]), "max_ms": float(xs[-1]) * 1e3}
+    out = {
+        "count": int(len(x)),
+        "mean_ms": float(x.mean()) * 1e3,
+        "p50_ms": float(q[0]),
+        "p90_ms": float(q[1]),
+        "p99_ms": float(q[2]),
+        "max_ms": float(xs[-1]) * 1e3,
+    }
     if cdf:
         out["cdf_ms"] = [float(v) * 1e3 for v in _quantiles(xs, np.linspace(0, 1, CDF_POINTS))]
     return out
 
 
-def ttft_report(t_us: np.ndarray, input_length: np.ndarray, session: np.ndarray | None, dist: Distances,
-                hit_b: np.ndarray, hit_t: np.ndarray, tiers: list[ResolvedTier], model: KVModel,
-                compute: Compute, cfg: TTFTConfig, block_size: int) -> dict:
+def ttft_report(
+    t_us: np.ndarray,
+    input_length: np.ndarray,
+    session: np.ndarray | None,
+    dist: Distances,
+    hit_b: np.ndarray,
+    hit_t: np.ndarray,
+    tiers: list[ResolvedTier],
+    model: KVModel,
+    compute: Compute,
+    cfg: TTFTConfig,
+    block_size: int,
+) -> dict:
     """TTFT distributions per request class and the GPU-seconds each tier saves."""
     L = input_length.astype(np.float64)
     hit = hit_t.sum(axis=0).astype(np.float64)
@@ -121,8 +137,10 @@ def ttft_report(t_us: np.ndarray, input_length: np.ndarray, session: np.ndarray 
         tflops = cfg.tflops or compute.tflops
         mfu = cfg.mfu or compute.mfu
         if not tflops:
-            raise ConfigError("the TTFT model needs a prefill rate or GPU TFLOPS",
-                              hint="add [compute] tflops to the tier file, or pass --prefill-rate")
+            raise ConfigError(
+                "the TTFT model needs a prefill rate or GPU TFLOPS",
+                hint="add [compute] tflops to the tier file, or pass --prefill-rate",
+            )
         per_gpu = tflops * 1e12 * mfu
         F = model.prefill_flops
         FL = F(L)
@@ -138,11 +156,17 @@ def ttft_report(t_us: np.ndarray, input_length: np.ndarray, session: np.ndarray 
         how = {"mode": "flops", "tflops_per_gpu": tflops, "mfu": mfu, "gpus": gpus}
     ttft = np.maximum(reload, prefill) if cfg.overlap else reload + prefill
     gap = _gaps(t_us, session, dist)
-    classes = {"all": np.ones(len(L), dtype=bool), "continuing": gap <= cfg.resume_gap_s,
-               "resumed": gap > cfg.resume_gap_s, "new": np.isnan(gap)}
+    classes = {
+        "all": np.ones(len(L), dtype=bool),
+        "continuing": gap <= cfg.resume_gap_s,
+        "resumed": gap > cfg.resume_gap_s,
+        "new": np.isnan(gap),
+    }
     qs = np.linspace(0, 1, CDF_POINTS)
     out = {
-        "prefill": how, "overlap": cfg.overlap, "resume_gap_s": cfg.resume_gap_s,
+        "prefill": how,
+        "overlap": cfg.overlap,
+        "resume_gap_s": cfg.resume_gap_s,
         "session_source": "session ids" if session is not None else "prefix owner",
         **{name: {**_stats(ttft[m], cdf=True), "no_cache": _stats(base[m])} for name, m in classes.items()},
         "cdf_quantiles": [float(q) for q in qs],

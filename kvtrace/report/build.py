@@ -29,15 +29,15 @@ class ReportOptions:
     since: str | None = None
     until: str | None = None
     group_by: list[str] = field(default_factory=list)
-    ttls: list[float] = field(default_factory=list)          # seconds; adds the `ttl` section
-    model: str | None = None                                   # KV geometry for bytes (catalog name)
-    tiers: str | None = None                                   # tier preset or file; adds `tiers`
-    tier_ttl: float | None = None                              # seconds; the hierarchy's idle TTL (see tier_ttl_s)
-    capacities: list[float] = field(default_factory=list)     # tokens; grid points for `tiers`/`replay`
+    ttls: list[float] = field(default_factory=list)  # seconds; adds the `ttl` section
+    model: str | None = None  # KV geometry for bytes (catalog name)
+    tiers: str | None = None  # tier preset or file; adds `tiers`
+    tier_ttl: float | None = None  # seconds; the hierarchy's idle TTL (see tier_ttl_s)
+    capacities: list[float] = field(default_factory=list)  # tokens; grid points for `tiers`/`replay`
     title: str = "kvtrace report"
-    timezone: str = "UTC"                                      # IANA zone of day boundaries and naive bounds
-    pricing: str | None = None                                 # price table TOML (default: built-in list prices)
-    simulate: list[str] = field(default_factory=list)         # [NAME=]TIERS[:TIER,...] each; adds `simulate`
+    timezone: str = "UTC"  # IANA zone of day boundaries and naive bounds
+    pricing: str | None = None  # price table TOML (default: built-in list prices)
+    simulate: list[str] = field(default_factory=list)  # [NAME=]TIERS[:TIER,...] each; adds `simulate`
 
 
 def tier_ttl_s(opts: ReportOptions) -> float | None:
@@ -62,16 +62,24 @@ def _window(store: Store, opts: ReportOptions) -> dict:
     until = parse_instant(opts.until, last, opts.timezone)
     if since and until and since >= until:
         raise ConfigError(f"--since {opts.since} is not before --until {opts.until}")
-    return {"since": since, "until": until, "first": first, "last": last, "metric_points": metric_points,
-            "block_requests": blocks}
+    return {
+        "since": since,
+        "until": until,
+        "first": first,
+        "last": last,
+        "metric_points": metric_points,
+        "block_requests": blocks,
+    }
 
 
 def report_no_data(store: Store, win: dict, opts: ReportOptions) -> str:
     """The sentence a report without any request shows instead of its tables (zeros would read
     as a measurement); a warehouse holding only block-hash traces says how to report on them."""
     if win["first"] is None and win["block_requests"] and not (opts.ttls or opts.tiers):
-        return (f"No token telemetry: the warehouse holds only block-hash traces ({win['block_requests']:,} "
-                "requests); add --ttl or --tiers to replay them.")
+        return (
+            f"No token telemetry: the warehouse holds only block-hash traces ({win['block_requests']:,} "
+            "requests); add --ttl or --tiers to replay them."
+        )
     return no_data_text(store, win["since"], win["until"])
 
 
@@ -93,20 +101,30 @@ def build_report(store: Store, opts: ReportOptions | None = None) -> Report:
         if g not in GROUPS:
             raise ConfigError(f"unknown --group-by '{g}'", hint="choose from " + ", ".join(GROUPS))
     win = _window(store, opts)
-    tm = token_mix_report(store, win["since"], win["until"], opts.group_by, HOURLY_SERIES_MAX_S,
-                          metric_points=win["metric_points"], pricing=pricing, tz=opts.timezone)
+    tm = token_mix_report(
+        store,
+        win["since"],
+        win["until"],
+        opts.group_by,
+        HOURLY_SERIES_MAX_S,
+        metric_points=win["metric_points"],
+        pricing=pricing,
+        tz=opts.timezone,
+    )
     data: dict = {
         "schema_version": SCHEMA_VERSION,
         "generator": f"kvtrace {__version__}",
         "generated_at": iso(datetime.now(timezone.utc)),
         "title": opts.title,
         "window": {
-            "since": iso(win["since"]), "until": iso(win["until"]),
-            "first_request": iso(tm.first_ts), "last_request": iso(tm.last_ts),
+            "since": iso(win["since"]),
+            "until": iso(win["until"]),
+            "first_request": iso(tm.first_ts),
+            "last_request": iso(tm.last_ts),
             "timezone": opts.timezone,
         },
         "requests": tm.requests,
-        "sessions": tm.sessions,   # requests without a session are not a session
+        "sessions": tm.sessions,  # requests without a session are not a session
         "token_mix": tm.mix,
         # list-price cost of the window's token classes (every group entry carries the same keys)
         "cost": {**tm.cost, "pricing": pricing.source},

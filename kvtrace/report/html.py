@@ -25,7 +25,7 @@ from kvtrace.report import registry
 from kvtrace.report.render import window_text
 
 IMAGE_FORMATS = ("png", "svg")
-PNG_SCALE = 2.0   # pixels per CSS pixel: sharp in chat and on high-density screens
+PNG_SCALE = 2.0  # pixels per CSS pixel: sharp in chat and on high-density screens
 
 
 def _e(x) -> str:
@@ -68,11 +68,14 @@ def js_bundle() -> str:
 def _lib_versions() -> str:
     import vl_convert as vlc
 
-    return (f"Vega {vlc.get_vega_version()}, Vega-Lite {vl_version() or 'latest'}, "
-            f"vega-embed {vlc.get_vega_embed_version()}")
+    return (
+        f"Vega {vlc.get_vega_version()}, Vega-Lite {vl_version() or 'latest'}, "
+        f"vega-embed {vlc.get_vega_embed_version()}"
+    )
 
 
 # -- tables ---------------------------------------------------------------------------------------
+
 
 def _table(spec) -> str:
     """A :class:`~kvtrace.report.tables.TableSpec` as an HTML table with its notes."""
@@ -89,29 +92,42 @@ def _table(spec) -> str:
 
 def _cards(d: dict) -> str:
     mix = d["token_mix"]
-    items = [("Requests", fmt_int(d["requests"])), ("Sessions", fmt_int(d["sessions"])),
-             ("Tokens", fmt_tokens(mix["total"])), ("Cache hit ratio (tokens)", fmt_pct(mix["cache_hit_ratio"]))]
+    items = [
+        ("Requests", fmt_int(d["requests"])),
+        ("Sessions", fmt_int(d["sessions"])),
+        ("Tokens", fmt_tokens(mix["total"])),
+        ("Cache hit ratio (tokens)", fmt_pct(mix["cache_hit_ratio"])),
+    ]
     if (d.get("cost") or {}).get("cost_usd") is not None:
         items.append(("Cost (list prices)", fmt_usd(d["cost"]["cost_usd"])))
-    return '<ul class="cards">' + "".join(
-        f'<li><span class="label">{_e(k)}</span><span class="value">{_e(v)}</span></li>' for k, v in items) + "</ul>"
+    return (
+        '<ul class="cards">'
+        + "".join(f'<li><span class="label">{_e(k)}</span><span class="value">{_e(v)}</span></li>' for k, v in items)
+        + "</ul>"
+    )
 
 
 def _details(summary: str, items: list) -> str:
     if not items:
         return ""
-    return (f"<details><summary>{_e(summary)}</summary><ul>"
-            + "".join(f"<li>{_e(a)}</li>" for a in items) + "</ul></details>")
+    return (
+        f"<details><summary>{_e(summary)}</summary><ul>"
+        + "".join(f"<li>{_e(a)}</li>" for a in items)
+        + "</ul></details>"
+    )
 
 
 # -- page -----------------------------------------------------------------------------------------
 
+
 def _figure(chart) -> str:
     spec = json.dumps(chart.spec, separators=(",", ":")).replace("<", "\\u003c")  # no "</script>" inside
-    return (f'<figure id="chart-{_e(chart.id)}"><h3>{_e(chart.title)}</h3>'
-            f'<div class="chart" data-chart="{_e(chart.id)}"></div>'
-            f"<figcaption>{_e(chart.caption)}</figcaption>"
-            f'<script type="application/json" id="spec-{_e(chart.id)}">{spec}</script></figure>')
+    return (
+        f'<figure id="chart-{_e(chart.id)}"><h3>{_e(chart.title)}</h3>'
+        f'<div class="chart" data-chart="{_e(chart.id)}"></div>'
+        f"<figcaption>{_e(chart.caption)}</figcaption>"
+        f'<script type="application/json" id="spec-{_e(chart.id)}">{spec}</script></figure>'
+    )
 
 
 def _body(d: dict, charts: dict) -> str:
@@ -124,8 +140,9 @@ def _body(d: dict, charts: dict) -> str:
     out = [_cards(d)]
     for section in registry.SECTIONS:
         specs = registry.section_tables(section, d)
-        tables = [(f"<h3>{_e(t.title)}</h3>" if i or not section.title else "") + _table(t)
-                  for i, t in enumerate(specs)]
+        tables = [
+            (f"<h3>{_e(t.title)}</h3>" if i or not section.title else "") + _table(t) for i, t in enumerate(specs)
+        ]
         figs = [_figure(c) for c in charts.values() if c.section == section.key]
         warns = section.warnings(d)
         if not tables and not figs and not warns:
@@ -134,8 +151,11 @@ def _body(d: dict, charts: dict) -> str:
             out.append(f"<h2>{_e(section.title)}</h2>")
         out += figs + tables if section.charts_first else tables + figs
         if warns:
-            out.append('<ul class="warnings">' + "".join(f"<li><strong>Warning:</strong> {_e(w)}</li>"
-                                                         for w in warns) + "</ul>")
+            out.append(
+                '<ul class="warnings">'
+                + "".join(f"<li><strong>Warning:</strong> {_e(w)}</li>" for w in warns)
+                + "</ul>"
+            )
         if section.details:
             summary, items = section.details
             out.append(_details(summary, items(d)))
@@ -151,12 +171,19 @@ def render_html(d: dict, charts: list | None = None) -> str:
     """
     charts = registry.build_charts(d) if charts is None else charts
     by_id = {c.id: c for c in charts}
-    footer = (f"{d.get('generator', 'kvtrace')} · report schema {d.get('schema_version')} · generated "
-              f"{d.get('generated_at')} · charts drawn in this page by {_lib_versions()}, inlined (no network needed)")
+    footer = (
+        f"{d.get('generator', 'kvtrace')} · report schema {d.get('schema_version')} · generated "
+        f"{d.get('generated_at')} · charts drawn in this page by {_lib_versions()}, inlined (no network needed)"
+    )
     return _template().substitute(
-        title=_e(d["title"]), generator=_e(d.get("generator", "kvtrace")),
-        window_line=_e(f"Window (UTC): {window_text(d)}"), bundle=js_bundle(),
-        body=_body(d, by_id), footer=_e(footer), n_charts=len(charts))
+        title=_e(d["title"]),
+        generator=_e(d.get("generator", "kvtrace")),
+        window_line=_e(f"Window (UTC): {window_text(d)}"),
+        bundle=js_bundle(),
+        body=_body(d, by_id),
+        footer=_e(footer),
+        n_charts=len(charts),
+    )
 
 
 def period_text(d: dict) -> str:
@@ -176,13 +203,21 @@ def titled(chart, d: dict) -> dict:
     """The chart's spec with its title and the report's period drawn in (a PNG or SVG stands alone;
     on the page the heading above each chart says the same)."""
     spec = dict(chart.spec)
-    spec["title"] = {"text": chart.title, "subtitle": period_text(d), "anchor": "start", "fontSize": 17,
-                     "subtitleFontSize": 12, "subtitleColor": "#555", "offset": 12}
+    spec["title"] = {
+        "text": chart.title,
+        "subtitle": period_text(d),
+        "anchor": "start",
+        "fontSize": 17,
+        "subtitleFontSize": 12,
+        "subtitleColor": "#555",
+        "offset": 12,
+    }
     return spec
 
 
-def export_images(d: dict, folder: str | Path, formats=IMAGE_FORMATS, scale: float = PNG_SCALE,
-                  charts: list | None = None) -> list[Path]:
+def export_images(
+    d: dict, folder: str | Path, formats=IMAGE_FORMATS, scale: float = PNG_SCALE, charts: list | None = None
+) -> list[Path]:
     """Write each chart as ``<folder>/<chart id>.png`` / ``.svg`` (vl-convert, no browser), each
     with its title and the report's title and period above it.
 

@@ -13,11 +13,32 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from kvtrace.report import sections
-from kvtrace.report.charts import (ChartSpec, miss_ratio_curves, reuse_time_cdf, simulate_occupancy, simulate_throughput,
-                                   simulate_ttft, spend_by_ttl, token_mix_over_time, ttft_distributions,
-                                   working_set_over_time, writes_and_dwpd)
-from kvtrace.report.tables import (TableSpec, capacity_table, group_table, mix_table, reuse_table, sim_assumptions,
-                                   simulate_tables, spend_table, tier_table, ttft_table, ttl_table)
+from kvtrace.report.charts import (
+    ChartSpec,
+    miss_ratio_curves,
+    reuse_time_cdf,
+    simulate_occupancy,
+    simulate_throughput,
+    simulate_ttft,
+    spend_by_ttl,
+    token_mix_over_time,
+    ttft_distributions,
+    working_set_over_time,
+    writes_and_dwpd,
+)
+from kvtrace.report.tables import (
+    TableSpec,
+    capacity_table,
+    group_table,
+    mix_table,
+    reuse_table,
+    sim_assumptions,
+    simulate_tables,
+    spend_table,
+    tier_table,
+    ttft_table,
+    ttl_table,
+)
 
 
 @dataclass(frozen=True)
@@ -30,16 +51,16 @@ class Section:
     and return ``None`` (or no tables) when the report lacks the section's data.
     """
 
-    key: str                                           # its key in Report.data (ttft: inside tiers)
+    key: str  # its key in Report.data (ttft: inside tiers)
     title: str | None
-    when: Callable[[Any], bool]                        # on ReportOptions: the options ask for it
-    compute: Callable[[Any, Any, dict], Any] | None = None   # (store, opts, window) -> Report.data[key];
+    when: Callable[[Any], bool]  # on ReportOptions: the options ask for it
+    compute: Callable[[Any, Any, dict], Any] | None = None  # (store, opts, window) -> Report.data[key];
     #                                                    None: built with another part (token mix, tiers)
-    tables: Callable[[dict], list[TableSpec | None]] = lambda d: []   # terminal, Markdown, HTML
-    charts: tuple[Callable[[dict], ChartSpec | None], ...] = ()      # HTML, PNG/SVG
-    charts_first: bool = False                         # on the page, its charts come before its tables
-    warnings: Callable[[dict], list[str]] = lambda d: []   # sentences after its tables (terminal, Markdown, HTML)
-    details: tuple[str, Callable[[dict], list]] | None = None   # HTML: a folded list (summary, items)
+    tables: Callable[[dict], list[TableSpec | None]] = lambda d: []  # terminal, Markdown, HTML
+    charts: tuple[Callable[[dict], ChartSpec | None], ...] = ()  # HTML, PNG/SVG
+    charts_first: bool = False  # on the page, its charts come before its tables
+    warnings: Callable[[dict], list[str]] = lambda d: []  # sentences after its tables (terminal, Markdown, HTML)
+    details: tuple[str, Callable[[dict], list]] | None = None  # HTML: a folded list (summary, items)
 
 
 def _option(name: str) -> Callable[[Any], bool]:
@@ -52,32 +73,77 @@ def _tiers(d: dict) -> dict:
 
 
 SECTIONS: tuple[Section, ...] = (
-    Section("token_mix", "Token mix", when=lambda opts: True,
-            tables=lambda d: [mix_table(d)], charts=(token_mix_over_time,)),
-    Section("reuse", "Context reuse", when=_option("ttls"), compute=sections.reuse_section,
-            tables=lambda d: [reuse_table(d["reuse"])] if d.get("reuse") else [],
-            charts=(reuse_time_cdf,), charts_first=True),
-    Section("ttl", "TTL what-if and required capacity", when=_option("ttls"), compute=sections.ttl_section,
-            tables=lambda d: [ttl_table(d)] if d.get("ttl") else [], charts=(working_set_over_time,)),
-    Section("tiers", "Tiers", when=_option("tiers"), compute=sections.tiers_section,
-            tables=lambda d: [tier_table(_tiers(d)), capacity_table(_tiers(d))] if _tiers(d) else [],
-            charts=(miss_ratio_curves, writes_and_dwpd),
-            details=("Assumptions of the replay", lambda d: _tiers(d).get("assumptions"))),
-    Section("ttft", "Time to first token", when=_option("tiers"),
-            tables=lambda d: [ttft_table(_tiers(d)["ttft"])] if _tiers(d).get("ttft") else [],
-            charts=(ttft_distributions,), charts_first=True),
-    Section("spend", "API spend by cache TTL", when=_option("ttls"), compute=sections.spend_section,
-            tables=lambda d: [spend_table(d["spend"])] if d.get("spend") else [],
-            charts=(spend_by_ttl,), charts_first=True),
-    Section("simulate", "Serving model (simulated)", when=_option("simulate"), compute=sections.simulate_section,
-            tables=lambda d: simulate_tables(d["simulate"]) if d.get("simulate") else [],
-            charts=(simulate_throughput, simulate_occupancy, simulate_ttft),
-            details=("Assumptions of the serving model", lambda d: sim_assumptions(d.get("simulate")))),
-    Section("groups", None, when=_option("group_by"),
-            tables=lambda d: [group_table(g, entries, (d.get("window") or {}).get("timezone", "UTC"))
-                              for g, entries in (d.get("groups") or {}).items()]),
-    Section("warnings", None, when=_option("ttls"), compute=sections.warnings_section,
-            warnings=lambda d: d.get("warnings") or []),
+    Section(
+        "token_mix", "Token mix", when=lambda opts: True, tables=lambda d: [mix_table(d)], charts=(token_mix_over_time,)
+    ),
+    Section(
+        "reuse",
+        "Context reuse",
+        when=_option("ttls"),
+        compute=sections.reuse_section,
+        tables=lambda d: [reuse_table(d["reuse"])] if d.get("reuse") else [],
+        charts=(reuse_time_cdf,),
+        charts_first=True,
+    ),
+    Section(
+        "ttl",
+        "TTL what-if and required capacity",
+        when=_option("ttls"),
+        compute=sections.ttl_section,
+        tables=lambda d: [ttl_table(d)] if d.get("ttl") else [],
+        charts=(working_set_over_time,),
+    ),
+    Section(
+        "tiers",
+        "Tiers",
+        when=_option("tiers"),
+        compute=sections.tiers_section,
+        tables=lambda d: [tier_table(_tiers(d)), capacity_table(_tiers(d))] if _tiers(d) else [],
+        charts=(miss_ratio_curves, writes_and_dwpd),
+        details=("Assumptions of the replay", lambda d: _tiers(d).get("assumptions")),
+    ),
+    Section(
+        "ttft",
+        "Time to first token",
+        when=_option("tiers"),
+        tables=lambda d: [ttft_table(_tiers(d)["ttft"])] if _tiers(d).get("ttft") else [],
+        charts=(ttft_distributions,),
+        charts_first=True,
+    ),
+    Section(
+        "spend",
+        "API spend by cache TTL",
+        when=_option("ttls"),
+        compute=sections.spend_section,
+        tables=lambda d: [spend_table(d["spend"])] if d.get("spend") else [],
+        charts=(spend_by_ttl,),
+        charts_first=True,
+    ),
+    Section(
+        "simulate",
+        "Serving model (simulated)",
+        when=_option("simulate"),
+        compute=sections.simulate_section,
+        tables=lambda d: simulate_tables(d["simulate"]) if d.get("simulate") else [],
+        charts=(simulate_throughput, simulate_occupancy, simulate_ttft),
+        details=("Assumptions of the serving model", lambda d: sim_assumptions(d.get("simulate"))),
+    ),
+    Section(
+        "groups",
+        None,
+        when=_option("group_by"),
+        tables=lambda d: [
+            group_table(g, entries, (d.get("window") or {}).get("timezone", "UTC"))
+            for g, entries in (d.get("groups") or {}).items()
+        ],
+    ),
+    Section(
+        "warnings",
+        None,
+        when=_option("ttls"),
+        compute=sections.warnings_section,
+        warnings=lambda d: d.get("warnings") or [],
+    ),
 )
 
 # Orders that predate the registry and that readers see, kept as they were; a section or chart
@@ -85,8 +151,15 @@ SECTIONS: tuple[Section, ...] = (
 JSON_ORDER = ("ttl", "reuse", "spend", "tiers", "warnings")
 # The charts as built and written (``--format png`` lists its files in this order; on the page a
 # section's charts keep this order among themselves):
-CHART_ORDER = (token_mix_over_time, reuse_time_cdf, miss_ratio_curves, working_set_over_time,
-               ttft_distributions, writes_and_dwpd, spend_by_ttl)
+CHART_ORDER = (
+    token_mix_over_time,
+    reuse_time_cdf,
+    miss_ratio_curves,
+    working_set_over_time,
+    ttft_distributions,
+    writes_and_dwpd,
+    spend_by_ttl,
+)
 
 
 def _rank(order: tuple, item) -> int:

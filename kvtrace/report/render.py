@@ -22,9 +22,11 @@ def window_text(d: dict) -> str:
 
 def headline(d: dict) -> str:
     cost = (d.get("cost") or {}).get("cost_usd")
-    return (f"{fmt_int(d['requests'])} requests · {fmt_int(d['sessions'])} sessions · "
-            f"cache hit ratio (token-weighted) {fmt_pct(d['token_mix']['cache_hit_ratio'])}"
-            + ("" if cost is None else f" · cost {fmt_usd(cost)} at list prices"))
+    return (
+        f"{fmt_int(d['requests'])} requests · {fmt_int(d['sessions'])} sessions · "
+        f"cache hit ratio (token-weighted) {fmt_pct(d['token_mix']['cache_hit_ratio'])}"
+        + ("" if cost is None else f" · cost {fmt_usd(cost)} at list prices")
+    )
 
 
 def render_json(d: dict, out: IO[str]) -> None:
@@ -86,7 +88,7 @@ def render_terminal(d: dict, console=None) -> None:
 
     if console is None:
         console = Console()
-        if not console.is_terminal:   # a pipe or a file: no width to fit, so do not squeeze tables
+        if not console.is_terminal:  # a pipe or a file: no width to fit, so do not squeeze tables
             console = Console(width=160)
     console.print(f"[bold]{d['title']}[/bold]  {window_text(d)}")
     if d.get("no_data"):

@@ -55,11 +55,13 @@ def tiers_section(store, opts, win) -> dict | None:
     trace = _trace(store, win, ids=True)
     if trace.n_requests == 0:
         return None
-    return tiers_report(trace, tiers=opts.tiers, model=opts.model, ttls=opts.ttls, capacities=opts.capacities,
-                        tier_ttl=tier_ttl_s(opts))
+    return tiers_report(
+        trace, tiers=opts.tiers, model=opts.model, ttls=opts.ttls, capacities=opts.capacities, tier_ttl=tier_ttl_s(opts)
+    )
 
 
 # -- sections added for the HTML charts (reuse-time CDF, spend by TTL) ----------------------------
+
 
 def reuse_section(store, opts, win) -> dict | None:
     """The ``reuse`` section: the reuse profile (reuse-time CDF, shares within 1 min / 5 min / 1 h,
@@ -99,8 +101,13 @@ def simulate_section(store, opts, win) -> dict | None:
     span = warehouse_span_s(store, since, until)
     if span is None:
         return None
-    sc = Scenario(sessions="warehouse", since=since, until=until, duration_s=span,
-                  configs=[parse_config(c, option="--simulate") for c in opts.simulate])
+    sc = Scenario(
+        sessions="warehouse",
+        since=since,
+        until=until,
+        duration_s=span,
+        configs=[parse_config(c, option="--simulate") for c in opts.simulate],
+    )
     if opts.model:
         sc.model = opts.model
     return simulate(sc, store=store)

@@ -21,6 +21,12 @@ def render_simulate_html(res: dict) -> str:
     charts = [c for c in (throughput_chart(res), occupancy_chart(res), ttft_chart(res)) if c is not None]
     body = "\n".join(["<h2>Serving model</h2>", _figure(charts[0]), _tables(res), *(_figure(c) for c in charts[1:])])
     footer = f"kvtrace simulate · schema {res['schema']} · charts drawn in this page by {_lib_versions()}, inlined"
-    return _template().substitute(title=_e(f"kvtrace simulate: {res['scenario']}"), generator="kvtrace",
-                                  window_line=_e(sim_run_line(res)), bundle=js_bundle(), body=body, footer=_e(footer),
-                                  n_charts=len(charts))
+    return _template().substitute(
+        title=_e(f"kvtrace simulate: {res['scenario']}"),
+        generator="kvtrace",
+        window_line=_e(sim_run_line(res)),
+        bundle=js_bundle(),
+        body=body,
+        footer=_e(footer),
+        n_charts=len(charts),
+    )

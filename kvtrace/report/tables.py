@@ -11,8 +11,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kvtrace.analyze.token_mix import WRITE_KEYS
-from kvtrace.units import (DASH, fmt_age, fmt_bytes, fmt_bytes_compact, fmt_duration, fmt_int, fmt_pct, fmt_tokens,
-                           fmt_tokens_compact, fmt_ttl, fmt_usd)
+from kvtrace.units import (
+    DASH,
+    fmt_age,
+    fmt_bytes,
+    fmt_bytes_compact,
+    fmt_duration,
+    fmt_int,
+    fmt_pct,
+    fmt_tokens,
+    fmt_tokens_compact,
+    fmt_ttl,
+    fmt_usd,
+)
 
 CLASS_LABELS = {
     "cache_read": "Cache read",
@@ -22,17 +33,17 @@ CLASS_LABELS = {
     "output": "Output",
     "input_uncached": "Uncached input",
 }
-REUSE_CDF_POINTS_S = (10, 60, 300, 900, 3600, 86400)   # rows of `kvtrace reuse`'s reuse-time table
+REUSE_CDF_POINTS_S = (10, 60, 300, 900, 3600, 86400)  # rows of `kvtrace reuse`'s reuse-time table
 TTL_HEADERS = ("TTL", "Hit (tokens)", "Hit (blocks)", "Working set mean", "p99", "peak", "peak bytes")
 
 
 @dataclass
 class TableSpec:
-    key: str                              # the registry section it belongs to (grid: kvtrace replay's)
-    title: str | None                     # None: its section's title (kvtrace.report.registry)
+    key: str  # the registry section it belongs to (grid: kvtrace replay's)
+    title: str | None  # None: its section's title (kvtrace.report.registry)
     headers: tuple[str, ...]
     rows: list[tuple[str, ...]]
-    foot: tuple[str, ...] | None = None   # a total row
+    foot: tuple[str, ...] | None = None  # a total row
     notes: list[str] = field(default_factory=list)
 
 
@@ -49,9 +60,12 @@ def mix_rows(mix: dict) -> list[tuple[str, str, str]]:
 def shares_line(mix: dict) -> str:
     """The seed study's four-way split: reads / creation (all write TTLs) / output / uncached input."""
     s = mix["shares"]
-    parts = [("Cache read", s["cache_read"]),
-             ("Cache creation", sum(s[k] for k in WRITE_KEYS)),
-             ("Output", s["output"]), ("Uncached input", s["input_uncached"])]
+    parts = [
+        ("Cache read", s["cache_read"]),
+        ("Cache creation", sum(s[k] for k in WRITE_KEYS)),
+        ("Output", s["output"]),
+        ("Uncached input", s["input_uncached"]),
+    ]
     return " · ".join(f"{k} {fmt_pct(v)}" for k, v in parts)
 
 
@@ -59,9 +73,17 @@ def ttl_rows(d: dict) -> list[tuple[str, ...]]:
     rows = []
     for e in d.get("ttl", []):
         ws = e["working_set"]
-        rows.append((fmt_ttl(e["ttl_s"]), fmt_pct(e["hit_ratio_tokens"]),
-                     fmt_pct(e["hit_ratio_blocks"]), fmt_tokens(ws["mean_tokens"]), fmt_tokens(ws["p99_tokens"]),
-                     fmt_tokens(ws["peak_tokens"]), fmt_bytes(ws.get("peak_bytes"))))
+        rows.append(
+            (
+                fmt_ttl(e["ttl_s"]),
+                fmt_pct(e["hit_ratio_tokens"]),
+                fmt_pct(e["hit_ratio_blocks"]),
+                fmt_tokens(ws["mean_tokens"]),
+                fmt_tokens(ws["p99_tokens"]),
+                fmt_tokens(ws["peak_tokens"]),
+                fmt_bytes(ws.get("peak_bytes")),
+            )
+        )
     return rows
 
 
@@ -85,8 +107,14 @@ def cost_line(d: dict) -> str | None:
 def mix_table(d: dict) -> TableSpec:
     mix = d["token_mix"]
     notes = [shares_line(mix)] + [x for x in [cost_line(d)] if x]
-    return TableSpec("token_mix", None, ("Class", "Tokens", "Share"), mix_rows(mix),
-                     foot=("Total", fmt_int(mix["total"]), "100%"), notes=notes)
+    return TableSpec(
+        "token_mix",
+        None,
+        ("Class", "Tokens", "Share"),
+        mix_rows(mix),
+        foot=("Total", fmt_int(mix["total"]), "100%"),
+        notes=notes,
+    )
 
 
 def group_table(g: str, entries: list[dict], tz: str = "UTC") -> TableSpec:
@@ -94,16 +122,31 @@ def group_table(g: str, entries: list[dict], tz: str = "UTC") -> TableSpec:
     for e in entries:
         m = e["token_mix"]
         writes = sum(m[k] for k in WRITE_KEYS)
-        rows.append((str(e["key"]), fmt_int(e["requests"]), fmt_int(m["total"]), fmt_pct(m["shares"]["cache_read"]),
-                     fmt_int(writes), fmt_int(m["output"]), fmt_pct(m["cache_hit_ratio"]), cost_cell(e)))
+        rows.append(
+            (
+                str(e["key"]),
+                fmt_int(e["requests"]),
+                fmt_int(m["total"]),
+                fmt_pct(m["shares"]["cache_read"]),
+                fmt_int(writes),
+                fmt_int(m["output"]),
+                fmt_pct(m["cache_hit_ratio"]),
+                cost_cell(e),
+            )
+        )
     title = f"By {g}" + (f" ({tz})" if g in ("hour", "day", "week", "month") else "")
-    return TableSpec("groups", title, (g, "Requests", "Total tokens", "Read share", "Cache write", "Output",
-                                       "Hit ratio", "Cost"), rows)
+    return TableSpec(
+        "groups",
+        title,
+        (g, "Requests", "Total tokens", "Read share", "Cache write", "Output", "Hit ratio", "Cost"),
+        rows,
+    )
 
 
 def ttl_table(d: dict) -> TableSpec:
-    return TableSpec("ttl", None, TTL_HEADERS, ttl_rows(d),
-                     notes=["Unlimited capacity; an idle TTL is refreshed on every use."])
+    return TableSpec(
+        "ttl", None, TTL_HEADERS, ttl_rows(d), notes=["Unlimited capacity; an idle TTL is refreshed on every use."]
+    )
 
 
 def reuse_table(reuse: dict) -> TableSpec | None:
@@ -113,13 +156,33 @@ def reuse_table(reuse: dict) -> TableSpec | None:
         if not r:
             continue
         w, q, c = r.get("within", {}), r.get("quantiles_s", {}), r.get("ttl_for_share_s", {})
-        rows.append((label, *(fmt_pct(w.get(k)) for k in ("1m", "5m", "1h")),
-                     *(fmt_age(q.get(k)) for k in ("p50", "p90", "p99")),
-                     *(fmt_age(c.get(k)) for k in ("0.9", "0.95", "0.99"))))
+        rows.append(
+            (
+                label,
+                *(fmt_pct(w.get(k)) for k in ("1m", "5m", "1h")),
+                *(fmt_age(q.get(k)) for k in ("p50", "p90", "p99")),
+                *(fmt_age(c.get(k)) for k in ("0.9", "0.95", "0.99")),
+            )
+        )
     if not rows:
         return None
-    return TableSpec("reuse", None, ("Reuse time", "Within 1 min", "Within 5 min", "Within 1 h", "p50",
-                                     "p90", "p99", "TTL for 90% of reuse", "95%", "99%"), rows)
+    return TableSpec(
+        "reuse",
+        None,
+        (
+            "Reuse time",
+            "Within 1 min",
+            "Within 5 min",
+            "Within 1 h",
+            "p50",
+            "p90",
+            "p99",
+            "TTL for 90% of reuse",
+            "95%",
+            "99%",
+        ),
+        rows,
+    )
 
 
 def reuse_cdf_table(d: dict) -> TableSpec | None:
@@ -127,37 +190,83 @@ def reuse_cdf_table(d: dict) -> TableSpec | None:
     rt, et = d.get("reuse_time"), d.get("effective_reuse_time")
     if not rt or not et:
         return None
-    rows = [(fmt_ttl(a["t_s"]), fmt_pct(a["share_tokens"], 1), fmt_pct(b["share_tokens"], 1))
-            for a, b in zip(rt["cdf"], et["cdf"]) if a["t_s"] in REUSE_CDF_POINTS_S]
+    rows = [
+        (fmt_ttl(a["t_s"]), fmt_pct(a["share_tokens"], 1), fmt_pct(b["share_tokens"], 1))
+        for a, b in zip(rt["cdf"], et["cdf"])
+        if a["t_s"] in REUSE_CDF_POINTS_S
+    ]
     for q in ("0.9", "0.95", "0.99"):
-        rows.append((f"TTL for {float(q):.0%}",
-                     *(DASH if v is None else fmt_ttl(round(v)) for v in (rt["ttl_for_share_s"][q],
-                                                                          et["ttl_for_share_s"][q]))))
-    return TableSpec("reuse", "Reuse time (token-weighted share of reuse within)",
-                     ("within", "block age", "prefix (hit) age"), rows)
+        rows.append(
+            (
+                f"TTL for {float(q):.0%}",
+                *(
+                    DASH if v is None else fmt_ttl(round(v))
+                    for v in (rt["ttl_for_share_s"][q], et["ttl_for_share_s"][q])
+                ),
+            )
+        )
+    return TableSpec(
+        "reuse", "Reuse time (token-weighted share of reuse within)", ("within", "block age", "prefix (hit) age"), rows
+    )
 
 
 def spend_table(spend: dict) -> TableSpec | None:
     if not spend.get("ttl"):
         return None
-    rows = [(f"{fmt_ttl(t['ttl_s'])} TTL", f"×{t['write_multiplier']:g}", fmt_int(t["read_tokens"]),
-             fmt_int(t["write_tokens"]), fmt_int(t["input_tokens"]), fmt_int(t["output_tokens"]), fmt_usd(t["spend_usd"]))
-            for t in spend["ttl"]]
+    rows = [
+        (
+            f"{fmt_ttl(t['ttl_s'])} TTL",
+            f"×{t['write_multiplier']:g}",
+            fmt_int(t["read_tokens"]),
+            fmt_int(t["write_tokens"]),
+            fmt_int(t["input_tokens"]),
+            fmt_int(t["output_tokens"]),
+            fmt_usd(t["spend_usd"]),
+        )
+        for t in spend["ttl"]
+    ]
     obs = spend.get("observed")
     if obs:
-        rows.append(("As observed", "", fmt_int(obs.get("read_tokens")), fmt_int(obs.get("write_tokens")), "", "",
-                     fmt_usd(obs.get("spend_usd"))))
+        rows.append(
+            (
+                "As observed",
+                "",
+                fmt_int(obs.get("read_tokens")),
+                fmt_int(obs.get("write_tokens")),
+                "",
+                "",
+                fmt_usd(obs.get("spend_usd")),
+            )
+        )
     notes = []
     if spend.get("net_difference_usd") is not None:
         diff = spend["net_difference_usd"]
-        notes.append(f"1 h TTL minus 5 min TTL: {'+' if diff >= 0 else '−'}{fmt_usd(abs(diff))} "
-                     f"({spend.get('cheaper', '?')} is cheaper); {fmt_int(spend.get('writes_that_would_be_reads'))} "
-                     "tokens written under 5 min would be cache reads under 1 h.")
+        notes.append(
+            f"1 h TTL minus 5 min TTL: {'+' if diff >= 0 else '−'}{fmt_usd(abs(diff))} "
+            f"({spend.get('cheaper', '?')} is cheaper); {fmt_int(spend.get('writes_that_would_be_reads'))} "
+            "tokens written under 5 min would be cache reads under 1 h."
+        )
     if spend.get("unpriced"):
-        notes.append("Not priced (no entry in the price table): "
-                     + ", ".join(str(u.get("model")) for u in spend["unpriced"]) + ".")
-    return TableSpec("spend", None, ("Scenario", "Cache write price", "Cache read tokens", "Cache write tokens",
-                                     "Uncached input", "Output", "Spend"), rows, notes=notes)
+        notes.append(
+            "Not priced (no entry in the price table): "
+            + ", ".join(str(u.get("model")) for u in spend["unpriced"])
+            + "."
+        )
+    return TableSpec(
+        "spend",
+        None,
+        (
+            "Scenario",
+            "Cache write price",
+            "Cache read tokens",
+            "Cache write tokens",
+            "Uncached input",
+            "Output",
+            "Spend",
+        ),
+        rows,
+        notes=notes,
+    )
 
 
 def tiers_intro(t: dict) -> str:
@@ -184,15 +293,36 @@ def tier_table(t: dict, *, reads: bool = False) -> TableSpec | None:
         return DASH if v is None else f"{v / 1e6:,.1f}"
 
     rates = ("read", "write") if reads else ("write",)
-    rows = [(x.get("name", "tier"), fmt_tokens(x.get("capacity_tokens")), fmt_bytes(x.get("capacity_bytes")),
-             fmt_pct(x.get("hit_ratio_tokens")),
-             *(mbps(x.get(f"{r}_bytes_per_s_{s}")) for r in rates for s in ("mean", "peak")),
-             DASH if x.get("dwpd_per_drive") is None else f"{x['dwpd_per_drive']:.2f}",
-             DASH if x.get("dwpd_rating") is None else f"{x['dwpd_rating']:g}", x.get("fills_at") or "never")
-            for x in tiers]
+    rows = [
+        (
+            x.get("name", "tier"),
+            fmt_tokens(x.get("capacity_tokens")),
+            fmt_bytes(x.get("capacity_bytes")),
+            fmt_pct(x.get("hit_ratio_tokens")),
+            *(mbps(x.get(f"{r}_bytes_per_s_{s}")) for r in rates for s in ("mean", "peak")),
+            DASH if x.get("dwpd_per_drive") is None else f"{x['dwpd_per_drive']:.2f}",
+            DASH if x.get("dwpd_rating") is None else f"{x['dwpd_rating']:g}",
+            x.get("fills_at") or "never",
+        )
+        for x in tiers
+    ]
     rate_headers = tuple(f"{r.capitalize()}s {s} (MB/s)" for r in rates for s in ("mean", "peak"))
-    return TableSpec("tiers", None, ("Tier", "Capacity (tokens)", "Capacity", "Hit ratio (tokens)", *rate_headers,
-                                     "DWPD per drive", "Drive rating", "First fills"), rows, notes=[tiers_intro(t)])
+    return TableSpec(
+        "tiers",
+        None,
+        (
+            "Tier",
+            "Capacity (tokens)",
+            "Capacity",
+            "Hit ratio (tokens)",
+            *rate_headers,
+            "DWPD per drive",
+            "Drive rating",
+            "First fills",
+        ),
+        rows,
+        notes=[tiers_intro(t)],
+    )
 
 
 def _size(tokens, nbytes) -> str:
@@ -209,17 +339,34 @@ def capacity_table(t: dict) -> TableSpec | None:
     rows = []
     for c in cap:
         reach = {r["share"]: r for r in c.get("reach", [])}
-        rows.append((fmt_ttl(c["ttl_s"]), fmt_pct(c["hit_ratio_tokens"]),
-                     *(_size(reach[s]["capacity_tokens"], reach[s]["capacity_bytes"]) if s in reach else DASH
-                       for s in (0.9, 0.99, 1.0)),
-                     *(f"{fmt_pct(x['hit_ratio_tokens'])} ({fmt_pct(x['share_of_ceiling'], 1)})" for x in c["tiers"])))
-    headers = ("TTL", "Hit ratio it allows", "90% of it needs", "99% needs", "100% needs",
-               *(f"{n} (to {_size(x['depth_tokens'], x['depth_bytes'])})" for n, x in zip(names, cap[0]["tiers"])))
-    notes = ["X% of it needs: the smallest LRU capacity whose hit ratio reaches X% of what the TTL allows "
-             "(unlimited capacity); 100% loses no hit to eviction, and the peak working set is an upper bound of it."]
+        rows.append(
+            (
+                fmt_ttl(c["ttl_s"]),
+                fmt_pct(c["hit_ratio_tokens"]),
+                *(
+                    _size(reach[s]["capacity_tokens"], reach[s]["capacity_bytes"]) if s in reach else DASH
+                    for s in (0.9, 0.99, 1.0)
+                ),
+                *(f"{fmt_pct(x['hit_ratio_tokens'])} ({fmt_pct(x['share_of_ceiling'], 1)})" for x in c["tiers"]),
+            )
+        )
+    headers = (
+        "TTL",
+        "Hit ratio it allows",
+        "90% of it needs",
+        "99% needs",
+        "100% needs",
+        *(f"{n} (to {_size(x['depth_tokens'], x['depth_bytes'])})" for n, x in zip(names, cap[0]["tiers"])),
+    )
+    notes = [
+        "X% of it needs: the smallest LRU capacity whose hit ratio reaches X% of what the TTL allows "
+        "(unlimited capacity); 100% loses no hit to eviction, and the peak working set is an upper bound of it."
+    ]
     if names:
-        notes.append("A tier's column: the hit ratio of the tiers down to it (one LRU stack, the tier's depth) at "
-                     "that TTL, and its share of what the TTL allows.")
+        notes.append(
+            "A tier's column: the hit ratio of the tiers down to it (one LRU stack, the tier's depth) at "
+            "that TTL, and its share of what the TTL allows."
+        )
     return TableSpec("tiers", "Capacity for each TTL", headers, rows, notes=notes)
 
 
@@ -248,24 +395,51 @@ def ttft_table(ttft: dict) -> TableSpec | None:
         return DASH if not q or q.get(k) is None else f"{q[k]:,.1f}"
 
     rows = []
-    for key, label in (("all", "All requests"), ("continuing", "Continuing"), ("resumed", "Resumed after idle"),
-                       ("new", "New session")):
+    for key, label in (
+        ("all", "All requests"),
+        ("continuing", "Continuing"),
+        ("resumed", "Resumed after idle"),
+        ("new", "New session"),
+    ):
         q = ttft.get(key)
         if q and q.get("count"):
             nc = q.get("no_cache")
-            rows.append((label, fmt_int(q.get("count")), *(ms(q, k) for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms")),
-                         ms(nc, "p50_ms"), ms(nc, "p99_ms")))
+            rows.append(
+                (
+                    label,
+                    fmt_int(q.get("count")),
+                    *(ms(q, k) for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms")),
+                    ms(nc, "p50_ms"),
+                    ms(nc, "p99_ms"),
+                )
+            )
     if not rows:
         return None
     notes = []
     if ttft.get("gpu_seconds_avoided"):
         total = ttft.get("gpu_seconds_no_cache")
-        notes.append("GPU-seconds of prefill avoided per tier: "
-                     + ", ".join(f"{k} {v:,.0f}" for k, v in ttft["gpu_seconds_avoided"].items())
-                     + ("" if total is None else f" (of {total:,.0f} without any cache)") + ".")
-    return TableSpec("ttft", "Time to first token (modelled)", ("Session", "Requests", "p50 (ms)", "p90 (ms)",
-                                                                 "p99 (ms)", "max (ms)", "p50 without cache (ms)",
-                                                                 "p99 without cache (ms)"), rows, notes=notes)
+        notes.append(
+            "GPU-seconds of prefill avoided per tier: "
+            + ", ".join(f"{k} {v:,.0f}" for k, v in ttft["gpu_seconds_avoided"].items())
+            + ("" if total is None else f" (of {total:,.0f} without any cache)")
+            + "."
+        )
+    return TableSpec(
+        "ttft",
+        "Time to first token (modelled)",
+        (
+            "Session",
+            "Requests",
+            "p50 (ms)",
+            "p90 (ms)",
+            "p99 (ms)",
+            "max (ms)",
+            "p50 without cache (ms)",
+            "p99 without cache (ms)",
+        ),
+        rows,
+        notes=notes,
+    )
 
 
 # -- the serving model (a ``kvtrace.simulate/1`` dict: the report's ``simulate`` section, or the
@@ -284,12 +458,34 @@ def sim_throughput_table(res: dict, title: str | None = None, notes: list[str] |
     rows = []
     for c in res["configs"]:
         usd = c["cost"]["usd_per_million_processed_tokens"]
-        rows.append((c["name"], str(c.get("nodes", 1)), f"{c['peak_tokens_per_s']:,.0f}",
-                     f"{c['steady_tokens_per_s']:,.0f}", _ratio(c["ratio_peak"]), _ratio(c["ratio_steady"]),
-                     f"{c['gpu_busy']:.0%}", "-" if usd is None else f"{usd:.3f}"))
-    return TableSpec("simulate", title, ("Configuration", "Nodes", "Peak tok/s", "Steady tok/s", "Peak ratio",
-                                         "Steady ratio", "GPU busy", "$ / M processed tokens"), rows,
-                     notes=list(notes or []))
+        rows.append(
+            (
+                c["name"],
+                str(c.get("nodes", 1)),
+                f"{c['peak_tokens_per_s']:,.0f}",
+                f"{c['steady_tokens_per_s']:,.0f}",
+                _ratio(c["ratio_peak"]),
+                _ratio(c["ratio_steady"]),
+                f"{c['gpu_busy']:.0%}",
+                "-" if usd is None else f"{usd:.3f}",
+            )
+        )
+    return TableSpec(
+        "simulate",
+        title,
+        (
+            "Configuration",
+            "Nodes",
+            "Peak tok/s",
+            "Steady tok/s",
+            "Peak ratio",
+            "Steady ratio",
+            "GPU busy",
+            "$ / M processed tokens",
+        ),
+        rows,
+        notes=list(notes or []),
+    )
 
 
 def _ratio(v) -> str:
@@ -299,18 +495,41 @@ def _ratio(v) -> str:
 def sim_tier_table(res: dict, title: str | None = None) -> TableSpec:
     """Per configuration and tier (the GPU first): capacity, first fill, hit ratio, read and write
     rates (means over the run), writes by cause, DWPD per drive."""
-    from kvtrace.simulate.render import causes_text   # here: the simulate package costs a report 0.2 s
+    from kvtrace.simulate.render import causes_text  # here: the simulate package costs a report 0.2 s
 
     rows = []
     for c in res["configs"]:
         for t in c["tiers"]:
             ff, dw = t["first_full_s"], t.get("dwpd_per_drive")
-            rows.append((c["name"], t["name"], fmt_bytes(t["capacity_bytes"]),
-                         "never" if ff is None else f"{ff / 60:.1f} min", f"{t['hit_ratio']:.1%}",
-                         fmt_bytes(t["read_bytes_per_s"]) + "/s", fmt_bytes(t["write_bytes_per_s"]) + "/s",
-                         causes_text(t), "-" if dw is None else f"{dw:.2f}"))
-    return TableSpec("simulate", title, ("Configuration", "Tier", "Capacity", "First full", "Hit ratio", "Reads/s",
-                                         "Writes/s", "Writes by cause", "DWPD"), rows)
+            rows.append(
+                (
+                    c["name"],
+                    t["name"],
+                    fmt_bytes(t["capacity_bytes"]),
+                    "never" if ff is None else f"{ff / 60:.1f} min",
+                    f"{t['hit_ratio']:.1%}",
+                    fmt_bytes(t["read_bytes_per_s"]) + "/s",
+                    fmt_bytes(t["write_bytes_per_s"]) + "/s",
+                    causes_text(t),
+                    "-" if dw is None else f"{dw:.2f}",
+                )
+            )
+    return TableSpec(
+        "simulate",
+        title,
+        (
+            "Configuration",
+            "Tier",
+            "Capacity",
+            "First full",
+            "Hit ratio",
+            "Reads/s",
+            "Writes/s",
+            "Writes by cause",
+            "DWPD",
+        ),
+        rows,
+    )
 
 
 def sim_ttft_table(res: dict, title: str | None = None) -> TableSpec:
@@ -319,33 +538,66 @@ def sim_ttft_table(res: dict, title: str | None = None) -> TableSpec:
     for c in res["configs"]:
         for key, label in SIM_COHORTS:
             v = c["ttft"][key]
-            rows.append((c["name"], label, str(v["count"]), *(_s2(v[k]) for k in (
-                "p50_s", "p90_s", "p99_s", "max_s", "queue_p50_s", "load_p50_s", "prefill_p50_s"))))
-    return TableSpec("simulate", title, ("Configuration", "Cohort", "Requests", "p50 s", "p90 s", "p99 s", "max s",
-                                         "queue p50", "load p50", "prefill p50"), rows)
+            rows.append(
+                (
+                    c["name"],
+                    label,
+                    str(v["count"]),
+                    *(
+                        _s2(v[k])
+                        for k in ("p50_s", "p90_s", "p99_s", "max_s", "queue_p50_s", "load_p50_s", "prefill_p50_s")
+                    ),
+                )
+            )
+    return TableSpec(
+        "simulate",
+        title,
+        (
+            "Configuration",
+            "Cohort",
+            "Requests",
+            "p50 s",
+            "p90 s",
+            "p99 s",
+            "max s",
+            "queue p50",
+            "load p50",
+            "prefill p50",
+        ),
+        rows,
+    )
 
 
 def sim_run_line(res: dict) -> str:
     """What was simulated: the span, the sessions, the node."""
     node = res["node"]
-    return (f"{res['duration_s'] / 3600:.3g} h of {res['sessions']} sessions on {node['gpus']} x {node['gpu']}, "
-            f"{node['model']} ({node['kv_dtype']} KV); efficiencies prefill {node['prefill_efficiency']:g}, "
-            f"decode {node['decode_efficiency']:g}")
+    return (
+        f"{res['duration_s'] / 3600:.3g} h of {res['sessions']} sessions on {node['gpus']} x {node['gpu']}, "
+        f"{node['model']} ({node['kv_dtype']} KV); efficiencies prefill {node['prefill_efficiency']:g}, "
+        f"decode {node['decode_efficiency']:g}"
+    )
 
 
 def simulate_tables(sim: dict) -> list[TableSpec]:
     """The report's ``simulate`` section: throughput (titled by the section), tiers, TTFT."""
     first = sim["configs"][0]["name"]
-    notes = [f"Closed-loop serving model of the window's requests: {sim_run_line(sim)}. Processed tokens/s "
-             f"count every prompt token (cached included) plus output; steady is the mean of the last hour; "
-             f"ratios are to {first}."]
+    notes = [
+        f"Closed-loop serving model of the window's requests: {sim_run_line(sim)}. Processed tokens/s "
+        f"count every prompt token (cached included) plus output; steady is the mean of the last hour; "
+        f"ratios are to {first}."
+    ]
     unserved = {c["name"]: c["ttft"]["unserved"] for c in sim["configs"] if c["ttft"]["unserved"]}
     if unserved:
-        notes.append("Requests still without a first token when the run ended: "
-                     + ", ".join(f"{k} {v:,}" for k, v in unserved.items()) + ".")
-    return [sim_throughput_table(sim, notes=notes),
-            sim_tier_table(sim, "Serving model: tiers (hit ratio of prompt tokens; rates are means over the run)"),
-            sim_ttft_table(sim, "Serving model: time to first token by cohort (seconds)")]
+        notes.append(
+            "Requests still without a first token when the run ended: "
+            + ", ".join(f"{k} {v:,}" for k, v in unserved.items())
+            + "."
+        )
+    return [
+        sim_throughput_table(sim, notes=notes),
+        sim_tier_table(sim, "Serving model: tiers (hit ratio of prompt tokens; rates are means over the run)"),
+        sim_ttft_table(sim, "Serving model: time to first token by cohort (seconds)"),
+    ]
 
 
 def sim_assumptions(sim: dict | None) -> list[str]:
@@ -370,4 +622,3 @@ def sim_assumptions(sim: dict | None) -> list[str]:
         f"{sim['duration_s'] / 60:.0f}m, the same --model and the same --config values gives the same figures "
         "(and, with --format html, its own page).",
     ]
-

@@ -25,17 +25,31 @@ def summarize(d: dict) -> dict:
     """The headline numbers of a report dict (a reshaping: nothing is recomputed)."""
     mix = d["token_mix"]
     s = mix["shares"]
-    out = {"requests": d["requests"], "sessions": d["sessions"], "total_tokens": mix["total"],
-           "shares": {"cache_read": s["cache_read"],
-                      "cache_creation": s["cache_write_5m"] + s["cache_write_1h"] + s["cache_write_unknown"],
-                      "output": s["output"], "input_uncached": s["input_uncached"]},
-           "cache_hit_ratio": mix["cache_hit_ratio"], "cost_usd": (d.get("cost") or {}).get("cost_usd"),
-           "required_capacity": []}
+    out = {
+        "requests": d["requests"],
+        "sessions": d["sessions"],
+        "total_tokens": mix["total"],
+        "shares": {
+            "cache_read": s["cache_read"],
+            "cache_creation": s["cache_write_5m"] + s["cache_write_1h"] + s["cache_write_unknown"],
+            "output": s["output"],
+            "input_uncached": s["input_uncached"],
+        },
+        "cache_hit_ratio": mix["cache_hit_ratio"],
+        "cost_usd": (d.get("cost") or {}).get("cost_usd"),
+        "required_capacity": [],
+    }
     for e in d.get("ttl") or []:
         ws = e.get("working_set") or {}
-        out["required_capacity"].append({"ttl_s": e["ttl_s"], "hit_ratio_tokens": e.get("hit_ratio_tokens"),
-                                         "peak_tokens": ws.get("peak_tokens"), "p99_tokens": ws.get("p99_tokens"),
-                                         "peak_bytes": ws.get("peak_bytes")})
+        out["required_capacity"].append(
+            {
+                "ttl_s": e["ttl_s"],
+                "hit_ratio_tokens": e.get("hit_ratio_tokens"),
+                "peak_tokens": ws.get("peak_tokens"),
+                "p99_tokens": ws.get("p99_tokens"),
+                "peak_bytes": ws.get("peak_bytes"),
+            }
+        )
     return out
 
 
@@ -54,9 +68,13 @@ def changes(cur: dict, prev: dict | None) -> dict | None:
         "cost_usd": _rel(cur.get("cost_usd"), prev.get("cost_usd")),
         "shares_pp": {k: 100 * (cur["shares"][k] - prev["shares"][k]) for k in SHARES},
         "cache_hit_ratio_pp": 100 * (cur["cache_hit_ratio"] - prev["cache_hit_ratio"]),
-        "required_capacity": [{"ttl_s": c["ttl_s"],
-                               "peak_tokens": _rel(c.get("peak_tokens"), caps.get(c["ttl_s"], {}).get("peak_tokens"))}
-                              for c in cur.get("required_capacity", [])],
+        "required_capacity": [
+            {
+                "ttl_s": c["ttl_s"],
+                "peak_tokens": _rel(c.get("peak_tokens"), caps.get(c["ttl_s"], {}).get("peak_tokens")),
+            }
+            for c in cur.get("required_capacity", [])
+        ],
     }
 
 
@@ -70,7 +88,7 @@ def periods_back(window: str | None, since: str, prev_since: str) -> int | None:
         target = datetime.fromisoformat(prev_since.rstrip("Z"))
         n = 0
         while start > target and n < 10_000:
-            start = period_for(window, start).start   # the period ending where this one starts
+            start = period_for(window, start).start  # the period ending where this one starts
             n += 1
     except (ValueError, ConfigError):
         return None
@@ -84,11 +102,11 @@ def collect_runs(root: Path) -> dict[str, list[dict]]:
     by_profile: dict[str, list[dict]] = {}
     for f in sorted(root.glob("*/*/summary.json")):
         if f.parent.name.startswith(".") or f.parent.parent.name.startswith("."):
-            continue                       # temporary folders of runs in progress
+            continue  # temporary folders of runs in progress
         try:
             run = json.loads(f.read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            continue                       # a damaged summary should not take the index down
+            continue  # a damaged summary should not take the index down
         run["path"] = f.parent.relative_to(root).as_posix()
         by_profile.setdefault(run.get("profile", f.parent.parent.name), []).append(run)
     for runs in by_profile.values():
@@ -98,8 +116,7 @@ def collect_runs(root: Path) -> dict[str, list[dict]]:
             has_data = bool(r["summary"].get("requests"))
             base = prev if has_data else None
             r["previous"] = base["period"] if base else None
-            r["previous_periods_back"] = (periods_back(r.get("window"), r["since"], base["since"])
-                                          if base else None)
+            r["previous_periods_back"] = periods_back(r.get("window"), r["since"], base["since"]) if base else None
             r["changes"] = changes(r["summary"], base["summary"] if base else None)
             if has_data:
                 prev = r
@@ -107,6 +124,7 @@ def collect_runs(root: Path) -> dict[str, list[dict]]:
 
 
 # -- rendering ------------------------------------------------------------------------------------
+
 
 def _e(x) -> str:
     return html.escape(str(x), quote=True)
@@ -132,13 +150,31 @@ def _capacity_cell(s: dict) -> str:
 def _capacity_change(ch: dict | None) -> str:
     if not ch or not ch["required_capacity"]:
         return "–"
-    return "<br>".join(_e(f"{fmt_ttl(c['ttl_s'])}: {_signed(None if c['peak_tokens'] is None else 100 * c['peak_tokens'], '.1f', '%')}")
-                       for c in ch["required_capacity"])
+    return "<br>".join(
+        _e(
+            f"{fmt_ttl(c['ttl_s'])}: {_signed(None if c['peak_tokens'] is None else 100 * c['peak_tokens'], '.1f', '%')}"
+        )
+        for c in ch["required_capacity"]
+    )
 
 
-HEADERS = ("Period", "Compared with", "Requests", "Δ requests", "Tokens", "Δ tokens", "Cost", "Δ cost",
-           "Cache read", "Δ cache read",
-           "Hit ratio", "Δ hit ratio", "Required capacity (peak)", "Δ capacity", "Files")
+HEADERS = (
+    "Period",
+    "Compared with",
+    "Requests",
+    "Δ requests",
+    "Tokens",
+    "Δ tokens",
+    "Cost",
+    "Δ cost",
+    "Cache read",
+    "Δ cache read",
+    "Hit ratio",
+    "Δ hit ratio",
+    "Required capacity (peak)",
+    "Δ capacity",
+    "Files",
+)
 
 
 def _pct(ch: dict | None, key: str) -> float | None:
@@ -158,18 +194,29 @@ def _compared_with(r: dict) -> str:
 
 def _row(r: dict) -> str:
     s, ch = r["summary"], r["changes"]
-    links = " · ".join(f'<a href="{_e(r["path"])}/{_e(f)}">{_e(f.rsplit(".", 1)[-1])}</a>'
-                       for f in r.get("files", []) if f.startswith("report."))
+    links = " · ".join(
+        f'<a href="{_e(r["path"])}/{_e(f)}">{_e(f.rsplit(".", 1)[-1])}</a>'
+        for f in r.get("files", [])
+        if f.startswith("report.")
+    )
     cells = [
-        f'<a href="{_e(r["path"])}/report.html">{_e(r["period"])}</a>' if "report.html" in r.get("files", [])
+        f'<a href="{_e(r["path"])}/report.html">{_e(r["period"])}</a>'
+        if "report.html" in r.get("files", [])
         else _e(r["period"]),
         _e(_compared_with(r)),
-        _e(fmt_int(s["requests"])), _e(_signed(_pct(ch, "requests"), ".1f", "%")),
-        _e(fmt_tokens(s["total_tokens"])), _e(_signed(_pct(ch, "total_tokens"), ".1f", "%")),
-        _e(fmt_usd(s.get("cost_usd"))), _e(_signed(_pct(ch, "cost_usd"), ".1f", "%")),
-        _e(fmt_pct(s["shares"]["cache_read"])), _e(_signed(ch and ch["shares_pp"]["cache_read"], ".2f", " pp")),
-        _e(fmt_pct(s["cache_hit_ratio"])), _e(_signed(ch and ch["cache_hit_ratio_pp"], ".2f", " pp")),
-        _capacity_cell(s), _capacity_change(ch), links or "–",
+        _e(fmt_int(s["requests"])),
+        _e(_signed(_pct(ch, "requests"), ".1f", "%")),
+        _e(fmt_tokens(s["total_tokens"])),
+        _e(_signed(_pct(ch, "total_tokens"), ".1f", "%")),
+        _e(fmt_usd(s.get("cost_usd"))),
+        _e(_signed(_pct(ch, "cost_usd"), ".1f", "%")),
+        _e(fmt_pct(s["shares"]["cache_read"])),
+        _e(_signed(ch and ch["shares_pp"]["cache_read"], ".2f", " pp")),
+        _e(fmt_pct(s["cache_hit_ratio"])),
+        _e(_signed(ch and ch["cache_hit_ratio_pp"], ".2f", " pp")),
+        _capacity_cell(s),
+        _capacity_change(ch),
+        links or "–",
     ]
     return "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
 
@@ -178,8 +225,10 @@ def render_index(by_profile: dict[str, list[dict]], generated_at: str) -> str:
     body = []
     for name in sorted(by_profile):
         runs = by_profile[name]
-        body.append(f"<h2>{_e(name)}</h2><p class=\"meta\">{len(runs)} run(s) · window "
-                    f"{_e(runs[-1].get('window', ''))} · changes are against the profile's previous period with data</p>")
+        body.append(
+            f'<h2>{_e(name)}</h2><p class="meta">{len(runs)} run(s) · window '
+            f"{_e(runs[-1].get('window', ''))} · changes are against the profile's previous period with data</p>"
+        )
         body.append("<table><thead><tr>" + "".join(f"<th>{_e(h)}</th>" for h in HEADERS) + "</tr></thead><tbody>")
         body.extend(_row(r) for r in reversed(runs))
         body.append("</tbody></table>")

@@ -62,7 +62,7 @@ def period_for(window: str, at: datetime, tz: str = "UTC") -> Period:
     w = check_window(window)
     utc = at.astimezone(timezone.utc).replace(tzinfo=None) if at.tzinfo else at
     m = _LAST.match(w)
-    if m and m.group(2) == "h":      # UTC hours: a clock change can neither repeat nor skip one
+    if m and m.group(2) == "h":  # UTC hours: a clock change can neither repeat nor skip one
         return Period(*_period(w, utc))
     label, start, end = _period(w, utc.replace(tzinfo=timezone.utc).astimezone(zone).replace(tzinfo=None))
     return Period(label, _utc(start, zone), _utc(end, zone))
@@ -84,17 +84,17 @@ def _period(w: str, at: datetime) -> tuple[str, datetime, datetime]:
         start = end - timedelta(days=n)
         last = end - timedelta(days=1)
         return (start.strftime("%Y-%m-%d") if n == 1 else f"{start:%Y-%m-%d}--{last:%Y-%m-%d}"), start, end
-    if m:                                                  # last N hours
+    if m:  # last N hours
         n = int(m.group(1))
         end = at.replace(minute=0, second=0, microsecond=0)
         start = end - timedelta(hours=n)
         last = end - timedelta(hours=1)
         return (start.strftime("%Y-%m-%dT%H") if n == 1 else f"{start:%Y-%m-%dT%H}--{last:%Y-%m-%dT%H}"), start, end
     if w == "calendar week":
-        end = day - timedelta(days=day.weekday())          # this week's Monday
+        end = day - timedelta(days=day.weekday())  # this week's Monday
         start = end - timedelta(days=7)
         year, week, _ = start.isocalendar()
         return f"{year}-W{week:02d}", start, end
-    end = day.replace(day=1)                              # calendar month
+    end = day.replace(day=1)  # calendar month
     start = (end - timedelta(days=1)).replace(day=1)
     return start.strftime("%Y-%m"), start, end

@@ -36,23 +36,25 @@ class Profile:
 
     name: str
     title: str = "kvtrace report"
-    source: Path | None = None                       # the TOML file it came from
-    warehouse: Path | None = None                     # [inputs] (None: $KVTRACE_DB or ./kvtrace.duckdb)
-    spool: Path | None = None                         # [inputs] closed spool segments of `kvtrace collect`
-    files: list[Path] = field(default_factory=list)   # [inputs] files, folders or globs to ingest
-    window: str = "last 1d"                           # [window] period
-    timezone: str = "UTC"                             # [window] IANA zone of the period's days and of cron
-    ttls: list[str] = field(default_factory=list)     # [analysis]
-    model: str | None = None                          # [analysis]
-    tiers: str | None = None                          # [analysis]
-    tier_ttl: str | None = None                       # [analysis] idle TTL of the tier replay ("1h", "none")
+    source: Path | None = None  # the TOML file it came from
+    warehouse: Path | None = None  # [inputs] (None: $KVTRACE_DB or ./kvtrace.duckdb)
+    spool: Path | None = None  # [inputs] closed spool segments of `kvtrace collect`
+    files: list[Path] = field(default_factory=list)  # [inputs] files, folders or globs to ingest
+    window: str = "last 1d"  # [window] period
+    timezone: str = "UTC"  # [window] IANA zone of the period's days and of cron
+    ttls: list[str] = field(default_factory=list)  # [analysis]
+    model: str | None = None  # [analysis]
+    tiers: str | None = None  # [analysis]
+    tier_ttl: str | None = None  # [analysis] idle TTL of the tier replay ("1h", "none")
     group_by: list[str] = field(default_factory=list)  # [analysis]
     capacities: list[float] = field(default_factory=list)  # [analysis] tokens
-    simulate: list[str] = field(default_factory=list)  # [analysis] serving-model configurations ([NAME=]TIERS[:TIER,...])
-    output_root: Path = Path("reports/out")           # [output] root
+    simulate: list[str] = field(
+        default_factory=list
+    )  # [analysis] serving-model configurations ([NAME=]TIERS[:TIER,...])
+    output_root: Path = Path("reports/out")  # [output] root
     formats: list[str] = field(default_factory=lambda: list(DEFAULT_FORMATS))  # [output]
-    write_empty: bool = False                         # [output] write a report for a period without requests
-    cron: str | None = None                           # [schedule] cron expression, in [window] timezone
+    write_empty: bool = False  # [output] write a report for a period without requests
+    cron: str | None = None  # [schedule] cron expression, in [window] timezone
 
 
 def profiles_dir() -> Path:
@@ -80,10 +82,12 @@ def _simulate_configs(v, where: str) -> list[str]:
     (tier file, tiers, distinct names) so a bad one fails when the profile is read, not at its run."""
     specs = _list(v, where)
     if not all(isinstance(x, str) for x in specs):
-        raise ConfigError(f"{where} must be a list of strings",
-                          hint='e.g. simulate = ["gpu=seed-testbed:HBM", "dram=seed-testbed:HBM,DRAM"]')
+        raise ConfigError(
+            f"{where} must be a list of strings",
+            hint='e.g. simulate = ["gpu=seed-testbed:HBM", "dram=seed-testbed:HBM,DRAM"]',
+        )
     if specs:
-        from kvtrace.simulate.run import check_configs, parse_config   # here: the simulate package loads numpy
+        from kvtrace.simulate.run import check_configs, parse_config  # here: the simulate package loads numpy
 
         try:
             check_configs([parse_config(x, option="") for x in specs], option="")
@@ -122,8 +126,10 @@ def profile_from_dict(doc: dict, name: str, source: Path | None = None) -> Profi
             raise ConfigError(f"{where}: [{table}] must be a table")
         for key in body:
             if key not in allowed:
-                raise ConfigError(f"{where}: unknown key '{key}'" + (f" in [{table}]" if table else ""),
-                                  hint="known keys: " + ", ".join(sorted(allowed)))
+                raise ConfigError(
+                    f"{where}: unknown key '{key}'" + (f" in [{table}]" if table else ""),
+                    hint="known keys: " + ", ".join(sorted(allowed)),
+                )
     inputs, win = doc.get("inputs", {}), doc.get("window", {})
     ana, out, sched = doc.get("analysis", {}), doc.get("output", {}), doc.get("schedule", {})
     prof = Profile(name=str(doc.get("name", name)), title=str(doc.get("title", "kvtrace report")), source=source)
@@ -151,7 +157,9 @@ def profile_from_dict(doc: dict, name: str, source: Path | None = None) -> Profi
     prof.formats = [str(f) for f in _list(out.get("formats", DEFAULT_FORMATS), f"{where}: [output] formats")]
     bad = [f for f in prof.formats if f not in OUTPUT_FORMATS]
     if bad:
-        raise ConfigError(f"{where}: [output] formats: unknown {', '.join(bad)}", hint="choose from " + ", ".join(OUTPUT_FORMATS))
+        raise ConfigError(
+            f"{where}: [output] formats: unknown {', '.join(bad)}", hint="choose from " + ", ".join(OUTPUT_FORMATS)
+        )
     prof.write_empty = out.get("write_empty", False)
     if not isinstance(prof.write_empty, bool):
         raise ConfigError(f"{where}: [output] write_empty must be true or false")
@@ -160,6 +168,8 @@ def profile_from_dict(doc: dict, name: str, source: Path | None = None) -> Profi
         from croniter import croniter
 
         if not croniter.is_valid(prof.cron):
-            raise ConfigError(f"{where}: [schedule] cron '{prof.cron}' is not a cron expression",
-                              hint="five fields: minute hour day-of-month month day-of-week, e.g. '15 0 * * *'")
+            raise ConfigError(
+                f"{where}: [schedule] cron '{prof.cron}' is not a cron expression",
+                hint="five fields: minute hour day-of-month month day-of-week, e.g. '15 0 * * *'",
+            )
     return prof

@@ -39,10 +39,10 @@ class RunResult:
     folder: Path
     files: list[Path] = field(default_factory=list)
     replaced: bool = False
-    ingest: dict = field(default_factory=dict)   # "files" and/or "spool" summaries
+    ingest: dict = field(default_factory=dict)  # "files" and/or "spool" summaries
     index: Path | None = None
-    no_data: str | None = None   # the period had no requests and nothing was written (see write_empty)
-    summary: dict = field(default_factory=dict)   # the headline numbers (summary.json's ``summary``)
+    no_data: str | None = None  # the period had no requests and nothing was written (see write_empty)
+    summary: dict = field(default_factory=dict)  # the headline numbers (summary.json's ``summary``)
 
 
 def period_folder(profile: Profile, period: Period, output_root: Path | None = None) -> Path:
@@ -59,8 +59,10 @@ def _ingest_spool(spool: Path, db: Path | None) -> dict:
     from kvtrace.store.store import default_db_path
 
     if not spool.is_dir():
-        raise ConfigError(f"spool folder {spool} does not exist",
-                          hint="point inputs.spool at the --spool folder of `kvtrace collect`, or remove it")
+        raise ConfigError(
+            f"spool folder {spool} does not exist",
+            hint="point inputs.spool at the --spool folder of `kvtrace collect`, or remove it",
+        )
     finish_segments(str(spool))
     return ingest_segments(str(spool), str(db or default_db_path()), CollectorConfig().keep_ingested)
 
@@ -77,12 +79,24 @@ def report_options(profile: Profile, period: Period):
     from kvtrace.report.build import ReportOptions
 
     since, until = period.iso()
-    tier_ttl = None if profile.tier_ttl is None else parse_duration(profile.tier_ttl, what="[analysis] tier_ttl",
-                                                                    unlimited=True)
-    return ReportOptions(since=since, until=until, group_by=list(profile.group_by),
-                         ttls=parse_durations(profile.ttls), model=profile.model, tiers=profile.tiers, tier_ttl=tier_ttl,
-                         capacities=list(profile.capacities), timezone=profile.timezone, title=f"{profile.title} · {period.label}",
-                         simulate=list(profile.simulate))
+    tier_ttl = (
+        None
+        if profile.tier_ttl is None
+        else parse_duration(profile.tier_ttl, what="[analysis] tier_ttl", unlimited=True)
+    )
+    return ReportOptions(
+        since=since,
+        until=until,
+        group_by=list(profile.group_by),
+        ttls=parse_durations(profile.ttls),
+        model=profile.model,
+        tiers=profile.tiers,
+        tier_ttl=tier_ttl,
+        capacities=list(profile.capacities),
+        timezone=profile.timezone,
+        title=f"{profile.title} · {period.label}",
+        simulate=list(profile.simulate),
+    )
 
 
 def _report(store, profile: Profile, period: Period):
@@ -94,17 +108,29 @@ def _report(store, profile: Profile, period: Period):
 def _write_outputs(data: dict, folder: Path, profile: Profile, period: Period, ingest: dict) -> list[Path]:
 
     fmts = set(profile.formats)
-    charts = build_charts(data) if fmts & {"html", "png", "svg"} else None   # built once for all
+    charts = build_charts(data) if fmts & {"html", "png", "svg"} else None  # built once for all
     written = []
-    for fmt, name in (("html", "report.html"), ("json", "report.json"), ("md", "report.md"),
-                      ("png", "charts"), ("svg", "charts")):
+    for fmt, name in (
+        ("html", "report.html"),
+        ("json", "report.json"),
+        ("md", "report.md"),
+        ("png", "charts"),
+        ("svg", "charts"),
+    ):
         if fmt in fmts:
             written += write_report(data, fmt, folder / name, charts)
     since, until = period.iso()
-    summary = {"profile": profile.name, "period": period.label, "since": since, "until": until,
-               "window": profile.window, "generated_at": data["generated_at"],
-               "files": sorted(str(p.relative_to(folder)) for p in written),
-               "ingest": ingest, "summary": summarize(data)}
+    summary = {
+        "profile": profile.name,
+        "period": period.label,
+        "since": since,
+        "until": until,
+        "window": profile.window,
+        "generated_at": data["generated_at"],
+        "files": sorted(str(p.relative_to(folder)) for p in written),
+        "ingest": ingest,
+        "summary": summarize(data),
+    }
     written.append(write_atomic(folder / "summary.json", json.dumps(summary, indent=2).encode()))
     return written
 
@@ -128,14 +154,16 @@ def _publish(tmp: Path, final: Path, force: bool) -> bool:
     """Move the finished ``tmp`` folder to ``final``; returns True if an earlier report was replaced."""
     if not final.exists():
         try:
-            os.rename(tmp, final)      # fails if another run published the period meanwhile
+            os.rename(tmp, final)  # fails if another run published the period meanwhile
             return False
         except OSError as e:
             if not force:
-                raise ReportExists(f"{final} appeared while this run was writing it",
-                                   hint="another run of the same period finished first; pass --force to replace it") from e
+                raise ReportExists(
+                    f"{final} appeared while this run was writing it",
+                    hint="another run of the same period finished first; pass --force to replace it",
+                ) from e
     if _exchange(tmp, final):
-        shutil.rmtree(tmp)             # tmp now holds the old report
+        shutil.rmtree(tmp)  # tmp now holds the old report
         return True
     # No atomic exchange on this system: move the old folder aside, then the new one in.
     aside = Path(tempfile.mkdtemp(prefix=f".{final.name}.old.", dir=final.parent))
@@ -149,9 +177,15 @@ def _publish(tmp: Path, final: Path, force: bool) -> bool:
     return True
 
 
-def run_profile(profile: Profile, *, at: datetime | None = None, force: bool = False,
-                warehouse: Path | None = None, output_root: Path | None = None,
-                write_empty: bool | None = None) -> RunResult:
+def run_profile(
+    profile: Profile,
+    *,
+    at: datetime | None = None,
+    force: bool = False,
+    warehouse: Path | None = None,
+    output_root: Path | None = None,
+    write_empty: bool | None = None,
+) -> RunResult:
     """Report one period of ``profile``: the last complete period before ``at`` (default: now).
 
     Args:
@@ -171,8 +205,10 @@ def run_profile(profile: Profile, *, at: datetime | None = None, force: bool = F
     period = period_for(profile.window, at or _now(), profile.timezone)
     final = period_folder(profile, period, output_root)
     if final.exists() and not force:
-        raise ReportExists(f"{final} already exists: the {period.label} report of '{profile.name}' was written before",
-                           hint="pass --force to replace it, or --at to run another period")
+        raise ReportExists(
+            f"{final} already exists: the {period.label} report of '{profile.name}' was written before",
+            hint="pass --force to replace it, or --at to run another period",
+        )
     db = warehouse or profile.warehouse
     ingested = {}
     if profile.spool is not None:
@@ -185,7 +221,7 @@ def run_profile(profile: Profile, *, at: datetime | None = None, force: bool = F
         return RunResult(profile.name, period, final, [], False, ingested, None, no_data=data["no_data"])
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{period.label}.new.", dir=final.parent))
-    os.chmod(tmp, 0o755)   # mkdtemp makes it private; the published folder should read like any other
+    os.chmod(tmp, 0o755)  # mkdtemp makes it private; the published folder should read like any other
     try:
         files = _write_outputs(data, tmp, profile, period, ingested)
         replaced = _publish(tmp, final, force)

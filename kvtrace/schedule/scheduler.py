@@ -53,9 +53,17 @@ def next_slot(cron: str, now: datetime, tz: str = "UTC") -> datetime:
     return _naive_utc(croniter(cron, _in_zone(now, tz)).get_next(datetime))
 
 
-def schedule(profiles: list[Profile], *, run: Callable | None = None, now: Callable[[], datetime] = utcnow,
-             sleep: Callable[[float], None] = time.sleep, once: bool = False, max_runs: int | None = None,
-             on_event: Callable[[str, Profile, datetime, object], None] | None = None, **run_kwargs) -> int:
+def schedule(
+    profiles: list[Profile],
+    *,
+    run: Callable | None = None,
+    now: Callable[[], datetime] = utcnow,
+    sleep: Callable[[float], None] = time.sleep,
+    once: bool = False,
+    max_runs: int | None = None,
+    on_event: Callable[[str, Profile, datetime, object], None] | None = None,
+    **run_kwargs,
+) -> int:
     """Run ``profiles`` on their cron expressions.
 
     Args:
@@ -75,9 +83,9 @@ def schedule(profiles: list[Profile], *, run: Callable | None = None, now: Calla
     run = run or run_profile
     for p in profiles:
         if not p.cron:
-            raise ConfigError(f"profile '{p.name}' has no [schedule] cron", hint="add e.g. cron = \"15 0 * * *\"")
+            raise ConfigError(f"profile '{p.name}' has no [schedule] cron", hint='add e.g. cron = "15 0 * * *"')
     done: dict[str, datetime | None] = {p.name: None for p in profiles}
-    ran: dict[str, str] = {}         # the period each profile last ran for
+    ran: dict[str, str] = {}  # the period each profile last ran for
     emit = on_event or (lambda *a: None)
     started = 0
     while True:
@@ -87,16 +95,16 @@ def schedule(profiles: list[Profile], *, run: Callable | None = None, now: Calla
             if done[p.name] is not None and slot <= done[p.name]:
                 continue
             period = period_for(p.window, slot, p.timezone).label
-            if ran.get(p.name) == period:    # a local time the clock change repeats: its period is done
+            if ran.get(p.name) == period:  # a local time the clock change repeats: its period is done
                 done[p.name] = slot
                 continue
             if done[p.name] is None:
                 folder = period_folder(p, period_for(p.window, slot, p.timezone), run_kwargs.get("output_root"))
-                if folder.exists():          # start-up: this slot's period was already reported
+                if folder.exists():  # start-up: this slot's period was already reported
                     done[p.name] = slot
                     emit("skipped", p, slot, folder)
                     continue
-            done[p.name] = slot              # mark first: a failing run is not retried every second
+            done[p.name] = slot  # mark first: a failing run is not retried every second
             ran[p.name] = period
             started += 1
             try:

@@ -28,13 +28,17 @@ def _text(fd: int, encoding: list[str], write: bool) -> io.TextIOWrapper:
         enc = "utf-8"
     tty = os.isatty(fd)
     # As Python sets up its own streams: stdout line-buffered on a terminal, stderr always.
-    return io.TextIOWrapper(open(fd, "wb" if write else "rb", closefd=False), encoding=enc, errors=errors,
-                            line_buffering=write and (tty or fd == 2))
+    return io.TextIOWrapper(
+        open(fd, "wb" if write else "rb", closefd=False),
+        encoding=enc,
+        errors=errors,
+        line_buffering=write and (tty or fd == 2),
+    )
 
 
 def become(req: dict, fds: list[int], server_pid: int) -> None:
     """Turn this freshly forked process into the client's command process (see the module)."""
-    os.setsid()                 # signals to the server's process group (a terminal's Ctrl-C, a
+    os.setsid()  # signals to the server's process group (a terminal's Ctrl-C, a
     #                             service manager's stop) are not the command's
     _die_with(server_pid)
     for target, fd in enumerate(fds):
@@ -74,7 +78,7 @@ def run_child(req: dict, fds: list[int], close: list, main: Callable[[str], None
     try:
         # A Ctrl-C that came during the fork is delivered here, before the command has done anything.
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-        main(req.get("prog") or "kvtrace")   # leaves through os._exit itself
+        main(req.get("prog") or "kvtrace")  # leaves through os._exit itself
         code = 0
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
@@ -105,10 +109,10 @@ def _die_with(server_pid: int) -> None:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, int(signal.SIGINT), 0, 0, 0)      # PR_SET_PDEATHSIG
+        libc.prctl(1, int(signal.SIGINT), 0, 0, 0)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         return
-    if os.getppid() != server_pid:                      # it died before the prctl
+    if os.getppid() != server_pid:  # it died before the prctl
         os.kill(os.getpid(), signal.SIGINT)
 
 

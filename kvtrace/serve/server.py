@@ -43,9 +43,18 @@ from kvtrace.wire import client, paths, protocol
 
 # Imported before the first command so that none pays for them. Imports only: see the module.
 WARM_MODULES = (
-    "kvtrace.cli", "kvtrace.ingest.pipeline", "kvtrace.ingest.formats", "kvtrace.ingest.claude_transcripts",
-    "kvtrace.ingest.otlp_json", "kvtrace.report.build", "kvtrace.report.render", "kvtrace.analyze.token_mix",
-    "kvtrace.replay", "duckdb", "pyarrow", "polars",
+    "kvtrace.cli",
+    "kvtrace.ingest.pipeline",
+    "kvtrace.ingest.formats",
+    "kvtrace.ingest.claude_transcripts",
+    "kvtrace.ingest.otlp_json",
+    "kvtrace.report.build",
+    "kvtrace.report.render",
+    "kvtrace.analyze.token_mix",
+    "kvtrace.replay",
+    "duckdb",
+    "pyarrow",
+    "polars",
 )
 
 
@@ -75,7 +84,7 @@ class Server:
         self._stopping = threading.Event()
         self._stopped = threading.Event()
         self._last_active = time.monotonic()
-        self._waiting = 0                   # accepted commands waiting for their turn
+        self._waiting = 0  # accepted commands waiting for their turn
         self._count_lock = threading.Lock()
 
     # -- life ------------------------------------------------------------------------------------
@@ -84,8 +93,10 @@ class Server:
         answer = client.call(self.sock_path, protocol.PING) if os.path.exists(self.sock_path) else None
         if answer is not None and answer[0] == protocol.INFO:
             pid = json.loads(answer[1]).get("pid")
-            raise ConfigError(f"{self.db_real} is already served (pid {pid}) on {self.sock_path}",
-                              hint=f"stop it first: kvtrace serve --stop --db {self.db_real}")
+            raise ConfigError(
+                f"{self.db_real} is already served (pid {pid}) on {self.sock_path}",
+                hint=f"stop it first: kvtrace serve --stop --db {self.db_real}",
+            )
         try:
             self._warm()
             self._listen()
@@ -100,7 +111,7 @@ class Server:
         for name in WARM_MODULES:
             try:
                 importlib.import_module(name)
-            except ImportError as e:      # a module renamed since: only its commands pay
+            except ImportError as e:  # a module renamed since: only its commands pay
                 self._say(f"kvtrace serve: not preloaded: {name}: {e}")
 
     def _listen(self) -> None:
@@ -114,13 +125,16 @@ class Server:
         # every command.
         problem = paths.folder_problem(folder, private=private)
         if problem:
-            raise ConfigError(f"cannot serve {self.db_real}: {problem}",
-                              hint=f"remove {folder} if it is not yours" if private else
-                              f"move the warehouse to a folder only you can write, or chmod go-w {folder}")
+            raise ConfigError(
+                f"cannot serve {self.db_real}: {problem}",
+                hint=f"remove {folder} if it is not yours"
+                if private
+                else f"move the warehouse to a folder only you can write, or chmod go-w {folder}",
+            )
         if os.path.exists(self.sock_path):
-            os.unlink(self.sock_path)           # stale: nothing answered the ping above
+            os.unlink(self.sock_path)  # stale: nothing answered the ping above
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o177)                    # the socket file is created 0600
+        old = os.umask(0o177)  # the socket file is created 0600
         try:
             s.bind(self.sock_path)
         finally:
@@ -134,8 +148,7 @@ class Server:
         p = paths.pid_path(self.db_real)
         tmp = f"{p}.{os.getpid()}.tmp"
         with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump({"pid": os.getpid(), "socket": self.sock_path, "db": self.db_real,
-                       "started": self.started}, fh)
+            json.dump({"pid": os.getpid(), "socket": self.sock_path, "db": self.db_real, "started": self.started}, fh)
         os.replace(tmp, p)
 
     def serve_forever(self) -> None:
@@ -158,7 +171,7 @@ class Server:
                     if self._stopping.is_set():
                         break
                     raise
-                self._last_active = time.monotonic()      # an idle exit must not race a command arriving
+                self._last_active = time.monotonic()  # an idle exit must not race a command arriving
                 t = threading.Thread(target=self._handle, args=(conn,), daemon=True)
                 self._threads.add(t)
                 t.start()
@@ -253,9 +266,17 @@ class Server:
         return uid == os.getuid()
 
     def status(self) -> dict:
-        return {"pid": os.getpid(), "db": self.db_real, "socket": self.sock_path, "started": self.started,
-                "uptime_s": round(time.time() - self.started, 1), "commands": self.commands,
-                "busy": self._command_lock.locked(), "waiting": self._waiting, "idle_exit_s": self.idle_exit}
+        return {
+            "pid": os.getpid(),
+            "db": self.db_real,
+            "socket": self.sock_path,
+            "started": self.started,
+            "uptime_s": round(time.time() - self.started, 1),
+            "commands": self.commands,
+            "busy": self._command_lock.locked(),
+            "waiting": self._waiting,
+            "idle_exit_s": self.idle_exit,
+        }
 
     def _refusal(self, req: dict, fds: list[int]) -> str | None:
         argv = req.get("argv") or []
@@ -299,11 +320,11 @@ class Server:
                 self.commands += 1
                 self._last_active = time.monotonic()
         if code is None:
-            return                      # cancelled while the fork was being set up: answered already
+            return  # cancelled while the fork was being set up: answered already
         try:
             protocol.send(conn, protocol.EXIT, str(code).encode())
         except OSError:
-            pass                    # the client went away
+            pass  # the client went away
 
     def _fork(self, conn: socket.socket, req: dict, fds: list[int]) -> int:
         """Fork the command's process (SIGINT blocked across the fork: the child unblocks it once
@@ -313,7 +334,7 @@ class Server:
         try:
             pid = os.fork()
             if pid == 0:
-                run_child(req, fds, [self._listener, conn], self.run, os.getppid())   # never returns
+                run_child(req, fds, [self._listener, conn], self.run, os.getppid())  # never returns
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         for fd in fds:
@@ -343,7 +364,7 @@ class _Child:
             if self._cancelled:
                 return None
             self.pid = fork()
-        os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOWAIT)   # ended, not yet reaped: its pid is still its own
+        os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOWAIT)  # ended, not yet reaped: its pid is still its own
         with self._lock:
             self._ended = True
         _, status = os.waitpid(self.pid, 0)
@@ -369,6 +390,7 @@ def _watch(conn: socket.socket, child: _Child, fds: list[int]) -> None:
     connection (a client that went away). A command cancelled before its turn is answered here,
     as a local run would end (one line, exit 130), and the client's descriptors are let go at once.
     Ends with the connection or the child."""
+
     def answer() -> None:
         try:
             os.write(fds[2], b"Interrupted: stopped before the command started; nothing was written\n")
@@ -396,8 +418,10 @@ def stop(db: str | os.PathLike | None, timeout: float = 660.0) -> str:
         raise ConfigError(f"no kvtrace serve runs for {db_real}", hint="start one with: kvtrace serve --db PATH")
     problem = paths.socket_problem(sock)
     if problem is not None:
-        raise ConfigError(f"not stopping what listens on {sock}: {problem}",
-                          hint=f"it is not a kvtrace serve of yours; remove it if you may: rm {sock}")
+        raise ConfigError(
+            f"not stopping what listens on {sock}: {problem}",
+            hint=f"it is not a kvtrace serve of yours; remove it if you may: rm {sock}",
+        )
     answer = client.call(sock, protocol.STOP, timeout=timeout)
     if answer is None:
         os.unlink(sock)
@@ -431,8 +455,9 @@ def detach(db: str | os.PathLike | None, idle_exit: str | None, log_path: Path, 
         if info is not None and info["pid"] == proc.pid:
             return info
         if proc.poll() is not None:
-            raise ConfigError(f"kvtrace serve exited with {proc.returncode} before serving {db_real}",
-                              hint=f"see {log_path}")
+            raise ConfigError(
+                f"kvtrace serve exited with {proc.returncode} before serving {db_real}", hint=f"see {log_path}"
+            )
         time.sleep(0.05)
     proc.terminate()
     raise ConfigError(f"kvtrace serve did not answer within {timeout:.0f}s", hint=f"see {log_path}")

@@ -10,5 +10,17 @@ from kvtrace.simulate.cost import GPU, StepCost, gpu_names, load_gpu
 from kvtrace.simulate.engine import Chain, Head, LowerTier, Node, Policy, Turn
 from kvtrace.simulate.sources import SynthSource, TesterSource
 
-__all__ = ["GPU", "Chain", "Head", "LowerTier", "Node", "Policy", "StepCost", "SynthSource", "TesterSource", "Turn",
-           "gpu_names", "load_gpu"]
+__all__ = [
+    "GPU",
+    "Chain",
+    "Head",
+    "LowerTier",
+    "Node",
+    "Policy",
+    "StepCost",
+    "SynthSource",
+    "TesterSource",
+    "Turn",
+    "gpu_names",
+    "load_gpu",
+]

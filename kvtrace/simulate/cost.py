@@ -86,13 +86,15 @@ class StepCost:
     prefill_efficiency: float = 0.5
     decode_efficiency: float = 0.5
     overhead_s: float = 0.002
-    zero: bool = False                     # every step takes no time (the replay's view)
+    zero: bool = False  # every step takes no time (the replay's view)
 
     def __post_init__(self) -> None:
         m = self.model
         if m.params_active is None or not m.hidden_size or not m.attention_heads:
-            raise ConfigError(f"model {m.name}: the step cost needs params_active, hidden_size and attention_heads",
-                              hint="pick a catalog model (kvtrace size --list)")
+            raise ConfigError(
+                f"model {m.name}: the step cost needs params_active, hidden_size and attention_heads",
+                hint="pick a catalog model (kvtrace size --list)",
+            )
         if not 0 < self.prefill_efficiency <= 1 or not 0 < self.decode_efficiency <= 1:
             raise ConfigError("efficiencies must be in (0, 1]", hint="e.g. --prefill-efficiency 0.5")
 
@@ -108,8 +110,17 @@ class StepCost:
             calls = 2 * m.layers if self.gpus > 1 else 0
             ar_tok = calls * m.hidden_size * 2 / (self.gpu.allreduce_gbps * 1e9) if calls else 0.0
             ar_fix = calls * self.gpu.allreduce_us * 1e-6
-            k = (self._linear_s_per_token, self._attn_s_per_pair, self._mem_s_per_byte, total - expert, expert, keep,
-                 float(m.bytes_per_token), ar_tok, ar_fix)
+            k = (
+                self._linear_s_per_token,
+                self._attn_s_per_pair,
+                self._mem_s_per_byte,
+                total - expert,
+                expert,
+                keep,
+                float(m.bytes_per_token),
+                ar_tok,
+                ar_fix,
+            )
             object.__setattr__(self, "_k_cache", k)
         return k
 
@@ -176,7 +187,7 @@ class StepCost:
         if self.zero:
             return np.zeros(k)
         ctx = decode_ctx + decode_seqs * np.arange(k, dtype=np.float64)
-        kk = self._k                       # the terms of ``step`` with no prefill chunk
+        kk = self._k  # the terms of ``step`` with no prefill chunk
         weights = kk[3] if kk[4] == 0 else kk[3] + kk[4] * (1.0 - kk[5] ** decode_seqs)
         compute = decode_seqs * kk[0] + ctx * kk[1]
         memory = (weights + ctx * kk[6]) * kk[2]
@@ -192,8 +203,10 @@ class StepCost:
         mem_s_at_one = (weights + ctx * k[6]) / (self.gpus * self.gpu.memory_tbps * 1e12)
         rest = step_s - (batch * k[0] + ctx * k[1] + batch * k[7] + k[8] + self.overhead_s)
         if rest <= 0:
-            raise ConfigError(f"a decode step of {step_s * 1e3:g} ms is faster than its compute and all-reduce alone",
-                              hint="check the GPU count, the model and the prefill efficiency")
+            raise ConfigError(
+                f"a decode step of {step_s * 1e3:g} ms is faster than its compute and all-reduce alone",
+                hint="check the GPU count, the model and the prefill efficiency",
+            )
         return mem_s_at_one / rest
 
     def prefill_s_per_token(self, context: float, chunk: int = 8192) -> float:
@@ -201,6 +214,13 @@ class StepCost:
         return self.step(0, 0, [(int(context), chunk)]) / chunk
 
     def describe(self) -> dict:
-        return {"gpu": self.gpu.name, "gpus": self.gpus, "model": self.model.name, "kv_dtype": self.model.kv_dtype,
-                "prefill_efficiency": self.prefill_efficiency, "decode_efficiency": self.decode_efficiency,
-                "overhead_s": self.overhead_s, "zero": self.zero}
+        return {
+            "gpu": self.gpu.name,
+            "gpus": self.gpus,
+            "model": self.model.name,
+            "kv_dtype": self.model.kv_dtype,
+            "prefill_efficiency": self.prefill_efficiency,
+            "decode_efficiency": self.decode_efficiency,
+            "overhead_s": self.overhead_s,
+            "zero": self.zero,
+        }

@@ -52,13 +52,13 @@ class Policy:
     max_num_batched_tokens: int = 8192
     block_tokens: int = 16
     chunk_tokens: int = 256
-    load: str = "block"              # block | overlap
-    tier_mode: str = "inclusive"     # inclusive: write-through to every tier; exclusive: spill on eviction
-    store: str = "missing"           # missing: write the chunks a tier lacks; all: rewrite every chunk
-    write_back: bool = True          # a chunk loaded from a lower tier is written to the tiers above it
-    store_blocks: bool = True        # the copy into the first offload tier adds to the step
-    cache_output: bool = True        # the GPU prefix cache keeps decoded tokens' blocks (vLLM does)
-    resume_gap_s: float = 300.0      # a turn after a longer idle gap is "resumed"
+    load: str = "block"  # block | overlap
+    tier_mode: str = "inclusive"  # inclusive: write-through to every tier; exclusive: spill on eviction
+    store: str = "missing"  # missing: write the chunks a tier lacks; all: rewrite every chunk
+    write_back: bool = True  # a chunk loaded from a lower tier is written to the tiers above it
+    store_blocks: bool = True  # the copy into the first offload tier adds to the step
+    cache_output: bool = True  # the GPU prefix cache keeps decoded tokens' blocks (vLLM does)
+    resume_gap_s: float = 300.0  # a turn after a longer idle gap is "resumed"
 
     def validate(self) -> None:
         if self.load not in ("block", "overlap"):
@@ -66,13 +66,19 @@ class Policy:
         if self.store not in ("missing", "all"):
             raise ConfigError(f"store policy {self.store!r}", hint="use missing or all")
         if self.tier_mode not in ("inclusive", "exclusive"):
-            raise ConfigError(f"tier mode {self.tier_mode!r}", hint="use inclusive (write-through) or exclusive (spill on eviction)")
+            raise ConfigError(
+                f"tier mode {self.tier_mode!r}", hint="use inclusive (write-through) or exclusive (spill on eviction)"
+            )
         if self.tier_mode == "exclusive" and (self.store != "missing" or not self.write_back):
-            raise ConfigError("exclusive tiers write only what they spill and always move a hit up",
-                              hint="drop --store and --no-write-back, or use --tier-mode inclusive")
+            raise ConfigError(
+                "exclusive tiers write only what they spill and always move a hit up",
+                hint="drop --store and --no-write-back, or use --tier-mode inclusive",
+            )
         if self.max_num_seqs < 1 or self.max_num_batched_tokens < 1 or self.block_tokens < 1 or self.chunk_tokens < 1:
-            raise ConfigError("max_num_seqs, max_num_batched_tokens, block and chunk sizes must be >= 1",
-                              hint="e.g. --max-num-seqs 256 --max-batched-tokens 8192")
+            raise ConfigError(
+                "max_num_seqs, max_num_batched_tokens, block and chunk sizes must be >= 1",
+                hint="e.g. --max-num-seqs 256 --max-batched-tokens 8192",
+            )
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -88,7 +94,7 @@ class LowerTier:
     write_gbps: float
     latency_s: float = 0.0
     kind: str = "dram"
-    spec: object = None              # kvtrace.replay.tiers.Tier, for drives and prices
+    spec: object = None  # kvtrace.replay.tiers.Tier, for drives and prices
 
 
 class Head:
@@ -114,37 +120,74 @@ class Turn:
     """One request a client issues: ``prompt`` tokens on ``chain`` (the first ``keep`` still valid),
     ``output`` tokens to generate; ``on_done(t)`` is called when it completes."""
 
-    __slots__ = ("chain", "prompt", "output", "keep", "cohort", "on_done", "issue_t", "admit_t", "ready_t",
-                 "first_t", "done_t", "hits", "label", "seq", "node")
+    __slots__ = (
+        "chain",
+        "prompt",
+        "output",
+        "keep",
+        "cohort",
+        "on_done",
+        "issue_t",
+        "admit_t",
+        "ready_t",
+        "first_t",
+        "done_t",
+        "hits",
+        "label",
+        "seq",
+        "node",
+    )
 
-    def __init__(self, chain: Chain, prompt: int, output: int, keep: int | None = None, cohort: str = "continuing",
-                 on_done: Callable[[float], None] | None = None, label=None):
+    def __init__(
+        self,
+        chain: Chain,
+        prompt: int,
+        output: int,
+        keep: int | None = None,
+        cohort: str = "continuing",
+        on_done: Callable[[float], None] | None = None,
+        label=None,
+    ):
         self.chain, self.prompt, self.output = chain, int(prompt), max(int(output), 1)
         self.keep = chain.valid if keep is None else int(keep)
         self.cohort, self.on_done, self.label = cohort, on_done, label
         self.issue_t = self.admit_t = self.ready_t = self.first_t = self.done_t = None
-        self.hits: list[int] | None = None     # tokens per tier (GPU first) at the first admission
-        self.seq = 0                           # issue order
-        self.node = 0                          # the node of the fleet that served it
+        self.hits: list[int] | None = None  # tokens per tier (GPU first) at the first admission
+        self.seq = 0  # issue order
+        self.node = 0  # the node of the fleet that served it
 
 
 class _Seq:
-    __slots__ = ("turn", "target", "computed", "own", "gen", "d0", "g0", "hit_end", "segs", "loaded", "uid",
-                 "epoch", "ready_t", "link_done")
+    __slots__ = (
+        "turn",
+        "target",
+        "computed",
+        "own",
+        "gen",
+        "d0",
+        "g0",
+        "hit_end",
+        "segs",
+        "loaded",
+        "uid",
+        "epoch",
+        "ready_t",
+        "link_done",
+    )
 
     def __init__(self, turn: Turn, uid: int):
         self.turn, self.uid = turn, uid
-        self.target = turn.prompt       # tokens to prefill (grows by the generated ones after a preemption)
+        self.target = turn.prompt  # tokens to prefill (grows by the generated ones after a preemption)
         self.computed = 0
-        self.own = 0                    # GPU tokens pinned for the chain beyond the shared head
-        self.gen = 0                    # output tokens generated
+        self.own = 0  # GPU tokens pinned for the chain beyond the shared head
+        self.gen = 0  # output tokens generated
         self.d0 = self.g0 = 0
         self.hit_end = 0
-        self.segs: list = []            # (lower tier index, start, end) loaded
+        self.segs: list = []  # (lower tier index, start, end) loaded
         self.loaded = False
         self.epoch = 0
         self.ready_t = 0.0
-        self.link_done: dict = {}       # overlapped loads: tier index -> when its transfer completes
+        self.link_done: dict = {}  # overlapped loads: tier index -> when its transfer completes
 
 
 class Metrics:
@@ -168,7 +211,7 @@ class Metrics:
         self.prompt_total = 0
         self.preemptions = 0
         self.turns: list[Turn] = []
-        self.ttft: list[tuple] = []            # (cohort, issue, queue s, load s, prefill s)
+        self.ttft: list[tuple] = []  # (cohort, issue, queue s, load s, prefill s)
 
     def bin(self, t: float) -> int:
         return min(max(int(t // self.bin_s), 0), self.n - 1)
@@ -180,23 +223,32 @@ class Metrics:
 class Node:
     """One inference node. ``run(source, duration_s)`` simulates it (see the module docstring)."""
 
-    def __init__(self, cost: StepCost, gpu_kv_tokens: int, lower: list[LowerTier], policy: Policy | None = None,
-                 keep_turns: bool = False):
+    def __init__(
+        self,
+        cost: StepCost,
+        gpu_kv_tokens: int,
+        lower: list[LowerTier],
+        policy: Policy | None = None,
+        keep_turns: bool = False,
+    ):
         self.cost, self.policy = cost, policy or Policy()
         self.policy.validate()
         p = self.policy
         if gpu_kv_tokens < p.block_tokens:
-            raise ConfigError(f"GPU KV capacity of {gpu_kv_tokens} tokens holds no block",
-                              hint="give the GPU KV capacity in tokens, e.g. --gpu-kv 400K")
-        self.head_ref: dict = {}               # Head -> running sequences on it
-        self.head_hold: dict = {}              # Head -> its GPU tokens pinned while they run
+            raise ConfigError(
+                f"GPU KV capacity of {gpu_kv_tokens} tokens holds no block",
+                hint="give the GPU KV capacity in tokens, e.g. --gpu-kv 400K",
+            )
+        self.head_ref: dict = {}  # Head -> running sequences on it
+        self.head_hold: dict = {}  # Head -> its GPU tokens pinned while they run
         self.gpu = Residency("GPU", gpu_kv_tokens // p.block_tokens * p.block_tokens, p.block_tokens)
         self.lower = lower
-        self.res = [Residency(t.name, t.capacity_tokens // p.chunk_tokens * p.chunk_tokens, p.chunk_tokens)
-                    for t in lower]
+        self.res = [
+            Residency(t.name, t.capacity_tokens // p.chunk_tokens * p.chunk_tokens, p.chunk_tokens) for t in lower
+        ]
         self.bpt = cost.model.bytes_per_token
         self.excl = p.tier_mode == "exclusive" and bool(lower)
-        self.seg_start: list[dict] = [{} for _ in lower]   # exclusive: where each object's segment starts
+        self.seg_start: list[dict] = [{} for _ in lower]  # exclusive: where each object's segment starts
         if self.excl:
             self.gpu.on_evict = self._gpu_evicted
             for k, r in enumerate(self.res):
@@ -205,17 +257,17 @@ class Node:
         self.now = 0.0
         self._duration = 0.0
         self._next_sample = 0.0
-        self.waiting: deque[_Seq] = deque()    # FCFS (index 0 first)
-        self.running: list[_Seq] = []          # admission order
+        self.waiting: deque[_Seq] = deque()  # FCFS (index 0 first)
+        self.running: list[_Seq] = []  # admission order
         self.prefilling: list[_Seq] = []
         self.loading: list[_Seq] = []
         self.decoding: dict[int, _Seq] = {}
-        self._finish: list = []                # heap (finish decode step, uid, epoch)
+        self._finish: list = []  # heap (finish decode step, uid, epoch)
         self.dec_steps = 0
-        self.dec_ctx = 0                       # sum of decoding sequences' contexts
+        self.dec_ctx = 0  # sum of decoding sequences' contexts
         self._uid = 0
-        self.links: list[list] = [[] for _ in lower]     # overlapped transfers in flight: [seq, bytes left]
-        self.link_t = [0.0] * len(lower)                   # when each link's transfers were last advanced
+        self.links: list[list] = [[] for _ in lower]  # overlapped transfers in flight: [seq, bytes left]
+        self.link_t = [0.0] * len(lower)  # when each link's transfers were last advanced
         self.metrics: Metrics | None = None
 
     # -- clients (through the fleet, which owns the event clock) ----------------------------------
@@ -247,8 +299,9 @@ class Node:
         return ch.head.tokens // unit * unit if ch.head is not None else 0
 
     # -- the loop ---------------------------------------------------------------------------
-    def run(self, start: Callable[["Fleet"], None], duration_s: float,
-            on_progress: Callable[[float], None] | None = None) -> Metrics:
+    def run(
+        self, start: Callable[["Fleet"], None], duration_s: float, on_progress: Callable[[float], None] | None = None
+    ) -> Metrics:
         """Run clients (``start(fleet)`` schedules their first turns) on this node alone for
         ``duration_s`` seconds (``on_progress`` as for :meth:`Fleet.run`)."""
         return Fleet([self]).run(start, duration_s, on_progress)[0]
@@ -275,8 +328,8 @@ class Node:
             self._step(next_event)
 
     def _end(self) -> None:
-        if not self.running and not self.waiting:     # idle since its last step: it holds what it
-            self._sample_to(self._duration)           # held then to the end of the run
+        if not self.running and not self.waiting:  # idle since its last step: it holds what it
+            self._sample_to(self._duration)  # held then to the end of the run
         for r in [self.gpu, *self.res]:
             r.now = self.now
 
@@ -355,12 +408,12 @@ class Node:
         g = self._gpu_hit(s)
         split = self._split(ch, self.policy.block_tokens)
         if h is not None and self.head_hold[h] < split:
-            self.gpu.cut(ch, 0)          # unreachable behind the missing head blocks: recomputed
+            self.gpu.cut(ch, 0)  # unreachable behind the missing head blocks: recomputed
             s.own = 0
         else:
             s.own = self.gpu.pin(ch)
             excess = s.own - max(g - split, 0)
-            if excess > 0:               # blocks past the (capped) hit are recomputed
+            if excess > 0:  # blocks past the (capped) hit are recomputed
                 self.gpu.pinned -= excess
                 s.own -= excess
         return g
@@ -404,7 +457,7 @@ class Node:
         g = self._pin(s)
         end, segs = self._lower_hits(s, g)
         need = end - g + min(s.target - end, budget)
-        if self.excl:                    # being read, the segments are the tiers' most recent
+        if self.excl:  # being read, the segments are the tiers' most recent
             for k, a, e in segs:
                 self.res[k].touch(self._seg_obj(s.turn.chain, e))
         if not self.gpu.make_room(need + reserve):
@@ -522,7 +575,7 @@ class Node:
             return
         off = 0 if obj is not ch else self._split(ch, self.policy.chunk_tokens)
         start, stop = st[obj], st[obj] + n
-        new = max(start, (end - off) // r.unit * r.unit)    # a chunk the GPU holds only part of stays
+        new = max(start, (end - off) // r.unit * r.unit)  # a chunk the GPU holds only part of stays
         del r.lru[obj]
         r.cached -= n
         if new < stop:
@@ -561,7 +614,7 @@ class Node:
         old = (st[obj], st[obj] + have) if have else (a, a)
         if have and a <= old[1] and old[0] <= b:
             a, b = min(a, old[0]), max(b, old[1])
-        if not r.make_room(b - a):       # what does not fit, the segment's tail, goes further down
+        if not r.make_room(b - a):  # what does not fit, the segment's tail, goes further down
             fit = a + max(r.free, 0) // r.unit * r.unit
             if k + 1 < len(self.res) and b > fit:
                 self._spill_into(k + 1, obj, fit, b)
@@ -589,7 +642,7 @@ class Node:
                 self.prefilling.remove(v)
             if v in self.loading:
                 self.loading.remove(v)
-                for k in list(v.link_done):     # its transfers stop; the others get their share back
+                for k in list(v.link_done):  # its transfers stop; the others get their share back
                     self._link_advance(k)
                     self.links[k] = [x for x in self.links[k] if x[0] is not v]
                     self._link_project(k)
@@ -625,11 +678,11 @@ class Node:
         if k < 4:
             return False
         horizon = min(horizon, self._duration) - self.now
-        first = self.cost.step(B, self.dec_ctx, [])     # steps only grow longer as contexts do
+        first = self.cost.step(B, self.dec_ctx, [])  # steps only grow longer as contexts do
         if first > 0:
-            if 3 * first >= horizon:                    # the horizon comes within 3 steps
+            if 3 * first >= horizon:  # the horizon comes within 3 steps
                 return False
-            k = min(k, int(horizon / first) + 1)        # no more steps than fit before it, and one
+            k = min(k, int(horizon / first) + 1)  # no more steps than fit before it, and one
         times = self.cost.decode_steps(B, self.dec_ctx, k)
         cum = np.cumsum(times)
         if horizon < cum[-1]:
@@ -669,7 +722,7 @@ class Node:
     def _done(self, s: _Seq) -> None:
         t = s.turn
         self.running.remove(s)
-        total = t.prompt + t.output - 1            # the last token's KV is never written
+        total = t.prompt + t.output - 1  # the last token's KV is never written
         self._grow(s, total)
         keep = total if self.policy.cache_output else t.prompt
         self._release(s, keep // self.policy.block_tokens * self.policy.block_tokens)
@@ -724,14 +777,15 @@ class Node:
                     budget -= c
                 self.prefilling.append(s)
         # blocking loads of this step run together: each tier's link carries all of its bytes
-        load_s = max((nb / (lt.read_gbps * 1e9) + lt.latency_s for nb, lt in zip(step_bytes, self.lower) if nb),
-                     default=0.0)
+        load_s = max(
+            (nb / (lt.read_gbps * 1e9) + lt.latency_s for nb, lt in zip(step_bytes, self.lower) if nb), default=0.0
+        )
         for s in admitted_now:
             if s.loaded and s.turn.first_t is None:
                 s.turn.ready_t = self.now + load_s
         B = len(self.decoding)
         if not B and not chunks:
-            if self.loading:          # only loads in flight: wait for the first
+            if self.loading:  # only loads in flight: wait for the first
                 self._set_now(max(self.now, min(s.ready_t for s in self.loading)))
                 return
             # nothing can run: a prompt that cannot be admitted, or one admitted a chunk at a time
@@ -739,8 +793,10 @@ class Node:
             big = next((x for x in self.prefilling if x.target > self.gpu.capacity), None)
             if big is not None or (self.waiting and not self.running):
                 target = big.target if big is not None else self.waiting[0].target
-                raise ConfigError(f"a prompt of {target} tokens does not fit the GPU KV cache of "
-                                  f"{self.gpu.capacity} tokens", hint="raise the GPU KV capacity (--gpu-kv)")
+                raise ConfigError(
+                    f"a prompt of {target} tokens does not fit the GPU KV cache of {self.gpu.capacity} tokens",
+                    hint="raise the GPU KV capacity (--gpu-kv)",
+                )
             self._set_now(max(self.now, next_event))
             return
         self.gpu.pinned += B
@@ -798,7 +854,7 @@ class Node:
         blocking = 0.0
         for k, r in enumerate(self.res):
             h = ch.head
-            have = (min(r.get(h), split) if h is not None else 0)
+            have = min(r.get(h), split) if h is not None else 0
             have = have if have < split else split + r.get(ch)
             lo = 0 if p.store == "all" else have
             if not p.write_back:
@@ -831,7 +887,7 @@ class Node:
                 counts["restore"] = min(counts["restore"], rest)
             else:
                 counts["write_through"] = max(rest, 0)
-            if h is not None:                # the head is the most recent: touch, store the chain, store it
+            if h is not None:  # the head is the most recent: touch, store the chain, store it
                 r.touch(h)
             if target_k > split:
                 r.put(ch, target_k - split)
@@ -870,8 +926,8 @@ class Fleet:
         self.now = 0.0
         self._events: list = []
         self._n = 0
-        self._next = 0                    # round robin: the next node
-        self._prev_t = 0.0                # the previous client event's time
+        self._next = 0  # round robin: the next node
+        self._prev_t = 0.0  # the previous client event's time
 
     def at(self, t: float, fn: Callable, *args) -> None:
         """Call ``fn(t, *args)`` at simulated time ``t``."""
@@ -899,8 +955,9 @@ class Fleet:
         turn.node = i
         self.nodes[i].enqueue(turn, self.now, self._prev_t)
 
-    def run(self, start: Callable[["Fleet"], None], duration_s: float,
-            on_progress: Callable[[float], None] | None = None) -> list[Metrics]:
+    def run(
+        self, start: Callable[["Fleet"], None], duration_s: float, on_progress: Callable[[float], None] | None = None
+    ) -> list[Metrics]:
         """Run clients (``start(fleet)`` schedules their first turns) for ``duration_s`` seconds;
         each node's metrics. ``on_progress``: called with the share of ``duration_s`` simulated,
         every 1/500 of it."""
@@ -930,7 +987,7 @@ class Fleet:
             if node is None or t_node >= duration_s:
                 break
             horizon = nxt = ev[0][0] if ev else math.inf
-            for n in nodes:               # another busy node may make a client act from its time on
+            for n in nodes:  # another busy node may make a client act from its time on
                 if n is not node and (n.running or n.waiting) and n.now < horizon:
                     horizon = n.now
             node._act(horizon, nxt)

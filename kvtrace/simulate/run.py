@@ -51,12 +51,16 @@ class TierConfig:
             by = {t.name.lower(): t for t in ts.tiers}
             for n in self.use:
                 if n.lower() not in by:
-                    raise ConfigError(f"{what} {self.name}: tier {n!r} is not in {ts.name}",
-                                      hint="tiers: " + ", ".join(t.name for t in ts.tiers))
+                    raise ConfigError(
+                        f"{what} {self.name}: tier {n!r} is not in {ts.name}",
+                        hint="tiers: " + ", ".join(t.name for t in ts.tiers),
+                    )
                 chosen.append(by[n.lower()])
         if not chosen or chosen[0].kind != "hbm" and chosen[0] is not ts.tiers[0]:
-            raise ConfigError(f"{what} {self.name}: the first tier must be the GPU's (HBM)",
-                              hint="e.g. " + _as(option, "dram=seed-testbed:HBM,DRAM"))
+            raise ConfigError(
+                f"{what} {self.name}: the first tier must be the GPU's (HBM)",
+                hint="e.g. " + _as(option, "dram=seed-testbed:HBM,DRAM"),
+            )
         return ts, chosen
 
 
@@ -71,10 +75,13 @@ def parse_config(spec: str, option: str = "--config") -> TierConfig:
     if not colon:
         path = rest
     if not path:
-        raise ConfigError(f"{option} {spec!r}: no tier file".lstrip(), hint="e.g. " + _as(option, "dram=seed-testbed:HBM,DRAM"))
+        raise ConfigError(
+            f"{option} {spec!r}: no tier file".lstrip(), hint="e.g. " + _as(option, "dram=seed-testbed:HBM,DRAM")
+        )
     names = [u.strip() for u in use.split(",") if u.strip()] or None
-    return TierConfig(name=name.strip() or (path if names is None else f"{Path(path).stem}:{use}"), tiers=path,
-                      use=names)
+    return TierConfig(
+        name=name.strip() or (path if names is None else f"{Path(path).stem}:{use}"), tiers=path, use=names
+    )
 
 
 @dataclass
@@ -84,28 +91,28 @@ class Scenario:
     name: str = "custom"
     description: str = ""
     duration_s: float = 7200.0
-    sessions: str = "seed-study"          # a synth preset name, or kv-cache-tester trace files / a folder
-    workload: dict = field(default_factory=dict)   # synth parameter overrides (kvtrace synth --params)
-    db: str | None = None                 # the warehouse, for sessions = "warehouse"
+    sessions: str = "seed-study"  # a synth preset name, or kv-cache-tester trace files / a folder
+    workload: dict = field(default_factory=dict)  # synth parameter overrides (kvtrace synth --params)
+    db: str | None = None  # the warehouse, for sessions = "warehouse"
     since: str | None = None
     until: str | None = None
-    rate_per_min: float | None = None     # session arrivals per minute (default: the workload's)
+    rate_per_min: float | None = None  # session arrivals per minute (default: the workload's)
     seed: int = 0
     model: str = "MiniMax-M2.7:fp8"
     gpu: str = "RTX-PRO-6000"
     gpus: int = 4
-    gpu_kv_tokens: int | None = None      # default: the tier file's HBM less the weights
+    gpu_kv_tokens: int | None = None  # default: the tier file's HBM less the weights
     prefill_efficiency: float = 0.5
     decode_efficiency: float = 0.5
     overhead_s: float = 0.002
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
-    router: str = "affinity"              # affinity | round-robin | least-loaded (fleets)
+    router: str = "affinity"  # affinity | round-robin | least-loaded (fleets)
     policy: dict = field(default_factory=dict)
     configs: list[TierConfig] = field(default_factory=list)
-    gpu_usd_per_hour: float | None = None     # per GPU; default: the hardware catalog's
-    amortize_years: float = 3.0               # offload tiers' purchase price spread over this
-    decode_step: list | None = None       # a measured decode step [batch, context tokens, seconds]
+    gpu_usd_per_hour: float | None = None  # per GPU; default: the hardware catalog's
+    amortize_years: float = 3.0  # offload tiers' purchase price spread over this
+    decode_step: list | None = None  # a measured decode step [batch, context tokens, seconds]
 
     def check_router(self) -> None:
         if self.router not in ROUTERS:
@@ -120,8 +127,14 @@ class Scenario:
         return resolve_model(self.model)
 
     def cost(self) -> StepCost:
-        return StepCost(self.kv_model(), load_gpu(self.gpu), self.gpus, self.prefill_efficiency,
-                        self.decode_efficiency, self.overhead_s)
+        return StepCost(
+            self.kv_model(),
+            load_gpu(self.gpu),
+            self.gpus,
+            self.prefill_efficiency,
+            self.decode_efficiency,
+            self.overhead_s,
+        )
 
 
 def scenario_names() -> list[str]:
@@ -161,7 +174,9 @@ def check_configs(configs: list[TierConfig], option: str = "--config") -> None:
     """Every configuration names a tier file and tiers that exist, and no two share a name
     (errors name ``option``): checked before anything runs."""
     if not configs:
-        raise ConfigError("no configuration to simulate", hint=f"pass {_as(option, 'TIERS')} (or --scenario seed-study)")
+        raise ConfigError(
+            "no configuration to simulate", hint=f"pass {_as(option, 'TIERS')} (or --scenario seed-study)"
+        )
     names = [c.name for c in configs]
     if len(set(names)) != len(names):
         raise ConfigError("two configurations share a name", hint="name them: " + _as(option, "gpu=seed-testbed:HBM"))
@@ -180,16 +195,19 @@ def _source(sc: Scenario, shard: tuple[int, int] = (0, 1), store=None):
         return SynthSource(preset(sc.sessions, **over), sc.duration_s, resume_gap_s=gap, shard=shard)
     if sc.sessions == "warehouse":
         if store is not None:
-            return WarehouseSource.from_store(store, _bound(store, sc.since), _bound(store, sc.until), resume_gap_s=gap,
-                                              shard=shard)
+            return WarehouseSource.from_store(
+                store, _bound(store, sc.since), _bound(store, sc.until), resume_gap_s=gap, shard=shard
+            )
         with open_store(sc.db, read_only=True) as opened:
             return _source(sc, shard, opened)
     p = Path(sc.sessions)
     files = sorted(p.glob("*.json*")) if p.is_dir() else [Path(x) for x in sc.sessions.split(",")]
     missing = [str(f) for f in files if not f.exists()]
     if missing or not files:
-        raise ConfigError(f"sessions {sc.sessions!r}: not a synth preset and no trace files found",
-                          hint="use " + ", ".join(PRESETS) + ", warehouse (with --db), or kv-cache-tester trace files / a folder")
+        raise ConfigError(
+            f"sessions {sc.sessions!r}: not a synth preset and no trace files found",
+            hint="use " + ", ".join(PRESETS) + ", warehouse (with --db), or kv-cache-tester trace files / a folder",
+        )
     return TesterSource(files, sc.rate_per_min or 2.5, sc.duration_s, seed=sc.seed, resume_gap_s=gap, shard=shard)
 
 
@@ -227,7 +245,9 @@ def build_node(sc: Scenario, cfg: TierConfig, cost: StepCost | None = None, keep
     for t in lower:
         cap = t.capacity_tokens if t.capacity_tokens is not None else int(t.bytes_for(model) // model.bytes_per_token)
         if t.read_gbps <= 0 or t.write_gbps <= 0:
-            raise ConfigError(f"tier {t.name} of {ts.name} needs read_gbps and write_gbps", hint="set them in the tier file")
+            raise ConfigError(
+                f"tier {t.name} of {ts.name} needs read_gbps and write_gbps", hint="set them in the tier file"
+            )
         tiers.append(LowerTier(t.name, cap, t.read_gbps, t.write_gbps, t.latency_us * 1e-6, t.kind, t))
     return Node(cost or sc.cost(), kv, tiers, sc.policy_obj(), keep_turns=keep_turns)
 
@@ -247,8 +267,14 @@ class NodeRun:
     nodes: int = 1
 
 
-def run_node(sc: Scenario, cfg: TierConfig, shard: tuple[int, int] = (0, 1), cost: StepCost | None = None,
-             on_progress=None, store=None) -> NodeRun:
+def run_node(
+    sc: Scenario,
+    cfg: TierConfig,
+    shard: tuple[int, int] = (0, 1),
+    cost: StepCost | None = None,
+    on_progress=None,
+    store=None,
+) -> NodeRun:
     """Simulate one node of a fleet of ``shard[1]`` under session affinity: it serves every
     ``shard[1]``-th session, starting with session ``shard[0]``."""
     node = build_node(sc, cfg, cost)
@@ -258,13 +284,21 @@ def run_node(sc: Scenario, cfg: TierConfig, shard: tuple[int, int] = (0, 1), cos
 
 
 def _node_run(node: Node, sessions: int) -> NodeRun:
-    return NodeRun(node.metrics, node.gpu.capacity, node.gpu.first_full_at, [r.capacity for r in node.res],
-                   [r.first_full_at for r in node.res], [r.used for r in node.res],
-                   len(node.waiting) + sum(1 for s in node.running if s.turn.first_t is None), sessions)
+    return NodeRun(
+        node.metrics,
+        node.gpu.capacity,
+        node.gpu.first_full_at,
+        [r.capacity for r in node.res],
+        [r.first_full_at for r in node.res],
+        [r.used for r in node.res],
+        len(node.waiting) + sum(1 for s in node.running if s.turn.first_t is None),
+        sessions,
+    )
 
 
-def run_fleet(sc: Scenario, cfg: TierConfig, nodes: int, cost: StepCost | None = None, on_progress=None,
-              store=None) -> NodeRun:
+def run_fleet(
+    sc: Scenario, cfg: TierConfig, nodes: int, cost: StepCost | None = None, on_progress=None, store=None
+) -> NodeRun:
     """Simulate ``nodes`` nodes on one event clock behind the scenario's per-request router
     (round-robin or least-loaded): every session, any node."""
     fleet = Fleet([build_node(sc, cfg, cost) for _ in range(nodes)], sc.router)
@@ -280,8 +314,18 @@ def _merge(runs: list[NodeRun]) -> NodeRun:
     m = runs[0].metrics
     for r in runs[1:]:
         o = r.metrics
-        for name in ("prompt_tok", "output_tok", "computed_tok", "busy_s", "steps", "read", "occupancy", "running",
-                     "waiting", "hit_tokens"):
+        for name in (
+            "prompt_tok",
+            "output_tok",
+            "computed_tok",
+            "busy_s",
+            "steps",
+            "read",
+            "occupancy",
+            "running",
+            "waiting",
+            "hit_tokens",
+        ):
             setattr(m, name, getattr(m, name) + getattr(o, name))
         for c in CAUSES:
             m.write[c] = m.write[c] + o.write[c]
@@ -295,15 +339,28 @@ def _merge(runs: list[NodeRun]) -> NodeRun:
         return min(xs) if xs else None
 
     K = len(runs[0].tier_capacity)
-    return NodeRun(m, sum(r.gpu_capacity for r in runs), first(r.gpu_first_full for r in runs),
-                   [sum(r.tier_capacity[k] for r in runs) for k in range(K)],
-                   [first(r.tier_first_full[k] for r in runs) for k in range(K)],
-                   [sum(r.tier_used[k] for r in runs) for k in range(K)],
-                   sum(r.unserved for r in runs), sum(r.sessions for r in runs), len(runs))
+    return NodeRun(
+        m,
+        sum(r.gpu_capacity for r in runs),
+        first(r.gpu_first_full for r in runs),
+        [sum(r.tier_capacity[k] for r in runs) for k in range(K)],
+        [first(r.tier_first_full[k] for r in runs) for k in range(K)],
+        [sum(r.tier_used[k] for r in runs) for k in range(K)],
+        sum(r.unserved for r in runs),
+        sum(r.sessions for r in runs),
+        len(runs),
+    )
 
 
-def run_config(sc: Scenario, cfg: TierConfig, cost: StepCost | None = None, nodes: int = 1, jobs: int = 1,
-               on_progress=None, store=None) -> dict:
+def run_config(
+    sc: Scenario,
+    cfg: TierConfig,
+    cost: StepCost | None = None,
+    nodes: int = 1,
+    jobs: int = 1,
+    on_progress=None,
+    store=None,
+) -> dict:
     """Simulate one configuration on ``nodes`` nodes behind the scenario's router; its ``configs[]``
     entry. Under session affinity the nodes are independent: with ``jobs`` > 1 they run in that
     many worker processes (same results). Other routers share one event clock in this process.
@@ -315,7 +372,7 @@ def run_config(sc: Scenario, cfg: TierConfig, cost: StepCost | None = None, node
     sc.check_router()
     shards = [(i, nodes) for i in range(nodes)]
 
-    def node_share(i: int):               # node i of the nodes run one after the other
+    def node_share(i: int):  # node i of the nodes run one after the other
         return None if on_progress is None else (lambda f: on_progress((i + f) / nodes))
 
     if sc.router != "affinity" and nodes > 1:
@@ -338,8 +395,15 @@ def run_config(sc: Scenario, cfg: TierConfig, cost: StepCost | None = None, node
     return out
 
 
-def size_fleet(sc: Scenario, cfg: TierConfig, ttft_p90_s: float, cost: StepCost | None = None, jobs: int = 1,
-               max_nodes: int = 256, store=None) -> dict:
+def size_fleet(
+    sc: Scenario,
+    cfg: TierConfig,
+    ttft_p90_s: float,
+    cost: StepCost | None = None,
+    jobs: int = 1,
+    max_nodes: int = 256,
+    store=None,
+) -> dict:
     """The fewest nodes whose pooled p90 TTFT (every cohort) is at most ``ttft_p90_s`` (doubling,
     then bisection); that fleet's ``configs[]`` entry with the sizes tried."""
     tried: dict[int, dict] = {}
@@ -354,15 +418,21 @@ def size_fleet(sc: Scenario, cfg: TierConfig, ttft_p90_s: float, cost: StepCost 
     while p90(hi) > ttft_p90_s:
         lo, hi = hi, hi * 2
         if hi > max_nodes:
-            raise ConfigError(f"config {cfg.name}: even {max_nodes} nodes miss a p90 TTFT of {ttft_p90_s:g} s",
-                              hint="raise the target, or check the workload's rate")
+            raise ConfigError(
+                f"config {cfg.name}: even {max_nodes} nodes miss a p90 TTFT of {ttft_p90_s:g} s",
+                hint="raise the target, or check the workload's rate",
+            )
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if p90(mid) <= ttft_p90_s else (mid, hi)
     out = dict(tried[hi])
-    out["sizing"] = {"ttft_p90_target_s": ttft_p90_s,
-                     "tried": [{"nodes": n, "ttft_p90_s": tried[n]["ttft"]["all"]["p90_s"],
-                                "unserved": tried[n]["ttft"]["unserved"]} for n in sorted(tried)]}
+    out["sizing"] = {
+        "ttft_p90_target_s": ttft_p90_s,
+        "tried": [
+            {"nodes": n, "ttft_p90_s": tried[n]["ttft"]["all"]["p90_s"], "unserved": tried[n]["ttft"]["unserved"]}
+            for n in sorted(tried)
+        ],
+    }
     return out
 
 
@@ -378,41 +448,61 @@ def summarize(run: NodeRun, sc: Scenario, cfg: TierConfig, cost: StepCost) -> di
     span = sc.duration_s
     processed = (m.prompt_tok + m.output_tok) / m.bin_s
     computed = m.computed_tok / m.bin_s
-    last_hour = processed[-max(int(round(3600 / m.bin_s)), 1):]
+    last_hour = processed[-max(int(round(3600 / m.bin_s)), 1) :]
     series = []
     names = ["GPU"] + [t.name for t in lower]
     for b in range(m.n):
-        series.append({
-            "t_s": b * m.bin_s, "processed_tokens_per_s": round(float(processed[b]), 1),
-            "computed_tokens_per_s": round(float(computed[b]), 1),
-            "output_tokens_per_s": round(float(m.output_tok[b] / m.bin_s), 1),
-            "gpu_busy": round(float(min(m.busy_s[b] / m.bin_s / run.nodes, 1.0)), 4),
-            "running": int(m.running[b]), "waiting": int(m.waiting[b]),
-            "occupancy_bytes": {n: float(m.occupancy[k, b]) * bpt for k, n in enumerate(names)},
-        })
+        series.append(
+            {
+                "t_s": b * m.bin_s,
+                "processed_tokens_per_s": round(float(processed[b]), 1),
+                "computed_tokens_per_s": round(float(computed[b]), 1),
+                "output_tokens_per_s": round(float(m.output_tok[b] / m.bin_s), 1),
+                "gpu_busy": round(float(min(m.busy_s[b] / m.bin_s / run.nodes, 1.0)), 4),
+                "running": int(m.running[b]),
+                "waiting": int(m.waiting[b]),
+                "occupancy_bytes": {n: float(m.occupancy[k, b]) * bpt for k, n in enumerate(names)},
+            }
+        )
     total_prompt = max(m.prompt_total, 1)
-    tiers = [{"name": "GPU", "kind": "hbm", "capacity_tokens": run.gpu_capacity,
-              "capacity_bytes": float(run.gpu_capacity) * bpt,
-              "first_full_s": run.gpu_first_full, "hit_ratio": float(m.hit_tokens[0]) / total_prompt,
-              "read_bytes_per_s": 0.0, "write_bytes_per_s": 0.0}]
+    tiers = [
+        {
+            "name": "GPU",
+            "kind": "hbm",
+            "capacity_tokens": run.gpu_capacity,
+            "capacity_bytes": float(run.gpu_capacity) * bpt,
+            "first_full_s": run.gpu_first_full,
+            "hit_ratio": float(m.hit_tokens[0]) / total_prompt,
+            "read_bytes_per_s": 0.0,
+            "write_bytes_per_s": 0.0,
+        }
+    ]
     for k, lt in enumerate(lower):
         writes = {c: m.write[c][k] for c in CAUSES}
         wsum = sum(writes.values())
         wmean = float(wsum.sum()) / span
         item = {
-            "name": lt.name, "kind": lt.kind, "capacity_tokens": run.tier_capacity[k],
+            "name": lt.name,
+            "kind": lt.kind,
+            "capacity_tokens": run.tier_capacity[k],
             "capacity_bytes": float(run.tier_capacity[k]) * bpt,
-            "first_full_s": run.tier_first_full[k], "hit_ratio": float(m.hit_tokens[k + 1]) / total_prompt,
+            "first_full_s": run.tier_first_full[k],
+            "hit_ratio": float(m.hit_tokens[k + 1]) / total_prompt,
             "read_bytes_per_s": float(m.read[k].sum()) / span,
             "read_bytes_per_s_peak": float(m.read[k].max()) / m.bin_s,
-            "write_bytes_per_s": wmean, "write_bytes_per_s_peak": float(wsum.max()) / m.bin_s,
+            "write_bytes_per_s": wmean,
+            "write_bytes_per_s_peak": float(wsum.max()) / m.bin_s,
             "write_bytes_per_s_by_cause": {c: float(v.sum()) / span for c, v in writes.items()},
             "occupancy_end_bytes": float(run.tier_used[k]) * bpt,
         }
         d = lt.drives
-        if d is not None:                 # every node has its own drives
-            item.update(raid=d.raid, dwpd_per_drive=d.dwpd(wmean / run.nodes), dwpd_rating=d.dwpd_rating,
-                        dwpd_per_drive_at_peak=d.dwpd(item["write_bytes_per_s_peak"] / run.nodes))
+        if d is not None:  # every node has its own drives
+            item.update(
+                raid=d.raid,
+                dwpd_per_drive=d.dwpd(wmean / run.nodes),
+                dwpd_rating=d.dwpd_rating,
+                dwpd_per_drive_at_peak=d.dwpd(item["write_bytes_per_s_peak"] / run.nodes),
+            )
         tiers.append(item)
     ttft = {}
     rows = m.ttft
@@ -420,12 +510,20 @@ def summarize(run: NodeRun, sc: Scenario, cfg: TierConfig, cost: StepCost) -> di
         sel = [r for r in rows if r[0] == c or c == "all"]
         tot = np.array([r[2] + r[3] + r[4] for r in sel])
         q, ld, pf = (np.array([r[i] for r in sel]) for i in (2, 3, 4))
-        ttft[c] = {"count": len(sel), "p50_s": _pct(tot, 50), "p90_s": _pct(tot, 90), "p99_s": _pct(tot, 99),
-                   "max_s": float(tot.max()) if len(tot) else None, "mean_s": float(tot.mean()) if len(tot) else None,
-                   "queue_p50_s": _pct(q, 50), "load_p50_s": _pct(ld, 50), "prefill_p50_s": _pct(pf, 50),
-                   "queue_mean_s": float(q.mean()) if len(q) else None,
-                   "load_mean_s": float(ld.mean()) if len(ld) else None,
-                   "prefill_mean_s": float(pf.mean()) if len(pf) else None}
+        ttft[c] = {
+            "count": len(sel),
+            "p50_s": _pct(tot, 50),
+            "p90_s": _pct(tot, 90),
+            "p99_s": _pct(tot, 99),
+            "max_s": float(tot.max()) if len(tot) else None,
+            "mean_s": float(tot.mean()) if len(tot) else None,
+            "queue_p50_s": _pct(q, 50),
+            "load_p50_s": _pct(ld, 50),
+            "prefill_p50_s": _pct(pf, 50),
+            "queue_mean_s": float(q.mean()) if len(q) else None,
+            "load_mean_s": float(ld.mean()) if len(ld) else None,
+            "prefill_mean_s": float(pf.mean()) if len(pf) else None,
+        }
     ttft["unserved"] = run.unserved
     total_processed = float((m.prompt_tok + m.output_tok).sum())
     gpu_usd_h = sc.gpu_usd_per_hour if sc.gpu_usd_per_hour is not None else cost.gpu.usd_per_hour
@@ -434,18 +532,31 @@ def summarize(run: NodeRun, sc: Scenario, cfg: TierConfig, cost: StepCost) -> di
     gpu_usd = (gpu_usd_h or 0.0) * sc.gpus * run.nodes * span / 3600
     usd = gpu_usd + tier_usd_h * span / 3600
     return {
-        "name": cfg.name, "tiers_file": cfg.tiers, "tiers_used": names,
-        "peak_tokens_per_s": float(processed.max()), "steady_tokens_per_s": float(last_hour.mean()),
+        "name": cfg.name,
+        "tiers_file": cfg.tiers,
+        "tiers_used": names,
+        "peak_tokens_per_s": float(processed.max()),
+        "steady_tokens_per_s": float(last_hour.mean()),
         "computed_peak_tokens_per_s": float(computed.max()),
-        "computed_steady_tokens_per_s": float(computed[-len(last_hour):].mean()),
-        "processed_tokens": total_processed, "gpu_busy": float(m.busy_s.sum()) / span / run.nodes,
-        "requests_started": len(m.ttft), "preemptions": m.preemptions,
-        "gpu_kv_tokens": run.gpu_capacity // run.nodes, "sessions": run.sessions,
-        "series": series, "tiers": tiers, "ttft": ttft,
-        "cost": {"gpu_usd_per_hour": gpu_usd_h, "gpus": sc.gpus, "amortize_years": sc.amortize_years,
-                 "tier_capex_usd": capex, "tier_usd_per_hour": tier_usd_h,
-                 "usd_per_million_processed_tokens": usd / total_processed * 1e6 if total_processed else None,
-                 "gpu_usd_per_million_processed_tokens": gpu_usd / total_processed * 1e6 if total_processed else None},
+        "computed_steady_tokens_per_s": float(computed[-len(last_hour) :].mean()),
+        "processed_tokens": total_processed,
+        "gpu_busy": float(m.busy_s.sum()) / span / run.nodes,
+        "requests_started": len(m.ttft),
+        "preemptions": m.preemptions,
+        "gpu_kv_tokens": run.gpu_capacity // run.nodes,
+        "sessions": run.sessions,
+        "series": series,
+        "tiers": tiers,
+        "ttft": ttft,
+        "cost": {
+            "gpu_usd_per_hour": gpu_usd_h,
+            "gpus": sc.gpus,
+            "amortize_years": sc.amortize_years,
+            "tier_capex_usd": capex,
+            "tier_usd_per_hour": tier_usd_h,
+            "usd_per_million_processed_tokens": usd / total_processed * 1e6 if total_processed else None,
+            "gpu_usd_per_million_processed_tokens": gpu_usd / total_processed * 1e6 if total_processed else None,
+        },
     }
 
 
@@ -456,8 +567,9 @@ def _capex(t, kv_bytes: float) -> float | None:
     return raw / 1e12 * float(t.usd_per_tb)
 
 
-def simulate(sc: Scenario, progress=None, nodes: int = 1, ttft_p90_s: float | None = None, jobs: int = 1,
-             store=None) -> dict:
+def simulate(
+    sc: Scenario, progress=None, nodes: int = 1, ttft_p90_s: float | None = None, jobs: int = 1, store=None
+) -> dict:
     """Run every configuration of ``sc`` on the same sessions; ratios are to the first.
 
     ``progress``: called as ``progress(name, share)`` when a configuration starts (share 0) and as
@@ -470,7 +582,7 @@ def simulate(sc: Scenario, progress=None, nodes: int = 1, ttft_p90_s: float | No
     check_configs(sc.configs)
     cost = sc.cost()
     sc.check_router()
-    for c in sc.configs:                  # every configuration is checked before any runs
+    for c in sc.configs:  # every configuration is checked before any runs
         build_node(sc, c, cost)
     _source(sc, store=store)
     out = []
@@ -485,18 +597,39 @@ def simulate(sc: Scenario, progress=None, nodes: int = 1, ttft_p90_s: float | No
     base = out[0]
     for o in out:
         o["ratio_peak"] = o["peak_tokens_per_s"] / base["peak_tokens_per_s"] if base["peak_tokens_per_s"] else None
-        o["ratio_steady"] = (o["steady_tokens_per_s"] / base["steady_tokens_per_s"]
-                             if base["steady_tokens_per_s"] else None)
-    return {"schema": SCHEMA, "scenario": sc.name, "nodes": "auto" if ttft_p90_s is not None else nodes,
-            "router": "session-affinity" if sc.router == "affinity" else sc.router, "description": sc.description, "duration_s": sc.duration_s,
-            "sessions": sc.sessions, "rate_per_min": sc.rate_per_min, "seed": sc.seed,
-            "node": {**cost.describe(), "gpu_kv_tokens": sc.gpu_kv_tokens, "max_num_seqs": sc.max_num_seqs,
-                     "max_num_batched_tokens": sc.max_num_batched_tokens},
-            "policy": sc.policy_obj().to_dict(), "configs": out}
+        o["ratio_steady"] = (
+            o["steady_tokens_per_s"] / base["steady_tokens_per_s"] if base["steady_tokens_per_s"] else None
+        )
+    return {
+        "schema": SCHEMA,
+        "scenario": sc.name,
+        "nodes": "auto" if ttft_p90_s is not None else nodes,
+        "router": "session-affinity" if sc.router == "affinity" else sc.router,
+        "description": sc.description,
+        "duration_s": sc.duration_s,
+        "sessions": sc.sessions,
+        "rate_per_min": sc.rate_per_min,
+        "seed": sc.seed,
+        "node": {
+            **cost.describe(),
+            "gpu_kv_tokens": sc.gpu_kv_tokens,
+            "max_num_seqs": sc.max_num_seqs,
+            "max_num_batched_tokens": sc.max_num_batched_tokens,
+        },
+        "policy": sc.policy_obj().to_dict(),
+        "configs": out,
+    }
 
 
-def calibrate(sc: Scenario, target_tokens_per_s: float, config: str | None = None, metric: str = "steady",
-              fit: str = "prefill", tol: float = 0.01, max_iter: int = 14) -> dict:
+def calibrate(
+    sc: Scenario,
+    target_tokens_per_s: float,
+    config: str | None = None,
+    metric: str = "steady",
+    fit: str = "prefill",
+    tol: float = 0.01,
+    max_iter: int = 14,
+) -> dict:
     """Fit the efficiency factors to one measured throughput of one configuration (the GPU-only one).
 
     ``fit="prefill"``: the prefill efficiency is found by bisection so that the configuration's
@@ -509,8 +642,10 @@ def calibrate(sc: Scenario, target_tokens_per_s: float, config: str | None = Non
         raise ConfigError(f"unknown fit {fit!r}", hint="use prefill or both")
     cfg = next((c for c in sc.configs if c.name == config), None) if config else (sc.configs[0] if sc.configs else None)
     if cfg is None:
-        raise ConfigError(f"no configuration named {config!r}" if config else "no configuration to calibrate",
-                          hint="names: " + ", ".join(c.name for c in sc.configs) if sc.configs else "pass --config")
+        raise ConfigError(
+            f"no configuration named {config!r}" if config else "no configuration to calibrate",
+            hint="names: " + ", ".join(c.name for c in sc.configs) if sc.configs else "pass --config",
+        )
     p0, d0 = sc.prefill_efficiency, sc.decode_efficiency
     key = f"{metric}_tokens_per_s"
     trail = []
@@ -531,8 +666,10 @@ def calibrate(sc: Scenario, target_tokens_per_s: float, config: str | None = Non
 
     lo, hi = (0.02, 1.0) if fit == "prefill" else (0.05, 1.0 / max(p0, d0))
     if at(hi) < target_tokens_per_s:
-        raise ConfigError(f"even at full efficiency the {cfg.name} configuration serves less than "
-                          f"{target_tokens_per_s:g} tokens/s", hint="check the GPU, model and GPU KV capacity")
+        raise ConfigError(
+            f"even at full efficiency the {cfg.name} configuration serves less than {target_tokens_per_s:g} tokens/s",
+            hint="check the GPU, model and GPU KV capacity",
+        )
     x = hi
     for _ in range(max_iter):
         x = math.sqrt(lo * hi)
@@ -541,5 +678,12 @@ def calibrate(sc: Scenario, target_tokens_per_s: float, config: str | None = Non
             break
         lo, hi = (x, hi) if v < target_tokens_per_s else (lo, x)
     pe, de = factors(x)
-    return {"config": cfg.name, "metric": metric, "fit": fit, "target_tokens_per_s": target_tokens_per_s,
-            "prefill_efficiency": round(pe, 4), "decode_efficiency": round(min(de, 1.0), 4), "trail": trail}
+    return {
+        "config": cfg.name,
+        "metric": metric,
+        "fit": fit,
+        "target_tokens_per_s": target_tokens_per_s,
+        "prefill_efficiency": round(pe, 4),
+        "decode_efficiency": round(min(de, 1.0), 4),
+        "trail": trail,
+    }

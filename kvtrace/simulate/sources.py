@@ -39,15 +39,18 @@ class SynthSource:
         self.cfg, self.window_s, self.resume_gap_s, self.shard = cfg, window_s, resume_gap_s, shard
         self.world = World(cfg)
         self.heads: dict = {}
-        self.chains: dict = {}            # synth Thread -> Chain
-        self.last_done: dict = {}         # synth Thread -> completion time of its previous request
+        self.chains: dict = {}  # synth Thread -> Chain
+        self.last_done: dict = {}  # synth Thread -> completion time of its previous request
         self.sessions = 0
         self.driver: Driver | None = None
 
     def __call__(self, node: Node) -> None:
-        self.driver = Driver(sleep=lambda proc, ms: node.at(node.now + ms / 1000.0, self._resume, node, proc, None),
-                             request=lambda proc, r: node.issue(self._turn(node, proc, r)), note=self._note,
-                             resume=lambda proc, val: node.at(node.now, self._resume, node, proc, val))
+        self.driver = Driver(
+            sleep=lambda proc, ms: node.at(node.now + ms / 1000.0, self._resume, node, proc, None),
+            request=lambda proc, r: node.issue(self._turn(node, proc, r)),
+            note=self._note,
+            resume=lambda proc, val: node.at(node.now, self._resume, node, proc, val),
+        )
         t0 = self.cfg.start_ms
         for i, t in enumerate(self.world.arrivals()):
             at = (t - t0) / 1000.0
@@ -98,8 +101,15 @@ class SynthSource:
 class TesterSource:
     """kv-cache-tester conversations (JSON, optionally gzipped), closed loop on ``think_time``."""
 
-    def __init__(self, paths: list[Path], rate_per_min: float, window_s: float, seed: int = 0,
-                 resume_gap_s: float = 300.0, shard: tuple[int, int] = (0, 1)):
+    def __init__(
+        self,
+        paths: list[Path],
+        rate_per_min: float,
+        window_s: float,
+        seed: int = 0,
+        resume_gap_s: float = 300.0,
+        shard: tuple[int, int] = (0, 1),
+    ):
         if not paths:
             raise ConfigError("no kv-cache-tester trace files given", hint="pass --sessions DIR_OR_FILES")
         if rate_per_min <= 0:
@@ -142,8 +152,11 @@ class TesterSource:
                 same += 1
             keep = min(same * bt, ch.valid)
         chains[key] = (ch, r["hash_ids"])
-        cohort = "new" if i == 0 else ("resumed" if last is not None and node.now - last > self.resume_gap_s
-                                       else "continuing")
+        cohort = (
+            "new"
+            if i == 0
+            else ("resumed" if last is not None and node.now - last > self.resume_gap_s else "continuing")
+        )
 
         def done(t: float) -> None:
             node.at(t + float(r.get("think_time") or 0.0), lambda now: self._send(node, conv, i + 1, chains, t))
@@ -160,23 +173,28 @@ def read_tester(path: Path) -> dict:
     except (OSError, ValueError) as e:
         line = e.lineno if isinstance(e, json.JSONDecodeError) else None
         why = e.msg if isinstance(e, json.JSONDecodeError) else str(e)
-        raise BadTraceInput(str(path), line, f"not a kv-cache-tester trace: {why}",
-                            hint="pass trace_NNNN.json files of kv-cache-tester") from e
+        raise BadTraceInput(
+            str(path), line, f"not a kv-cache-tester trace: {why}", hint="pass trace_NNNN.json files of kv-cache-tester"
+        ) from e
     if not isinstance(doc, dict) or not isinstance(doc.get("requests"), list):
-        raise BadTraceInput(str(path), None, "no requests list", field="requests",
-                            hint="pass trace_NNNN.json files of kv-cache-tester")
+        raise BadTraceInput(
+            str(path), None, "no requests list", field="requests", hint="pass trace_NNNN.json files of kv-cache-tester"
+        )
     for k, r in enumerate(doc["requests"]):
         for f in ("in", "out", "hash_ids"):
             if f not in r:
-                raise BadTraceInput(str(path), None, f"request {k} lacks it", field=f,
-                                    hint="kv-cache-tester requests carry in, out, hash_ids, think_time")
+                raise BadTraceInput(
+                    str(path),
+                    None,
+                    f"request {k} lacks it",
+                    field=f,
+                    hint="kv-cache-tester requests carry in, out, hash_ids, think_time",
+                )
         if not isinstance(r["in"], int) or r["in"] < 1 or not isinstance(r["out"], int) or r["out"] < 0:
             raise BadTraceInput(str(path), None, f"request {k}: in/out must be whole token counts", field="in")
         r.setdefault("type", "n")
     doc.setdefault("block_size", 64)
     return doc
-
-
 
 
 class WarehouseSource:
@@ -189,8 +207,9 @@ class WarehouseSource:
 
     def __init__(self, rows: list[tuple], resume_gap_s: float = 300.0, shard: tuple[int, int] = (0, 1)):
         if not rows:
-            raise ConfigError("the warehouse has no requests in the window",
-                              hint="ingest telemetry first, or widen --since/--until")
+            raise ConfigError(
+                "the warehouse has no requests in the window", hint="ingest telemetry first, or widen --since/--until"
+            )
         self.resume_gap_s = resume_gap_s
         threads: dict = {}
         t0 = None
@@ -199,11 +218,14 @@ class WarehouseSource:
             start = end - (dur_ms or 0.0) / 1e3
             t0 = start if t0 is None else min(t0, start)
             threads.setdefault((session, thread), []).append((start, end, int(prompt), int(out)))
-        order = {sid: k for k, sid in enumerate(dict.fromkeys(s for s, _ in threads))}   # by first appearance
+        order = {sid: k for k, sid in enumerate(dict.fromkeys(s for s, _ in threads))}  # by first appearance
         # from the first request's start to the last request's end (every session, whatever the shard)
         self.span_s = max(b for v in threads.values() for _, b, _, _ in v) - t0
-        self.threads = {k: [(a - t0, b - t0, p, o) for a, b, p, o in v] for k, v in threads.items()
-                        if order[k[0]] % shard[1] == shard[0]}
+        self.threads = {
+            k: [(a - t0, b - t0, p, o) for a, b, p, o in v]
+            for k, v in threads.items()
+            if order[k[0]] % shard[1] == shard[0]
+        }
         self.sessions = 0
 
     @staticmethod
@@ -215,8 +237,9 @@ class WarehouseSource:
         return [r for r in rows if r[4] and r[4] > 0]
 
     @classmethod
-    def from_store(cls, store, since=None, until=None, resume_gap_s: float = 300.0,
-                   shard: tuple[int, int] = (0, 1)) -> "WarehouseSource":
+    def from_store(
+        cls, store, since=None, until=None, resume_gap_s: float = 300.0, shard: tuple[int, int] = (0, 1)
+    ) -> "WarehouseSource":
         return cls(cls.rows(store, since, until), resume_gap_s, shard)
 
     def __call__(self, node: Node) -> None:
@@ -235,8 +258,11 @@ class WarehouseSource:
         prev = turns[i - 1] if i else None
         if ch is None or prev is None or prompt < prev[2] + prev[3]:
             ch = Chain(None)
-        cohort = ("new" if new else "continuing") if i == 0 else (
-            "resumed" if last is not None and node.now - last > self.resume_gap_s else "continuing")
+        cohort = (
+            ("new" if new else "continuing")
+            if i == 0
+            else ("resumed" if last is not None and node.now - last > self.resume_gap_s else "continuing")
+        )
         gap = max(turns[i + 1][0] - end, 0.0) if i + 1 < len(turns) else 0.0
 
         def done(t: float) -> None:

@@ -20,12 +20,12 @@ class Residency:
     def __init__(self, name: str, capacity: int, unit: int):
         self.name, self.capacity, self.unit = name, int(capacity), int(unit)
         self.lru: OrderedDict = OrderedDict()
-        self.cached = 0          # tokens in lru
-        self.pinned = 0          # tokens held by running sequences (never evicted)
-        self.evicted = 0         # tokens evicted so far
+        self.cached = 0  # tokens in lru
+        self.pinned = 0  # tokens held by running sequences (never evicted)
+        self.evicted = 0  # tokens evicted so far
         self.first_full_at: float | None = None
         self.now = 0.0
-        self.on_evict = None     # called as on_evict(obj, tokens before, tokens after) for each eviction
+        self.on_evict = None  # called as on_evict(obj, tokens before, tokens after) for each eviction
 
     @property
     def used(self) -> int:

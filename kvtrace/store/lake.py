@@ -25,8 +25,9 @@ def _literal(path: Path) -> str:
     return "'" + str(path).replace("'", "''") + "'"
 
 
-def export_lake(store: Store, out: str | Path, *, since: datetime | None = None, until: datetime | None = None,
-                force: bool = False) -> dict[str, int]:
+def export_lake(
+    store: Store, out: str | Path, *, since: datetime | None = None, until: datetime | None = None, force: bool = False
+) -> dict[str, int]:
     """Write each warehouse table with rows in the window to ``out/<table>/day=.../``.
 
     Args:
@@ -51,8 +52,10 @@ def export_lake(store: Store, out: str | Path, *, since: datetime | None = None,
             n = store.scalar(f"SELECT count(*) FROM ({sql})", params)
             if not n:
                 continue
-            store.run(f"COPY ({sql}) TO {_literal(tmp / table)} "
-                      "(FORMAT PARQUET, PARTITION_BY (day), COMPRESSION ZSTD)", params)
+            store.run(
+                f"COPY ({sql}) TO {_literal(tmp / table)} (FORMAT PARQUET, PARTITION_BY (day), COMPRESSION ZSTD)",
+                params,
+            )
             counts[table] = int(n)
         if out.exists():
             # a fresh name: a leftover of an interrupted replace must not block this one

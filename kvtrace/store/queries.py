@@ -33,9 +33,9 @@ def _parse(name: str, text: str) -> NamedQuery:
             break
         body = line[2:].strip()
         if body.startswith("title:"):
-            title = body[len("title:"):].strip()
+            title = body[len("title:") :].strip()
         elif body.startswith("description:"):
-            desc.append(body[len("description:"):].strip())
+            desc.append(body[len("description:") :].strip())
         elif desc and body:
             desc.append(body)
     return NamedQuery(name, text, title, " ".join(desc))

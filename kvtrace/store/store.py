@@ -16,10 +16,16 @@ from kvtrace.errors import SchemaError, WarehouseBusy, WriteFailed
 from kvtrace.store.queries import load_query, queries_dir
 
 DEFAULT_DB = "kvtrace.duckdb"
-ROW_GROUP_ROWS = 122_880          # DuckDB's row group size: an insert of more is a bulk insert
+ROW_GROUP_ROWS = 122_880  # DuckDB's row group size: an insert of more is a bulk insert
 # What DuckDB's errors say when the warehouse file cannot be written.
-_WRITE_FAILURES = ("could not write", "no space left", "file too large", "failed to commit",
-                   "database has been invalidated", "disk quota exceeded")
+_WRITE_FAILURES = (
+    "could not write",
+    "no space left",
+    "file too large",
+    "failed to commit",
+    "database has been invalidated",
+    "disk quota exceeded",
+)
 
 
 def default_db_path() -> Path:
@@ -55,15 +61,22 @@ class Store:
             another ingest) that holds the warehouse file before giving up.
     """
 
-    def __init__(self, path: str | Path | None = None, *, memory: bool = False,
-                 read_only: bool = False, tracer: Callable[[str, Any], None] | None = None,
-                 lock_wait_s: float = 10.0):
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        *,
+        memory: bool = False,
+        read_only: bool = False,
+        tracer: Callable[[str, Any], None] | None = None,
+        lock_wait_s: float = 10.0,
+    ):
         self.path = None if memory else Path(path) if path is not None else default_db_path()
         self.tracer = tracer
         target = ":memory:" if memory else str(self.path)
         if read_only and not memory and not self.path.exists():
-            raise SchemaError(f"no warehouse at {self.path}",
-                              hint="run `kvtrace ingest FILE --db PATH` first, or pass --db")
+            raise SchemaError(
+                f"no warehouse at {self.path}", hint="run `kvtrace ingest FILE --db PATH` first, or pass --db"
+            )
         created = not memory and not read_only and not self.path.exists()
         self.con = None
         try:
@@ -71,9 +84,9 @@ class Store:
             self._prepare(read_only, memory, target, lock_wait_s)
         except BaseException as e:
             if created and not isinstance(e, WarehouseBusy):
-                self._remove_unborn()   # closes the connection and removes the half-made file
+                self._remove_unborn()  # closes the connection and removes the half-made file
             elif self.con is not None:
-                self.con.close()      # a refused file must not stay open (this process could not reopen it)
+                self.con.close()  # a refused file must not stay open (this process could not reopen it)
             raise
 
     def _prepare(self, read_only: bool, memory: bool, target: str, lock_wait_s: float) -> None:
@@ -117,14 +130,20 @@ class Store:
                 return con
             except duckdb.IOException as e:
                 if "not a valid duckdb database" in str(e).lower():
-                    raise SchemaError(f"{target} is not a kvtrace warehouse (not a DuckDB database file)",
-                                      hint="pass --db a warehouse, or a new file name to create one") from None
+                    raise SchemaError(
+                        f"{target} is not a kvtrace warehouse (not a DuckDB database file)",
+                        hint="pass --db a warehouse, or a new file name to create one",
+                    ) from None
                 if "lock" not in str(e).lower():
-                    raise SchemaError(f"cannot open warehouse {target}: {str(e).splitlines()[0]}",
-                                      hint="check the path and its permissions") from None
+                    raise SchemaError(
+                        f"cannot open warehouse {target}: {str(e).splitlines()[0]}",
+                        hint="check the path and its permissions",
+                    ) from None
                 if time.monotonic() + delay > deadline:
-                    raise WarehouseBusy(f"cannot open warehouse {target}: {e}",
-                                      hint="another kvtrace process holds it for writing; retry when it is done") from e
+                    raise WarehouseBusy(
+                        f"cannot open warehouse {target}: {e}",
+                        hint="another kvtrace process holds it for writing; retry when it is done",
+                    ) from e
                 time.sleep(delay)
                 delay = min(delay * 2, 0.5)
 
@@ -132,10 +151,14 @@ class Store:
     def migrate(self) -> list[str]:
         """Apply every pending ``queries/schema/NNN_*.sql`` in order; return the names applied."""
         if self.path is not None and not self._is_warehouse():
-            raise SchemaError(f"{self.path} is a DuckDB database but not a kvtrace warehouse",
-                              hint="pass --db a warehouse, or a new file name to create one")
-        self.con.execute("CREATE TABLE IF NOT EXISTS _migrations (version INTEGER PRIMARY KEY, "
-                         "name VARCHAR NOT NULL, applied_at TIMESTAMP NOT NULL DEFAULT now())")
+            raise SchemaError(
+                f"{self.path} is a DuckDB database but not a kvtrace warehouse",
+                hint="pass --db a warehouse, or a new file name to create one",
+            )
+        self.con.execute(
+            "CREATE TABLE IF NOT EXISTS _migrations (version INTEGER PRIMARY KEY, "
+            "name VARCHAR NOT NULL, applied_at TIMESTAMP NOT NULL DEFAULT now())"
+        )
         done = {r[0] for r in self.con.execute("SELECT version FROM _migrations").fetchall()}
         applied = []
         for version, name in _migrations():
@@ -157,8 +180,12 @@ class Store:
 
     def _is_warehouse(self) -> bool:
         """A new (empty) database, or one that kvtrace created: never write into another's tables."""
-        names = {r[0] for r in self.con.execute(
-            "SELECT table_name FROM duckdb_tables() WHERE NOT temporary AND database_name = current_database()").fetchall()}
+        names = {
+            r[0]
+            for r in self.con.execute(
+                "SELECT table_name FROM duckdb_tables() WHERE NOT temporary AND database_name = current_database()"
+            ).fetchall()
+        }
         return not names or "_migrations" in names
 
     def _check_version(self) -> bool:
@@ -166,12 +193,14 @@ class Store:
         try:
             have = self.con.execute("SELECT max(version) FROM _migrations").fetchall()[0][0]
         except duckdb.Error as e:
-            raise SchemaError(f"{self.path} is not a kvtrace warehouse",
-                              hint="create one with `kvtrace ingest FILE --db PATH`") from e
+            raise SchemaError(
+                f"{self.path} is not a kvtrace warehouse", hint="create one with `kvtrace ingest FILE --db PATH`"
+            ) from e
         want = max(v for v, _ in _migrations())
         if have is not None and have > want:
-            raise SchemaError(f"{self.path} has schema version {have}, newer than this kvtrace ({want})",
-                              hint="upgrade kvtrace")
+            raise SchemaError(
+                f"{self.path} has schema version {have}, newer than this kvtrace ({want})", hint="upgrade kvtrace"
+            )
         try:
             views = self.con.execute("SELECT sha256 FROM _views").fetchall()
         except duckdb.Error:
@@ -226,7 +255,7 @@ class Store:
             try:
                 self.con.execute("ROLLBACK")
             except duckdb.Error:
-                pass      # DuckDB ended it already (an invalidated database): the first error says why
+                pass  # DuckDB ended it already (an invalidated database): the first error says why
             with self._writing():
                 raise
         else:
@@ -254,8 +283,10 @@ class Store:
         if not (isinstance(e, duckdb.FatalException) or any(k in low for k in _WRITE_FAILURES)):
             return None
         reason = text.splitlines()[0].rsplit(": ", 1)[-1].strip() or text
-        return WriteFailed(f"cannot write the warehouse {self.path or ':memory:'}: {reason}",
-                           hint="free space on its volume (or raise the file size limit), then run the command again")
+        return WriteFailed(
+            f"cannot write the warehouse {self.path or ':memory:'}: {reason}",
+            hint="free space on its volume (or raise the file size limit), then run the command again",
+        )
 
     @contextmanager
     def unordered(self) -> Iterator[None]:
@@ -285,12 +316,12 @@ class Store:
                 self.con.execute("CHECKPOINT")
         finally:
             try:
-                self.con.execute("RESET max_vacuum_tasks")   # even when interrupted between the two
+                self.con.execute("RESET max_vacuum_tasks")  # even when interrupted between the two
             except duckdb.Error:
-                pass      # an invalidated database refuses it too: the error above says why
+                pass  # an invalidated database refuses it too: the error above says why
 
     def close(self) -> None:
-        with self._writing():              # the checkpoint on close may fail to write
+        with self._writing():  # the checkpoint on close may fail to write
             self.con.close()
 
     def __enter__(self) -> "Store":

@@ -13,5 +13,16 @@ from kvtrace.synth.config import PRESETS, SynthConfig, parse_ttl, preset
 from kvtrace.synth.generate import FORMATS, SynthResult, generate, simulate
 from kvtrace.synth.ledger import Ledger
 
-__all__ = ["FORMATS", "MODELS", "PRESETS", "Ledger", "ModelSpec", "SynthConfig", "SynthResult",
-           "generate", "parse_ttl", "preset", "simulate"]
+__all__ = [
+    "FORMATS",
+    "MODELS",
+    "PRESETS",
+    "Ledger",
+    "ModelSpec",
+    "SynthConfig",
+    "SynthResult",
+    "generate",
+    "parse_ttl",
+    "preset",
+    "simulate",
+]

@@ -20,9 +20,17 @@ from __future__ import annotations
 PREFIX, HEAD, NONE, UNCACHEABLE = "prefix", "head", "none", "uncacheable"
 
 
-def account(prompt: int, tail: int, prev_cached: int, prev_start_ms: int | None,
-            head: int, head_last_ms: int | None, now_ms: int, ttl_ms: int,
-            min_cacheable: int) -> tuple[int, int, int, str]:
+def account(
+    prompt: int,
+    tail: int,
+    prev_cached: int,
+    prev_start_ms: int | None,
+    head: int,
+    head_last_ms: int | None,
+    now_ms: int,
+    ttl_ms: int,
+    min_cacheable: int,
+) -> tuple[int, int, int, str]:
     """Split one request's prompt into (cache read, cache write, uncached input, read source).
 
     Args:
@@ -46,8 +54,7 @@ def account(prompt: int, tail: int, prev_cached: int, prev_start_ms: int | None,
         return 0, 0, prompt, UNCACHEABLE
     if prev_cached > 0 and prev_start_ms is not None and now_ms - prev_start_ms <= ttl_ms:
         read, source = min(prev_cached, cacheable), PREFIX
-    elif (head_last_ms is not None and head >= min_cacheable and now_ms - head_last_ms <= ttl_ms
-          and head <= cacheable):
+    elif head_last_ms is not None and head >= min_cacheable and now_ms - head_last_ms <= ttl_ms and head <= cacheable:
         read, source = head, HEAD
     else:
         read, source = 0, NONE

@@ -44,16 +44,24 @@ class ModelSpec:
     def cost_usd(self, input_tokens: int, read: int, write_5m: int, write_1h: int, output: int) -> float:
         """List-price cost of one request, rounded to 10 decimals (as a client-side estimate)."""
         p = self.input_usd_per_mtok
-        usd = (input_tokens * p + write_5m * p * WRITE_5M_MULT + write_1h * p * WRITE_1H_MULT
-               + read * p * READ_MULT + output * self.output_usd_per_mtok) / 1e6
+        usd = (
+            input_tokens * p
+            + write_5m * p * WRITE_5M_MULT
+            + write_1h * p * WRITE_1H_MULT
+            + read * p * READ_MULT
+            + output * self.output_usd_per_mtok
+        ) / 1e6
         return round(usd, 10)
 
 
-MODELS: dict[str, ModelSpec] = {m.name: m for m in (
-    ModelSpec("claude-sonnet-4-6", 3.0, 15.0, 1024, 16_842, 7_950, 70.0, 9_000.0),
-    ModelSpec("claude-opus-4-6", 5.0, 25.0, 4096, 18_406, 8_610, 45.0, 6_000.0),
-    ModelSpec("claude-haiku-4-5", 1.0, 5.0, 4096, 13_120, 6_240, 140.0, 16_000.0),
-)}
+MODELS: dict[str, ModelSpec] = {
+    m.name: m
+    for m in (
+        ModelSpec("claude-sonnet-4-6", 3.0, 15.0, 1024, 16_842, 7_950, 70.0, 9_000.0),
+        ModelSpec("claude-opus-4-6", 5.0, 25.0, 4096, 18_406, 8_610, 45.0, 6_000.0),
+        ModelSpec("claude-haiku-4-5", 1.0, 5.0, 4096, 13_120, 6_240, 140.0, 16_000.0),
+    )
+}
 
 
 def model_spec(name: str) -> ModelSpec:
@@ -62,5 +70,6 @@ def model_spec(name: str) -> ModelSpec:
     try:
         return MODELS[name]
     except KeyError:
-        raise ConfigError(f"unknown model '{name}' in the synthetic model mix",
-                          hint="use one of " + ", ".join(MODELS)) from None
+        raise ConfigError(
+            f"unknown model '{name}' in the synthetic model mix", hint="use one of " + ", ".join(MODELS)
+        ) from None

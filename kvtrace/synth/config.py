@@ -35,8 +35,10 @@ class SynthConfig:
     active_weekdays: tuple[int, ...] = _f((0, 1, 2, 3, 4, 5, 6), "Weekdays (0=Monday) when sessions arrive.")
     users: int = _f(40, "Size of the user pool (anonymous user.id hashes, no emails).")
     orgs: int = _f(2, "Organizations; users are spread over them; the prompt cache is isolated per org.")
-    model_mix: dict = _f({"claude-sonnet-4-6": 0.6, "claude-opus-4-6": 0.3, "claude-haiku-4-5": 0.1},
-                         "Share of sessions per main model (names from kvtrace.synth.catalog).")
+    model_mix: dict = _f(
+        {"claude-sonnet-4-6": 0.6, "claude-opus-4-6": 0.3, "claude-haiku-4-5": 0.1},
+        "Share of sessions per main model (names from kvtrace.synth.catalog).",
+    )
     cache_ttl_s: int = _f(300, "Prompt-cache idle TTL in seconds, refreshed on use: 300 (5m) or 3600 (1h).")
     context_cap_tokens: int = _f(64_000, "Context size at which the session compacts.")
     session_turns: tuple[float, float] = _f((18.0, 0.6), "Requests per session: log-normal (median, sigma).")
@@ -61,8 +63,9 @@ class SynthConfig:
     subagent_turns: tuple[int, int] = _f((3, 12), "Requests per subagent thread.")
     subagent_task_tokens: tuple[int, int] = _f((150, 600), "Tokens of the task a subagent receives.")
     subagent_answer_tokens: tuple[int, int] = _f((300, 1_200), "Tokens of a subagent's final answer.")
-    subagent_model_mix: dict = _f({"inherit": 0.6, "claude-haiku-4-5": 0.4},
-                                  "Subagent model: 'inherit' (the session's) or a catalog name.")
+    subagent_model_mix: dict = _f(
+        {"inherit": 0.6, "claude-haiku-4-5": 0.4}, "Subagent model: 'inherit' (the session's) or a catalog name."
+    )
     compact_instruction_tokens: tuple[int, int] = _f((500, 700), "Tokens of the compaction instruction.")
     compact_summary_tokens: tuple[int, int] = _f((1_500, 3_000), "Tokens of the compaction summary (its output).")
     model_switch_prob: float = _f(0.01, "Probability, per user prompt, of switching the session's model.")
@@ -123,8 +126,9 @@ def parse_start(s: str) -> datetime:
     try:
         t = datetime.fromisoformat(s.replace("Z", "+00:00"))
     except ValueError:
-        raise ConfigError(f"synth parameter 'start': cannot parse '{s}'",
-                          hint="use ISO 8601, e.g. 2026-03-02T00:00:00Z") from None
+        raise ConfigError(
+            f"synth parameter 'start': cannot parse '{s}'", hint="use ISO 8601, e.g. 2026-03-02T00:00:00Z"
+        ) from None
     return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
 
 
@@ -140,8 +144,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     "seed-study": {},
     # A small team's working week: about 50 sessions, a few MB of telemetry and transcripts.
     "sample-week": {
-        "arrival_rate_per_min": 0.02, "active_hours": (9, 18), "active_weekdays": (0, 1, 2, 3, 4),
-        "users": 6, "orgs": 1, "days": 7.0,
+        "arrival_rate_per_min": 0.02,
+        "active_hours": (9, 18),
+        "active_weekdays": (0, 1, 2, 3, 4),
+        "users": 6,
+        "orgs": 1,
+        "days": 7.0,
     },
 }
 
@@ -161,8 +169,7 @@ def set_field(cfg_kwargs: dict[str, Any], assignment: str) -> None:
     name = name.strip().replace("-", "_")
     known = {f.name: f for f in fields(SynthConfig)}
     if not sep or name not in known:
-        raise ConfigError(f"--set '{assignment}': unknown parameter '{name}'",
-                          hint="parameters: " + ", ".join(known))
+        raise ConfigError(f"--set '{assignment}': unknown parameter '{name}'", hint="parameters: " + ", ".join(known))
     try:
         value = json.loads(raw)
     except ValueError:

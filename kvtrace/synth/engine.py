@@ -48,7 +48,7 @@ class Session:
     idx: int
     id: str
     user: User
-    project: str           # the transcript folder name (cwd with non-alphanumerics as '-')
+    project: str  # the transcript folder name (cwd with non-alphanumerics as '-')
     cwd: str
     model: str
     rng: random.Random
@@ -62,16 +62,16 @@ class Thread:
 
     session: Session
     model: str
-    kind: str                      # "main" | "subagent"
+    kind: str  # "main" | "subagent"
     agent_id: str | None = None
-    prompt: int = 0                # previous request's prompt tokens
-    out: int = 0                   # previous request's output tokens
-    cached: int = 0                # previous request's read + write (0: nothing to continue)
+    prompt: int = 0  # previous request's prompt tokens
+    out: int = 0  # previous request's output tokens
+    cached: int = 0  # previous request's read + write (0: nothing to continue)
     last_start: int | None = None
-    break_reason: str | None = "start"   # set: the next request starts a new chain
-    carry: int = 0                 # conversation tokens carried into a new chain (model switch)
-    last_uuid: str | None = None   # transcript parentUuid chain
-    tool_ids: list = field(default_factory=list)   # tool_use ids awaiting results
+    break_reason: str | None = "start"  # set: the next request starts a new chain
+    carry: int = 0  # conversation tokens carried into a new chain (model switch)
+    last_uuid: str | None = None  # transcript parentUuid chain
+    tool_ids: list = field(default_factory=list)  # tool_use ids awaiting results
 
     @property
     def head(self) -> int:
@@ -106,13 +106,49 @@ class Thread:
 class Request:
     """One API request: filled by the workload (what is appended, what comes back) then the engine."""
 
-    __slots__ = ("thread", "parts", "output_tokens", "out_kind", "stop_reason", "tools", "query_source",
-                 "prompt_id", "tail", "in_transcript", "seq", "start_ms", "end_ms", "prompt_tokens",
-                 "read", "write", "input", "source", "cost_usd", "ttft_ms", "duration_ms",
-                 "request_id", "message_id", "chain_reason", "new_tokens", "model", "head")
+    __slots__ = (
+        "thread",
+        "parts",
+        "output_tokens",
+        "out_kind",
+        "stop_reason",
+        "tools",
+        "query_source",
+        "prompt_id",
+        "tail",
+        "in_transcript",
+        "seq",
+        "start_ms",
+        "end_ms",
+        "prompt_tokens",
+        "read",
+        "write",
+        "input",
+        "source",
+        "cost_usd",
+        "ttft_ms",
+        "duration_ms",
+        "request_id",
+        "message_id",
+        "chain_reason",
+        "new_tokens",
+        "model",
+        "head",
+    )
 
-    def __init__(self, thread: Thread, parts: list, output_tokens: int, out_kind: str, stop_reason: str,
-                 tools: list, query_source: str, prompt_id: str, tail: int, in_transcript: bool = True):
+    def __init__(
+        self,
+        thread: Thread,
+        parts: list,
+        output_tokens: int,
+        out_kind: str,
+        stop_reason: str,
+        tools: list,
+        query_source: str,
+        prompt_id: str,
+        tail: int,
+        in_transcript: bool = True,
+    ):
         self.thread, self.parts, self.output_tokens = thread, parts, output_tokens
         self.out_kind, self.stop_reason, self.tools = out_kind, stop_reason, tools
         self.query_source, self.prompt_id, self.tail = query_source, prompt_id, tail
@@ -199,8 +235,13 @@ def lognormal_ms(rng: random.Random, spec: tuple[float, float, float], scale: fl
 class Engine:
     """Runs session processes in simulated time and feeds completed requests to sinks."""
 
-    def __init__(self, cfg: Any, sinks: list, make_session: Callable[[int, int], Generator],
-                 progress: Callable[[int], None] | None = None):
+    def __init__(
+        self,
+        cfg: Any,
+        sinks: list,
+        make_session: Callable[[int, int], Generator],
+        progress: Callable[[int], None] | None = None,
+    ):
         self.cfg, self.sinks, self.make_session, self.progress = cfg, sinks, make_session, progress
         self.ttl_ms = int(cfg.cache_ttl_s * 1000)
         self.ttl_label = "1h" if cfg.cache_ttl_s >= 3600 else "5m"
@@ -209,8 +250,12 @@ class Engine:
         self._heap: list = []
         self._n = 0
         self.seq = 0
-        self._driver = Driver(sleep=lambda proc, ms: self._push(self.now + ms, proc, None), request=self._request,
-                              note=self._note, resume=lambda proc, val: self._push(self.now, proc, val))
+        self._driver = Driver(
+            sleep=lambda proc, ms: self._push(self.now + ms, proc, None),
+            request=self._request,
+            note=self._note,
+            resume=lambda proc, val: self._push(self.now, proc, val),
+        )
         self._step = self._driver.step
 
     def _push(self, t: int, proc: Generator | None, val: Any) -> None:
@@ -262,8 +307,16 @@ class Engine:
         prev_cached = 0 if th.break_reason is not None else th.cached
         key = (sess.user.org_id, th.model, th.kind)
         r.read, r.write, r.input, r.source = account(
-            r.prompt_tokens, r.tail, prev_cached, th.last_start, head, self.head_touch.get(key),
-            now, self.ttl_ms, spec.min_cacheable_tokens)
+            r.prompt_tokens,
+            r.tail,
+            prev_cached,
+            th.last_start,
+            head,
+            self.head_touch.get(key),
+            now,
+            self.ttl_ms,
+            spec.min_cacheable_tokens,
+        )
         if touches_head(r.prompt_tokens, r.tail, head, spec.min_cacheable_tokens):
             self.head_touch[key] = now
         rng = sess.rng

@@ -14,8 +14,8 @@ _B58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 def uuid4(rng: random.Random) -> str:
     """A random (version 4, RFC 4122 variant) UUID string."""
     n = rng.getrandbits(128)
-    n = (n & ~(0xF000 << 64)) | (0x4000 << 64)          # version 4
-    n = (n & ~(0xC000 << 48)) | (0x8000 << 48)          # variant 10xx
+    n = (n & ~(0xF000 << 64)) | (0x4000 << 64)  # version 4
+    n = (n & ~(0xC000 << 48)) | (0x8000 << 48)  # variant 10xx
     h = f"{n:032x}"
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
@@ -58,10 +58,12 @@ def iso_ms(t_ms: int) -> str:
 # Filler text: a fixed pseudo-code corpus (independent of the run seed) sliced at random offsets,
 # so transcript sizes are realistic (~4 characters per token) without generating text per record.
 CHARS_PER_TOKEN = 4
-_WORDS = ("the of and to in is for that with on as this are be by from it at an or if not "
-          "def return import class self None True False const let function await async yield "
-          "token cache prefix request model session agent context window reuse block tier "
-          "config path file line error value result test assert data index count buffer").split()
+_WORDS = (
+    "the of and to in is for that with on as this are be by from it at an or if not "
+    "def return import class self None True False const let function await async yield "
+    "token cache prefix request model session agent context window reuse block tier "
+    "config path file line error value result test assert data index count buffer"
+).split()
 _CORPUS: str | None = None
 
 
@@ -83,5 +85,5 @@ def filler(rng: random.Random, tokens: int) -> str:
     c = corpus()
     n = min(max(tokens, 1) * CHARS_PER_TOKEN, len(c) // 2)
     i = rng.randrange(0, len(c) - n - 64)
-    i = c.find(" ", i, i + 64) + 1         # start on a word
-    return c[i:i + n]
+    i = c.find(" ", i, i + 64) + 1  # start on a word
+    return c[i : i + n]

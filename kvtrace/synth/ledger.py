@@ -17,15 +17,36 @@ from collections import Counter
 from typing import Any
 
 SCHEMA = [
-    ("seq", "int64"), ("request_id", "string"), ("message_id", "string"), ("session_id", "string"),
-    ("thread_id", "string"), ("agent_id", "string"), ("is_sidechain", "bool"), ("user_id", "string"),
-    ("org_id", "string"), ("project", "string"), ("model", "string"), ("query_source", "string"),
-    ("prompt_id", "string"), ("start_ms", "int64"), ("end_ms", "int64"), ("prompt_tokens", "int64"),
-    ("new_tokens", "int64"), ("input_tokens", "int64"), ("cache_read_tokens", "int64"),
-    ("cache_write_5m_tokens", "int64"), ("cache_write_1h_tokens", "int64"),
-    ("cache_creation_tokens", "int64"), ("output_tokens", "int64"), ("cost_usd", "float64"),
-    ("duration_ms", "int64"), ("ttft_ms", "int64"), ("head_tokens", "int64"),
-    ("cached_prefix_tokens", "int64"), ("read_source", "string"), ("chain_reason", "string"),
+    ("seq", "int64"),
+    ("request_id", "string"),
+    ("message_id", "string"),
+    ("session_id", "string"),
+    ("thread_id", "string"),
+    ("agent_id", "string"),
+    ("is_sidechain", "bool"),
+    ("user_id", "string"),
+    ("org_id", "string"),
+    ("project", "string"),
+    ("model", "string"),
+    ("query_source", "string"),
+    ("prompt_id", "string"),
+    ("start_ms", "int64"),
+    ("end_ms", "int64"),
+    ("prompt_tokens", "int64"),
+    ("new_tokens", "int64"),
+    ("input_tokens", "int64"),
+    ("cache_read_tokens", "int64"),
+    ("cache_write_5m_tokens", "int64"),
+    ("cache_write_1h_tokens", "int64"),
+    ("cache_creation_tokens", "int64"),
+    ("output_tokens", "int64"),
+    ("cost_usd", "float64"),
+    ("duration_ms", "int64"),
+    ("ttft_ms", "int64"),
+    ("head_tokens", "int64"),
+    ("cached_prefix_tokens", "int64"),
+    ("read_source", "string"),
+    ("chain_reason", "string"),
     ("in_transcript", "bool"),
 ]
 COLUMNS = [c for c, _ in SCHEMA]
@@ -55,12 +76,41 @@ class Ledger:
         t["output_tokens"] += r.output_tokens
         t["cost_usd_micro"] += round(r.cost_usd * 1e6)
         if self.keep_rows:
-            self.rows.append((
-                r.seq, r.request_id, r.message_id, s.id, th.thread_id, th.agent_id, th.kind != "main",
-                s.user.id, s.user.org_id, s.project, r.model, r.query_source, r.prompt_id, r.start_ms,
-                r.end_ms, r.prompt_tokens, r.new_tokens, r.input, r.read, w5, w1, r.write,
-                r.output_tokens, r.cost_usd, r.duration_ms, r.ttft_ms, r.head, r.read + r.write,
-                r.source, r.chain_reason, r.in_transcript))
+            self.rows.append(
+                (
+                    r.seq,
+                    r.request_id,
+                    r.message_id,
+                    s.id,
+                    th.thread_id,
+                    th.agent_id,
+                    th.kind != "main",
+                    s.user.id,
+                    s.user.org_id,
+                    s.project,
+                    r.model,
+                    r.query_source,
+                    r.prompt_id,
+                    r.start_ms,
+                    r.end_ms,
+                    r.prompt_tokens,
+                    r.new_tokens,
+                    r.input,
+                    r.read,
+                    w5,
+                    w1,
+                    r.write,
+                    r.output_tokens,
+                    r.cost_usd,
+                    r.duration_ms,
+                    r.ttft_ms,
+                    r.head,
+                    r.read + r.write,
+                    r.source,
+                    r.chain_reason,
+                    r.in_transcript,
+                )
+            )
 
     def note(self, n: Any) -> None:
         self.notes[n.kind] += 1
@@ -84,7 +134,10 @@ class Ledger:
         import pyarrow as pa
 
         cols = list(zip(*self.rows)) if self.rows else [[] for _ in COLUMNS]
-        arrays = {name: pa.array(list(col), type=pa.bool_() if typ == "bool" else getattr(pa, typ)()) for (name, typ), col in zip(SCHEMA, cols)}
+        arrays = {
+            name: pa.array(list(col), type=pa.bool_() if typ == "bool" else getattr(pa, typ)())
+            for (name, typ), col in zip(SCHEMA, cols)
+        }
         table = pa.table(arrays)
         ts = table["end_ms"].cast(pa.timestamp("ms", tz="UTC"))
         return table.append_column("ts", ts)
@@ -98,7 +151,12 @@ class Ledger:
     def token_mix(self) -> dict[str, float]:
         """Shares of the five token classes (token-weighted), from the running totals."""
         t = self.totals
-        classes = ("cache_read_tokens", "cache_write_5m_tokens", "cache_write_1h_tokens",
-                   "output_tokens", "input_tokens")
+        classes = (
+            "cache_read_tokens",
+            "cache_write_5m_tokens",
+            "cache_write_1h_tokens",
+            "output_tokens",
+            "input_tokens",
+        )
         total = sum(t[c] for c in classes) or 1
         return {c: t[c] / total for c in classes}

@@ -19,8 +19,15 @@ from typing import Any
 
 from opentelemetry._logs import LogRecord
 from opentelemetry.sdk._logs import ReadableLogRecord
-from opentelemetry.sdk.metrics.export import (AggregationTemporality, Metric, MetricsData, NumberDataPoint,
-                                              ResourceMetrics, ScopeMetrics, Sum)
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    Metric,
+    MetricsData,
+    NumberDataPoint,
+    ResourceMetrics,
+    ScopeMetrics,
+    Sum,
+)
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
@@ -59,9 +66,15 @@ class OtlpSink:
         key = (user.version, user.os_type, user.os_version, user.arch)
         res = self._resources.get(key)
         if res is None:
-            res = self._resources[key] = Resource({
-                "service.name": "claude-code", "service.version": user.version, "os.type": user.os_type,
-                "os.version": user.os_version, "host.arch": user.arch})
+            res = self._resources[key] = Resource(
+                {
+                    "service.name": "claude-code",
+                    "service.version": user.version,
+                    "os.type": user.os_type,
+                    "os.version": user.os_version,
+                    "host.arch": user.arch,
+                }
+            )
         return res
 
     def _scope(self, name: str, version: str) -> Any:
@@ -73,8 +86,12 @@ class OtlpSink:
     @staticmethod
     def _identity(sess: Any) -> dict:
         u = sess.user
-        return {"user.id": u.id, "session.id": sess.id, "organization.id": u.org_id,
-                "terminal.type": _TERMINALS[int(u.name[3:]) % len(_TERMINALS)]}
+        return {
+            "user.id": u.id,
+            "session.id": sess.id,
+            "organization.id": u.org_id,
+            "terminal.type": _TERMINALS[int(u.name[3:]) % len(_TERMINALS)],
+        }
 
     # -- sink interface -----------------------------------------------------------------------
     def request(self, r: Any) -> None:
@@ -84,8 +101,13 @@ class OtlpSink:
         sess = r.thread.session
         w = self._metrics.setdefault((r.end_ms - self.start) // self.met_iv, {})
         qs = _METRIC_QS.get(r.query_source, "auxiliary")
-        for typ, n in (("input", r.input), ("output", r.output_tokens), ("cacheRead", r.read),
-                       ("cacheCreation", r.write), (None, r.cost_usd)):
+        for typ, n in (
+            ("input", r.input),
+            ("output", r.output_tokens),
+            ("cacheRead", r.read),
+            ("cacheCreation", r.write),
+            (None, r.cost_usd),
+        ):
             if n:
                 key = (sess.id, r.model, qs, typ)
                 cur = w.get(key)
@@ -135,27 +157,52 @@ class OtlpSink:
         seq = self._seq.get(sess.id, 0) + 1
         self._seq[sess.id] = seq
         attrs = self._identity(sess)
-        if hasattr(item, "request_id"):           # a Request
+        if hasattr(item, "request_id"):  # a Request
             name = "api_request"
-            attrs.update({
-                "event.name": name, "event.timestamp": ids.iso_ms(t_ms), "event.sequence": seq,
-                "prompt.id": item.prompt_id, "model": item.model, "input_tokens": item.input,
-                "output_tokens": item.output_tokens, "cache_read_tokens": item.read,
-                "cache_creation_tokens": item.write, "cost_usd": item.cost_usd,
-                "duration_ms": item.duration_ms, "ttft_ms": item.ttft_ms, "request_id": item.request_id,
-                "query_source": item.query_source})
+            attrs.update(
+                {
+                    "event.name": name,
+                    "event.timestamp": ids.iso_ms(t_ms),
+                    "event.sequence": seq,
+                    "prompt.id": item.prompt_id,
+                    "model": item.model,
+                    "input_tokens": item.input,
+                    "output_tokens": item.output_tokens,
+                    "cache_read_tokens": item.read,
+                    "cache_creation_tokens": item.write,
+                    "cost_usd": item.cost_usd,
+                    "duration_ms": item.duration_ms,
+                    "ttft_ms": item.ttft_ms,
+                    "request_id": item.request_id,
+                    "query_source": item.query_source,
+                }
+            )
         elif item.kind == "user_prompt":
             name = "user_prompt"
             # Non-API events carry their numbers as strings, as Claude Code sends them.
-            attrs.update({"event.name": name, "event.timestamp": ids.iso_ms(t_ms), "event.sequence": seq,
-                          "prompt.id": item.data["prompt_id"],
-                          "prompt_length": str(item.data["prompt_tokens"] * ids.CHARS_PER_TOKEN),
-                          "prompt": "<REDACTED>"})
+            attrs.update(
+                {
+                    "event.name": name,
+                    "event.timestamp": ids.iso_ms(t_ms),
+                    "event.sequence": seq,
+                    "prompt.id": item.data["prompt_id"],
+                    "prompt_length": str(item.data["prompt_tokens"] * ids.CHARS_PER_TOKEN),
+                    "prompt": "<REDACTED>",
+                }
+            )
         else:
             name = "compaction"
-            attrs.update({"event.name": name, "event.timestamp": ids.iso_ms(t_ms), "event.sequence": seq,
-                          "prompt.id": item.data["prompt_id"], "pre_tokens": str(item.data["pre_tokens"]),
-                          "post_tokens": str(item.data["post_tokens"]), "trigger": "auto"})
+            attrs.update(
+                {
+                    "event.name": name,
+                    "event.timestamp": ids.iso_ms(t_ms),
+                    "event.sequence": seq,
+                    "prompt.id": item.data["prompt_id"],
+                    "pre_tokens": str(item.data["pre_tokens"]),
+                    "post_tokens": str(item.data["post_tokens"]),
+                    "trigger": "auto",
+                }
+            )
         ns = t_ms * 1_000_000
         lr = LogRecord(timestamp=ns, observed_timestamp=ns, body=f"claude_code.{name}", attributes=attrs)
         user = sess.user
@@ -185,13 +232,25 @@ class OtlpSink:
             for user, tokens, cost in by_res.values():
                 metrics = []
                 if tokens:
-                    metrics.append(Metric("claude_code.token.usage", "Number of tokens used", "tokens",
-                                          Sum(tokens, self._delta, True)))
+                    metrics.append(
+                        Metric(
+                            "claude_code.token.usage", "Number of tokens used", "tokens", Sum(tokens, self._delta, True)
+                        )
+                    )
                 if cost:
-                    metrics.append(Metric("claude_code.cost.usage", "Cost of the Claude Code session", "USD",
-                                          Sum(cost, self._delta, True)))
-                rms.append(ResourceMetrics(self._resource(user), [
-                    ScopeMetrics(self._scope(METRICS_SCOPE, user.version), metrics, "")], ""))
+                    metrics.append(
+                        Metric(
+                            "claude_code.cost.usage",
+                            "Cost of the Claude Code session",
+                            "USD",
+                            Sum(cost, self._delta, True),
+                        )
+                    )
+                rms.append(
+                    ResourceMetrics(
+                        self._resource(user), [ScopeMetrics(self._scope(METRICS_SCOPE, user.version), metrics, "")], ""
+                    )
+                )
             self.metrics_exporter.export(MetricsData(rms))
             self.counts["metric_points"] += len(series)
             self.counts["metric_lines"] += 1
@@ -205,7 +264,6 @@ class FileExporter:
     def __init__(self, path: Any, kind: str):
         import io
         from pathlib import Path
-
 
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -232,9 +290,11 @@ class LiveExporter:
         base = endpoint.rstrip("/")
         if kind == "logs":
             from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter as E
+
             url = base if base.endswith("/v1/logs") else base + "/v1/logs"
         else:
             from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as E
+
             url = base if base.endswith("/v1/metrics") else base + "/v1/metrics"
         self._ex = E(endpoint=url, headers=headers, timeout=timeout_s)
         self.kind, self.failures, self.sent = kind, 0, 0

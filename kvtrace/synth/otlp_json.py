@@ -233,8 +233,16 @@ def logs_line(batch: Sequence[Any]) -> str:
             rs = []
             for r in recs:
                 lr = r.log_record
-                if lr.trace_id or lr.span_id or lr.severity_number or lr.severity_text or lr.event_name \
-                        or r.dropped_attributes or int(lr.trace_flags or 0) or type(lr.body) is not str:
+                if (
+                    lr.trace_id
+                    or lr.span_id
+                    or lr.severity_number
+                    or lr.severity_text
+                    or lr.event_name
+                    or r.dropped_attributes
+                    or int(lr.trace_flags or 0)
+                    or type(lr.body) is not str
+                ):
                     return format_line(encode_logs(batch))
                 head = ""
                 if lr.timestamp:
@@ -242,8 +250,15 @@ def logs_line(batch: Sequence[Any]) -> str:
                 if lr.observed_timestamp:
                     head += '"observedTimeUnixNano":"' + str(lr.observed_timestamp) + '",'
                 a = _fast_attrs(lr.attributes) if lr.attributes else ""
-                rs.append("{" + head + '"body":{"stringValue":' + _str(lr.body) + "}"
-                          + (',"attributes":[' + a + "]" if a else "") + "}")
+                rs.append(
+                    "{"
+                    + head
+                    + '"body":{"stringValue":'
+                    + _str(lr.body)
+                    + "}"
+                    + (',"attributes":[' + a + "]" if a else "")
+                    + "}"
+                )
             scope_json = _scope_cache.get(scope, lambda s: _dump(_scope(s)))
             sl.append('{"scope":' + scope_json + ',"logRecords":[' + ",".join(rs) + "]}")
         res_json = _res_cache.get(resource, lambda r: _dump(_resource(r)))
@@ -263,21 +278,35 @@ def metrics_line(data: Any) -> str:
                 return format_line(encode_metrics(data))
             ms = []
             for m in sm.metrics:
-                head = _dump({k: v for k, v in (("name", m.name), ("description", m.description),
-                                                   ("unit", m.unit)) if v})[:-1]
+                head = _dump(
+                    {k: v for k, v in (("name", m.name), ("description", m.description), ("unit", m.unit)) if v}
+                )[:-1]
                 pts = []
                 for p in m.data.data_points:
-                    if not p.start_time_unix_nano or not p.time_unix_nano or not p.attributes \
-                            or type(p.value) is not float or not math.isfinite(p.value):
+                    if (
+                        not p.start_time_unix_nano
+                        or not p.time_unix_nano
+                        or not p.attributes
+                        or type(p.value) is not float
+                        or not math.isfinite(p.value)
+                    ):
                         return format_line(encode_metrics(data))
-                    pts.append('{"attributes":[' + _fast_attrs(p.attributes) + '],"startTimeUnixNano":"'
-                               + str(p.start_time_unix_nano) + '","timeUnixNano":"' + str(p.time_unix_nano)
-                               + '","asDouble":' + repr(p.value) + "}")
-                s = ('"dataPoints":[' + ",".join(pts) + "]," if pts else "")
+                    pts.append(
+                        '{"attributes":['
+                        + _fast_attrs(p.attributes)
+                        + '],"startTimeUnixNano":"'
+                        + str(p.start_time_unix_nano)
+                        + '","timeUnixNano":"'
+                        + str(p.time_unix_nano)
+                        + '","asDouble":'
+                        + repr(p.value)
+                        + "}"
+                    )
+                s = '"dataPoints":[' + ",".join(pts) + "]," if pts else ""
                 s += '"aggregationTemporality":' + str(int(m.data.aggregation_temporality))
                 if m.data.is_monotonic:
                     s += ',"isMonotonic":true'
-                ms.append(head + (',' if head != "{" else "") + '"sum":{' + s + "}}")
+                ms.append(head + ("," if head != "{" else "") + '"sum":{' + s + "}}")
             scope_json = _scope_cache.get(sm.scope, lambda s: _dump(_scope(s)))
             sms.append('{"scope":' + scope_json + (',"metrics":[' + ",".join(ms) + "]" if ms else "") + "}")
         res_json = _res_cache.get(rm.resource, lambda r: _dump(_resource(r)))

@@ -42,8 +42,15 @@ class TranscriptSink:
     def _base(self, th: Any, rng: random.Random, kind: str, t_ms: int) -> dict:
         s = th.session
         u = ids.uuid4(rng)
-        d = {"parentUuid": th.last_uuid, "isSidechain": th.kind != "main", "userType": "external",
-             "cwd": s.cwd, "sessionId": s.id, "version": s.user.version, "gitBranch": "main"}
+        d = {
+            "parentUuid": th.last_uuid,
+            "isSidechain": th.kind != "main",
+            "userType": "external",
+            "cwd": s.cwd,
+            "sessionId": s.id,
+            "version": s.user.version,
+            "gitBranch": "main",
+        }
         if th.agent_id:
             d["agentId"] = th.agent_id
         d["type"] = kind
@@ -68,8 +75,15 @@ class TranscriptSink:
         if n.kind == "compaction":
             _, rng, lines = self._state(th)
             d = self._base(th, rng, "system", n.t_ms)
-            d.update({"subtype": "compact_boundary", "content": "Conversation compacted", "isMeta": False,
-                      "level": "info", "compactMetadata": {"trigger": "auto", "preTokens": n.data["pre_tokens"]}})
+            d.update(
+                {
+                    "subtype": "compact_boundary",
+                    "content": "Conversation compacted",
+                    "isMeta": False,
+                    "level": "info",
+                    "compactMetadata": {"trigger": "auto", "preTokens": n.data["pre_tokens"]},
+                }
+            )
             lines.append(orjson.dumps(d))
         elif n.kind == "thread_end":
             st = self._buf.pop(id(th), None)
@@ -95,25 +109,49 @@ class TranscriptSink:
             if kind == "prompt":
                 d["promptId"] = prompt_id
         elif kind == "summary":
-            d["message"] = {"role": "user", "content": "This session is being continued from a previous "
-                            "conversation that ran out of context. Summary:\n" + text}
+            d["message"] = {
+                "role": "user",
+                "content": "This session is being continued from a previous "
+                "conversation that ran out of context. Summary:\n" + text,
+            }
             d["isCompactSummary"] = True
             d["isVisibleInTranscriptOnly"] = True
         elif kind == "agent":
-            d["message"] = {"role": "user", "content": [{"tool_use_id": tool_id, "type": "tool_result",
-                                                         "content": [{"type": "text", "text": text}]}]}
-            d["toolUseResult"] = {"status": "completed", "agentId": label, "totalTokens": tokens,
-                                  "content": [{"type": "text", "text": text[:200]}]}
+            d["message"] = {
+                "role": "user",
+                "content": [
+                    {"tool_use_id": tool_id, "type": "tool_result", "content": [{"type": "text", "text": text}]}
+                ],
+            }
+            d["toolUseResult"] = {
+                "status": "completed",
+                "agentId": label,
+                "totalTokens": tokens,
+                "content": [{"type": "text", "text": text[:200]}],
+            }
         else:
-            d["message"] = {"role": "user", "content": [{"tool_use_id": tool_id, "type": "tool_result",
-                                                         "content": text}]}
+            d["message"] = {
+                "role": "user",
+                "content": [{"tool_use_id": tool_id, "type": "tool_result", "content": text}],
+            }
             if label == "Read":
-                d["toolUseResult"] = {"type": "text", "file": {
-                    "filePath": f"{th.session.cwd}/src/{text[:12].split()[0]}.py", "content": text,
-                    "numLines": text.count("\n") + 1, "startLine": 1, "totalLines": text.count("\n") + 1}}
+                d["toolUseResult"] = {
+                    "type": "text",
+                    "file": {
+                        "filePath": f"{th.session.cwd}/src/{text[:12].split()[0]}.py",
+                        "content": text,
+                        "numLines": text.count("\n") + 1,
+                        "startLine": 1,
+                        "totalLines": text.count("\n") + 1,
+                    },
+                }
             elif label == "Edit":
-                d["toolUseResult"] = {"filePath": f"{th.session.cwd}/src/module.py", "oldString": text[:80],
-                                      "newString": text[80:160], "userModified": False}
+                d["toolUseResult"] = {
+                    "filePath": f"{th.session.cwd}/src/module.py",
+                    "oldString": text[:80],
+                    "newString": text[80:160],
+                    "userModified": False,
+                }
             else:
                 d["toolUseResult"] = {"stdout": text, "stderr": "", "interrupted": False, "isImage": False}
         return d
@@ -123,8 +161,9 @@ class TranscriptSink:
         blocks: list = []
         if out > 60 and rng.random() < 0.3:
             think = out // 4
-            blocks.append({"type": "thinking", "thinking": ids.filler(rng, think),
-                           "signature": f"Eq{rng.getrandbits(128):032x}"})
+            blocks.append(
+                {"type": "thinking", "thinking": ids.filler(rng, think), "signature": f"Eq{rng.getrandbits(128):032x}"}
+            )
             out -= think
         if r.out_kind == "code" and r.tools:
             text_tokens, code_tokens = min(out, 60), max(out - 60, 1)
@@ -136,13 +175,19 @@ class TranscriptSink:
         blocks.append({"type": "text", "text": text})
         for j, (name, tid) in enumerate(r.tools):
             if name == "Task":
-                inp = {"description": "Investigate " + ids.filler(rng, 4).split("\n")[0],
-                       "prompt": ids.filler(rng, 40), "subagent_type": "general-purpose"}
+                inp = {
+                    "description": "Investigate " + ids.filler(rng, 4).split("\n")[0],
+                    "prompt": ids.filler(rng, 40),
+                    "subagent_type": "general-purpose",
+                }
             elif name == "Read":
                 inp = {"file_path": f"{th.session.cwd}/src/module.py"}
             elif code_tokens and j == 0:
-                inp = {"file_path": f"{th.session.cwd}/src/module.py", "old_string": ids.filler(rng, 20),
-                       "new_string": ids.filler(rng, code_tokens)}
+                inp = {
+                    "file_path": f"{th.session.cwd}/src/module.py",
+                    "old_string": ids.filler(rng, 20),
+                    "new_string": ids.filler(rng, code_tokens),
+                }
             else:
                 inp = {"command": ids.filler(rng, 12).replace("\n", " "), "description": "Run a command"}
             blocks.append({"type": "tool_use", "id": tid, "name": name, "input": inp})
@@ -150,16 +195,27 @@ class TranscriptSink:
         last = len(blocks) - 1
         placeholder = min(r.output_tokens, rng.randint(1, 8))
         for j, block in enumerate(blocks):
-            usage = {"input_tokens": r.input, "cache_creation_input_tokens": r.write,
-                     "cache_read_input_tokens": r.read,
-                     "cache_creation": {"ephemeral_5m_input_tokens": w5, "ephemeral_1h_input_tokens": w1},
-                     "output_tokens": r.output_tokens if j == last else placeholder, "service_tier": "standard"}
+            usage = {
+                "input_tokens": r.input,
+                "cache_creation_input_tokens": r.write,
+                "cache_read_input_tokens": r.read,
+                "cache_creation": {"ephemeral_5m_input_tokens": w5, "ephemeral_1h_input_tokens": w1},
+                "output_tokens": r.output_tokens if j == last else placeholder,
+                "service_tier": "standard",
+            }
             t = r.end_ms if j == last else r.start_ms + r.ttft_ms + j
             d = self._base(th, rng, "assistant", t)
             d["requestId"] = r.request_id
-            d["message"] = {"model": r.model, "id": r.message_id, "type": "message", "role": "assistant",
-                            "content": [block], "stop_reason": r.stop_reason if j == last else None,
-                            "stop_sequence": None, "usage": usage}
+            d["message"] = {
+                "model": r.model,
+                "id": r.message_id,
+                "type": "message",
+                "role": "assistant",
+                "content": [block],
+                "stop_reason": r.stop_reason if j == last else None,
+                "stop_sequence": None,
+                "usage": usage,
+            }
             lines.append(orjson.dumps(d))
         self.counts["responses"] += 1
 

@@ -20,8 +20,18 @@ from kvtrace.synth import ids
 from kvtrace.synth.engine import Note, Request, Session, Spawn, Thread, User, lognormal_ms
 
 _TOOLS = (("Bash", 0.5), ("Grep", 0.2), ("Edit", 0.2), ("Glob", 0.1))
-_REPOS = ("payments-api", "web-frontend", "infra", "data-pipeline", "mobile-app", "ml-platform",
-          "auth-service", "docs", "search", "billing")
+_REPOS = (
+    "payments-api",
+    "web-frontend",
+    "infra",
+    "data-pipeline",
+    "mobile-app",
+    "ml-platform",
+    "auth-service",
+    "docs",
+    "search",
+    "billing",
+)
 
 
 def _pick(rng: random.Random, weights: dict[str, float] | tuple) -> str:
@@ -45,15 +55,20 @@ class World:
         self.users: list[User] = []
         for i in range(cfg.users):
             os_type = "darwin" if r.random() < 0.55 else "linux"
-            self.users.append(User(
-                id=ids.user_hash(r), org_id=orgs[i % cfg.orgs], name=f"dev{i + 1:02d}",
-                version=cfg.cc_versions[r.randrange(len(cfg.cc_versions))], os_type=os_type,
-                os_version="24.6.0" if os_type == "darwin" else "6.8.0-52-generic",
-                arch="arm64" if os_type == "darwin" else "x64"))
+            self.users.append(
+                User(
+                    id=ids.user_hash(r),
+                    org_id=orgs[i % cfg.orgs],
+                    name=f"dev{i + 1:02d}",
+                    version=cfg.cc_versions[r.randrange(len(cfg.cc_versions))],
+                    os_type=os_type,
+                    os_version="24.6.0" if os_type == "darwin" else "6.8.0-52-generic",
+                    arch="arm64" if os_type == "darwin" else "x64",
+                )
+            )
         # A few developers do most of the work (Zipf-like weights), each in 1-3 repositories.
         self.user_weights = tuple((i, 1.0 / math.sqrt(i + 1)) for i in range(cfg.users))
-        self.repos = [[_REPOS[r.randrange(len(_REPOS))] for _ in range(1 + r.randrange(3))]
-                      for _ in range(cfg.users)]
+        self.repos = [[_REPOS[r.randrange(len(_REPOS))] for _ in range(1 + r.randrange(3))] for _ in range(cfg.users)]
 
     # -- arrivals ---------------------------------------------------------------------------
     def arrivals(self) -> list[int]:
@@ -66,7 +81,7 @@ class World:
         day0 = start - start % 86_400_000
         for d in range(int((end - day0) // 86_400_000) + 1):
             day = day0 + d * 86_400_000
-            weekday = (day // 86_400_000 + 3) % 7          # 1970-01-01 was a Thursday
+            weekday = (day // 86_400_000 + 3) % 7  # 1970-01-01 was a Thursday
             if weekday not in cfg.active_weekdays:
                 continue
             a, b = (0, 24) if cfg.active_hours is None else cfg.active_hours
@@ -90,8 +105,16 @@ class World:
         repo = self.repos[u][rng.randrange(len(self.repos[u]))]
         home = "/Users" if user.os_type == "darwin" else "/home"
         cwd = f"{home}/{user.name}/src/{repo}"
-        sess = Session(idx=idx, id=ids.uuid4(rng), user=user, project=re.sub(r"[^A-Za-z0-9]", "-", cwd),
-                       cwd=cwd, model=_pick(rng, cfg.model_mix), rng=rng, seed_key=key)
+        sess = Session(
+            idx=idx,
+            id=ids.uuid4(rng),
+            user=user,
+            project=re.sub(r"[^A-Za-z0-9]", "-", cwd),
+            cwd=cwd,
+            model=_pick(rng, cfg.model_mix),
+            rng=rng,
+            seed_key=key,
+        )
         return _session_proc(self, sess)
 
     def draw(self, rng: random.Random, lo_hi: tuple[int, int]) -> int:
@@ -129,9 +152,18 @@ def _compact_if_full(w: World, th: Thread, parts: list, rng: random.Random, prom
         return
     summary = w.draw(rng, cfg.compact_summary_tokens)
     pre = th.prompt + th.out
-    yield Request(th, [("instruction", w.draw(rng, cfg.compact_instruction_tokens), None, None)], summary,
-                  "summary", "end_turn", [], "compact", prompt_id, rng.randint(*cfg.tail_tokens),
-                  in_transcript=False)
+    yield Request(
+        th,
+        [("instruction", w.draw(rng, cfg.compact_instruction_tokens), None, None)],
+        summary,
+        "summary",
+        "end_turn",
+        [],
+        "compact",
+        prompt_id,
+        rng.randint(*cfg.tail_tokens),
+        in_transcript=False,
+    )
     yield Note("compaction", th, {"pre_tokens": pre, "post_tokens": th.head + summary, "prompt_id": prompt_id})
     th.reset("compaction")
     parts.insert(0, ("summary", summary, None, None))
@@ -169,8 +201,17 @@ def _session_proc(w: World, s: Session) -> Generator:
                 yield from _compact_if_full(w, th, parts, rng, prompt_id)
                 out, out_kind = w.answer(rng)
                 kind, tools = ("end", []) if last else w.next_content(rng, allow_agents=True)
-                yield Request(th, parts, out, out_kind, "end_turn" if last else "tool_use", tools,
-                              "repl_main_thread", prompt_id, rng.randint(*cfg.tail_tokens))
+                yield Request(
+                    th,
+                    parts,
+                    out,
+                    out_kind,
+                    "end_turn" if last else "tool_use",
+                    tools,
+                    "repl_main_thread",
+                    prompt_id,
+                    rng.randint(*cfg.tail_tokens),
+                )
                 if last:
                     break
                 if kind == "agent":
@@ -204,8 +245,17 @@ def _subagent_proc(w: World, parent: Thread, prompt_id: str, tool_id: str) -> Ge
         else:
             answer, out_kind = w.answer(rng)
             kind, tools = w.next_content(rng, allow_agents=False)
-        yield Request(th, parts, answer, out_kind, "end_turn" if last else "tool_use", tools,
-                      "subagent", prompt_id, rng.randint(*cfg.tail_tokens))
+        yield Request(
+            th,
+            parts,
+            answer,
+            out_kind,
+            "end_turn" if last else "tool_use",
+            tools,
+            "subagent",
+            prompt_id,
+            rng.randint(*cfg.tail_tokens),
+        )
         if last:
             break
         size = cfg.file_read_tokens if kind == "file" else cfg.tool_result_tokens

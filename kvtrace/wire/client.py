@@ -36,9 +36,16 @@ def request(argv: list[str], db_real: str, prog: str) -> dict:
     mask = os.umask(0)
     os.umask(mask)
     return {
-        "v": protocol.VERSION, "argv": list(argv), "prog": prog, "db": db_real, "cwd": os.getcwd(),
-        "env": dict(os.environ), "umask": mask, "pid": os.getpid(),
-        "encoding": [_encoding(sys.stdout), _encoding(sys.stderr)], "sigint_ignored": _sigint_ignored(),
+        "v": protocol.VERSION,
+        "argv": list(argv),
+        "prog": prog,
+        "db": db_real,
+        "cwd": os.getcwd(),
+        "env": dict(os.environ),
+        "umask": mask,
+        "pid": os.getpid(),
+        "encoding": [_encoding(sys.stdout), _encoding(sys.stderr)],
+        "sigint_ignored": _sigint_ignored(),
     }
 
 
@@ -66,8 +73,12 @@ def connect(sock_path: str, timeout: float = HELLO_TIMEOUT_S):
     uid = peer_uid(s)
     if uid != os.geteuid():
         s.close()
-        refuse(sock_path, f"the process behind it runs as uid {uid}, not as you (uid {os.geteuid()})"
-               if uid is not None else "the uid of the process behind it cannot be checked on this system")
+        refuse(
+            sock_path,
+            f"the process behind it runs as uid {uid}, not as you (uid {os.geteuid()})"
+            if uid is not None
+            else "the uid of the process behind it cannot be checked on this system",
+        )
         return None
     return s
 
@@ -88,8 +99,10 @@ def peer_uid(s) -> int | None:
 def refuse(sock_path: str, problem: str) -> None:
     """Say once, on stderr, that a socket was not used and why."""
     try:
-        sys.stderr.write(f"kvtrace: not using the server socket {sock_path}: {problem}; nothing was sent to it "
-                         f"(if no `kvtrace serve` of yours listens there, remove it: rm {sock_path})\n")
+        sys.stderr.write(
+            f"kvtrace: not using the server socket {sock_path}: {problem}; nothing was sent to it "
+            f"(if no `kvtrace serve` of yours listens there, remove it: rm {sock_path})\n"
+        )
         sys.stderr.flush()
     except (OSError, ValueError):
         pass
@@ -108,15 +121,19 @@ def forward(sock_path: str, argv: list[str], db_real: str, prog: str) -> int | N
             return None
         data = protocol.frame(protocol.REQUEST, marshal.dumps(request(argv, db_real, prog), 4))
         try:
-            sent = s.sendmsg([data], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS,
-                                       b"".join(fd.to_bytes(4, sys.byteorder) for fd in fds))])
-            s.sendall(data[sent:])          # a big environment may not go in one piece
+            sent = s.sendmsg(
+                [data],
+                [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, b"".join(fd.to_bytes(4, sys.byteorder) for fd in fds))],
+            )
+            s.sendall(data[sent:])  # a big environment may not go in one piece
             frame = protocol.recv(s)
         except OSError:
             return None
         if frame is not None and frame[0] == protocol.REFUSED and frame[1] == b"another protocol version":
-            _say(f"kvtrace: the server of {db_real} runs another kvtrace version; this command runs here "
-                 f"(restart the server: kvtrace serve --stop --db {db_real}, then start it again)")
+            _say(
+                f"kvtrace: the server of {db_real} runs another kvtrace version; this command runs here "
+                f"(restart the server: kvtrace serve --stop --db {db_real}, then start it again)"
+            )
         if frame is None or frame[0] != protocol.ACCEPTED:
             return None
         s.settimeout(None)
@@ -144,10 +161,10 @@ def _wait(s) -> int | None:
     def cancel(signum, frame):
         raise KeyboardInterrupt
 
-    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:    # a background job ignores it: so does its command
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # a background job ignores it: so does its command
         try:
             signal.signal(signal.SIGINT, cancel)
-        except ValueError:          # not the main thread: Ctrl-C stays with whoever handles it
+        except ValueError:  # not the main thread: Ctrl-C stays with whoever handles it
             pass
     while True:
         try:
@@ -159,13 +176,15 @@ def _wait(s) -> int | None:
                 pass
             continue
         if frame is None:
-            _say("kvtrace: the server (kvtrace serve) went away while the command ran; the command is "
-                 "interrupted (what it had committed is kept)")
+            _say(
+                "kvtrace: the server (kvtrace serve) went away while the command ran; the command is "
+                "interrupted (what it had committed is kept)"
+            )
             return 1
         if frame[0] == protocol.EXIT:
             return int(frame[1])
         if frame[0] == protocol.REFUSED:
-            return None             # the server stopped before the command's turn: it runs here
+            return None  # the server stopped before the command's turn: it runs here
 
 
 def _say(line: str) -> None:

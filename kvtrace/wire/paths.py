@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import stat
 
-DEFAULT_DB = "kvtrace.duckdb"      # as kvtrace.store.store.DEFAULT_DB
+DEFAULT_DB = "kvtrace.duckdb"  # as kvtrace.store.store.DEFAULT_DB
 SOCKET_SUFFIX = ".serve.sock"
 PID_SUFFIX = ".serve.pid"
 # sun_path holds 108 bytes on Linux (104 on macOS): a longer socket path goes to a private folder.
@@ -67,13 +67,17 @@ def folder_problem(folder: str, private: bool = False) -> str | None:
         return f"cannot read the folder {folder}: {e.strerror}"
     me = os.geteuid()
     if private and (st.st_uid != me or st.st_mode & 0o077):
-        return (f"the folder {folder} belongs to uid {st.st_uid} with mode {stat.S_IMODE(st.st_mode):04o}; "
-                f"it must be yours (uid {me}) with mode 0700")
+        return (
+            f"the folder {folder} belongs to uid {st.st_uid} with mode {stat.S_IMODE(st.st_mode):04o}; "
+            f"it must be yours (uid {me}) with mode 0700"
+        )
     if st.st_uid not in (me, 0):
         return f"the folder {folder} belongs to uid {st.st_uid}, not to you (uid {me}) or root"
     if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
-        return (f"the folder {folder} is writable by other users (mode {stat.S_IMODE(st.st_mode):04o}): "
-                f"they could replace the socket")
+        return (
+            f"the folder {folder} is writable by other users (mode {stat.S_IMODE(st.st_mode):04o}): "
+            f"they could replace the socket"
+        )
     return None
 
 
@@ -117,5 +121,5 @@ def read_pid_file(db_real: str) -> dict | None:
     except ProcessLookupError:
         return None
     except PermissionError:
-        pass                      # alive, another user's
+        pass  # alive, another user's
     return info

@@ -74,11 +74,12 @@ def recv_with_fds(sock, max_fds: int = 3) -> tuple[tuple[bytes, bytes] | None, l
     import socket
 
     fds = array.array("i")
-    head, anc, _flags, _addr = sock.recvmsg(HEADER_SIZE, socket.CMSG_SPACE(max_fds * fds.itemsize),
-                                            socket.MSG_CMSG_CLOEXEC)
+    head, anc, _flags, _addr = sock.recvmsg(
+        HEADER_SIZE, socket.CMSG_SPACE(max_fds * fds.itemsize), socket.MSG_CMSG_CLOEXEC
+    )
     for level, kind, data in anc:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+            fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
     try:
         if not head:
             return None, list(fds)
@@ -89,6 +90,6 @@ def recv_with_fds(sock, max_fds: int = 3) -> tuple[tuple[bytes, bytes] | None, l
             head += more
         return _rest(sock, head), list(fds)
     except BaseException:
-        for fd in fds:                  # a request that did not arrive whole: its descriptors go
+        for fd in fds:  # a request that did not arrive whole: its descriptors go
             os.close(fd)
         raise
