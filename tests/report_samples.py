@@ -12,6 +12,7 @@ import datetime as dt
 import random
 import struct
 import zlib
+from contextlib import contextmanager
 
 from kvtrace.ingest.pipeline import IngestSummary, _merge
 from tests.builders import parsed
@@ -42,6 +43,16 @@ def week_rows(
                 )
             )
     return rows
+
+
+@contextmanager
+def week_store(path=None):
+    """A warehouse (in memory, or the file ``path``) holding the synthetic week (``week_rows``)."""
+    from kvtrace.store import Store
+
+    with Store(memory=True) if path is None else Store(path) as s:
+        load_rows(s, week_rows())
+        yield s
 
 
 def load_rows(store, rows: list[dict]) -> None:
@@ -133,11 +144,10 @@ def nightly_profile(tmp_path, formats: list[str], analysis: str = ""):
     """A warehouse of a week of requests (2026-11-02..08) and a daily profile, "Nightly", writing
     ``formats`` to ``tmp_path/out`` at 00:15 every day; ``analysis``: the body of its
     [analysis] table. Returns the profile's path."""
-    from kvtrace.store import Store
 
     db = tmp_path / "kv.duckdb"
-    with Store(db) as s:
-        load_rows(s, week_rows())
+    with week_store(db):
+        pass
     prof = tmp_path / "nightly.toml"
     prof.write_text(
         f"""

@@ -17,7 +17,7 @@ from kvtrace.report import render
 from kvtrace.report.build import ReportOptions, build_report
 from kvtrace.report.html import _body
 from kvtrace.store import Store
-from tests.report_samples import load_rows, week_rows
+from tests.report_samples import load_rows, week_rows, week_store
 
 runner = CliRunner()
 
@@ -170,8 +170,8 @@ def test_version():
 
 def test_scheduled_summaries_and_the_index_carry_cost(tmp_path):
     db = tmp_path / "kv.duckdb"
-    with Store(db) as s:
-        load_rows(s, week_rows())
+    with week_store(db):
+        pass
     prof = tmp_path / "p.toml"
     prof.write_text(
         f'[inputs]\nwarehouse = "{db}"\n[window]\nperiod = "last 1d"\n'

@@ -12,7 +12,7 @@ from kvtrace.cli import app
 from kvtrace.report.build import ReportOptions, build_report
 from kvtrace.schedule.index import collect_runs, periods_back, render_index
 from kvtrace.store import Store
-from tests.report_samples import load_rows, week_rows
+from tests.report_samples import week_store
 
 runner = CliRunner()
 
@@ -20,8 +20,8 @@ runner = CliRunner()
 @pytest.fixture
 def week_db(tmp_path):
     db = tmp_path / "kv.duckdb"
-    with Store(db) as s:
-        load_rows(s, week_rows())  # 2026-11-02 .. 2026-11-08
+    with week_store(db):  # 2026-11-02 .. 2026-11-08
+        pass
     return db
 
 

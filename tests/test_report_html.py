@@ -18,7 +18,7 @@ from kvtrace.report.html import PNG_SCALE, export_images, js_bundle, render_html
 from kvtrace.store import Store
 from tests.conftest import require_tool
 from tests.headless import Dom, dump_dom
-from tests.report_samples import load_rows, png_size, walk_spec as _walk, week_rows, with_tiers
+from tests.report_samples import load_rows, png_size, walk_spec as _walk, week_rows, week_store, with_tiers
 
 ALL_CHARTS = [
     "token-mix-over-time",
@@ -36,8 +36,7 @@ ALL_CHARTS = [
 
 @pytest.fixture(scope="module")
 def store_week():
-    with Store(memory=True) as s:
-        load_rows(s, week_rows())
+    with week_store() as s:
         yield s
 
 

@@ -24,8 +24,7 @@ from kvtrace.report.tables import TableSpec
 from kvtrace.schedule.periods import period_for
 from kvtrace.schedule.profile import profile_from_dict
 from kvtrace.schedule.run import report_options
-from kvtrace.store import Store
-from tests.report_samples import load_rows, week_rows
+from tests.report_samples import week_store
 
 # Every section: group_by, TTLs (the 30-day one is longer than the trace, so there are warnings),
 # a tier replay with a model and the serving model of two configurations (one with an offload tier).
@@ -40,8 +39,7 @@ FULL = ReportOptions(
 
 @pytest.fixture(scope="module")
 def store_week():
-    with Store(memory=True) as s:
-        load_rows(s, week_rows())
+    with week_store() as s:
         yield s
 
 
