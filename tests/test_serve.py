@@ -91,8 +91,15 @@ def served(tmp_path_factory):
 
 
 def _same(served, *args, strip_generated: bool = False, **env) -> subprocess.CompletedProcess:
-    """Run ``args`` on A (through the server) and on B (locally); assert the same bytes and exit code."""
+    """Run ``args`` on A (through the server) and on B (locally, on a copy of A made first: other
+    tests of the module change A alone); assert the same bytes and exit code."""
     srv, root = served
+    for suffix in ("", ".wal"):  # the server holds no warehouse between commands: A can be copied
+        src, dst = root / f"a.duckdb{suffix}", root / f"b.duckdb{suffix}"
+        if src.exists():
+            shutil.copyfile(src, dst)
+        elif dst.exists():
+            dst.unlink()
     before = srv.commands()
     a = kv(*args, "--db", "a.duckdb", cwd=root, **env)
     assert srv.commands() == before + 1, "the command was not forwarded"

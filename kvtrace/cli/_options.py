@@ -92,13 +92,14 @@ def working(description: str):
 class progress_bar:
     """``with progress_bar("replaying") as report:`` a bar with the step, elapsed time and an ETA
     on stderr, ``report(done, step)`` moving it (``done`` out of ``total``; with ``count``, the
-    bar also shows the whole steps done, ``M/N``); ``report`` is None when stderr is not a
+    bar also shows the whole steps done, ``M/N``; ``step``: the first step's name, shown from the
+    first frame); ``report`` is None when stderr is not a
     terminal (nothing is shown, and the work need not measure its progress)."""
 
-    def __init__(self, description: str, total: float = 1.0, count: bool = False) -> None:
+    def __init__(self, description: str, total: float = 1.0, count: bool = False, step: str = "") -> None:
         from rich.console import Console
 
-        self.description, self.total, self.bar, self.task = description, total, None, None
+        self.description, self.total, self.step, self.bar, self.task = description, total, step, None, None
         console = Console(stderr=True)
         if console.is_terminal:
             from rich.progress import (
@@ -119,7 +120,7 @@ class progress_bar:
         if self.bar is None:
             return None
         self.bar.__enter__()
-        self.task = self.bar.add_task(self.description, total=self.total, step="")
+        self.task = self.bar.add_task(self.description, total=self.total, step=self.step)  # drawn at once
         return self.report
 
     def report(self, done: float, step: str = "") -> None:

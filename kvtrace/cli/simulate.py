@@ -247,7 +247,7 @@ def simulate(
             raise ConfigError("--ttft-p90 sizes a fleet", hint="use it with --nodes auto")
         target = None
     names = [c.name for c in sc.configs]
-    with progress_bar("simulating", total=len(names), count=True) as report:
+    with progress_bar("simulating", total=len(names), count=True, step=names[0]) as report:
         # a configuration's share of its simulated time, on a bar over the configurations
         progress = (lambda name, share: report(names.index(name) + share, name)) if report else None
         res = run(sc, progress=progress, nodes=n_nodes, ttft_p90_s=target, jobs=jobs)
