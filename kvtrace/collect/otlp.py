@@ -112,6 +112,12 @@ class Batch:
 # -- decompression ---------------------------------------------------------------------------
 
 
+# A gzip body may hold several members (concatenated gzip files); clients send one. More than
+# this is refused: each member costs a decompressor, and a body of tiny members is a way to stall.
+MAX_GZIP_MEMBERS = 64
+_PIECE = 1 << 16
+
+
 def decompress(body: bytes, encoding: str | None, limit: int) -> bytes:
     """Undo ``Content-Encoding`` without ever holding more than ``limit`` bytes of output.
 
@@ -134,20 +140,25 @@ def decompress(body: bytes, encoding: str | None, limit: int) -> bytes:
     else:
         raise UnsupportedEncoding(f"unsupported Content-Encoding '{encoding}'; use gzip, deflate or none")
     out = bytearray()
-    data = body
+    view, pos, members = memoryview(body), 0, 0
     try:
-        while data:
+        while pos < len(body):
+            members += 1
+            if members > MAX_GZIP_MEMBERS:
+                raise BadPayload(f"{enc} body of more than {MAX_GZIP_MEMBERS} members")
             d = zlib.decompressobj(wbits)
-            chunk = d.decompress(data, limit + 1 - len(out))
-            out += chunk
-            while d.unconsumed_tail and len(out) <= limit:
-                out += d.decompress(d.unconsumed_tail, limit + 1 - len(out))
-            if len(out) > limit:
-                raise TooLarge(f"body is over the {limit}-byte limit after decompression")
+            while not d.eof and pos < len(body):  # fed a piece at a time: the rest is never copied
+                piece = view[pos : pos + _PIECE]
+                pos += len(piece)
+                out += d.decompress(piece, limit + 1 - len(out))
+                while d.unconsumed_tail and len(out) <= limit:
+                    out += d.decompress(d.unconsumed_tail, limit + 1 - len(out))
+                if len(out) > limit:
+                    raise TooLarge(f"body is over the {limit}-byte limit after decompression")
             if not d.eof:
                 raise BadPayload(f"truncated {enc} body")
-            data = d.unused_data if enc != "deflate" else b""  # gzip may have several members
-            if data and not data.strip(b"\x00"):
+            pos -= len(d.unused_data)  # the next member starts there (gzip may have several)
+            if enc == "deflate" or not bytes(view[pos:]).strip(b"\x00"):
                 break
     except zlib.error as e:
         raise BadPayload(f"corrupt {enc} body: {e}") from None
@@ -224,6 +235,8 @@ def decode_json(signal: Signal, body: bytes) -> Batch:
         raise BadPayload(f"body is not JSON: {e}") from None
     except msgspec.ValidationError as e:
         raise BadPayload(f"not an OTLP JSON {signal.request}: {e}") from None
+    except RecursionError:
+        raise BadPayload("body is nested too deeply") from None
     snake = signal.resource_key.replace("resource", "resource_").lower()
     resources = getattr(req, signal.resource_key)
     if resources is None and getattr(req, snake) is not None:

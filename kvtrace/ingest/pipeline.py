@@ -305,8 +305,9 @@ def _stage_unique(store: Store, table) -> str:
     return "staged_dedup"
 
 
-def _record_rejects(parsed: Parsed, default_path: str, summary: IngestSummary, strict: bool) -> None:
-    if parsed.rejects and strict:
+def _refuse_rejects(parsed: Parsed, default_path: str) -> None:
+    """Under ``--strict`` a rejected line is fatal: nothing of its unit is stored."""
+    if parsed.rejects:
         r: Reject = parsed.rejects[0]
         raise BadTraceInput(
             r.path or default_path,
@@ -315,6 +316,11 @@ def _record_rejects(parsed: Parsed, default_path: str, summary: IngestSummary, s
             field=r.field,
             hint="fix or remove the line, or ingest without --strict to skip bad lines",
         )
+
+
+def _record_rejects(parsed: Parsed, default_path: str, summary: IngestSummary) -> None:
+    """Count a stored unit's rejects (after its commit: a unit rolled back and read again, as
+    the collector's worker retries a failed chunk segment by segment, counts them once)."""
     summary.lines_rejected += len(parsed.rejects)
     room = MAX_REPORTED_REJECTS - len(summary.rejects)
     summary.rejects.extend(r.describe(default_path) for r in parsed.rejects[: max(room, 0)])
@@ -577,11 +583,10 @@ def _ingest_unit(
     else:
         parsed = fmt.load()(paths[0])
     reject_implausible_times(parsed)
-    _record_rejects(parsed, str(paths[0]), summary, strict)
+    if strict:
+        _refuse_rejects(parsed, str(paths[0]))
     barren = _all_rejected(parsed, paths)
-    if barren:
-        # not in the ledger: the next ingest reads it again (and says so again)
-        summary.yielded_nothing.extend(_barren_message(p, parsed) for p in barren)
+    if barren:  # not in the ledger: the next ingest reads it again (and says so again)
         group = [item for item in group if str(item[0]) not in barren]
     now = _now()
     before = (
@@ -611,6 +616,8 @@ def _ingest_unit(
             summary.duplicates_skipped,
         ) = before
         raise
+    _record_rejects(parsed, str(paths[0]), summary)
+    summary.yielded_nothing.extend(_barren_message(p, parsed) for p in barren)
     summary.formats[fmt.name] = summary.formats.get(fmt.name, 0) + len(group)
     summary.warnings.extend(parsed.warnings)
     if forced:
