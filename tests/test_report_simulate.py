@@ -146,3 +146,23 @@ def test_a_bad_profile_simulate_names_the_file_and_key(tmp_path, value, message)
         profile_from_dict({"analysis": {"simulate": value}}, name="p", source=tmp_path / "p.toml")
     assert message in str(e.value)
     assert profile_from_dict({"analysis": {"simulate": "gpu=seed-testbed:HBM"}}, name="p").simulate == [CONFIGS[0]]
+
+
+def test_a_stray_record_cannot_stretch_the_simulated_time(tmp_path):
+    """A request recorded as lasting 30 days starts at most MAX_REQUEST_S before its end; a window
+    spanning more than MAX_SIMULATED_S (one old record in a whole-warehouse report) is refused."""
+    from kvtrace.report.sections import MAX_SIMULATED_S
+    from kvtrace.simulate.sources import MAX_REQUEST_S
+
+    rows = week_rows(days=1)
+    rows[0]["duration_ms"] = 30 * 86400 * 1000
+    path = tmp_path / "kv.duckdb"
+    with Store(path) as s:
+        load_rows(s, rows)
+        d = build_report(s, ReportOptions(simulate=CONFIGS[:1])).data
+    assert d["simulate"]["duration_s"] <= 86400 + MAX_REQUEST_S + 600
+    with Store(path) as s:
+        load_rows(s, week_rows(days=1, start=week_rows(days=1)[0]["ts"].replace(year=2025), prefix="old"))
+    res = runner.invoke(app, ["report", "--db", str(path), "--simulate", CONFIGS[0]])
+    assert res.exit_code == 1 and f"more than {MAX_SIMULATED_S / 86400:.0f}" in res.output, res.output
+    assert "--since/--until" in res.output

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from kvtrace.errors import ConfigError
+
 
 def _trace(store, win, ids: bool = False):
     # Loaded once per report: every section of one build_report call shares the window dict.
@@ -90,6 +92,10 @@ def _bound_text(t) -> str | None:
     return t.isoformat() if isinstance(t, datetime) else t
 
 
+# The longest window the simulate section runs (its series has a point a minute per configuration).
+MAX_SIMULATED_S = 31 * 86400.0
+
+
 def simulate_section(store, opts, win) -> dict | None:
     """The ``simulate`` section: ``kvtrace simulate``'s serving model (a ``kvtrace.simulate/1``
     dict) of the window's warehouse sessions, from its first request to 5 minutes after its last
@@ -101,6 +107,12 @@ def simulate_section(store, opts, win) -> dict | None:
     span = warehouse_span_s(store, since, until)
     if span is None:
         return None
+    if span > MAX_SIMULATED_S:
+        raise ConfigError(
+            f"--simulate covers the report's window minute by minute: this one spans {span / 86400:.0f} days, "
+            f"more than {MAX_SIMULATED_S / 86400:.0f}",
+            hint="narrow the window with --since/--until (a stray old record can stretch a whole-warehouse window)",
+        )
     sc = Scenario(
         sessions="warehouse",
         since=since,

@@ -197,6 +197,11 @@ def read_tester(path: Path) -> dict:
     return doc
 
 
+# The longest a model request is taken to last (API clients give up well before): a longer
+# recorded duration is cut to this, so that one bad record cannot stretch the simulated time.
+MAX_REQUEST_S = 3600.0
+
+
 class WarehouseSource:
     """Closed-loop threads from the warehouse's recorded requests (see the module docstring).
 
@@ -215,7 +220,8 @@ class WarehouseSource:
         t0 = None
         for session, thread, ts_us, dur_ms, prompt, out in rows:
             end = ts_us / 1e6
-            start = end - (dur_ms or 0.0) / 1e3
+            # a recorded duration longer than any API call can last is not trusted to move the start
+            start = end - min((dur_ms or 0.0) / 1e3, MAX_REQUEST_S)
             t0 = start if t0 is None else min(t0, start)
             threads.setdefault((session, thread), []).append((start, end, int(prompt), int(out)))
         order = {sid: k for k, sid in enumerate(dict.fromkeys(s for s, _ in threads))}  # by first appearance
