@@ -104,6 +104,23 @@ def test_json_counts_and_keeps_compact_body():
     assert b.payload == body
 
 
+def test_a_duplicated_signal_key_stores_what_was_counted():
+    """msgspec keeps the last of two equal keys and DuckDB's reader the first: the line stored is
+    rebuilt from the value counted, so what was acknowledged is what ingest reads."""
+    from kvtrace.ingest.otlp_json import parse_lines
+
+    one = orjson.dumps(logs_request_json([api_request_json("req_a", (1, 2, 3, 4))]))[len(b'{"resourceLogs":') : -1]
+    two = orjson.dumps(logs_request_json([api_request_json(f"req_{i}", (1, 2, 3, 4)) for i in "bc"]))[
+        len(b'{"resourceLogs":') : -1
+    ]
+    for first, last, want in ((one, b"[]", []), (b"[]", one, ["req_a"]), (one, two, ["req_b", "req_c"])):
+        b = otlp.decode_json(LOGS, b'{"resourceLogs":%s,"resourceLogs":%s}' % (first, last))
+        assert b.records == len(want)
+        if want:
+            assert b.payload.count(b'"resourceLogs"') == 1
+            assert sorted(parse_lines(b.payload, "seg").requests.column("request_id").to_pylist()) == want
+
+
 def test_json_records_ingest_rejects_are_stored_for_ingest_to_judge():
     """The receiver keeps every record of a decodable request; the ingest of the segment rejects
     the one whose token count is not a count, naming it, and stores the others."""

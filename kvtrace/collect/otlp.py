@@ -254,7 +254,10 @@ def decode_json(signal: Signal, body: bytes) -> Batch:
             records += len(items)
     if records == 0:
         return Batch(signal, JSON_FRAME, b"", 0)
-    if any(getattr(req, k) is not None for k in _TOP_KEYS if k != signal.resource_key):
+    key = b'"%s"' % signal.resource_key.encode()
+    # Rebuilt from the signal's own key when the body carries another signal's key, or its own key
+    # more than once (msgspec keeps the last of duplicate keys, DuckDB's JSON reader the first).
+    if body.count(key) != 1 or any(getattr(req, k) is not None for k in _TOP_KEYS if k != signal.resource_key):
         own = msgspec.json.decode(body, type=dict[str, msgspec.Raw])[signal.resource_key]
         line = msgspec.json.format(b'{"%s":%s}' % (signal.resource_key.encode(), bytes(own)), indent=-1)
     elif b"\n" in body or b"\r" in body:
