@@ -349,7 +349,7 @@ def test_tidy_removes_half_done_conversions(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["seg-1.sealed", "seg-2.jsonl"]
 
 
-def test_a_frame_that_cannot_be_converted_is_kept_aside_and_the_segment_goes_on(tmp_path):
+def test_a_frame_that_cannot_be_converted_is_kept_aside_and_the_segment_goes_on(tmp_path, caplog):
     js = orjson.dumps(logs_request_json([api_request_json("req_z", (1, 1, 1, 1))]))
     (tmp_path / "seg-9.sealed").write_bytes(
         segments.encode_frame(otlp.JSON_FRAME, js)
@@ -360,6 +360,8 @@ def test_a_frame_that_cannot_be_converted_is_kept_aside_and_the_segment_goes_on(
     assert lines == 1 and ready.read_bytes() == js + b"\n"
     kept = list(segments.iter_frames((tmp_path / "failed" / "seg-9.frames").read_bytes()))
     assert [k for _, k, _ in kept] == [LOGS.frame_kind, ord("?")]
+    said = [r.getMessage() for r in caplog.records if "could not be converted" in r.getMessage()]
+    assert len(said) == 2 and all("seg-9.frames" in m for m in said)  # and it is said, once a frame
 
 
 def _two_ready_segments(spool: Path) -> None:

@@ -22,12 +22,15 @@ torn (every acknowledged frame was written and fsynced first), and recovery cuts
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 import zlib
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
+
+log = logging.getLogger("kvtrace.collect")
 
 MAGIC = b"KV"
 HEADER = struct.Struct(">2sBII")
@@ -135,8 +138,15 @@ def convert_sealed(sealed: Path) -> tuple[Path | None, int]:
                     line = protobuf_to_json_line(SIGNAL_BY_FRAME[kind], payload)
                 else:
                     raise ValueError(f"unknown frame kind {kind}")
-            except Exception:  # noqa: BLE001 - keep the frame aside; the rest of the segment goes on
+            except Exception as e:  # noqa: BLE001 - keep the frame aside; the rest of the segment goes on
                 _keep_failed_frame(sealed.parent, sid, kind, payload)
+                log.warning(
+                    "a frame of %s could not be converted (%s: %s); kept in %s",
+                    sealed.name,
+                    type(e).__name__,
+                    e,
+                    sealed.parent / FAILED_DIR / (sid + ".frames"),
+                )
                 continue
             if line:
                 out.write(line)
