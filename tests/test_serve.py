@@ -694,3 +694,17 @@ def test_a_forwarded_ingest_on_a_full_disk_is_one_line_error(small_tmpfs):
         assert status(db)["commands"] == 2
     finally:
         srv.stop()
+
+
+def test_a_command_from_a_deleted_working_folder_is_one_error_line(tmp_path):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+
+    def enter_and_delete():
+        os.chdir(gone)
+        os.rmdir(gone)
+
+    r = subprocess.run(
+        KV + ["report", "--db", "x.duckdb"], env=_env(), capture_output=True, timeout=60, preexec_fn=enter_and_delete
+    )
+    assert r.returncode == 1 and r.stderr.startswith(b"Error: ") and b"Traceback" not in r.stderr, r.stderr

@@ -44,8 +44,12 @@ def socket_path(db_real: str) -> str:
 
 
 def served(db: str | os.PathLike | None, env=None) -> tuple[str, str] | None:
-    """``(socket path, warehouse real path)`` when a server's socket is beside warehouse ``db``."""
-    db_real = resolve_db(db, env)
+    """``(socket path, warehouse real path)`` when a server's socket is beside warehouse ``db``
+    (None from a working folder that no longer exists: the command, run here, says so)."""
+    try:
+        db_real = resolve_db(db, env)
+    except FileNotFoundError:
+        return None
     sock = socket_path(db_real)
     return (sock, db_real) if os.path.exists(sock) else None
 
