@@ -45,7 +45,9 @@ class TierConfig:
         try:
             ts = load_tiers(self.tiers)
         except ConfigError as e:
-            raise ConfigError(f"{what} {self.name}: {e.args[0]}", hint=e.hint) from None
+            said = e.args[0]  # it may start with the file's name, which may be the configuration's
+            head = "" if said.startswith(f"{self.name}:") else f" {self.name}:"
+            raise ConfigError(f"{what}{head} {said}", hint=e.hint) from None
         chosen = ts.tiers if not self.use else []
         if self.use:
             by = {t.name.lower(): t for t in ts.tiers}
