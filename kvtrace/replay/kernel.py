@@ -148,15 +148,45 @@ def _runs_kernel(t, offsets, ids, n_ids, ttls, keep, live, peak, done):  # pragm
     return True, R, r_req, r_first, r_len, r_src, r_d
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _weight(wt, x):  # pragma: no cover - compiled
+    """Block ``x``'s weight: 1, or ``wt[x]`` in a weighted (sampled) walk."""
+    if wt is None:
+        return 1
+    return wt[x]
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _depth(above, unit, wt):  # pragma: no cover - compiled
+    """A block's stack depth: itself and what lies above it, in whole blocks (rounded up)."""
+    if wt is None:
+        return above + 1
+    return (above + 2 * unit - 1) // unit
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _in_blocks(x, unit, wt):  # pragma: no cover - compiled
+    """A weight sum in blocks: the count itself, or ``x / unit`` in a weighted walk."""
+    if wt is None:
+        return x
+    return x / unit
+
+
 @numba.njit(cache=True, nogil=True)
 def _blocks_kernel(
-    t, offsets, ids, n_ids, ttls, keep, live, peak, unique, o_req, o_first, o_d, o_age, done
+    t, offsets, ids, n_ids, wt, unit, fen_dtype, ttls, keep, live, peak, unique, o_req, o_first, o_d, o_age, done
 ):  # pragma: no cover - compiled
+    """``wt``: None, or each block's weight in ``1/unit`` of a block (a sample in which block
+    ``x`` stands for ``wt[x] / unit`` blocks of the full trace: depths, live counts, peaks and
+    unique counts are then weighted sums, a depth rounded up to whole blocks). Compiled apart for
+    each: the exact walk pays nothing for the weights. ``fen_dtype``: of the Fenwick tree over
+    touch positions, int32 counts for the exact walk (half the memory at 300 M blocks), int64
+    weight sums else."""
     n = len(offsets) - 1
     N = len(ids)
     last_pos = np.full(n_ids, -1, dtype=np.int64)
     last_req = np.full(n_ids, -1, dtype=np.int64)
-    fen = np.zeros(N + 1, dtype=np.int32)
+    fen = np.zeros(N + 1, dtype=fen_dtype)
     base = np.zeros(n + 1, dtype=np.int64)
     tmp_ids = np.empty(N, dtype=np.int64)
     tmp_pos = np.empty(N, dtype=np.int64)
@@ -180,6 +210,7 @@ def _blocks_kernel(
         amax = 0
         broken = False
         u = 0
+        uw = 0
         for j in range(m):
             x = ids[a + j]
             if last_req[x] == i:  # repeated within the request: same depth as before
@@ -197,7 +228,7 @@ def _blocks_kernel(
             else:
                 age = t[i] - t[last_req[x]]
             if not broken:
-                d = total - _fen_prefix(fen, p) + 1
+                d = _depth(total - _fen_prefix(fen, p), unit, wt)
                 if d > dmax:
                     dmax = d
                 if age > amax:
@@ -212,6 +243,7 @@ def _blocks_kernel(
             tmp_age[u] = age
             last_req[x] = i
             u += 1
+            uw += _weight(wt, x)
         for k in range(T):
             lim = t[i] - ttls[k]
             q = ptr[k]
@@ -220,24 +252,25 @@ def _blocks_kernel(
             ptr[k] = q
             before = total - _fen_prefix(fen, base[q] - 1)
             if keep[k] >= 0:
-                live[keep[k], i] = before
+                live[keep[k], i] = _in_blocks(before, unit, wt)
             hit = 0
             for v in range(u):
                 if tmp_pos[v] >= 0 and tmp_age[v] <= ttls[k]:
-                    hit += 1
-            if before + u - hit > peak[k, b]:
-                peak[k, b] = before + u - hit
+                    hit += _weight(wt, tmp_ids[v])
+            if before + uw - hit > peak[k, b]:
+                peak[k, b] = before + uw - hit
         for k in range(u):
             if tmp_pos[k] >= 0:
-                _fen_add(fen, tmp_pos[k], -1)
-                total -= 1
+                w = _weight(wt, tmp_ids[k])
+                _fen_add(fen, tmp_pos[k], -w)
+                total -= w
         for k in range(u):  # tail first: the head ends up most recent
             pos = P + u - 1 - k
             last_pos[tmp_ids[k]] = pos
-            _fen_add(fen, pos, 1)
-        total += u
+            _fen_add(fen, pos, _weight(wt, tmp_ids[k]))
+        total += uw
         P += u
-        unique[i] = u
+        unique[i] = _in_blocks(uw, unit, wt)
     return R
 
 
@@ -295,6 +328,9 @@ def run_blocks(t, offsets, ids, n_ids, ttls, keep, done) -> Distances:
         offsets,
         ids,
         n_ids,
+        None,
+        1,
+        np.int32,
         np.asarray(ttls, dtype=np.int64),
         rows,
         live,

@@ -57,7 +57,7 @@ from kvtrace.errors import ConfigError
 from kvtrace.replay.distances import NO_TTL, Distances, dense_ids, ts_us
 from kvtrace.replay.engine import ASSUMPTIONS, DEFAULT_TTLS, TIER_ASSUMPTIONS, ReplayResult, _ttl_us, default_capacities
 from kvtrace.replay.grid import hit_grid
-from kvtrace.replay.kernel import _fen_add, _fen_prefix
+from kvtrace.replay.kernel import _blocks_kernel, _fen_add, _fen_prefix
 from kvtrace.replay.tiers import resolve
 from kvtrace.replay.traffic import band_hits, tier_traffic
 
@@ -163,99 +163,6 @@ def _stratum_sums(offsets, L, bs, ids, is_heavy):  # pragma: no cover - compiled
                 nb_l += 1
                 nt_l += tok
     return nb_h, nt_h, nb_l, nt_l, distinct
-
-
-@numba.njit(cache=True, nogil=True)
-def _weighted_kernel(
-    t, offsets, ids, n_ids, wt, unit, ttls, rows, live, peak, unique, o_req, o_first, o_d, o_age
-):  # pragma: no cover - compiled
-    """The block-by-block LRU walk of a sample in which block ``x`` stands for ``wt[x] / unit``
-    blocks of the full trace: depths, live counts and peaks are weighted sums, in whole blocks
-    (a depth rounds up). Otherwise ``kernel._blocks_kernel``: running maxima of depth and age
-    along a request, tail first, the head most recent."""
-    n = len(offsets) - 1
-    N = len(ids)
-    last_pos = np.full(n_ids, -1, dtype=np.int64)
-    last_req = np.full(n_ids, -1, dtype=np.int64)
-    fen = np.zeros(N + 1, dtype=np.int64)
-    base = np.zeros(n + 1, dtype=np.int64)
-    tmp_ids = np.empty(N, dtype=np.int64)
-    tmp_pos = np.empty(N, dtype=np.int64)
-    tmp_age = np.empty(N, dtype=np.int64)
-    T = len(ttls)
-    ptr = np.zeros(T, dtype=np.int64)
-    total = 0
-    P = 0
-    R = 0
-    for i in range(n):
-        a = offsets[i]
-        m = offsets[i + 1] - a
-        base[i] = P
-        dmax = 0
-        amax = 0
-        broken = False
-        u = 0
-        uw = 0
-        for j in range(m):
-            x = ids[a + j]
-            if last_req[x] == i:  # repeated within the request: same depth as before
-                if not broken:
-                    o_req[R] = i
-                    o_first[R] = j
-                    o_d[R] = dmax
-                    o_age[R] = amax
-                    R += 1
-                continue
-            p = last_pos[x]
-            age = -1
-            if p < 0:
-                broken = True
-            else:
-                age = t[i] - t[last_req[x]]
-            if not broken:
-                d = (total - _fen_prefix(fen, p) + 2 * unit - 1) // unit  # itself + the weight above it
-                if d > dmax:
-                    dmax = d
-                if age > amax:
-                    amax = age
-                o_req[R] = i
-                o_first[R] = j
-                o_d[R] = dmax
-                o_age[R] = amax
-                R += 1
-            tmp_ids[u] = x
-            tmp_pos[u] = p
-            tmp_age[u] = age
-            last_req[x] = i
-            u += 1
-            uw += wt[x]
-        for k in range(T):
-            lim = t[i] - ttls[k]
-            q = ptr[k]
-            while q < i and t[q] < lim:
-                q += 1
-            ptr[k] = q
-            before = total - _fen_prefix(fen, base[q] - 1)
-            if rows[k] >= 0:
-                live[rows[k], i] = before / unit
-            hit = 0
-            for v in range(u):
-                if tmp_pos[v] >= 0 and tmp_age[v] <= ttls[k]:
-                    hit += wt[tmp_ids[v]]
-            if before + uw - hit > peak[k]:
-                peak[k] = before + uw - hit
-        for k in range(u):
-            if tmp_pos[k] >= 0:
-                _fen_add(fen, tmp_pos[k], -wt[tmp_ids[k]])
-                total -= wt[tmp_ids[k]]
-        for k in range(u):  # tail first: the head ends up most recent
-            pos = P + u - 1 - k
-            last_pos[tmp_ids[k]] = pos
-            _fen_add(fen, pos, wt[tmp_ids[k]])
-        total += uw
-        P += u
-        unique[i] = uw / unit
-    return R
 
 
 @numba.njit(cache=True, nogil=True)
@@ -580,10 +487,26 @@ def sampled_distances(
             o_heavy,
         )
     )
-    if R < 0:  # not prefix-closed: block by block
+    if R < 0:  # not prefix-closed: block by block, the exact walk with the weights
         live[:], peak[:], unique[:] = 0, 0, 0
-        R = _weighted_kernel(
-            t, st.offsets, ids, n_ids, wt, T, ttl_arr, rows, live, peak, unique, o_req, o_first, o_d, o_age
+        R = _blocks_kernel(
+            t,
+            st.offsets,
+            ids,
+            n_ids,
+            wt,
+            T,
+            np.int64,
+            ttl_arr,
+            rows,
+            live,
+            peak[:, None],
+            unique,
+            o_req,
+            o_first,
+            o_d,
+            o_age,
+            np.zeros(2, dtype=np.int64),
         )
         o_len[:R] = 1
         o_heavy[:R] = is_heavy[ids[st.offsets[o_req[:R]] + o_first[:R]]]
