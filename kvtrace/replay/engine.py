@@ -222,6 +222,32 @@ class _Steps:
         return lambda fraction: self.at(step, fraction)
 
 
+def grid_rows(caps_tok, ttl_list, finite, ttl_sorted, bs: int, bpb, cell) -> list[dict]:
+    """The grid's rows, TTL by TTL and capacity by capacity as asked. ``cell(k, j)`` gives
+    ``(hit_ratio_tokens, hit_ratio_blocks, hit_tokens, hit_blocks)`` of capacity ``finite[k]``
+    (``k == len(finite)``: unlimited) and TTL ``ttl_sorted[j]``."""
+    grid = []
+    for ttl in ttl_list:
+        j = ttl_sorted.index(_ttl_us(ttl))
+        for c in caps_tok:
+            k = len(finite) if c is None else finite.index(int(c) // bs)
+            blocks = None if c is None else int(c) // bs
+            ratio_t, ratio_b, hit_t, hit_b = cell(k, j)
+            grid.append(
+                {
+                    "capacity_tokens": None if c is None else int(c),
+                    "capacity_blocks": blocks,
+                    "capacity_bytes": None if c is None or bpb is None else blocks * bpb,
+                    "ttl_s": None if ttl is None or math.isinf(ttl) else float(ttl),
+                    "hit_ratio_tokens": ratio_t,
+                    "hit_ratio_blocks": ratio_b,
+                    "hit_tokens": hit_t,
+                    "hit_blocks": hit_b,
+                }
+            )
+    return grid
+
+
 def replay(
     trace: BlockTrace,
     capacities: list[int | None] | None = None,
@@ -280,24 +306,15 @@ def replay(
     )
     total_b, total_t = max(trace.n_blocks, 1), max(int(trace.input_length.sum()), 1)
     bpb = model.bytes_per_block(bs) if model is not None else None
-    grid = []
-    for ttl in ttl_list:
-        j = ttl_sorted.index(_ttl_us(ttl))
-        for c in caps_tok:
-            k = len(finite) if c is None else finite.index(int(c) // bs)
-            blocks = None if c is None else int(c) // bs
-            grid.append(
-                {
-                    "capacity_tokens": None if c is None else int(c),
-                    "capacity_blocks": blocks,
-                    "capacity_bytes": None if c is None or bpb is None else blocks * bpb,
-                    "ttl_s": None if ttl is None or math.isinf(ttl) else float(ttl),
-                    "hit_ratio_tokens": int(ht[k, j]) / total_t,
-                    "hit_ratio_blocks": int(hb[k, j]) / total_b,
-                    "hit_tokens": int(ht[k, j]),
-                    "hit_blocks": int(hb[k, j]),
-                }
-            )
+    grid = grid_rows(
+        caps_tok,
+        ttl_list,
+        finite,
+        ttl_sorted,
+        bs,
+        bpb,
+        lambda k, j: (int(ht[k, j]) / total_t, int(hb[k, j]) / total_b, int(ht[k, j]), int(hb[k, j])),
+    )
     working = []
     for ttl in ttl_list:
         tau = _ttl_us(ttl)

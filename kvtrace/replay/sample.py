@@ -55,7 +55,15 @@ from kvtrace.analyze.blocktrace import BlockTrace
 from kvtrace.analyze.working_set import sizing_warnings
 from kvtrace.errors import ConfigError
 from kvtrace.replay.distances import NO_TTL, Distances, dense_ids, ts_us
-from kvtrace.replay.engine import ASSUMPTIONS, DEFAULT_TTLS, TIER_ASSUMPTIONS, ReplayResult, _ttl_us, default_capacities
+from kvtrace.replay.engine import (
+    ASSUMPTIONS,
+    DEFAULT_TTLS,
+    TIER_ASSUMPTIONS,
+    ReplayResult,
+    _ttl_us,
+    default_capacities,
+    grid_rows,
+)
 from kvtrace.replay.grid import hit_grid
 from kvtrace.replay.kernel import _blocks_kernel, _fen_add, _fen_prefix
 from kvtrace.replay.tiers import resolve
@@ -639,24 +647,20 @@ def sampled_replay(
         )
     clock = {"sample_s": time.perf_counter() - t0}
     bpb = model.bytes_per_block(bs) if model is not None else None
-    grid = []
-    for ttl in ttl_list:
-        j = ttl_sorted.index(_ttl_us(ttl))
-        for c in caps_tok:
-            r = len(finite) if c is None else finite.index(int(c) // bs)
-            blocks = None if c is None else int(c) // bs
-            grid.append(
-                {
-                    "capacity_tokens": None if c is None else int(c),
-                    "capacity_blocks": blocks,
-                    "capacity_bytes": None if c is None or bpb is None else blocks * bpb,
-                    "ttl_s": None if ttl is None or math.isinf(ttl) else float(ttl),
-                    "hit_ratio_tokens": float(grid_t[r, j]),
-                    "hit_ratio_blocks": float(grid_b[r, j]),
-                    "hit_tokens": int(round(grid_t[r, j] * total_t)),
-                    "hit_blocks": int(round(grid_b[r, j] * total_b)),
-                }
-            )
+    grid = grid_rows(
+        caps_tok,
+        ttl_list,
+        finite,
+        ttl_sorted,
+        bs,
+        bpb,
+        lambda r, j: (
+            float(grid_t[r, j]),
+            float(grid_b[r, j]),
+            int(round(grid_t[r, j] * total_t)),
+            int(round(grid_b[r, j] * total_b)),
+        ),
+    )
     working = []
     for ttl in ttl_list:
         peak = sd.peak_after[_ttl_us(ttl)]
