@@ -460,9 +460,9 @@ def test_only_a_segment_ingest_cannot_read_is_set_aside_readable_by_kvtrace_inge
     spool.mkdir()
     _two_ready_segments(spool)
     seg1 = spool / "seg-1.jsonl"
-    assert not worker.permanent(seg1, OSError(28, "No space left on device"))
+    assert not worker.permanent(OSError(28, "No space left on device"))
     error = BadTraceInput(str(seg1), 3, "not a token count", field="input_tokens")
-    assert worker.permanent(seg1, error)
+    assert worker.permanent(error)
     outcomes = [worker.record_failure(spool, seg1, error) for _ in range(worker.PERMANENT_ATTEMPTS)]
     assert outcomes == ["retry"] * (worker.PERMANENT_ATTEMPTS - 1) + ["set_aside"]
     aside = spool / "failed" / "seg-1.jsonl"

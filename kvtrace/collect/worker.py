@@ -65,10 +65,9 @@ PERMANENT_ATTEMPTS = 3
 _retry: dict[str, tuple[int, float]] = {}  # segment path -> (failures so far, monotonic time of the next try)
 
 
-def permanent(path: Path, error: BaseException) -> bool:
+def permanent(error: BaseException) -> bool:
     """Whether a failure is about the segment's own content, so that no retry can change it: ingest
     named a line of the segment."""
-
     return isinstance(error, (BadTraceInput, UnknownFormat))
 
 
@@ -84,7 +83,7 @@ def record_failure(root: Path, path: Path, error: BaseException, *, may_set_asid
     backoff) or ``"set_aside"`` (moved to ``failed/`` with its reason beside it)."""
     n = _retry.get(str(path), (0, 0.0))[0] + 1
     text = f"{type(error).__name__}: {error}"
-    if may_set_aside and permanent(path, error) and n >= PERMANENT_ATTEMPTS:
+    if may_set_aside and permanent(error) and n >= PERMANENT_ATTEMPTS:
         _retry.pop(str(path), None)
         failed = root / seg.FAILED_DIR
         failed.mkdir(mode=0o700, exist_ok=True)
