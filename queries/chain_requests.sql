@@ -2,8 +2,12 @@
 -- description: one row per model request with what prefix-chain derivation needs: thread, model,
 --   prompt split (read, write of any TTL, uncached input), output, and whether the client marked it
 --   as (or right after) a compaction. Between $since (inclusive) and $until (exclusive), UTC; NULL
---   bounds are open. Ordered by time, then request key, the order every reuse analysis uses.
+--   bounds are open. `gidx` numbers the rows in time, then request key order (the order every
+--   reuse analysis uses); rows come session by session (by session id, then gidx), so a reader can
+--   take them in partitions of whole sessions.
+SELECT * FROM (
 SELECT
+    row_number() OVER (ORDER BY u.ts, u.request_key) - 1 AS gidx,
     u.request_key,
     epoch_us(u.ts) AS ts_us,
     -- A session's organization from any of its rows (transcripts do not carry it, telemetry does).
@@ -29,4 +33,5 @@ FROM request_usage u
 LEFT JOIN requests r ON r.request_key = u.request_key
 WHERE ($since IS NULL OR u.ts >= CAST($since AS TIMESTAMP))
   AND ($until IS NULL OR u.ts < CAST($until AS TIMESTAMP))
-ORDER BY u.ts, u.request_key
+)
+ORDER BY session_id, gidx

@@ -42,14 +42,13 @@ def test_the_telemetry_reads_what_a_5_minute_cache_of_the_hashes_holds(conversat
 def test_the_fixtures_hold_the_three_patterns(conversations):
     """Deep rewrites and shrinks the reads reveal, and subagents sharing a thread id with others."""
     tr = derived_trace(conversations, ChainParams(head_tokens=0))
-    f = tr.meta["requests"]
-    read, cached = f["read_tokens"].to_numpy(), tr.meta["cached"]
+    read, cached = tr.meta["columns"]["read_tokens"], tr.meta["cached"]
     prompt, prev, shared = tr.input_length, tr.meta["chain_prev"], tr.meta["shared"]
     p = np.where(prev >= 0, prev, 0)
     linked = prev >= 0
     rewrite = linked & (shared < cached[p]) & (prompt >= cached[p]) & (read > 0)
     shrink = linked & (prompt < cached[p]) & (read > 0)
-    threads = f["thread_id"].to_numpy()
+    threads = np.array([name.rsplit("/", 1)[-1] for name in tr.meta["thread_names"]])[tr.meta["thread"]]
     across = linked & (threads != threads[p])
     assert rewrite.sum() >= 2 and shrink.sum() >= 2 and across.sum() >= 2
 

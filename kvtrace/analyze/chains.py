@@ -53,9 +53,6 @@ from kvtrace.analyze.access import AccessRuns, run_tokens
 from kvtrace.analyze.blocktrace import BlockTrace
 from kvtrace.errors import ConfigError
 
-# Re-exported: the report and the CLI load traces through this module.
-from kvtrace.analyze.load import load_block_trace  # noqa: F401,E402
-
 
 def _p(default, help: str):
     return field(default=default, metadata={"help": help})
@@ -148,9 +145,9 @@ class ChainParams:
             raise ConfigError("head tokens must be >= 0", hint="0 disables the shared head")
 
 
-def _codes(df, cols: list[str], labels: bool = False):
+def _codes(df, cols: list[str], labels: bool = False, sep: str = "/"):
     """Dense integer codes of the value combinations of ``cols``; with ``labels`` also each
-    combination as ``a/b/c`` text, indexed by code.
+    combination as text (``a/b/c``, or joined by ``sep``), indexed by code.
 
     Combinations are told apart by a 64-bit hash (4x faster than ranking joined strings at
     10 M rows; two of 10 M distinct keys collide with odds of about 1 in 300,000).
@@ -164,7 +161,7 @@ def _codes(df, cols: list[str], labels: bool = False):
         return codes
     names = (
         df[first]
-        .select(pl.concat_str([pl.col(c).cast(pl.Utf8).fill_null("") for c in cols], separator="/"))
+        .select(pl.concat_str([pl.col(c).cast(pl.Utf8).fill_null("") for c in cols], separator=sep))
         .to_series()
         .to_list()
     )
@@ -218,81 +215,191 @@ def derive_chains(frame, params: ChainParams | None = None, materialize: bool = 
     """A block trace from per-request token counts.
 
     Args:
-        frame: Polars frame with the columns of ``queries/chain_requests.sql``. Requests are
-            taken in time order, then request key (the query's order; a frame in any other
-            order is sorted so, and the result is the same).
+        frame: Polars frame with the columns of ``queries/chain_requests.sql`` (its ``gidx``
+            may be absent). Requests are taken in time order, then request key (a frame in any
+            other order is sorted so, and the result is the same).
         params: the assumptions (see :class:`ChainParams`).
         materialize: write the block ids (needed by export and replay). Without them the trace
             still answers every reuse, TTL and working-set question, from its access runs.
 
     Returns:
+        A :class:`BlockTrace` (name ``derived``); see :func:`derive_partitioned`.
+    """
+    if frame.height > 1 and not _in_order(frame):
+        frame = frame.sort(["ts_us", "request_key"], maintain_order=True)
+    if "gidx" in frame.columns:
+        frame = frame.drop("gidx")
+    return derive_partitioned([frame.with_row_index("gidx")], frame.height, params, materialize)
+
+
+# Per-request numbers the derivation and the analyses after it read; strings stay in a partition.
+_NUMBERS = (
+    "ts_us",
+    "read_tokens",
+    "write_tokens",
+    "write_5m_tokens",
+    "write_1h_tokens",
+    "input_tokens",
+    "output_tokens",
+)
+
+
+def derive_partitioned(parts, n: int, params: ChainParams | None = None, materialize: bool = True) -> BlockTrace:
+    """A block trace from per-request token counts that arrive in partitions of whole sessions.
+
+    Chains never cross a session, so each partition is linked on its own and only numbers are
+    kept from it; what spans sessions (the shared heads, the head blocks' previous and next
+    holders) is found on the whole afterwards. Any split of the sessions gives the same trace.
+
+    Args:
+        parts: Polars frames with the columns of ``queries/chain_requests.sql``, including
+            ``gidx``: each row's position in the time order (then request key) of all rows,
+            ``0..n-1``. Every session lies in one frame.
+        n: the number of rows of all frames.
+        params: the assumptions (see :class:`ChainParams`).
+        materialize: write the block ids (see :func:`derive_chains`).
+
+    Returns:
         A :class:`BlockTrace` (name ``derived``) whose ``meta`` also holds the per-request
-        ``requests`` frame, ``chain`` ids, ``thread`` codes, ``cached`` (read + write), ``head``
-        tokens, ``chain_prev`` (the request a chain continues from, -1 at a start) and
-        ``shared`` (the tokens it shares with that request).
+        ``columns`` (the token counts of ``queries/chain_requests.sql`` and ``model``, a code
+        into ``model_names``), ``chain`` ids, ``thread`` codes (into ``thread_names``),
+        ``cached`` (read + write), ``head`` tokens, ``chain_prev`` (the request a chain
+        continues from, -1 at a start) and ``shared`` (the tokens it shares with that request).
     """
     p = params or ChainParams()
-    B = p.block_size
+    models, hgroups, names = _Labels(), _Labels(), {}
+    whole: dict[str, np.ndarray] = {}
+    seen = 0
+    for part in parts:
+        if not part.height:
+            continue
+        got = _link_part(part.sort("gidx"), p, models, hgroups, names)
+        at = got.pop("gidx")
+        for k, v in got.items():
+            if k not in whole:
+                whole[k] = np.zeros(n, dtype=v.dtype)
+            whole[k][at] = v
+        seen += len(at)
+    if seen != n:
+        raise ValueError(f"the partitions hold {seen} rows, not {n}")
+    if not n:
+        whole = {k: np.zeros(0, np.int64) for k in (*_NUMBERS, "pred", "depth", "model", "hgroup", "thread", "session")}
+        whole["compact_req"] = whole["compaction"] = np.zeros(0, bool)
+    remap, model_names = models.canonical()
+    whole["model"] = remap[whole["model"]] if n else whole["model"]
+    remap, _ = hgroups.canonical()
+    hgroup = remap[whole.pop("hgroup")] if n else whole.pop("hgroup")
+    # Sessions and threads numbered in the order they first appear.
+    session = np.unique(whole.pop("session"), return_inverse=True)[1].astype(np.int64).ravel()
+    firsts, thread = np.unique(whole.pop("thread"), return_inverse=True)
+    thread = thread.astype(np.int64).ravel()
+    thread_names = [names[int(f)] for f in firsts]
+    return _finish(whole, hgroup, session, thread, thread_names, model_names, p, materialize)
+
+
+class _Labels:
+    """Codes of labels that span partitions (models, head groups): numbered as first seen, then
+    renumbered in label order by :meth:`canonical`, so no code depends on how rows were split."""
+
+    def __init__(self) -> None:
+        self.index: dict[str, int] = {}
+
+    def codes(self, labels: list[str]) -> np.ndarray:
+        return np.array([self.index.setdefault(s, len(self.index)) for s in labels], dtype=np.int64)
+
+    def canonical(self) -> tuple[np.ndarray, list[str]]:
+        """``(new code of each old code, labels in new code order)``."""
+        labels = sorted(self.index)
+        remap = np.empty(len(labels), dtype=np.int64)
+        remap[[self.index[s] for s in labels]] = np.arange(len(labels))
+        return remap, labels
+
+
+def _firsts(code: np.ndarray, gidx: np.ndarray) -> np.ndarray:
+    """Per group code, the global position of its first row."""
+    first = np.full(int(code.max()) + 1, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, code, gidx)
+    return first
+
+
+def _link_part(frame, p: ChainParams, models: _Labels, hgroups: _Labels, names: dict[int, str]) -> dict:
+    """One partition of whole sessions (sorted by ``gidx``) reduced to numbers: its chain links,
+    found session by session (see ``_kernels.link_chains``), and what the rest of the derivation
+    reads. Threads and sessions are named by their first row's ``gidx`` (a thread's text label
+    goes into ``names``), models and head groups by codes of ``models`` and ``hgroups``."""
+    from kvtrace.analyze._kernels import link_chains
+
     n = frame.height
-    if n > 1 and not _in_order(frame):
-        frame = frame.sort(["ts_us", "request_key"], maintain_order=True)
-    col = lambda c: frame.get_column(c).to_numpy().astype(np.int64)  # noqa: E731
-    ts_us = col("ts_us") if n else np.zeros(0, np.int64)
-    read, write, inp = (col(c) if n else np.zeros(0, np.int64) for c in ("read_tokens", "write_tokens", "input_tokens"))
-    out_len = col("output_tokens") if n else np.zeros(0, np.int64)
-    prompt, cached = read + write + inp, read + write
-    compact_req = frame.get_column("is_compact_request").to_numpy().astype(bool) if n else np.zeros(0, bool)
-    marker = frame.get_column("after_compaction").to_numpy().astype(bool) if n else np.zeros(0, bool)
+    gidx = frame.get_column("gidx").to_numpy().astype(np.int64)
+    out = {c: frame.get_column(c).to_numpy().astype(np.int64) for c in _NUMBERS}
+    out["gidx"] = gidx
+    read, cached = out["read_tokens"], out["read_tokens"] + out["write_tokens"]
+    prompt = cached + out["input_tokens"]
+    compact_req = frame.get_column("is_compact_request").to_numpy().astype(bool)
+    marker = frame.get_column("after_compaction").to_numpy().astype(bool)
 
     thread_cols = ["org_id", "session_id", "thread_id"]
-    thread, thread_names = _codes(frame, thread_cols, labels=True) if n else (np.zeros(0, np.int64), [])
-    session = _codes(frame, ["org_id", "session_id"]) if n else np.zeros(0, np.int64)
+    thread, thread_labels = _codes(frame, thread_cols, labels=True)
+    session = _codes(frame, ["org_id", "session_id"])
     lane = np.zeros(n, dtype=np.int64)
-    if p.auxiliary_own_chain and n:
+    if p.auxiliary_own_chain:
         aux = (frame.get_column("query_source").fill_null("") == "auxiliary").to_numpy()
         lane = (aux & ~compact_req).astype(np.int64)
     key_cols = thread_cols + (["model"] if p.chain_per_model else [])
-    key = _codes(_with(frame, _lane=lane), key_cols + ["_lane"]) if n else thread
-    model = _codes(frame, ["model"]) if n else thread
+    key = _codes(_with(frame, _lane=lane), key_cols + ["_lane"])
+    model, model_labels = _codes(frame, ["model"], labels=True)
 
-    # Chain predecessors: one compiled pass per session (see _kernels.link_chains).
+    # Chain predecessors: one compiled pass per session.
     order, _ = _prev_in_group(session)
     stop_after = compact_req if p.compaction_ends_chain else np.zeros(n, bool)
     force = marker if p.compaction_ends_chain else np.zeros(n, bool)
-    read_ttl = (
-        np.where(col("write_1h_tokens") > 0, 3600_000_000, p.cache_ttl_s * 1_000_000) if n else np.zeros(0, np.int64)
-    )
+    read_ttl = np.where(out["write_1h_tokens"] > 0, 3600_000_000, p.cache_ttl_s * 1_000_000).astype(np.int64)
     pred = np.full(n, -1, dtype=np.int64)
     depth = np.zeros(n, dtype=np.int64)
-    if n:
-        from kvtrace.analyze._kernels import link_chains
+    link_chains(
+        order,
+        session,
+        key,
+        int(key.max()) + 1,
+        model,
+        read,
+        cached,
+        prompt,
+        out["ts_us"],
+        read_ttl,
+        stop_after,
+        force,
+        max(1, p.link_window),
+        pred,
+        depth,
+    )
+    out["pred"] = np.where(pred >= 0, gidx[np.maximum(pred, 0)], -1)
+    out["depth"] = depth
+    out["compact_req"], out["compaction"] = compact_req, compact_req | marker
+    out["model"] = models.codes(model_labels)[model]
+    # Head groups: per (org, model[, thread kind]); a head is shared across sessions.
+    kind = (frame.get_column("thread_id").fill_null("main") != "main").cast(int).to_numpy()
+    hcols = ["org_id", "model"] + (["_kind"] if p.head_per_thread_kind else [])
+    hgroup, hlabels = _codes(_with(frame, _kind=kind), hcols, labels=True, sep="\x1f")
+    out["hgroup"] = hgroups.codes(hlabels)[hgroup]
+    first = _firsts(thread, gidx)
+    names.update(zip(first.tolist(), thread_labels))
+    out["thread"] = first[thread]
+    out["session"] = _firsts(session, gidx)[session]
+    return out
 
-        link_chains(
-            order,
-            session,
-            key,
-            int(key.max()) + 1,
-            model,
-            read,
-            cached,
-            prompt,
-            ts_us,
-            read_ttl.astype(np.int64),
-            stop_after,
-            force,
-            max(1, p.link_window),
-            pred,
-            depth,
-        )
+
+def _finish(w: dict, hgroup, session, thread, thread_names, model_names, p: ChainParams, materialize: bool):
+    """The derivation's steps over all requests (numbers only, in time order): shared heads,
+    chains, head links and the access runs."""
+    B = p.block_size
+    n = len(session)
+    ts_us, read, pred, depth = w["ts_us"], w["read_tokens"], w.pop("pred"), w.pop("depth")
+    cached = read + w["write_tokens"]
+    prompt = cached + w["input_tokens"]
     start = pred < 0
 
     # Shared heads, per (org, model[, thread kind]).
-    kind = (frame.get_column("thread_id").fill_null("main") != "main").cast(int).to_numpy() if n else thread
-    hcols = ["org_id", "model"]
-    if p.head_per_thread_kind and n:
-        hgroup = _codes(_with(frame, _kind=kind), hcols + ["_kind"])
-    else:
-        hgroup = _codes(frame, hcols) if n else thread
     heads = _detect_heads(hgroup, start, read, p)
     H = heads[hgroup] if n else np.zeros(0, np.int64)
     first_read = read[_chain_root(pred)]
@@ -302,7 +409,7 @@ def derive_chains(frame, params: ChainParams | None = None, materialize: bool = 
     pred = np.where((pred >= 0) & (has_head != has_head[pp]), -1, pred)
     depth = np.where(pred >= 0, depth, 0)
     root = _chain_root(pred)
-    chain = np.unique(root, return_inverse=True)[1].astype(np.int64) if n else root
+    chain = np.unique(root, return_inverse=True)[1].astype(np.int64).ravel() if n else root
     chain_prev = pred
 
     h = np.where(has_head, H // B, 0)
@@ -317,11 +424,15 @@ def derive_chains(frame, params: ChainParams | None = None, materialize: bool = 
     _, hprev = _prev_in_group(np.where(has_head, hgroup, -1 - np.arange(n)))
     hprev = np.where(has_head, hprev, -1)
     hnext = _next_of(hprev)
-    trace = BlockTrace(ts_us / 1e6, prompt, out_len, offsets, np.zeros(0, np.int64), B, session=session, name="derived")
+    trace = BlockTrace(
+        ts_us / 1e6, prompt, w["output_tokens"], offsets, np.zeros(0, np.int64), B, session=session, name="derived"
+    )
+    compaction, compact_req = w.pop("compaction"), w.pop("compact_req")
     trace.meta.update(
         {
             "_ts_us": ts_us,
-            "requests": frame,
+            "columns": w,
+            "model_names": model_names,
             "chain": chain,
             "thread": thread,
             "thread_names": thread_names,
@@ -330,7 +441,8 @@ def derive_chains(frame, params: ChainParams | None = None, materialize: bool = 
             "chain_prev": chain_prev,
             "shared": depth,
             "head_prev": hprev,
-            "compaction": compact_req | marker,
+            "compaction": compaction,
+            "compact_request": compact_req,
             "params": p,
             "materialized": False,
         }

@@ -14,10 +14,15 @@ import numpy as np
 import pyarrow as pa
 
 from kvtrace.analyze.blocktrace import BlockTrace
+from kvtrace.analyze.chains import ChainParams, derive_partitioned
 from kvtrace.errors import BadTraceInput, ConfigError
 from kvtrace.ingest import block_hash
 from kvtrace.ingest.formats import sniff
 from kvtrace.window import parse_instant
+
+# Requests per partition of the chain derivation: each partition's text columns and scratch
+# arrays take about 1 KB a request, so this bounds them near 250 MB.
+PARTITION_ROWS = 250_000
 
 
 def block_trace_from_table(t: pa.Table, name: str = "trace", block_size: int | None = None) -> BlockTrace:
@@ -154,6 +159,7 @@ def load_block_trace(
     until: datetime | str | None = None,
     params=None,
     materialize: bool = True,
+    partition_rows: int = PARTITION_ROWS,
 ) -> BlockTrace:
     """The warehouse's requests as one block trace.
 
@@ -164,6 +170,8 @@ def load_block_trace(
         params: :class:`kvtrace.analyze.chains.ChainParams` for derived chains.
         materialize: write the block ids of derived chains. Reuse, TTL and working-set analyses
             do not need them (they read the chains' access runs), export and replay do.
+        partition_rows: requests per partition of whole sessions read at a time for derived
+            chains (the result does not depend on it).
 
     Returns:
         The ingested block-hash traces if the warehouse has any, else prefix chains derived from
@@ -184,10 +192,40 @@ def load_block_trace(
         names = set(t.column("trace").unique().to_pylist()) if t.num_rows else set()
         name = trace or (next(iter(names)) if len(names) == 1 else "block_requests")
         return block_trace_from_table(t, name=name)
-    from kvtrace.analyze.chains import ChainParams, derive_chains
+    n, parts = chain_partitions(store, since, until, partition_rows)
+    return derive_partitioned(parts, n, params or ChainParams(), materialize=materialize)
 
-    frame = store.to_polars(_sql("chain_requests"), {"since": since, "until": until})
-    return derive_chains(frame, params or ChainParams(), materialize=materialize)
+
+def chain_partitions(store, since=None, until=None, rows: int = PARTITION_ROWS):
+    """The warehouse's requests for prefix chains (``queries/chain_requests.sql``) in partitions
+    of whole sessions, each of about ``rows`` rows (a longer session is one partition), so the
+    derivation never holds every request's text at once.
+
+    Returns:
+        ``(n, parts)``: the number of rows, and an iterator of Polars frames.
+    """
+    import polars as pl
+
+    sql, args = _sql("chain_requests"), {"since": since, "until": until}
+    n = store.scalar(f"SELECT count(*) FROM ({sql})", args)
+
+    def parts():
+        carry = None
+        for batch in store.arrow_batches(sql, args, min(rows, 100_000)):
+            df = pl.from_arrow(batch)
+            carry = df if carry is None else pl.concat([carry, df])
+            if carry.height < rows:
+                continue
+            # Rows come session by session: cut before the last session, which may go on.
+            sess = carry.get_column("session_id")
+            cut = carry.height - int(sess.reverse().rle().struct.field("len")[0])
+            if cut > 0:
+                yield carry.slice(0, cut)
+                carry = carry.slice(cut)
+        if carry is not None and carry.height:
+            yield carry
+
+    return n, parts()
 
 
 def _sql(name: str) -> str:

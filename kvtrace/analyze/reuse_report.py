@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from kvtrace.analyze.chains import ChainParams
+from kvtrace.analyze.load import PARTITION_ROWS
 from kvtrace.analyze.reuse import ReuseParams
 from kvtrace.analyze.token_mix import no_data_text
 from kvtrace.analyze.working_set import sizing_warnings
@@ -32,6 +33,7 @@ class ReuseOptions:
     pricing: Path | None = None
     price_model: str | None = None  # price every request as this model (block-hash traces)
     series: bool = False  # working-set time series per TTL (charts)
+    partition_rows: int = PARTITION_ROWS  # requests read at a time for derived chains
 
 
 def reuse_report(store, opts: ReuseOptions | None = None) -> dict:
@@ -50,7 +52,13 @@ def reuse_report(store, opts: ReuseOptions | None = None) -> dict:
         if store is None:
             raise ConfigError("no warehouse and no trace file", hint="pass --db or a trace FILE")
         trace = load_block_trace(
-            store, trace=opts.trace, since=opts.since, until=opts.until, params=opts.chain, materialize=False
+            store,
+            trace=opts.trace,
+            since=opts.since,
+            until=opts.until,
+            params=opts.chain,
+            materialize=False,
+            partition_rows=opts.partition_rows,
         )
         source = str(store.path) if store.path else "memory"
     derived = "chain" in trace.meta

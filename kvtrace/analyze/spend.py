@@ -54,10 +54,7 @@ def spend_whatif(trace: BlockTrace, pricing: Pricing | None = None, model: str |
         cached = trace.input_length.copy()
     prompt, out = trace.input_length, trace.output_length
     if derived and model is None:
-        # Model names to codes without a Python object per request.
-        col = trace.meta["requests"].get_column("model").fill_null("")
-        uniq = col.unique().sort()
-        names, code = np.asarray(uniq.to_list(), dtype=object), uniq.search_sorted(col).to_numpy()
+        names, code = np.asarray(trace.meta["model_names"], dtype=object), trace.meta["columns"]["model"]
     else:
         names, code = np.asarray([model], dtype=object), np.zeros(n, dtype=np.int64)
     prices = [pricing.price(m) for m in names]
@@ -99,8 +96,7 @@ def spend_whatif(trace: BlockTrace, pricing: Pricing | None = None, model: str |
             }
         )
     if derived and model is None:
-        r = trace.meta["requests"]
-        col = lambda c: r.get_column(c).to_numpy().astype(np.int64)  # noqa: E731
+        col = trace.meta["columns"].__getitem__
         w5 = col("write_5m_tokens") + (col("write_tokens") - col("write_5m_tokens") - col("write_1h_tokens"))
         usd = (
             p_in

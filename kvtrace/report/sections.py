@@ -12,7 +12,7 @@ def _trace(store, win, ids: bool = False):
     # Derived chains skip writing block ids (8 bytes per block: tens of GB at 10 M requests)
     # unless a section needs them (the tier replay); reuse, TTL and spend read access runs.
     if "_trace" not in win:
-        from kvtrace.analyze.chains import load_block_trace
+        from kvtrace.analyze.load import load_block_trace
 
         win["_trace"] = load_block_trace(store, since=win["since"], until=win["until"], materialize=False)
     if ids:

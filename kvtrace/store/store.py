@@ -245,6 +245,11 @@ class Store:
         self._trace(sql, params)
         return self.con.sql(sql, params=params).to_arrow_table()
 
+    def arrow_batches(self, sql: str, params: Any = None, rows: int = 100_000):
+        """Run a query and stream its result as Arrow record batches of about ``rows`` rows."""
+        self._trace(sql, params)
+        return self.con.sql(sql, params=params).to_arrow_reader(rows)
+
     @contextmanager
     def transaction(self) -> Iterator[None]:
         """All or nothing: commit on success, roll back on any exception (Ctrl-C included)."""

@@ -1,0 +1,141 @@
+"""Prefix chains derived from partitions of whole sessions equal the chains of the whole:
+randomized request sets split every way (one session per partition, random groups, one
+partition), and the warehouse's own partitioned reader over the sample traces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from kvtrace.analyze.chains import ChainParams, derive_chains, derive_partitioned, materialize_ids
+from kvtrace.analyze.load import chain_partitions, load_block_trace
+from kvtrace.analyze.reuse_report import ReuseOptions, reuse_report
+from tests.chain_frames import frame
+
+META = ("chain", "thread", "cached", "head", "chain_prev", "shared", "head_prev", "compaction", "compact_request")
+RUNS = ("req", "first", "blocks", "tokens", "prev", "next", "dup")
+
+
+def random_rows(seed: int, sessions: int = 16) -> pl.DataFrame:
+    """Growing conversations of several orgs, models and threads: subagents, auxiliary calls,
+    compactions, 1 h writes, shared heads and reads that end or rewrite a prefix."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for s in range(sessions):
+        org = int(rng.integers(2))
+        t = float(rng.uniform(0, 3600))
+        cached = 0
+        head = (3000, 5000)[org] if rng.random() < 0.85 else int(rng.integers(0, 6000))
+        for _ in range(int(rng.integers(1, 14))):
+            t += float(rng.choice([0.0, rng.exponential(20), rng.exponential(900)]))
+            thread = "main" if rng.random() < 0.7 else f"agent-{rng.integers(2)}"
+            model = "opus" if rng.random() < 0.8 else "haiku"
+            grow = int(rng.integers(50, 4000))
+            kind = rng.random()
+            if cached == 0 or kind < 0.15:
+                read = head if rng.random() < 0.7 else 0
+            elif kind < 0.25:
+                read = int(rng.integers(0, cached))  # a rewrite or a shrink
+            else:
+                read = cached
+            write = max(grow, head - read if read < head else grow)
+            cached = read + write
+            rows.append(
+                dict(
+                    t=round(t, 3),
+                    read=read,
+                    write=write,
+                    write_1h=write if rng.random() < 0.1 else 0,
+                    org_id=f"org{org}",
+                    session_id=f"s{s:03d}",
+                    thread_id=thread,
+                    model=model,
+                    query_source="auxiliary" if rng.random() < 0.05 else "main",
+                    is_compact_request=bool(rng.random() < 0.03),
+                    after_compaction=bool(rng.random() < 0.02),
+                    output_tokens=int(rng.integers(1, 900)),
+                )
+            )
+    return frame(*rows)
+
+
+def splits(f: pl.DataFrame, rng: np.random.Generator):
+    """Partitions of whole sessions: one per session, random groups, and one for everything."""
+    f = f.with_row_index("gidx")
+    sessions = f.get_column("session_id").unique().sort().to_list()
+    yield [f.filter(pl.col("session_id") == s) for s in sessions]
+    for _ in range(3):
+        group = dict(zip(sessions, rng.integers(0, rng.integers(1, len(sessions) + 1), size=len(sessions))))
+        labels = f.get_column("session_id").replace_strict(group)
+        parts = [f.filter(labels == g) for g in sorted(set(group.values()))]
+        rng.shuffle(parts)
+        yield [p.sample(fraction=1.0, shuffle=True, seed=int(rng.integers(1 << 30))) for p in parts]
+    yield [f]
+
+
+def assert_same(a, b) -> None:
+    assert a.n_requests == b.n_requests
+    for x, y in ((a.ts, b.ts), (a.input_length, b.input_length), (a.output_length, b.output_length)):
+        np.testing.assert_array_equal(x, y)
+    np.testing.assert_array_equal(a.offsets, b.offsets)
+    np.testing.assert_array_equal(a.session, b.session)
+    for k in META:
+        np.testing.assert_array_equal(a.meta[k], b.meta[k], err_msg=k)
+    assert a.meta["thread_names"] == b.meta["thread_names"]
+    assert a.meta["model_names"] == b.meta["model_names"]
+    for k, v in a.meta["columns"].items():
+        np.testing.assert_array_equal(v, b.meta["columns"][k], err_msg=k)
+    for k in RUNS:
+        np.testing.assert_array_equal(getattr(a.meta["_runs"], k), getattr(b.meta["_runs"], k), err_msg=k)
+    np.testing.assert_array_equal(materialize_ids(a).hash_ids, materialize_ids(b).hash_ids)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_every_split_of_the_sessions_gives_the_same_chains(seed):
+    f = random_rows(seed)
+    params = ChainParams(block_size=64, head_min_chains=2)
+    whole = derive_chains(f, params, materialize=False)
+    assert whole.meta["head"].any()  # heads are exercised
+    for parts in splits(f, np.random.default_rng(seed)):
+        assert_same(derive_partitioned(parts, f.height, params, materialize=False), whole)
+
+
+def test_a_partition_may_not_lose_rows():
+    f = random_rows(0).with_row_index("gidx")
+    with pytest.raises(ValueError, match="hold"):
+        derive_partitioned([f.head(5)], f.height)
+
+
+@pytest.fixture(scope="module")
+def sample_store():
+    from kvtrace.ingest import ingest
+    from kvtrace.store import Store
+
+    root = Path(__file__).resolve().parents[1] / "sample_traces"
+    with Store(memory=True) as store:
+        ingest(store, [root])
+        yield store
+
+
+@pytest.mark.parametrize("rows", [1, 37, 1000, 10**9])
+def test_the_warehouse_reader_partitions_whole_sessions(sample_store, rows):
+    n, parts = chain_partitions(sample_store, rows=rows)
+    parts = list(parts)
+    sessions = [set(p.get_column("session_id").unique()) for p in parts]
+    assert sum(p.height for p in parts) == n > 1000
+    assert sum(len(s) for s in sessions) == len(set().union(*sessions))  # no session is split
+    if rows == 1:
+        assert all(len(s) == 1 for s in sessions)
+    whole = pl.concat(parts).sort("gidx")
+    assert_same(derive_partitioned(parts, n), derive_chains(whole.drop("gidx")))
+
+
+@pytest.mark.parametrize("rows", [1, 500])
+def test_reuse_report_does_not_depend_on_the_partition_size(sample_store, rows):
+    ttls = [60.0, 300.0, 3600.0, None]
+    want = reuse_report(sample_store, ReuseOptions(ttls=ttls, series=True))
+    assert load_block_trace(sample_store, partition_rows=rows).n_requests == want["trace"]["requests"]
+    assert reuse_report(sample_store, ReuseOptions(ttls=ttls, series=True, partition_rows=rows)) == want
