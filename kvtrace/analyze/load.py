@@ -23,6 +23,8 @@ from kvtrace.window import parse_instant
 # Requests per partition of the chain derivation: each partition's text columns and scratch
 # arrays take about 1 KB a request, so this bounds them near 250 MB.
 PARTITION_ROWS = 250_000
+# DuckDB's memory while it sorts the chain query's rows by session (beyond it, it spills to disk).
+CHAIN_QUERY_MEMORY = "1GB"
 
 
 def block_trace_from_table(t: pa.Table, name: str = "trace", block_size: int | None = None) -> BlockTrace:
@@ -207,21 +209,28 @@ def chain_partitions(store, since=None, until=None, rows: int = PARTITION_ROWS):
     import polars as pl
 
     sql, args = _sql("chain_requests"), {"since": since, "until": until}
-    n = store.scalar(f"SELECT count(*) FROM ({sql})", args)
+    # One row per request_usage row (request_key is the requests table's primary key).
+    n = store.scalar(
+        "SELECT count(*) FROM request_usage WHERE ($since IS NULL OR ts >= CAST($since AS TIMESTAMP)) "
+        "AND ($until IS NULL OR ts < CAST($until AS TIMESTAMP))",
+        args,
+    )
 
     def parts():
         carry = None
-        for batch in store.arrow_batches(sql, args, min(rows, 100_000)):
-            df = pl.from_arrow(batch)
-            carry = df if carry is None else pl.concat([carry, df])
-            if carry.height < rows:
-                continue
-            # Rows come session by session: cut before the last session, which may go on.
-            sess = carry.get_column("session_id")
-            cut = carry.height - int(sess.reverse().rle().struct.field("len")[0])
-            if cut > 0:
-                yield carry.slice(0, cut)
-                carry = carry.slice(cut)
+        # The query sorts every row by session: DuckDB spills that sort rather than hold it.
+        with store.memory_capped(CHAIN_QUERY_MEMORY):
+            for batch in store.arrow_batches(sql, args, min(rows, 100_000)):
+                df = pl.from_arrow(batch)
+                carry = df if carry is None else pl.concat([carry, df])
+                if carry.height < rows:
+                    continue
+                # Rows come session by session: cut before the last session, which may go on.
+                sess = carry.get_column("session_id")
+                cut = carry.height - int(sess.reverse().rle().struct.field("len")[0])
+                if cut > 0:
+                    yield carry.slice(0, cut)
+                    carry = carry.slice(cut)
         if carry is not None and carry.height:
             yield carry
 

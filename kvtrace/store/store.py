@@ -307,6 +307,20 @@ class Store:
         finally:
             self.con.execute("RESET preserve_insertion_order")
 
+    @contextmanager
+    def memory_capped(self, limit: str) -> Iterator[None]:
+        """Hold DuckDB's own memory to ``limit`` (such as ``1GB``) for the statements inside: a
+        large sort spills to DuckDB's temporary folder instead of growing the process (DuckDB's
+        default is 80% of the machine's memory, which leaves nothing for kvtrace's arrays)."""
+        self.con.execute(f"SET memory_limit = '{limit}'")
+        try:
+            yield
+        finally:
+            try:
+                self.con.execute("RESET memory_limit")
+            except duckdb.Error:
+                pass  # an invalidated database refuses it too: the error that ended the block says why
+
     def checkpoint_bulk(self) -> None:
         """Checkpoint after a bulk insert without merging its partial row groups.
 
