@@ -1,6 +1,7 @@
-"""Prefix chains derived from partitions of whole sessions equal the chains of the whole:
-randomized request sets split every way (one session per partition, random groups, one
-partition), and the warehouse's own partitioned reader over the sample traces."""
+"""Bounded-memory passes give the results of the whole: prefix chains derived from partitions of
+whole sessions (randomized request sets split every way: one session per partition, random
+groups, one partition; the warehouse's own partitioned reader over the sample traces), and the
+reuse, TTL and working-set passes over the runs in chunks of any size."""
 
 from __future__ import annotations
 
@@ -9,11 +10,17 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvtrace.analyze.chains import ChainParams, derive_chains, derive_partitioned, materialize_ids
 from kvtrace.analyze.load import chain_partitions, load_block_trace
+from kvtrace.analyze.reuse import reuse_profile
 from kvtrace.analyze.reuse_report import ReuseOptions, reuse_report
+from kvtrace.analyze.ttl import hit_ratios, ttl_section
+from kvtrace.analyze.working_set import working_set
 from tests.chain_frames import frame
+from tests.ttl_oracle import block_traces
 
 META = ("chain", "thread", "cached", "head", "chain_prev", "shared", "head_prev", "compaction", "compact_request")
 RUNS = ("req", "first", "blocks", "tokens", "prev", "next", "dup")
@@ -139,3 +146,25 @@ def test_reuse_report_does_not_depend_on_the_partition_size(sample_store, rows):
     want = reuse_report(sample_store, ReuseOptions(ttls=ttls, series=True))
     assert load_block_trace(sample_store, partition_rows=rows).n_requests == want["trace"]["requests"]
     assert reuse_report(sample_store, ReuseOptions(ttls=ttls, series=True, partition_rows=rows)) == want
+
+
+@settings(max_examples=60, deadline=None)
+@given(block_traces(), st.sampled_from([1, 2, 3, 7]))
+def test_no_chunking_of_the_passes_changes_a_result(trace, requests):
+    ttls = [0.0, 1.0, 5.0, 60.0, None]
+    whole = 1 << 30
+    for ttl in ttls:
+        a = working_set(trace, ttl, 1.0, series_points=7, requests=requests)
+        assert a == working_set(trace, ttl, 1.0, series_points=7, requests=whole)
+    assert hit_ratios(trace, ttls, requests=requests) == hit_ratios(trace, ttls, requests=whole)
+    assert ttl_section(trace, ttls, 2.0, True, requests=requests) == ttl_section(trace, ttls, 2.0, True, requests=whole)
+    assert reuse_profile(trace, requests=requests) == reuse_profile(trace, requests=whole)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_no_chunking_changes_a_derived_trace_result(seed):
+    trace = derive_chains(random_rows(seed, sessions=30), ChainParams(block_size=64), materialize=False)
+    for requests in (1, 5, 64):
+        assert reuse_profile(trace, requests=requests) == reuse_profile(trace)
+        for ttl in (60.0, 300.0, None):
+            assert working_set(trace, ttl, requests=requests) == working_set(trace, ttl)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from typer.testing import CliRunner
 
-from kvtrace.analyze.access import NEVER, times_for
+from kvtrace.analyze.access import NEVER, run_chunks
 from kvtrace.analyze.chains import ChainParams, derive_chains
 from kvtrace.analyze.reuse import ReuseParams, reuse_profile, thread_table
 from kvtrace.cli import app
@@ -20,10 +20,11 @@ from tests.ttl_oracle import block_traces
 @settings(max_examples=80, deadline=None)
 @given(block_traces())
 def test_reuse_times_are_never_negative_and_cdfs_rise(trace):
-    runs, rt = times_for(trace)
-    assert (rt.age >= 0).all() and (rt.eff_age >= rt.age).all()
-    # A first access has no reuse time; every other access has one.
-    assert ((rt.age == NEVER) == (runs.prev < 0)).all()
+    for c in run_chunks(trace, requests=3):
+        runs, rt = c.runs, c.times
+        assert (rt.age >= 0).all() and (rt.eff_age >= rt.age).all()
+        # A first access has no reuse time; every other access has one.
+        assert ((rt.age == NEVER) == (runs.prev < 0)).all()
     p = reuse_profile(trace)
     for key in ("reuse_time", "effective_reuse_time"):
         cdf = [c["share_tokens"] for c in p[key]["cdf"]]

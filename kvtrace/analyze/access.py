@@ -120,8 +120,44 @@ class RunTimes:
     next_gap: np.ndarray
 
 
-def run_times(trace: BlockTrace, runs: AccessRuns) -> RunTimes:
+# Requests per chunk of a pass over the runs in time order: the times of one chunk's runs are
+# all that a pass holds beside the trace.
+CHUNK_REQUESTS = 1 << 20
+
+
+@dataclass
+class RunChunk:
+    """The runs of the requests ``[lo, hi)`` (slices of the trace's runs) and their times."""
+
+    lo: int
+    hi: int
+    runs: AccessRuns
+    times: RunTimes
+
+
+def run_chunks(trace: BlockTrace, requests: int = CHUNK_REQUESTS):
+    """The trace's runs with their times, in time order, a chunk of about ``requests`` requests
+    at a time (requests of one time are never split across chunks). Every analysis that reads
+    run times takes them so; the result never depends on ``requests``."""
+    runs = access_runs(trace)
     t = ts_us(trace)
+    n = trace.n_requests
+    lo = 0
+    while lo < n:
+        hi = min(n, lo + max(1, requests))
+        if hi < n and t[hi] == t[hi - 1]:
+            hi = int(np.searchsorted(t, t[hi - 1], side="right"))
+        r0, r1 = np.searchsorted(runs.req, [lo, hi])
+        part = AccessRuns(*(getattr(runs, f)[r0:r1] for f in _RUN_FIELDS))
+        yield RunChunk(lo, hi, part, _times(t, part, n))
+        lo = hi
+
+
+_RUN_FIELDS = ("req", "first", "blocks", "tokens", "prev", "next", "dup")
+
+
+def _times(t: np.ndarray, runs: AccessRuns, n: int) -> RunTimes:
+    """Times of runs that hold whole requests (``t``: every request's time, µs)."""
     now = t[runs.req]
     has_prev = runs.prev >= 0
     age = np.full(len(runs), NEVER, dtype=np.int64)
@@ -129,7 +165,7 @@ def run_times(trace: BlockTrace, runs: AccessRuns) -> RunTimes:
     # Running minimum of the previous-access request index within each request, which is the
     # running maximum of the age (times are non-decreasing). Offsetting each request by
     # -req*(n+1) keeps earlier requests' values above every value of later ones.
-    n1 = trace.n_requests + 1
+    n1 = n + 1
     shifted = runs.prev - runs.req * n1
     oldest = np.minimum.accumulate(shifted) + runs.req * n1 if len(runs) else shifted
     eff = np.full(len(runs), NEVER, dtype=np.int64)
@@ -139,16 +175,6 @@ def run_times(trace: BlockTrace, runs: AccessRuns) -> RunTimes:
     gap = np.full(len(runs), NEVER, dtype=np.int64)
     gap[has_next] = t[runs.next[has_next]] - now[has_next]
     return RunTimes(age=age, eff_age=eff, next_gap=gap)
-
-
-def times_for(trace: BlockTrace) -> tuple[AccessRuns, RunTimes]:
-    """Runs and their times, computed once per trace."""
-    runs = access_runs(trace)
-    rt = trace.meta.get("_run_times")
-    if rt is None or len(rt.age) != len(runs):
-        rt = run_times(trace, runs)
-        trace.meta["_run_times"] = rt
-    return runs, rt
 
 
 def seconds_to_us(tau: float | None) -> int:

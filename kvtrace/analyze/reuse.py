@@ -20,8 +20,9 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from kvtrace.analyze.access import NEVER, times_for, ts_us
+from kvtrace.analyze.access import CHUNK_REQUESTS, NEVER, run_chunks, ts_us
 from kvtrace.analyze.blocktrace import BlockTrace
+from kvtrace.analyze.quantile import LogHistogram, smallest_reaching_each
 
 CDF_POINTS_S = (1, 5, 10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400, 172800, 604800)
 WITHIN = {"1m": 60, "5m": 300, "1h": 3600}
@@ -50,44 +51,71 @@ class ReuseParams:
         return {f.name: f.metadata["help"] for f in fields(cls)}
 
 
-def _distribution(
-    age_us: np.ndarray, tokens: np.ndarray, blocks: np.ndarray, p: ReuseParams, total_tokens: int
-) -> dict:
-    ok = age_us < NEVER
-    a, tw, bw = age_us[ok], tokens[ok].astype(np.float64), blocks[ok].astype(np.float64)
-    order = np.argsort(a, kind="stable")
-    a, tw, bw = a[order], tw[order], bw[order]
-    ct, cb = np.cumsum(tw), np.cumsum(bw)
-    T, Bt = (ct[-1] if len(ct) else 0.0), (cb[-1] if len(cb) else 0.0)
+class _Distribution:
+    """The distribution of one of the runs' times (``age`` or ``eff_age``), token- and
+    block-weighted, filled chunk by chunk (:meth:`add`), finished by :meth:`result`."""
 
-    def share(limit_s: float) -> tuple[float, float]:
-        k = int(np.searchsorted(a, int(round(limit_s * 1e6)), side="right"))
-        return (float(ct[k - 1] / T) if k and T else 0.0), (float(cb[k - 1] / Bt) if k and Bt else 0.0)
+    def __init__(self, which: str, p: ReuseParams) -> None:
+        self.which, self.p = which, p
+        self.limits_s = sorted({float(t) for t in p.cdf_points_s} | {float(v) for v in WITHIN.values()})
+        self.limits = np.array([int(round(t * 1e6)) for t in self.limits_s], dtype=np.int64)
+        self.at_t = np.zeros(len(self.limits) + 1, dtype=np.int64)
+        self.at_b = np.zeros(len(self.limits) + 1, dtype=np.int64)
+        self.hist = LogHistogram()
 
-    def quantile(q: float) -> float | None:
-        if not T:
-            return None
-        k = int(np.searchsorted(ct, q * T - 1e-9 * T, side="left"))
-        return float(a[min(k, len(a) - 1)]) / 1e6
+    def pairs(self, c) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        a = getattr(c.times, self.which)
+        ok = a < NEVER
+        return a[ok], c.runs.tokens[ok], c.runs.blocks[ok]
 
-    cdf = []
-    for t in p.cdf_points_s:
-        st, sb = share(t)
-        cdf.append({"t_s": float(t), "share_tokens": st, "share_blocks": sb})
-    return {
-        "reused_tokens": int(T),
-        "reused_blocks": int(Bt),
-        "share_of_prompt_tokens": float(T / total_tokens) if total_tokens else 0.0,
-        "cdf": cdf,
-        "within": {k: share(v)[0] for k, v in WITHIN.items()},
-        "within_blocks": {k: share(v)[1] for k, v in WITHIN.items()},
-        "quantiles_s": {f"p{int(q * 100)}": quantile(q) for q in (0.5, 0.9, 0.99)},
-        "ttl_for_share_s": {str(q): quantile(q) for q in CAPTURE},
-    }
+    def add(self, c) -> None:
+        a, tw, bw = self.pairs(c)
+        # the first limit at or above each age: the age is within that limit and every later one
+        k = np.searchsorted(self.limits, a, side="left")
+        self.at_t += np.bincount(k, weights=tw, minlength=len(self.at_t)).astype(np.int64)
+        self.at_b += np.bincount(k, weights=bw, minlength=len(self.at_b)).astype(np.int64)
+        self.hist.add(a, tw)
+
+    QS = sorted({0.5, 0.9, 0.99, *CAPTURE})
+
+    def targets(self) -> list[float]:
+        """The cumulative weights whose ages the quantiles are."""
+        T = float(self.at_t.sum())
+        return [q * T - 1e-9 * T for q in self.QS] if T else []
+
+    def result(self, found: list[int | None], total_tokens: int) -> dict:
+        """``found``: the smallest ages reaching :meth:`targets`, in µs."""
+        T, Bt = float(self.at_t.sum()), float(self.at_b.sum())
+        within_t, within_b = np.cumsum(self.at_t)[:-1], np.cumsum(self.at_b)[:-1]
+
+        def share(limit_s: float) -> tuple[float, float]:
+            k = self.limits_s.index(float(limit_s))
+            return (float(within_t[k] / T) if T else 0.0), (float(within_b[k] / Bt) if Bt else 0.0)
+
+        by_q = {q: (v / 1e6 if v is not None else None) for q, v in zip(self.QS, found)}
+        cdf = []
+        for t in self.p.cdf_points_s:
+            st, sb = share(t)
+            cdf.append({"t_s": float(t), "share_tokens": st, "share_blocks": sb})
+        return {
+            "reused_tokens": int(T),
+            "reused_blocks": int(Bt),
+            "share_of_prompt_tokens": float(T / total_tokens) if total_tokens else 0.0,
+            "cdf": cdf,
+            "within": {k: share(v)[0] for k, v in WITHIN.items()},
+            "within_blocks": {k: share(v)[1] for k, v in WITHIN.items()},
+            "quantiles_s": {f"p{int(q * 100)}": by_q.get(q) for q in (0.5, 0.9, 0.99)},
+            "ttl_for_share_s": {str(q): by_q.get(q) for q in CAPTURE},
+        }
 
 
-def reuse_profile(trace: BlockTrace, params: ReuseParams | None = None) -> dict:
+def reuse_profile(trace: BlockTrace, params: ReuseParams | None = None, requests: int = CHUNK_REQUESTS) -> dict:
     """The reuse profile of a block trace (a JSON-ready dict).
+
+    Args:
+        trace: the block trace.
+        params: the profile's parameters.
+        requests: requests per chunk of the passes over the runs (the result does not depend on it).
 
     Returns:
         ``trace`` (sizes and span), ``reuse_time`` and ``effective_reuse_time`` (each with
@@ -95,10 +123,23 @@ def reuse_profile(trace: BlockTrace, params: ReuseParams | None = None) -> dict:
         the TTL that captures 90/95/99% of the reuse), and ``threads`` (None without sessions).
     """
     p = params or ReuseParams()
-    runs, rt = times_for(trace)
     total = int(trace.input_length.sum())
     t = ts_us(trace)
-    first = ~runs.dup & (runs.prev < 0)
+    age, eff = _Distribution("age", p), _Distribution("eff_age", p)
+    unique, same, late = 0, True, False
+    for c in run_chunks(trace, requests):
+        runs = c.runs
+        unique += int(runs.blocks[~runs.dup & (runs.prev < 0)].sum())
+        age.add(c)
+        # In prefix-chained traces a request's ages rarely rise along its blocks.
+        if same and not np.array_equal(c.times.age, c.times.eff_age):
+            same, late = False, c.lo > 0
+        if not same:
+            eff.add(c)
+    if late:  # the effective ages first differed after the first chunk: read them whole again
+        eff = _Distribution("eff_age", p)
+        for c in run_chunks(trace, requests):
+            eff.add(c)
     info = {
         "name": trace.name,
         "derived": "chain" in trace.meta,
@@ -107,16 +148,17 @@ def reuse_profile(trace: BlockTrace, params: ReuseParams | None = None) -> dict:
         "block_size": trace.block_size,
         "prompt_tokens": total,
         "output_tokens": int(trace.output_length.sum()),
-        "unique_blocks": int(runs.blocks[first].sum()),
+        "unique_blocks": unique,
         "span_s": float(t[-1] - t[0]) / 1e6 if len(t) else 0.0,
     }
-    reuse = _distribution(rt.age, runs.tokens, runs.blocks, p, total)
-    # In prefix-chained traces a request's ages rarely rise along its blocks: skip the second sort.
-    same = np.array_equal(rt.age, rt.eff_age)
+    dists = [age] if same else [age, eff]
+    pieces = lambda: ([d.pairs(c)[:2] for d in dists] for c in run_chunks(trace, requests))  # noqa: E731
+    found = smallest_reaching_each(pieces, [d.targets() for d in dists], [d.hist for d in dists])
+    reuse = age.result(found[0], total)
     return {
         "trace": info,
         "reuse_time": reuse,
-        "effective_reuse_time": reuse if same else _distribution(rt.eff_age, runs.tokens, runs.blocks, p, total),
+        "effective_reuse_time": reuse if same else eff.result(found[1], total),
         "threads": thread_summary(trace, p),
     }
 

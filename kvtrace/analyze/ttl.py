@@ -17,8 +17,9 @@ import math
 
 import numpy as np
 
-from kvtrace.analyze.access import seconds_to_us, times_for
+from kvtrace.analyze.access import CHUNK_REQUESTS, run_chunks, seconds_to_us
 from kvtrace.analyze.blocktrace import BlockTrace
+from kvtrace.analyze.working_set import working_sets
 
 
 def _ttl_value(ttl: float | None) -> float | None:
@@ -27,16 +28,57 @@ def _ttl_value(ttl: float | None) -> float | None:
 
 def request_hits(trace: BlockTrace, ttl_s: float | None) -> tuple[np.ndarray, np.ndarray]:
     """Per request: hit blocks (the hit run) and hit tokens under one TTL."""
-    runs, rt = times_for(trace)
     tau = seconds_to_us(ttl_s)
-    hit = rt.eff_age <= tau
     n = trace.n_requests
-    blocks = np.bincount(runs.req, weights=runs.blocks * hit, minlength=n).astype(np.int64)
-    tokens = np.bincount(runs.req, weights=runs.tokens * hit, minlength=n).astype(np.int64)
+    blocks, tokens = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    for c in run_chunks(trace):
+        hit = c.times.eff_age <= tau
+        at = c.runs.req - c.lo
+        size = c.hi - c.lo
+        blocks[c.lo : c.hi] = np.bincount(at, weights=c.runs.blocks * hit, minlength=size)
+        tokens[c.lo : c.hi] = np.bincount(at, weights=c.runs.tokens * hit, minlength=size)
     return blocks, tokens
 
 
-def hit_ratios(trace: BlockTrace, ttls: list[float | None]) -> list[dict]:
+class _Hits:
+    """Hit tokens and blocks per TTL, summed chunk by chunk (:meth:`add`)."""
+
+    def __init__(self, ttls: list[float | None]) -> None:
+        self.ttls = list(ttls)
+        taus = np.array([seconds_to_us(t) for t in self.ttls], dtype=np.int64)
+        self.order = np.argsort(taus, kind="stable")
+        self.sorted = taus[self.order]
+        self.tok = np.zeros(len(taus) + 1, dtype=np.int64)
+        self.blk = np.zeros(len(taus) + 1, dtype=np.int64)
+
+    def add(self, c) -> None:
+        # the first TTL (shortest first) that covers each run: it hits there and at every longer one
+        k = np.searchsorted(self.sorted, c.times.eff_age, side="left")
+        self.tok += np.bincount(k, weights=c.runs.tokens, minlength=len(self.tok)).astype(np.int64)
+        self.blk += np.bincount(k, weights=c.runs.blocks, minlength=len(self.blk)).astype(np.int64)
+
+    def result(self, trace: BlockTrace) -> list[dict]:
+        total_tok = int(trace.input_length.sum())
+        total_blk = trace.n_blocks
+        cum_tok, cum_blk = np.cumsum(self.tok)[:-1], np.cumsum(self.blk)[:-1]
+        rank = np.empty(len(self.order), dtype=np.int64)
+        rank[self.order] = np.arange(len(self.order))
+        out = []
+        for j, ttl in enumerate(self.ttls):
+            ht, hb = int(cum_tok[rank[j]]), int(cum_blk[rank[j]])
+            out.append(
+                {
+                    "ttl_s": _ttl_value(ttl),
+                    "hit_tokens": ht,
+                    "hit_blocks": hb,
+                    "hit_ratio_tokens": ht / total_tok if total_tok else 0.0,
+                    "hit_ratio_blocks": hb / total_blk if total_blk else 0.0,
+                }
+            )
+        return out
+
+
+def hit_ratios(trace: BlockTrace, ttls: list[float | None], requests: int = CHUNK_REQUESTS) -> list[dict]:
     """Token- and block-weighted hit ratios for each TTL (None: no TTL).
 
     Returns:
@@ -44,42 +86,18 @@ def hit_ratios(trace: BlockTrace, ttls: list[float | None]) -> list[dict]:
         ``hit_blocks``, ``hit_ratio_tokens`` (of all prompt tokens) and ``hit_ratio_blocks``
         (of all block accesses).
     """
-    runs, rt = times_for(trace)
-    total_tok = int(trace.input_length.sum())
-    total_blk = trace.n_blocks
-    ttls = list(ttls)
-    if len(ttls) <= 16:
-        # A few TTLs: one pass over the runs each beats sorting them.
-        def counts(tau_us):
-            hit = rt.eff_age <= tau_us
-            return int(runs.tokens[hit].sum()), int(runs.blocks[hit].sum())
-    else:
-        order = np.argsort(rt.eff_age, kind="stable")
-        ages = rt.eff_age[order]
-        cum_tok = np.concatenate(([0], np.cumsum(runs.tokens[order])))
-        cum_blk = np.concatenate(([0], np.cumsum(runs.blocks[order])))
-
-        def counts(tau_us):
-            k = int(np.searchsorted(ages, tau_us, side="right"))
-            return int(cum_tok[k]), int(cum_blk[k])
-
-    out = []
-    for ttl in ttls:
-        ht, hb = counts(seconds_to_us(ttl))
-        out.append(
-            {
-                "ttl_s": _ttl_value(ttl),
-                "hit_tokens": ht,
-                "hit_blocks": hb,
-                "hit_ratio_tokens": ht / total_tok if total_tok else 0.0,
-                "hit_ratio_blocks": hb / total_blk if total_blk else 0.0,
-            }
-        )
-    return out
+    hits = _Hits(ttls)
+    for c in run_chunks(trace, requests):
+        hits.add(c)
+    return hits.result(trace)
 
 
 def ttl_section(
-    trace: BlockTrace, ttls: list[float | None], bytes_per_token: float | None = None, series: bool = False
+    trace: BlockTrace,
+    ttls: list[float | None],
+    bytes_per_token: float | None = None,
+    series: bool = False,
+    requests: int = CHUNK_REQUESTS,
 ) -> list[dict]:
     """The report's ``ttl`` list: per TTL the hit ratios and the working set it requires.
 
@@ -88,16 +106,16 @@ def ttl_section(
         ttls: idle TTLs in seconds (None or ``inf``: no TTL).
         bytes_per_token: KV bytes per token for ``peak_bytes`` (None leaves it null).
         series: also give each working set its downsampled time series (for charts).
+        requests: requests per chunk of the passes over the runs (the result does not depend on it).
 
     Returns:
         ``[{ttl_s, hit_ratio_tokens, hit_ratio_blocks,
         working_set: {mean_tokens, p99_tokens, peak_tokens, peak_bytes}}]``.
     """
-    from kvtrace.analyze.working_set import working_set
-
+    hits = _Hits(ttls)
+    sets = working_sets(trace, list(ttls), bytes_per_token, 240 if series else 0, requests, each_chunk=hits.add)
     out = []
-    for h in hit_ratios(trace, list(ttls)):
-        ws = working_set(trace, h["ttl_s"], bytes_per_token, series_points=240 if series else 0)
+    for h, ws in zip(hits.result(trace), sets):
         entry = {
             "ttl_s": h["ttl_s"],
             "hit_ratio_tokens": h["hit_ratio_tokens"],

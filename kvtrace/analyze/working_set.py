@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvtrace.analyze.access import NEVER, seconds_to_us, times_for, ts_us
+from kvtrace.analyze.access import CHUNK_REQUESTS, NEVER, run_chunks, seconds_to_us, ts_us
 from kvtrace.analyze.blocktrace import BlockTrace
+from kvtrace.analyze.quantile import LogHistogram, smallest_reaching_each
 from kvtrace.units import fmt_duration
 
 SERIES_POINTS = 240
@@ -40,8 +41,12 @@ def time_buckets(t: np.ndarray) -> np.ndarray:
 def peak_by_time(trace: BlockTrace, ttl_s: float | None) -> np.ndarray:
     """The working set's peak within each of ``TIME_BUCKETS`` equal spans of the trace's time."""
     out = np.zeros(TIME_BUCKETS, dtype=np.int64)
+    t = ts_us(trace)
     if trace.n_requests:
-        np.maximum.at(out, time_buckets(ts_us(trace)), held_after_requests(trace, ttl_s))
+        t0, t1 = int(t[0]), int(t[-1])
+        for c, [(held, _, _, _)] in _steps(trace, [seconds_to_us(ttl_s)]):
+            tc = t[c.lo : c.hi]
+            np.maximum.at(out, (tc - t0) * TIME_BUCKETS // (t1 - t0 + 1), held)
     return out
 
 
@@ -133,48 +138,117 @@ def sizing_warnings(
     return out
 
 
-def _events(trace: BlockTrace, tau_us: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Blocks that come in at each request, and that go out ``tau`` after each request."""
-    runs, rt = times_for(trace)
-    live = ~runs.dup
-    n = trace.n_requests
-    come = np.bincount(runs.req, weights=runs.blocks * (live & (rt.age > tau_us)), minlength=n)
-    go = np.bincount(runs.req, weights=runs.blocks * (live & (rt.next_gap > tau_us)), minlength=n)
-    return come.astype(np.int64), go.astype(np.int64), ts_us(trace)
+def _steps(trace: BlockTrace, taus: list[int], requests: int = CHUNK_REQUESTS):
+    """The working set under each idle TTL of ``taus`` (µs), chunk by chunk in time order.
+
+    Blocks come in at a request (those new to it, or older than the TTL) and go out a TTL
+    after their last access before a gap longer than the TTL (a block last touched at ``t_j``
+    is still held at ``t_j + tau``: an age equal to the TTL hits). Yields per chunk of runs
+    (:func:`~kvtrace.analyze.access.run_chunks`) and per TTL ``(held, times, level, dur)``: the
+    blocks held right after each of the chunk's requests, and the step function of the held
+    blocks over the span of the trace as distinct event times, the level after them and how
+    long it holds (to the next event time, or to the last request). An event time's duration
+    needs the next one, so the chunk's last event time is given with the next chunk's.
+    """
+    t = ts_us(trace)
+    t1 = int(t[-1]) if len(t) else 0
+    states = [_Departures(tau) for tau in taus]
+    for c in run_chunks(trace, requests):
+        yield c, [st.step(c, t, t1, trace.n_requests) for st in states]
+
+
+class _Departures:
+    """What one TTL's working set carries from chunk to chunk."""
+
+    def __init__(self, tau: int) -> None:
+        self.tau = tau
+        self.came = self.gone = 0  # blocks that came in, and went out, at the events already given
+        self.out_t = np.zeros(0, dtype=np.int64)  # pending departures (time, blocks), in time order
+        self.out_go = np.zeros(0, dtype=np.int64)
+        self.last: tuple[int, int] | None = None  # the previous chunk's last event time and level
+
+    def step(self, c, t: np.ndarray, t1: int, n: int):
+        tau = self.tau
+        live = ~c.runs.dup
+        at, size = c.runs.req - c.lo, c.hi - c.lo
+        come = np.bincount(at, weights=c.runs.blocks * (live & (c.times.age > tau)), minlength=size).astype(np.int64)
+        tc = t[c.lo : c.hi]
+        out_t, out_go = self.out_t, self.out_go
+        if tau < NEVER - 1:
+            go = np.bincount(at, weights=c.runs.blocks * (live & (c.times.next_gap > tau)), minlength=size)
+            go = go.astype(np.int64)
+            keep = go > 0
+            out_t = np.concatenate((out_t, (tc + tau)[keep]))
+            out_go = np.concatenate((out_go, go[keep]))
+        # held after request i: all that came so far, less what went out before its time
+        cum_go = np.concatenate(([0], np.cumsum(out_go)))
+        held = self.came + np.cumsum(come) - self.gone - cum_go[np.searchsorted(out_t, tc, side="left")]
+        # the events up to the chunk's last time: its arrivals, and the departures due by then
+        end = int(np.searchsorted(out_t, tc[-1], side="right"))
+        ot, od = out_t[:end], -out_go[:end]
+        times = np.empty(size + end, dtype=np.int64)
+        delta = np.empty(len(times), dtype=np.int64)
+        pos_in = np.arange(size) + np.searchsorted(ot, tc, side="left")
+        pos_out = np.arange(end) + np.searchsorted(tc, ot, side="right")
+        times[pos_in], delta[pos_in] = tc, come
+        times[pos_out], delta[pos_out] = ot, od
+        level = self.came - self.gone + np.cumsum(delta)
+        self.came, self.gone = self.came + int(come.sum()), self.gone + int(cum_go[end])
+        self.out_t, self.out_go = out_t[end:], out_go[end:]
+        # Collapse events at equal times: the level after the last one holds until the next time.
+        last_of_time = np.append(times[1:] != times[:-1], True)
+        times, level = times[last_of_time], level[last_of_time]
+        if self.last is not None:
+            times = np.concatenate(([self.last[0]], times))
+            level = np.concatenate(([self.last[1]], level))
+        dur = np.diff(np.append(times, t1)).astype(np.float64)
+        if c.hi < n:
+            self.last = (int(times[-1]), int(level[-1]))
+            times, level, dur = times[:-1], level[:-1], dur[:-1]
+        return held, times, level, dur
 
 
 def held_after_requests(trace: BlockTrace, ttl_s: float | None) -> np.ndarray:
     """Blocks held right after each request (the working set's value at its peaks)."""
-    tau = seconds_to_us(ttl_s)
-    return _held(tau, *_events(trace, tau))
-
-
-def _held(tau: int, come: np.ndarray, go: np.ndarray, t: np.ndarray) -> np.ndarray:
-    held = np.cumsum(come)
-    if tau < NEVER - 1:
-        # A block whose last access was at t_j is still held at t_j + tau (age == TTL hits),
-        # so it has left before request i only when t_j + tau < t_i.
-        gone = np.searchsorted(t + tau, t, side="left")
-        cum_go = np.concatenate(([0], np.cumsum(go)))
-        held = held - cum_go[gone]
-    return held
+    held = [h for _, [(h, _, _, _)] in _steps(trace, [seconds_to_us(ttl_s)])]
+    return np.concatenate(held) if held else np.zeros(0, dtype=np.int64)
 
 
 def working_set(
-    trace: BlockTrace, ttl_s: float | None, bytes_per_token: float | None = None, series_points: int = SERIES_POINTS
+    trace: BlockTrace,
+    ttl_s: float | None,
+    bytes_per_token: float | None = None,
+    series_points: int = SERIES_POINTS,
+    requests: int = CHUNK_REQUESTS,
 ) -> dict:
-    """The working set under one TTL, over the trace's span.
+    """The working set under one TTL, over the trace's span (see :func:`working_sets`)."""
+    return working_sets(trace, [ttl_s], bytes_per_token, series_points, requests)[0]
+
+
+def working_sets(
+    trace: BlockTrace,
+    ttls: list[float | None],
+    bytes_per_token: float | None = None,
+    series_points: int = SERIES_POINTS,
+    requests: int = CHUNK_REQUESTS,
+    each_chunk=None,
+) -> list[dict]:
+    """The working set under each TTL, over the trace's span, from two passes over the runs.
 
     Args:
         trace: the block trace.
-        ttl_s: idle TTL in seconds (None: no TTL, everything ever seen is held).
+        ttls: idle TTLs in seconds (None: no TTL, everything ever seen is held).
         bytes_per_token: KV bytes per token of the serving model (None: tokens only).
         series_points: number of time buckets of the downsampled series (0: no series).
+        requests: requests per chunk of the passes over the trace (the result does not
+            depend on it).
+        each_chunk: called with every chunk of runs of the first pass (another analysis that
+            reads the same runs in the same pass).
 
     Returns:
-        ``{mean_tokens, p99_tokens, peak_tokens, peak_at, mean_bytes, p99_bytes, peak_bytes,
-        series}``: mean and p99 are time-weighted over the span from the first to the last
-        request; the series holds per bucket the time-mean and the maximum, in tokens.
+        Per TTL ``{mean_tokens, p99_tokens, peak_tokens, peak_at, mean_bytes, p99_bytes,
+        peak_bytes, series}``: mean and p99 are time-weighted over the span from the first to the
+        last request; the series holds per bucket the time-mean and the maximum, in tokens.
     """
     B = trace.block_size
     n = trace.n_requests
@@ -189,89 +263,124 @@ def working_set(
         "series": None,
     }
     if n == 0:
-        return empty
-    tau = seconds_to_us(ttl_s)
-    come, go, t = _events(trace, tau)
-    held_i = _held(tau, come, go, t)
-    peak_i = int(np.argmax(held_i))
+        return [dict(empty) for _ in ttls]
+    taus = [seconds_to_us(ttl) for ttl in ttls]
+    t = ts_us(trace)
     t0, t1 = int(t[0]), int(t[-1])
-
-    # The step function over [t0, t1]: +come at t_i, -go at t_j + tau (two sorted lists, merged).
-    if tau < NEVER - 1:
-        keep = go > 0
-        out_t = (t + tau)[keep]
-        keep_in = out_t <= t1
-        out_t, out_d = out_t[keep_in], -go[keep][keep_in]
-        times = np.empty(n + len(out_t), dtype=np.int64)
-        delta = np.empty(len(times), dtype=np.int64)
-        pos_in = np.arange(n) + np.searchsorted(out_t, t, side="left")
-        pos_out = np.arange(len(out_t)) + np.searchsorted(t, out_t, side="right")
-        times[pos_in], delta[pos_in] = t, come
-        times[pos_out], delta[pos_out] = out_t, out_d
-    else:
-        times, delta = t, come
-    level = np.cumsum(delta)
-    # Collapse events at equal times: the level after the last one holds until the next time.
-    last_of_time = np.append(times[1:] != times[:-1], True)
-    times, level = times[last_of_time], level[last_of_time]
-    dur = np.diff(np.append(times, t1)).astype(np.float64)
+    steps = lambda: _steps(trace, taus, requests)  # noqa: E731
+    acc = [_Level(t0, t1, series_points) for _ in taus]
+    for c, per in steps():
+        if each_chunk is not None:
+            each_chunk(c)
+        for a, (held, times, level, dur) in zip(acc, per):
+            a.add(c.lo, held, times, level, dur)
     span = float(t1 - t0)
+    p99 = [float(a.peak) for a in acc]
     if span > 0:
-        mean_blocks = float(np.dot(level, dur) / span)
-        p99_blocks = _weighted_quantile(level, dur, 0.99)
-    else:
-        mean_blocks = p99_blocks = float(held_i.max())
-    out = {
-        "mean_tokens": mean_blocks * B,
-        "p99_tokens": int(round(p99_blocks)) * B,
-        "peak_tokens": int(held_i[peak_i]) * B,
-        "peak_at": _iso(t[peak_i]),
-    }
-    for key in ("mean", "p99", "peak"):
-        out[f"{key}_bytes"] = None if bytes_per_token is None else out[f"{key}_tokens"] * float(bytes_per_token)
-    out["series"] = _series(times, level, t0, t1, B, series_points) if series_points else None
+        pieces = lambda: ([(level, dur) for _, _, level, dur in per] for _, per in steps())  # noqa: E731
+        found = smallest_reaching_each(pieces, [[0.99 * span] for _ in acc], [a.hist for a in acc])
+        p99 = [float(f[0]) for f in found]
+    out = []
+    for k, a in enumerate(acc):
+        w = {
+            "mean_tokens": (a.area / span if span > 0 else float(a.peak)) * B,
+            "p99_tokens": int(round(p99[k])) * B,
+            "peak_tokens": a.peak * B,
+            "peak_at": _iso(t[a.peak_i]),
+        }
+        for key in ("mean", "p99", "peak"):
+            w[f"{key}_bytes"] = None if bytes_per_token is None else w[f"{key}_tokens"] * float(bytes_per_token)
+        if series_points and a.events < series_points:
+            # fewer event times than buckets: a bucket per event time
+            a.series = _Series(t0, t1, a.events)
+            for _, [(_, times, level, dur)] in _steps(trace, [taus[k]], requests):
+                a.series.add(times, level, dur)
+        w["series"] = a.series.result(B) if series_points else None
+        out.append(w)
     return out
 
 
-def _weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
-    """The smallest value whose cumulative weight reaches ``q`` of the total (values >= 0)."""
-    vmax = int(values.max()) if len(values) else 0
-    if vmax <= max(4 * len(values), 1 << 20):
-        # Held block counts are small integers: a weighted histogram instead of a sort.
-        cw = np.cumsum(np.bincount(values.astype(np.int64), weights=weights, minlength=vmax + 1))
-        if cw[-1] <= 0:
-            return float(vmax)
-        return float(np.searchsorted(cw, q * cw[-1], side="left"))
-    order = np.argsort(values, kind="stable")
-    cw = np.cumsum(weights[order])
-    if cw[-1] <= 0:
-        return float(values.max())
-    k = int(np.searchsorted(cw, q * cw[-1], side="left"))
-    return float(values[order][min(k, len(order) - 1)])
+class _Level:
+    """One TTL's working set over the first pass: its peak, its time integral (summed in event
+    order from the start, so no chunking changes a bit of it), its event count, the histogram
+    of its levels weighted by time, and its series."""
+
+    def __init__(self, t0: int, t1: int, series_points: int) -> None:
+        self.peak, self.peak_i, self.area, self.events = -1, 0, 0.0, 0
+        self.hist = LogHistogram()
+        self.series = _Series(t0, t1, series_points) if series_points else None
+
+    def add(self, lo: int, held, times, level, dur) -> None:
+        k = int(np.argmax(held))
+        if int(held[k]) > self.peak:
+            self.peak, self.peak_i = int(held[k]), lo + k
+        self.area = float(np.cumsum(np.concatenate(([self.area], level * dur)))[-1])
+        self.events += len(level)
+        self.hist.add(level, dur)
+        if self.series is not None:
+            self.series.add(times, level, dur)
 
 
-def _series(times: np.ndarray, level: np.ndarray, t0: int, t1: int, B: int, points: int) -> dict:
-    """Per bucket the time-mean and the maximum held tokens (peaks survive downsampling)."""
-    points = max(1, min(points, max(1, len(times))))
-    edges = np.linspace(t0, t1, points + 1) if t1 > t0 else np.array([t0, t0 + 1.0])
-    points = len(edges) - 1
-    # Integral of the step function at each event time, then at the bucket edges.
-    dur = np.diff(np.append(times, t1)).astype(np.float64)
-    integral = np.concatenate(([0.0], np.cumsum(level * dur)))
-    k = np.searchsorted(times, edges, side="right") - 1  # last event at or before edge
-    k = np.clip(k, 0, len(times) - 1)
-    at_edge = integral[k] + level[k] * (edges - times[k])
-    width = np.diff(edges)
-    mean = np.diff(at_edge) / width
-    bucket = np.clip(np.searchsorted(edges, times, side="right") - 1, 0, points - 1)
-    mx = level[k[:-1]].astype(np.float64)  # level carried into the bucket
-    np.maximum.at(mx, bucket, level)
-    return {
-        "t0": _iso(t0),
-        "step_s": float(width[0]) / 1e6,
-        "mean_tokens": [round(float(x) * B, 1) for x in mean],
-        "max_tokens": [int(x) * B for x in mx],
-    }
+class _Series:
+    """Per bucket of the span the time-mean and the maximum held blocks (peaks survive
+    downsampling), from the step function given piece by piece in time order (``add``)."""
+
+    def __init__(self, t0: int, t1: int, points: int) -> None:
+        points = max(1, points)
+        self.t0 = t0
+        self.edges = np.linspace(t0, t1, points + 1) if t1 > t0 else np.array([t0, t0 + 1.0])
+        self.points = len(self.edges) - 1
+        self.at_edge = np.zeros(len(self.edges))  # integral of the step function up to each edge
+        self.mx = np.zeros(self.points)
+        self.done = 0  # edges whose last event at or before them is known
+        self.integral = 0.0  # up to the next event
+        self.prev: tuple[int, int, float] | None = None  # the last event: time, level, integral before it
+
+    def add(self, times: np.ndarray, level: np.ndarray, dur: np.ndarray) -> None:
+        if not len(times):
+            return
+        edges, prev = self.edges, self.prev
+        before = np.cumsum(np.concatenate(([self.integral], level * dur)))
+        self.integral = float(before[-1])
+        # edges before this piece's last event: their last event at or before them is known
+        upto = int(np.searchsorted(edges, times[-1], side="left"))
+        if upto > self.done:
+            e = edges[self.done : upto]
+            k = np.searchsorted(times, e, side="right") - 1
+            kk = np.maximum(k, 0)
+            at = before[kk] + level[kk] * (e - times[kk])
+            carried = level[kk].astype(np.float64)
+            first = (k < 0) & (prev is not None)  # before this piece: the previous piece's last event
+            if first.any():
+                at[first] = prev[2] + prev[1] * (e[first] - prev[0])
+                carried[first] = prev[1]
+            self.at_edge[self.done : upto] = at
+            b = np.arange(self.done, upto)
+            inside = b < self.points
+            # the level carried into each bucket that starts at one of these edges
+            self.mx[b[inside]] = np.maximum(self.mx[b[inside]], carried[inside])
+            self.done = upto
+        self.prev = (int(times[-1]), int(level[-1]), float(before[-2]))
+        bucket = np.clip(np.searchsorted(edges, times, side="right") - 1, 0, self.points - 1)
+        np.maximum.at(self.mx, bucket, level)
+
+    def result(self, B: int) -> dict:
+        prev, done = self.prev, self.done
+        if done < len(self.edges) and prev is not None:
+            e = self.edges[done:]
+            self.at_edge[done:] = prev[2] + prev[1] * (e - prev[0])
+            b = np.arange(done, len(self.edges))
+            inside = b < self.points
+            self.mx[b[inside]] = np.maximum(self.mx[b[inside]], prev[1])
+            self.done = len(self.edges)
+        width = np.diff(self.edges)
+        mean = np.diff(self.at_edge) / width
+        return {
+            "t0": _iso(self.t0),
+            "step_s": float(width[0]) / 1e6,
+            "mean_tokens": [round(float(x) * B, 1) for x in mean],
+            "max_tokens": [int(x) * B for x in self.mx],
+        }
 
 
 def _iso(us: int | float) -> str:

@@ -1,0 +1,146 @@
+"""Exact weighted quantiles of values that arrive in pieces, in memory that does not grow with them.
+
+A quantile here is the smallest value ``a`` whose cumulative weight ``W(<= a)`` reaches a
+target: what a stable sort and a cumulative sum give, found without holding every value. One
+pass counts weight in a histogram of logarithmic bins (a bin spans 1/256 of its values'
+magnitude); each target's bin is then read exactly in a second pass (its values collected and
+sorted), or narrowed by further histogram passes while it holds too many values to collect.
+Weights are counts of tokens or microseconds: sums of them are exact in float64 below 2**53.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+
+import numpy as np
+
+_POW2 = np.array([1 << k for k in range(63)], dtype=np.int64)  # 2**0 .. 2**62
+_BITS = 8  # bits of a value kept by its log bin below the leading one
+_LINEAR = 1 << (_BITS + 1)  # values below this have a bin each
+_COLLECT = 4_000_000  # values a bin may hold to be read whole
+_WIDE = 4096  # bins of a narrowing pass
+
+Pieces = Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]]
+
+
+def _log_bin(v: np.ndarray) -> np.ndarray:
+    """Monotone bin of each value >= 0: the value itself below ``_LINEAR``, else its bit length
+    and the ``_BITS`` bits after its leading one."""
+    e = np.searchsorted(_POW2, v, side="right").astype(np.int64)  # bit length
+    shift = np.maximum(e - (_BITS + 1), 0)
+    top = v >> shift  # the leading _BITS + 1 bits
+    return np.where(v < _LINEAR, v, (e - _BITS + 1) * (1 << _BITS) + top - (1 << _BITS))
+
+
+def _log_bin_range(b: int) -> tuple[int, int]:
+    """The values ``[lo, hi]`` of a log bin."""
+    if b < _LINEAR:
+        return b, b
+    e = b // (1 << _BITS) + _BITS - 1
+    top = b % (1 << _BITS) + (1 << _BITS)
+    shift = e - (_BITS + 1)
+    return top << shift, ((top + 1) << shift) - 1
+
+
+class LogHistogram:
+    """Weight and count of values per log bin: the first pass of :func:`smallest_reaching`,
+    which a caller may fill in a pass of its own."""
+
+    def __init__(self) -> None:
+        self.weight = np.zeros(0)
+        self.count = np.zeros(0, dtype=np.int64)
+
+    def add(self, v: np.ndarray, w: np.ndarray) -> None:
+        b = _log_bin(v)
+        size = max(len(self.weight), int(b.max()) + 1 if len(b) else 0)
+        if size > len(self.weight):
+            self.weight = np.pad(self.weight, (0, size - len(self.weight)))
+            self.count = np.pad(self.count, (0, size - len(self.count)))
+        self.weight += np.bincount(b, weights=w, minlength=size)
+        self.count += np.bincount(b, minlength=size)
+
+
+def smallest_reaching(pieces: Pieces, targets: list[float], hist: LogHistogram | None = None) -> list[int | None]:
+    """For each target weight ``x``, the smallest value ``a`` with ``W(<= a) >= x``.
+
+    Args:
+        pieces: called once per pass; yields ``(values, weights)`` arrays (values int64 >= 0,
+            weights >= 0), the same pairs on every call, in any pieces.
+        targets: weights to reach.
+        hist: the pairs' :class:`LogHistogram`, when the caller filled it (else a pass fills it).
+
+    Returns:
+        The values, in the order of ``targets`` (None where the total weight stays below).
+    """
+    if hist is None:
+        hist = LogHistogram()
+        for v, w in pieces():
+            hist.add(v, w)
+    return smallest_reaching_each(lambda: ([pair] for pair in pieces()), [targets], [hist])[0]
+
+
+def smallest_reaching_each(
+    pieces: Callable[[], Iterable[list[tuple[np.ndarray, np.ndarray]]]],
+    targets: list[list[float]],
+    hists: list[LogHistogram],
+) -> list[list[int | None]]:
+    """:func:`smallest_reaching` for several series of pairs at once, their exact reads sharing
+    passes: ``pieces()`` yields a list of ``(values, weights)``, one per series; ``targets``
+    and ``hists`` are per series (the histograms filled already)."""
+    out: list[list[int | None]] = [[None] * len(ts) for ts in targets]
+    # Per open (series, target): the value range that holds its answer, the weight below it, its count.
+    open_: dict[tuple[int, int], tuple[int, int, float, int]] = {}
+    for j, (ts, hist) in enumerate(zip(targets, hists)):
+        cum = np.cumsum(hist.weight)
+        for k, x in enumerate(ts):
+            if not len(cum) or cum[-1] < x:
+                continue
+            b = int(np.searchsorted(cum, x, side="left"))
+            lo, hi = _log_bin_range(b)
+            if lo == hi:
+                out[j][k] = lo
+            else:
+                open_[j, k] = (lo, hi, float(cum[b - 1]) if b else 0.0, int(hist.count[b]))
+    while open_:
+        collect = {jk: r for jk, r in open_.items() if r[3] <= _COLLECT}
+        narrow = {jk: r for jk, r in open_.items() if r[3] > _COLLECT}
+        got = {jk: ([], []) for jk in collect}
+        wide = {jk: (np.zeros(_WIDE), np.zeros(_WIDE, dtype=np.int64)) for jk in narrow}
+        for pairs in pieces():
+            for (j, k), (lo, hi, _, _) in collect.items():
+                v, w = pairs[j]
+                sel = (v >= lo) & (v <= hi)
+                got[j, k][0].append(v[sel])
+                got[j, k][1].append(w[sel])
+            for (j, k), (lo, hi, _, _) in narrow.items():
+                v, w = pairs[j]
+                width = -(-(hi - lo + 1) // _WIDE)
+                sel = (v >= lo) & (v <= hi)
+                b = (v[sel] - lo) // width
+                wide[j, k][0][:] += np.bincount(b, weights=w[sel], minlength=_WIDE)
+                wide[j, k][1][:] += np.bincount(b, minlength=_WIDE)
+        for (j, k), (lo, hi, below, _) in collect.items():
+            v, w = np.concatenate(got[j, k][0]), np.concatenate(got[j, k][1])
+            order = np.argsort(v, kind="stable")
+            c = below + np.cumsum(w[order])
+            i = int(np.searchsorted(c, targets[j][k], side="left"))
+            out[j][k] = int(v[order][min(i, len(v) - 1)])
+            del open_[j, k]
+        for (j, k), (lo, hi, below, _) in narrow.items():
+            width = -(-(hi - lo + 1) // _WIDE)
+            c = below + np.cumsum(wide[j, k][0])
+            b = int(np.searchsorted(c, targets[j][k], side="left"))
+            nlo, nhi = lo + b * width, min(hi, lo + (b + 1) * width - 1)
+            nbelow = float(c[b - 1]) if b else below
+            if nlo == nhi:
+                out[j][k] = nlo
+                del open_[j, k]
+            else:
+                open_[j, k] = (nlo, nhi, nbelow, int(wide[j, k][1][b]))
+    return out
+
+
+def pieces_of(values: np.ndarray, weights: np.ndarray, size: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """``(values, weights)`` in pieces of ``size`` (tests and callers whose values are whole)."""
+    for lo in range(0, len(values), max(1, size)):
+        yield values[lo : lo + size], weights[lo : lo + size]
