@@ -168,3 +168,26 @@ def test_no_chunking_changes_a_derived_trace_result(seed):
         assert reuse_profile(trace, requests=requests) == reuse_profile(trace)
         for ttl in (60.0, 300.0, None):
             assert working_set(trace, ttl, requests=requests) == working_set(trace, ttl)
+
+
+def test_a_partition_may_not_repeat_rows():
+    f = random_rows(1).with_row_index("gidx")
+    twice = pl.concat([f.head(4), f.slice(3, 1), f.slice(4)])  # row 3 twice, one row missing
+    with pytest.raises(ValueError, match="twice"):
+        derive_partitioned([twice.head(5), twice.slice(5)], f.height)
+
+
+def test_an_abandoned_partition_stream_frees_the_warehouse(sample_store):
+    before = sample_store.scalar("SELECT current_setting('memory_limit')")
+    n, parts = chain_partitions(sample_store, rows=50)
+    next(parts)
+    parts.close()
+    assert sample_store.scalar("SELECT count(*) FROM requests") > 0
+    assert sample_store.scalar("SELECT current_setting('memory_limit')") == before
+
+
+def test_quantiles_of_zero_weight_targets_are_values_present():
+    from kvtrace.analyze.quantile import pieces_of, smallest_reaching
+
+    v, w = np.array([969, 2000]), np.array([0.0, 5.0])
+    assert smallest_reaching(lambda: pieces_of(v, w, 1), [0.0, 1.0, 5.0, 6.0]) == [969, 2000, 2000, None]

@@ -181,4 +181,4 @@ def seconds_to_us(tau: float | None) -> int:
     """A TTL in seconds as integer microseconds; None or infinity means no TTL."""
     if tau is None or tau == float("inf"):
         return NEVER - 1
-    return int(round(float(tau) * 1e6))
+    return min(int(round(float(tau) * 1e6)), NEVER - 1)

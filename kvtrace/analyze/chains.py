@@ -270,18 +270,26 @@ def derive_partitioned(parts, n: int, params: ChainParams | None = None, materia
     models, hgroups, names = _Labels(), _Labels(), {}
     whole: dict[str, np.ndarray] = {}
     seen = 0
+    filled = np.zeros(n, dtype=bool)
     for part in parts:
         if not part.height:
             continue
         got = _link_part(part.sort("gidx"), p, models, hgroups, names)
         at = got.pop("gidx")
-        for k, v in got.items():
-            if k not in whole:
-                whole[k] = np.zeros(n, dtype=v.dtype)
-            whole[k][at] = v
+        if at[0] < 0 or at[-1] >= n or filled[at].any() or (np.diff(at) == 0).any():
+            raise ValueError(f"the partitions hold a row twice, or one outside 0..{n - 1}")
+        filled[at] = True
+        if not whole and len(at) == n:
+            whole = got  # one partition of every row, in order: no copy
+        else:
+            for k, v in got.items():
+                if k not in whole:
+                    whole[k] = np.zeros(n, dtype=v.dtype)
+                whole[k][at] = v
         seen += len(at)
     if seen != n:
         raise ValueError(f"the partitions hold {seen} rows, not {n}")
+    del filled
     if not n:
         whole = {k: np.zeros(0, np.int64) for k in (*_NUMBERS, "pred", "depth", "model", "hgroup", "thread", "session")}
         whole["compact_req"] = whole["compaction"] = np.zeros(0, bool)

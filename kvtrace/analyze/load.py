@@ -7,6 +7,7 @@ is one :class:`BlockTrace`, so reuse analytics and replay treat both alike.
 
 from __future__ import annotations
 
+from contextlib import closing
 from datetime import datetime
 from pathlib import Path
 
@@ -195,7 +196,8 @@ def load_block_trace(
         name = trace or (next(iter(names)) if len(names) == 1 else "block_requests")
         return block_trace_from_table(t, name=name)
     n, parts = chain_partitions(store, since, until, partition_rows)
-    return derive_partitioned(parts, n, params or ChainParams(), materialize=materialize)
+    with closing(parts):  # an error mid-way ends the query (and DuckDB's memory cap) at once
+        return derive_partitioned(parts, n, params or ChainParams(), materialize=materialize)
 
 
 def chain_partitions(store, since=None, until=None, rows: int = PARTITION_ROWS):
@@ -217,22 +219,32 @@ def chain_partitions(store, since=None, until=None, rows: int = PARTITION_ROWS):
     )
 
     def parts():
-        carry = None
         # The query sorts every row by session: DuckDB spills that sort rather than hold it.
         with store.memory_capped(CHAIN_QUERY_MEMORY):
-            for batch in store.arrow_batches(sql, args, min(rows, 100_000)):
-                df = pl.from_arrow(batch)
-                carry = df if carry is None else pl.concat([carry, df])
-                if carry.height < rows:
-                    continue
-                # Rows come session by session: cut before the last session, which may go on.
-                sess = carry.get_column("session_id")
-                cut = carry.height - int(sess.reverse().rle().struct.field("len")[0])
-                if cut > 0:
-                    yield carry.slice(0, cut)
-                    carry = carry.slice(cut)
-        if carry is not None and carry.height:
-            yield carry
+            reader = store.arrow_batches(sql, args, min(rows, 100_000))
+            try:
+                held, held_rows = [], 0  # batches not yet given out, all sessions whole but the last
+                for batch in reader:
+                    df = pl.from_arrow(batch)
+                    if not df.height:
+                        continue
+                    held.append(df)
+                    held_rows += df.height
+                    if held_rows < rows:
+                        continue
+                    # Rows come session by session: cut before the last session, which may go on.
+                    sess = df.get_column("session_id")
+                    cut = df.height - int(sess.reverse().rle().struct.field("len")[0])
+                    if cut == 0 and len(held) > 1 and held[-2].get_column("session_id")[-1] != sess[0]:
+                        cut = 0  # the last session starts with this batch
+                    elif cut == 0:
+                        continue  # one session fills the batch: it may go on in the next
+                    yield pl.concat(held[:-1] + [df.slice(0, cut)])
+                    held, held_rows = [df.slice(cut)], df.height - cut
+                if held_rows:
+                    yield pl.concat(held)
+            finally:
+                reader.close()
 
     return n, parts()
 

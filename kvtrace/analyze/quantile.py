@@ -95,7 +95,8 @@ def smallest_reaching_each(
         for k, x in enumerate(ts):
             if not len(cum) or cum[-1] < x:
                 continue
-            b = int(np.searchsorted(cum, x, side="left"))
+            # the first bin whose weight reaches x (for x <= 0: the first bin that holds a value)
+            b = int(np.searchsorted(cum, x, side="left")) if x > 0 else int(np.flatnonzero(hist.count)[0])
             lo, hi = _log_bin_range(b)
             if lo == hi:
                 out[j][k] = lo

@@ -207,7 +207,8 @@ def thread_table(trace: BlockTrace, params: ReuseParams | None = None):
     if names is not None:
         labels = np.asarray(names, dtype=object)[tab.get_column("thread").to_numpy()]
         tab = tab.with_columns(pl.Series("name", labels, dtype=pl.Utf8))
-    return tab.sort("prompt_tokens", descending=True)
+    # ties in the order threads first appear, so the table never depends on the sort's threads
+    return tab.sort(["prompt_tokens", "thread"], descending=[True, False])
 
 
 def thread_summary(trace: BlockTrace, params: ReuseParams | None = None) -> dict | None:

@@ -112,8 +112,9 @@ def ttl_section(
         ``[{ttl_s, hit_ratio_tokens, hit_ratio_blocks,
         working_set: {mean_tokens, p99_tokens, peak_tokens, peak_bytes}}]``.
     """
+    ttls = list(ttls)
     hits = _Hits(ttls)
-    sets = working_sets(trace, list(ttls), bytes_per_token, 240 if series else 0, requests, each_chunk=hits.add)
+    sets = working_sets(trace, ttls, bytes_per_token, 240 if series else 0, requests, each_chunk=hits.add)
     out = []
     for h, ws in zip(hits.result(trace), sets):
         entry = {

@@ -233,7 +233,9 @@ def working_sets(
     requests: int = CHUNK_REQUESTS,
     each_chunk=None,
 ) -> list[dict]:
-    """The working set under each TTL, over the trace's span, from two passes over the runs.
+    """The working set under each TTL, over the trace's span, from passes over the runs: one
+    for everything but the p99, then the p99's exact read (one pass, more for a level bin too
+    full to read whole), and one more per TTL with fewer event times than ``series_points``.
 
     Args:
         trace: the block trace.

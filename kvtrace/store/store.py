@@ -312,12 +312,13 @@ class Store:
         """Hold DuckDB's own memory to ``limit`` (such as ``1GB``) for the statements inside: a
         large sort spills to DuckDB's temporary folder instead of growing the process (DuckDB's
         default is 80% of the machine's memory, which leaves nothing for kvtrace's arrays)."""
+        before = self.con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
         self.con.execute(f"SET memory_limit = '{limit}'")
         try:
             yield
         finally:
             try:
-                self.con.execute("RESET memory_limit")
+                self.con.execute(f"SET memory_limit = '{before}'")
             except duckdb.Error:
                 pass  # an invalidated database refuses it too: the error that ended the block says why
 
