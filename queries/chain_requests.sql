@@ -4,8 +4,9 @@
 --   as (or right after) a compaction. Between $since (inclusive) and $until (exclusive), UTC; NULL
 --   bounds are open. `gidx` numbers the rows in time, then request key order (the order every
 --   reuse analysis uses); rows come session by session (by session id, then gidx), so a reader can
---   take them in partitions of whole sessions.
-SELECT * FROM (
+--   take them in partitions of whole sessions. The request key only orders them (it is not
+--   returned: every row of the sort costs memory).
+SELECT * EXCLUDE (request_key) FROM (
 SELECT
     row_number() OVER (ORDER BY u.ts, u.request_key) - 1 AS gidx,
     u.request_key,

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvtrace.analyze.access import runs_from_blocks
+from kvtrace.analyze.access import access_runs, runs_from_blocks
 from kvtrace.analyze.chains import ChainParams, chain_reads, derive_chains
 from kvtrace.analyze.load import load_block_trace
 from kvtrace.analyze.ttl import request_hits
@@ -243,7 +243,7 @@ def telemetry(draw):
 @given(telemetry(), st.sampled_from([16, 64, 100]), st.sampled_from([None, 0, 1200]))
 def test_derived_runs_equal_runs_of_the_written_ids(f, B, head):
     tr = derive_chains(f, ChainParams(block_size=B, head_tokens=head))
-    derived = tr.meta["_runs"]
+    derived = access_runs(tr)
     generic = runs_from_blocks(tr)
     for name in ("req", "first", "blocks", "tokens", "prev", "next", "dup"):
         assert getattr(derived, name).tolist() == getattr(generic, name).tolist(), name

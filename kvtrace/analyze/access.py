@@ -93,7 +93,11 @@ def runs_from_blocks(trace: BlockTrace) -> AccessRuns:
 
 
 def access_runs(trace: BlockTrace) -> AccessRuns:
-    """The trace's runs: given by derived chains, else computed once from ``hash_ids`` and kept."""
+    """The trace's runs: made by derived chains (all at once here; :func:`run_chunks` takes them
+    a chunk at a time), else computed once from ``hash_ids`` and kept."""
+    source = trace.meta.get("_run_source")
+    if source is not None:
+        return source(0, trace.n_requests)
     runs = getattr(trace, "runs", None)
     if runs is None:
         runs = trace.meta.get("_runs")
@@ -122,7 +126,7 @@ class RunTimes:
 
 # Requests per chunk of a pass over the runs in time order: the times of one chunk's runs are
 # all that a pass holds beside the trace.
-CHUNK_REQUESTS = 1 << 20
+CHUNK_REQUESTS = 1 << 18
 
 
 @dataclass
@@ -139,7 +143,8 @@ def run_chunks(trace: BlockTrace, requests: int = CHUNK_REQUESTS):
     """The trace's runs with their times, in time order, a chunk of about ``requests`` requests
     at a time (requests of one time are never split across chunks). Every analysis that reads
     run times takes them so; the result never depends on ``requests``."""
-    runs = access_runs(trace)
+    source = trace.meta.get("_run_source")  # derived chains make their runs per chunk
+    runs = access_runs(trace) if source is None else None
     t = ts_us(trace)
     n = trace.n_requests
     lo = 0
@@ -147,8 +152,11 @@ def run_chunks(trace: BlockTrace, requests: int = CHUNK_REQUESTS):
         hi = min(n, lo + max(1, requests))
         if hi < n and t[hi] == t[hi - 1]:
             hi = int(np.searchsorted(t, t[hi - 1], side="right"))
-        r0, r1 = np.searchsorted(runs.req, [lo, hi])
-        part = AccessRuns(*(getattr(runs, f)[r0:r1] for f in _RUN_FIELDS))
+        if source is not None:
+            part = source(lo, hi)
+        else:
+            r0, r1 = np.searchsorted(runs.req, [lo, hi])
+            part = AccessRuns(*(getattr(runs, f)[r0:r1] for f in _RUN_FIELDS))
         yield RunChunk(lo, hi, part, _times(t, part, n))
         lo = hi
 

@@ -184,7 +184,7 @@ def _prev_in_group(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _next_of(prev: np.ndarray) -> np.ndarray:
-    nxt = np.full(len(prev), -1, dtype=np.int64)
+    nxt = np.full(len(prev), -1, dtype=np.int64 if len(prev) >= 2**31 else np.int32)
     has = prev >= 0
     nxt[prev[has]] = np.flatnonzero(has)
     return nxt
@@ -215,9 +215,9 @@ def derive_chains(frame, params: ChainParams | None = None, materialize: bool = 
     """A block trace from per-request token counts.
 
     Args:
-        frame: Polars frame with the columns of ``queries/chain_requests.sql`` (its ``gidx``
-            may be absent). Requests are taken in time order, then request key (a frame in any
-            other order is sorted so, and the result is the same).
+        frame: Polars frame with the columns of ``queries/chain_requests.sql``, with its
+            ``gidx`` (rows taken in that order) or with a ``request_key`` instead (rows taken in
+            time order, then request key: a frame in any other order is sorted so).
         params: the assumptions (see :class:`ChainParams`).
         materialize: write the block ids (needed by export and replay). Without them the trace
             still answers every reuse, TTL and working-set question, from its access runs.
@@ -225,11 +225,13 @@ def derive_chains(frame, params: ChainParams | None = None, materialize: bool = 
     Returns:
         A :class:`BlockTrace` (name ``derived``); see :func:`derive_partitioned`.
     """
-    if frame.height > 1 and not _in_order(frame):
-        frame = frame.sort(["ts_us", "request_key"], maintain_order=True)
-    if "gidx" in frame.columns:
-        frame = frame.drop("gidx")
-    return derive_partitioned([frame.with_row_index("gidx")], frame.height, params, materialize)
+    if "gidx" in frame.columns:  # the warehouse's rows, numbered in time order
+        frame = frame.sort("gidx")
+    else:
+        if frame.height > 1 and not _in_order(frame):
+            frame = frame.sort(["ts_us", "request_key"], maintain_order=True)
+        frame = frame.with_row_index("gidx")
+    return derive_partitioned([frame], frame.height, params, materialize)
 
 
 # Per-request numbers the derivation and the analyses after it read; strings stay in a partition.
@@ -279,12 +281,15 @@ def derive_partitioned(parts, n: int, params: ChainParams | None = None, materia
         if at[0] < 0 or at[-1] >= n or filled[at].any() or (np.diff(at) == 0).any():
             raise ValueError(f"the partitions hold a row twice, or one outside 0..{n - 1}")
         filled[at] = True
+        got = {k: v if k == "ts_us" else _compact(v) for k, v in got.items()}
         if not whole and len(at) == n:
             whole = got  # one partition of every row, in order: no copy
         else:
             for k, v in got.items():
                 if k not in whole:
                     whole[k] = np.zeros(n, dtype=v.dtype)
+                elif whole[k].dtype != v.dtype and np.can_cast(whole[k].dtype, v.dtype):
+                    whole[k] = whole[k].astype(v.dtype)  # a partition's numbers outgrew 32 bits
                 whole[k][at] = v
         seen += len(at)
     if seen != n:
@@ -321,6 +326,14 @@ class _Labels:
         remap = np.empty(len(labels), dtype=np.int64)
         remap[[self.index[s] for s in labels]] = np.arange(len(labels))
         return remap, labels
+
+
+def _compact(a: np.ndarray) -> np.ndarray:
+    """``a`` as 32-bit integers when its values fit (a request's tokens, a request's index), so a
+    derived trace takes about half the memory; else as it is."""
+    if a.dtype != np.int64 or (len(a) and (int(a.min()) < -(2**31) or int(a.max()) >= 2**31)):
+        return a
+    return a.astype(np.int32)
 
 
 def _firsts(code: np.ndarray, gidx: np.ndarray) -> np.ndarray:
@@ -399,55 +412,65 @@ def _link_part(frame, p: ChainParams, models: _Labels, hgroups: _Labels, names: 
 
 def _finish(w: dict, hgroup, session, thread, thread_names, model_names, p: ChainParams, materialize: bool):
     """The derivation's steps over all requests (numbers only, in time order): shared heads,
-    chains, head links and the access runs."""
+    chains, head links and the access runs. Arrays of every request are the memory here: each
+    is let go as soon as it has served, and kept as 32-bit integers where values fit."""
     B = p.block_size
     n = len(session)
+    c = _compact
     ts_us, read, pred, depth = w["ts_us"], w["read_tokens"], w.pop("pred"), w.pop("depth")
-    cached = read + w["write_tokens"]
+    cached = read.astype(np.int64) + w["write_tokens"]
     prompt = cached + w["input_tokens"]
-    start = pred < 0
 
     # Shared heads, per (org, model[, thread kind]).
-    heads = _detect_heads(hgroup, start, read, p)
-    H = heads[hgroup] if n else np.zeros(0, np.int64)
+    heads = _detect_heads(hgroup, pred < 0, read, p)
+    H = c(heads)[hgroup] if n else np.zeros(0, np.int64)
     first_read = read[_chain_root(pred)]
-    head_ok = (first_read == 0) | (first_read >= H)
-    has_head = (H >= B) & head_ok & (prompt >= H)
-    pp = np.where(pred >= 0, pred, 0)
-    pred = np.where((pred >= 0) & (has_head != has_head[pp]), -1, pred)
+    has_head = (H >= B) & ((first_read == 0) | (first_read >= H)) & (prompt >= H)
+    del first_read
+    pred = np.where((pred >= 0) & (has_head != has_head[np.maximum(pred, 0)]), -1, pred)
     depth = np.where(pred >= 0, depth, 0)
-    root = _chain_root(pred)
-    chain = np.unique(root, return_inverse=True)[1].astype(np.int64).ravel() if n else root
+    # Chains numbered by their first request (a chain's root is its start, in time order).
+    starts = np.cumsum(pred < 0) - 1
+    chain = c(starts[_chain_root(pred)]) if n else starts
+    del starts
     chain_prev = pred
 
     h = np.where(has_head, H // B, 0)
-    n_blocks = -(-prompt // B)
+    head = np.where(has_head, H, 0)
+    del H
     inherit = np.where(chain_prev >= 0, np.maximum(h, depth // B), h)
     chain_next = _next_of(chain_prev)
-    cn = np.where(chain_next >= 0, chain_next, 0)
-    inherited_by_next = np.where(chain_next >= 0, np.maximum(h, inherit[cn]), h)
+    inherited_by_next = np.where(chain_next >= 0, np.maximum(h, inherit[np.maximum(chain_next, 0)]), h)
 
     offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(n_blocks, out=offsets[1:])
-    _, hprev = _prev_in_group(np.where(has_head, hgroup, -1 - np.arange(n)))
-    hprev = np.where(has_head, hprev, -1)
+    np.cumsum(-(-prompt // B), out=offsets[1:])
+    # Head links: the previous and next request of the same head group that holds the head.
+    hprev = np.full(n, -1, dtype=chain_prev.dtype)
+    holders = np.flatnonzero(has_head)
+    holders = holders[np.argsort(hgroup[holders], kind="stable")]
+    same = hgroup[holders[1:]] == hgroup[holders[:-1]]
+    hprev[holders[1:][same]] = holders[:-1][same]
+    del holders, same
     hnext = _next_of(hprev)
     trace = BlockTrace(
-        ts_us / 1e6, prompt, w["output_tokens"], offsets, np.zeros(0, np.int64), B, session=session, name="derived"
+        ts_us / 1e6, prompt, w["output_tokens"], offsets, np.zeros(0, np.int64), B, session=c(session), name="derived"
     )
+    del prompt
+    w["output_tokens"] = trace.output_length
     compaction, compact_req = w.pop("compaction"), w.pop("compact_req")
+    h, inherit = c(h), c(inherit)
     trace.meta.update(
         {
             "_ts_us": ts_us,
             "columns": w,
             "model_names": model_names,
             "chain": chain,
-            "thread": thread,
+            "thread": c(thread),
             "thread_names": thread_names,
-            "cached": cached,
-            "head": np.where(has_head, H, 0),
+            "cached": c(cached),
+            "head": c(head),
             "chain_prev": chain_prev,
-            "shared": depth,
+            "shared": c(depth),
             "head_prev": hprev,
             "compaction": compaction,
             "compact_request": compact_req,
@@ -455,8 +478,10 @@ def _finish(w: dict, hgroup, session, thread, thread_names, model_names, p: Chai
             "materialized": False,
         }
     )
-    trace.meta["_runs"] = _runs(trace, h, inherit, inherited_by_next, chain_prev, chain_next, hprev, hnext, n_blocks)
-    trace.meta["_ids_plan"] = (h, inherit, hgroup, heads)
+    trace.meta["_run_source"] = _ChainRuns(
+        trace, h, inherit, c(inherited_by_next), chain_prev, chain_next, hprev, hnext
+    )
+    trace.meta["_ids_plan"] = (h, inherit, c(hgroup), heads)
     if materialize:
         materialize_ids(trace)
     return trace
@@ -473,7 +498,7 @@ def _in_order(frame) -> bool:
 
 def _chain_root(pred: np.ndarray) -> np.ndarray:
     """The first request of each request's chain (pointer jumping; predecessors come earlier)."""
-    root = np.where(pred >= 0, pred, np.arange(len(pred)))
+    root = np.where(pred >= 0, pred, np.arange(len(pred), dtype=pred.dtype))
     while True:
         nxt = root[root]
         if np.array_equal(nxt, root):
@@ -481,23 +506,32 @@ def _chain_root(pred: np.ndarray) -> np.ndarray:
         root = nxt
 
 
-def _runs(trace, h, inherit, inherited_by_next, chain_prev, chain_next, hprev, hnext, n_blocks) -> AccessRuns:
-    """At most four runs per request: head; then the blocks split by what the previous request
-    of the chain left (``inherit``) and by what the next one takes (``inherited_by_next``)."""
-    from kvtrace.analyze._kernels import chain_runs
+class _ChainRuns:
+    """The access runs of a derived trace, made on demand for a range of requests from its chain
+    structure, so the runs of all requests are never held at once. At most four runs a request:
+    head; then the blocks split by what the previous request of the chain left (``inherit``) and
+    by what the next one takes (``by_next``)."""
 
-    req, first, blocks, prev, nxt = chain_runs(
-        h, inherit, inherited_by_next, chain_prev, chain_next, hprev, hnext, n_blocks
-    )
-    return AccessRuns(
-        req=req,
-        first=first,
-        blocks=blocks,
-        tokens=run_tokens(trace, req, first, blocks),
-        prev=prev,
-        next=nxt,
-        dup=np.zeros(len(req), dtype=bool),
-    )
+    def __init__(self, trace, h, inherit, by_next, chain_prev, chain_next, hprev, hnext) -> None:
+        self.trace = trace
+        self.arrays = (h, inherit, by_next, chain_prev, chain_next, hprev, hnext)
+
+    def __call__(self, lo: int, hi: int) -> AccessRuns:
+        """The runs of requests ``[lo, hi)``."""
+        from kvtrace.analyze._kernels import chain_runs
+
+        n_blocks = np.diff(self.trace.offsets[lo : hi + 1])
+        req, first, blocks, prev, nxt = chain_runs(*(a[lo:hi] for a in self.arrays), n_blocks)
+        req += lo
+        return AccessRuns(
+            req=req,
+            first=first,
+            blocks=blocks,
+            tokens=run_tokens(self.trace, req, first, blocks),
+            prev=prev,
+            next=nxt,
+            dup=np.zeros(len(req), dtype=bool),
+        )
 
 
 def materialize_ids(trace: BlockTrace) -> BlockTrace:

@@ -318,7 +318,11 @@ class Store:
             yield
         finally:
             try:
-                self.con.execute(f"SET memory_limit = '{before}'")
+                # DuckDB's default again, unless another limit was set (its text is rounded:
+                # setting it back would round the default down)
+                self.con.execute("RESET memory_limit")
+                if self.con.execute("SELECT current_setting('memory_limit')").fetchone()[0] != before:
+                    self.con.execute(f"SET memory_limit = '{before}'")
             except duckdb.Error:
                 pass  # an invalidated database refuses it too: the error that ended the block says why
 
