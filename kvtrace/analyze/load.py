@@ -25,7 +25,7 @@ from kvtrace.window import parse_instant
 # arrays take about 1 KB a request, so this bounds them near 250 MB.
 PARTITION_ROWS = 250_000
 # DuckDB's memory while it sorts the chain query's rows by session (beyond it, it spills to disk).
-CHAIN_QUERY_MEMORY = "512MB"
+CHAIN_QUERY_MEMORY = "1GB"
 
 
 def block_trace_from_table(t: pa.Table, name: str = "trace", block_size: int | None = None) -> BlockTrace:
