@@ -191,3 +191,41 @@ def test_quantiles_of_zero_weight_targets_are_values_present():
 
     v, w = np.array([969, 2000]), np.array([0.0, 5.0])
     assert smallest_reaching(lambda: pieces_of(v, w, 1), [0.0, 1.0, 5.0, 6.0]) == [969, 2000, 2000, None]
+
+
+def test_a_frame_of_some_warehouse_rows_keeps_their_order(sample_store):
+    n, parts = chain_partitions(sample_store, rows=10**9)
+    (f,) = list(parts)
+    some = f.filter(pl.col("session_id").is_in(f.get_column("session_id").unique().sort().head(5).implode()))
+    tr = derive_chains(some)
+    assert tr.n_requests == some.height and (np.diff(tr.ts) >= 0).all()
+
+
+def test_thread_ids_wider_than_32_bits_stay_apart():
+    from kvtrace.analyze.blocktrace import BlockTrace
+    from kvtrace.analyze.reuse import thread_table
+
+    tr = BlockTrace(
+        np.arange(4.0),
+        np.full(4, 10),
+        np.ones(4, np.int64),
+        np.arange(5),
+        np.arange(4),
+        16,
+        session=[0, 2**32, 0, 2**32],
+    )
+    assert sorted(thread_table(tr).get_column("requests").to_list()) == [2, 2]
+
+
+def test_a_derived_trace_is_freed_without_the_garbage_collector():
+    import gc
+    import weakref
+
+    gc.disable()
+    try:
+        tr = derive_chains(random_rows(0), materialize=False)
+        ref = weakref.ref(tr)
+        del tr
+        assert ref() is None
+    finally:
+        gc.enable()

@@ -62,8 +62,12 @@ def ts_us(trace: BlockTrace) -> np.ndarray:
 
 def run_tokens(trace: BlockTrace, req: np.ndarray, first: np.ndarray, blocks: np.ndarray) -> np.ndarray:
     """Tokens carried by runs (see :class:`AccessRuns`)."""
-    B = trace.block_size
-    L = trace.input_length[req]
+    return tokens_of_runs(trace.input_length, trace.block_size, req, first, blocks)
+
+
+def tokens_of_runs(input_length: np.ndarray, B: int, req, first, blocks) -> np.ndarray:
+    """:func:`run_tokens` from a trace's prompt lengths and block size."""
+    L = input_length[req]
     return np.minimum(L, (first + blocks) * B) - np.minimum(L, first * B)
 
 
@@ -131,7 +135,8 @@ CHUNK_REQUESTS = 1 << 18
 
 @dataclass
 class RunChunk:
-    """The runs of the requests ``[lo, hi)`` (slices of the trace's runs) and their times."""
+    """The runs of the requests ``[lo, hi)`` (slices of the trace's runs, or made for the chunk
+    by derived chains) and their times."""
 
     lo: int
     hi: int

@@ -25,7 +25,7 @@ class BlockTrace:
         offsets: int64, length n+1; request i's blocks are ``hash_ids[offsets[i]:offsets[i+1]]``.
         hash_ids: int64 block ids, prefix-chained (head first).
         block_size: tokens per block.
-        session: optional int64 session / thread id per request (for reuse profiles).
+        session: optional integer session / thread id per request (for reuse profiles).
         name: a label (trace file stem, warehouse name).
     """
 

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from kvtrace.analyze.access import AccessRuns, run_tokens
+from kvtrace.analyze.access import AccessRuns, tokens_of_runs
 from kvtrace.analyze.blocktrace import BlockTrace
 from kvtrace.errors import ConfigError
 
@@ -225,8 +225,8 @@ def derive_chains(frame, params: ChainParams | None = None, materialize: bool = 
     Returns:
         A :class:`BlockTrace` (name ``derived``); see :func:`derive_partitioned`.
     """
-    if "gidx" in frame.columns:  # the warehouse's rows, numbered in time order
-        frame = frame.sort("gidx")
+    if "gidx" in frame.columns:  # the warehouse's rows (or some of them), in time order
+        frame = frame.sort("gidx").drop("gidx").with_row_index("gidx")
     else:
         if frame.height > 1 and not _in_order(frame):
             frame = frame.sort(["ts_us", "request_key"], maintain_order=True)
@@ -299,7 +299,7 @@ def derive_partitioned(parts, n: int, params: ChainParams | None = None, materia
         whole = {k: np.zeros(0, np.int64) for k in (*_NUMBERS, "pred", "depth", "model", "hgroup", "thread", "session")}
         whole["compact_req"] = whole["compaction"] = np.zeros(0, bool)
     remap, model_names = models.canonical()
-    whole["model"] = remap[whole["model"]] if n else whole["model"]
+    whole["model"] = _compact(remap[whole["model"]]) if n else whole["model"]
     remap, _ = hgroups.canonical()
     hgroup = remap[whole.pop("hgroup")] if n else whole.pop("hgroup")
     # Sessions and threads numbered in the order they first appear.
@@ -412,8 +412,9 @@ def _link_part(frame, p: ChainParams, models: _Labels, hgroups: _Labels, names: 
 
 def _finish(w: dict, hgroup, session, thread, thread_names, model_names, p: ChainParams, materialize: bool):
     """The derivation's steps over all requests (numbers only, in time order): shared heads,
-    chains, head links and the access runs. Arrays of every request are the memory here: each
-    is let go as soon as it has served, and kept as 32-bit integers where values fit."""
+    chains, head links, and what makes the access runs a chunk at a time. Arrays of every request
+    are the memory here: each is let go as soon as it has served, and kept as 32-bit integers
+    where values fit."""
     B = p.block_size
     n = len(session)
     c = _compact
@@ -445,7 +446,7 @@ def _finish(w: dict, hgroup, session, thread, thread_names, model_names, p: Chai
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(-(-prompt // B), out=offsets[1:])
     # Head links: the previous and next request of the same head group that holds the head.
-    hprev = np.full(n, -1, dtype=chain_prev.dtype)
+    hprev = np.full(n, -1, dtype=np.int64 if n >= 2**31 else np.int32)
     holders = np.flatnonzero(has_head)
     holders = holders[np.argsort(hgroup[holders], kind="stable")]
     same = hgroup[holders[1:]] == hgroup[holders[:-1]]
@@ -498,7 +499,7 @@ def _in_order(frame) -> bool:
 
 def _chain_root(pred: np.ndarray) -> np.ndarray:
     """The first request of each request's chain (pointer jumping; predecessors come earlier)."""
-    root = np.where(pred >= 0, pred, np.arange(len(pred), dtype=pred.dtype))
+    root = np.where(pred >= 0, pred, np.arange(len(pred), dtype=np.int64 if len(pred) >= 2**31 else np.int32))
     while True:
         nxt = root[root]
         if np.array_equal(nxt, root):
@@ -513,21 +514,22 @@ class _ChainRuns:
     by what the next one takes (``by_next``)."""
 
     def __init__(self, trace, h, inherit, by_next, chain_prev, chain_next, hprev, hnext) -> None:
-        self.trace = trace
+        # the trace's arrays, not the trace: it holds this object, and a cycle would keep it alive
+        self.offsets, self.input_length, self.block_size = trace.offsets, trace.input_length, trace.block_size
         self.arrays = (h, inherit, by_next, chain_prev, chain_next, hprev, hnext)
 
     def __call__(self, lo: int, hi: int) -> AccessRuns:
         """The runs of requests ``[lo, hi)``."""
         from kvtrace.analyze._kernels import chain_runs
 
-        n_blocks = np.diff(self.trace.offsets[lo : hi + 1])
+        n_blocks = np.diff(self.offsets[lo : hi + 1])
         req, first, blocks, prev, nxt = chain_runs(*(a[lo:hi] for a in self.arrays), n_blocks)
         req += lo
         return AccessRuns(
             req=req,
             first=first,
             blocks=blocks,
-            tokens=run_tokens(self.trace, req, first, blocks),
+            tokens=tokens_of_runs(self.input_length, self.block_size, req, first, blocks),
             prev=prev,
             next=nxt,
             dup=np.zeros(len(req), dtype=bool),

@@ -184,18 +184,18 @@ def _threads(trace: BlockTrace, p: ReuseParams):
     t = ts_us(trace)
     # Requests by thread, then time, built column by column (a frame of every request is the
     # largest thing this profile holds).
+    thread = np.asarray(thread)
     order = np.argsort(thread, kind="stable")
-    narrow = np.int32 if n < 2**31 else np.int64
     compaction = trace.meta.get("compaction")
     chain = trace.meta.get("chain")
-    cols = {"thread": thread[order].astype(narrow), "ts_us": t[order]}
+    cols = {"thread": _narrow(thread[order]), "ts_us": t[order]}
     same = cols["thread"][1:] == cols["thread"][:-1]
     gaps = (cols["ts_us"][1:] - cols["ts_us"][:-1])[same] / 1e6  # numpy's division, bit for bit (Polars' differs)
     del same
-    cols["session"] = (trace.session if trace.session is not None else thread)[order].astype(narrow)
+    cols["session"] = _narrow(np.asarray(trace.session if trace.session is not None else thread)[order])
     cols["prompt"] = trace.input_length[order]  # 64 bits: a thread's sum may pass 2**31
     cols["compaction"] = compaction[order] if compaction is not None else np.zeros(n, bool)
-    cols["chain"] = chain[order].astype(narrow) if chain is not None else np.zeros(n, narrow)
+    cols["chain"] = _narrow(chain[order]) if chain is not None else np.zeros(n, np.int32)
     del order
     df = pl.DataFrame(cols)
     del cols
@@ -222,6 +222,13 @@ def _threads(trace: BlockTrace, p: ReuseParams):
     del df
     # ties in the order threads first appear, so the table never depends on the sort's threads
     return tab.sort(["prompt_tokens", "thread"], descending=[True, False]), gaps
+
+
+def _narrow(a: np.ndarray) -> np.ndarray:
+    """Integer codes as 32 bits when every value fits (ids of any width are given)."""
+    if len(a) and (int(a.min()) < -(2**31) or int(a.max()) >= 2**31):
+        return a
+    return a.astype(np.int32)
 
 
 def thread_summary(trace: BlockTrace, params: ReuseParams | None = None) -> dict | None:
