@@ -18,6 +18,7 @@ from kvtrace.cli._options import (
     SinceOpt,
     UntilOpt,
     guarded,
+    working,
     model_option,
 )
 from kvtrace.errors import ConfigError, NoData
@@ -163,8 +164,8 @@ def report(
             summary = run_ingest(store, ingest, format=input_format)
         if summary.lines_rejected:
             typer.echo(f"ingest skipped {summary.lines_rejected} bad lines (kvtrace ingest lists them)", err=True)
-    with open_store(db, read_only=True) as store:
-        rep = build_report(store, opts)
+    with open_store(db, read_only=True) as store, working("building the report"):
+        rep = build_report(store, opts)  # prefix chains over millions of requests take a minute
     empty = rep.data["no_data"]
     if empty and strict:
         raise NoData(empty, hint="--strict asks for data; widen --since/--until or ingest more")
