@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import duckdb
 import pytest
 
@@ -186,3 +188,21 @@ def test_a_bulk_checkpoint_leaves_partial_row_groups_that_later_checkpoints_merg
         assert s.query("SELECT count(*), sum(output_tokens) FROM requests") == [
             (301000, sum(i % 7 for i in range(300000)) + 20 * sum(i % 7 for i in range(50)))
         ]
+
+
+def test_a_capped_query_spills_where_the_warehouse_folder_cannot_hold_it(tmp_path):
+    """DuckDB spills a capped sort beside the warehouse; with that place taken (a file where its
+    folder would go, as on read-only media) a private folder takes the spill, and goes on close."""
+    import glob
+    import tempfile
+
+    db = tmp_path / "w.duckdb"
+    Store(db).close()
+    (tmp_path / "w.duckdb.tmp").write_text("in the way")
+    before = set(glob.glob(str(Path(tempfile.gettempdir()) / "kvtrace-spill-*")))
+    with Store(db, read_only=True) as store:
+        with store.memory_capped("64MB"):
+            rows = store.scalar("SELECT count(*) FROM (SELECT range AS x FROM range(4000000) ORDER BY hash(range))")
+        assert rows == 4_000_000
+        assert store.scalar("SELECT count(*) FROM requests") == 0
+    assert set(glob.glob(str(Path(tempfile.gettempdir()) / "kvtrace-spill-*"))) == before

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,6 +28,17 @@ _WRITE_FAILURES = (
     "database has been invalidated",
     "disk quota exceeded",
 )
+
+
+def _can_make_folder(path: str) -> bool:
+    """Whether ``path`` is a folder this process may write in, or one it may create."""
+    p = Path(path).absolute()
+    if p.exists():
+        return p.is_dir() and os.access(p, os.W_OK | os.X_OK)
+    parent = p.parent
+    while not parent.exists():
+        parent = parent.parent
+    return parent.is_dir() and os.access(parent, os.W_OK | os.X_OK)
 
 
 def default_db_path() -> Path:
@@ -72,6 +85,7 @@ class Store:
     ):
         self.path = None if memory else Path(path) if path is not None else default_db_path()
         self.tracer = tracer
+        self._spill_folders: list[str] = []  # private spill folders DuckDB may still use
         target = ":memory:" if memory else str(self.path)
         if read_only and not memory and not self.path.exists():
             raise SchemaError(
@@ -313,10 +327,23 @@ class Store:
         large sort spills to DuckDB's temporary folder instead of growing the process (DuckDB's
         default is 80% of the machine's memory, which leaves nothing for kvtrace's arrays)."""
         before = self.con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+        spill = self.con.execute("SELECT current_setting('temp_directory')").fetchone()[0]
+        own = None
+        if not _can_make_folder(spill):
+            # DuckDB spills beside the warehouse; where it cannot (read-only media, a file in the
+            # way), a private temporary folder takes the spill rather than the query failing
+            own = tempfile.mkdtemp(prefix="kvtrace-spill-")
+            self.con.execute("SET temp_directory = ?", [own])
         self.con.execute(f"SET memory_limit = '{limit}'")
         try:
             yield
         finally:
+            if own is not None:
+                try:
+                    self.con.execute("RESET temp_directory")  # refused once DuckDB has spilled there
+                    shutil.rmtree(own, ignore_errors=True)
+                except duckdb.Error:
+                    self._spill_folders.append(own)  # removed when the store closes
             try:
                 # DuckDB's default again, unless another limit was set (its text is rounded:
                 # setting it back would round the default down)
@@ -345,8 +372,12 @@ class Store:
                 pass  # an invalidated database refuses it too: the error above says why
 
     def close(self) -> None:
-        with self._writing():  # the checkpoint on close may fail to write
-            self.con.close()
+        try:
+            with self._writing():  # the checkpoint on close may fail to write
+                self.con.close()
+        finally:
+            for folder in self._spill_folders:
+                shutil.rmtree(folder, ignore_errors=True)
 
     def __enter__(self) -> "Store":
         return self
