@@ -142,8 +142,11 @@ def _child(kind: str, path: str) -> dict:
         steps["derive_chains_s"] = time.perf_counter() - t
         from kvtrace.analyze.access import run_chunks
 
-        # a derived trace makes its runs a chunk at a time: count them so, not all at once
+        # a derived trace makes its runs a chunk at a time: count them so, not all at once (a
+        # pass of its own, timed as one)
+        t = time.perf_counter()
         n_runs = sum(len(c.runs) for c in run_chunks(trace))
+        steps["count_runs_s"] = time.perf_counter() - t
     from kvtrace.analyze.reuse import reuse_profile
     from kvtrace.analyze.ttl import ttl_section
 

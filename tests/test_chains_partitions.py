@@ -187,10 +187,11 @@ def test_an_abandoned_partition_stream_frees_the_warehouse(sample_store):
 
 
 def test_quantiles_of_zero_weight_targets_are_values_present():
-    from kvtrace.analyze.quantile import pieces_of, smallest_reaching
+    from kvtrace.analyze.quantile import smallest_reaching
 
     v, w = np.array([969, 2000]), np.array([0.0, 5.0])
-    assert smallest_reaching(lambda: pieces_of(v, w, 1), [0.0, 1.0, 5.0, 6.0]) == [969, 2000, 2000, None]
+    pieces = lambda: ([(v[i : i + 1], w[i : i + 1])] for i in range(len(v)))  # noqa: E731
+    assert smallest_reaching(pieces, [[0.0, 1.0, 5.0, 6.0]])[0] == [969, 2000, 2000, None]
 
 
 def test_a_frame_of_some_warehouse_rows_keeps_their_order(sample_store):

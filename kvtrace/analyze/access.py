@@ -190,6 +190,33 @@ def _times(t: np.ndarray, runs: AccessRuns, n: int) -> RunTimes:
     return RunTimes(age=age, eff_age=eff, next_gap=gap)
 
 
+class WeightAtOrBelow:
+    """Token and block weight of runs whose time (µs) is at or below each of sorted ``limits``,
+    summed chunk by chunk (:meth:`add`): one bucket per limit, and one beyond the last."""
+
+    def __init__(self, limits) -> None:
+        self.limits = np.asarray(limits, dtype=np.int64)
+        self.tokens = np.zeros(len(self.limits) + 1, dtype=np.int64)
+        self.blocks = np.zeros(len(self.limits) + 1, dtype=np.int64)
+
+    def add(self, times: np.ndarray, tokens: np.ndarray, blocks: np.ndarray) -> None:
+        k = np.searchsorted(self.limits, times, side="left")  # the first limit at or above the time
+        self.tokens += np.bincount(k, weights=tokens, minlength=len(self.tokens)).astype(np.int64)
+        self.blocks += np.bincount(k, weights=blocks, minlength=len(self.blocks)).astype(np.int64)
+
+    def at_or_below(self) -> tuple[np.ndarray, np.ndarray]:
+        """Token and block weight at or below each limit."""
+        return np.cumsum(self.tokens)[:-1], np.cumsum(self.blocks)[:-1]
+
+
+def compact_ints(a: np.ndarray) -> np.ndarray:
+    """64-bit integers as 32 bits when every value fits (tokens of a request, indexes, codes), so
+    per-request arrays take half the memory; any other array as it is."""
+    if a.dtype != np.int64 or (len(a) and (int(a.min()) < -(2**31) or int(a.max()) >= 2**31)):
+        return a
+    return a.astype(np.int32)
+
+
 def seconds_to_us(tau: float | None) -> int:
     """A TTL in seconds as integer microseconds; None or infinity means no TTL."""
     if tau is None or tau == float("inf"):

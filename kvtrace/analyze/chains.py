@@ -49,7 +49,7 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from kvtrace.analyze.access import AccessRuns, tokens_of_runs
+from kvtrace.analyze.access import AccessRuns, compact_ints, tokens_of_runs
 from kvtrace.analyze.blocktrace import BlockTrace
 from kvtrace.errors import ConfigError
 
@@ -271,7 +271,6 @@ def derive_partitioned(parts, n: int, params: ChainParams | None = None, materia
     p = params or ChainParams()
     models, hgroups, names = _Labels(), _Labels(), {}
     whole: dict[str, np.ndarray] = {}
-    seen = 0
     filled = np.zeros(n, dtype=bool)
     for part in parts:
         if not part.height:
@@ -281,7 +280,7 @@ def derive_partitioned(parts, n: int, params: ChainParams | None = None, materia
         if at[0] < 0 or at[-1] >= n or filled[at].any() or (np.diff(at) == 0).any():
             raise ValueError(f"the partitions hold a row twice, or one outside 0..{n - 1}")
         filled[at] = True
-        got = {k: v if k == "ts_us" else _compact(v) for k, v in got.items()}
+        got = {k: v if k == "ts_us" else compact_ints(v) for k, v in got.items()}
         if not whole and len(at) == n:
             whole = got  # one partition of every row, in order: no copy
         else:
@@ -291,17 +290,16 @@ def derive_partitioned(parts, n: int, params: ChainParams | None = None, materia
                 elif whole[k].dtype != v.dtype and np.can_cast(whole[k].dtype, v.dtype):
                     whole[k] = whole[k].astype(v.dtype)  # a partition's numbers outgrew 32 bits
                 whole[k][at] = v
-        seen += len(at)
-    if seen != n:
-        raise ValueError(f"the partitions hold {seen} rows, not {n}")
+    if not filled.all():
+        raise ValueError(f"the partitions hold {int(filled.sum())} rows, not {n}")
     del filled
     if not n:
         whole = {k: np.zeros(0, np.int64) for k in (*_NUMBERS, "pred", "depth", "model", "hgroup", "thread", "session")}
         whole["compact_req"] = whole["compaction"] = np.zeros(0, bool)
     remap, model_names = models.canonical()
-    whole["model"] = _compact(remap[whole["model"]]) if n else whole["model"]
+    whole["model"] = compact_ints(remap[whole["model"]])
     remap, _ = hgroups.canonical()
-    hgroup = remap[whole.pop("hgroup")] if n else whole.pop("hgroup")
+    hgroup = remap[whole.pop("hgroup")]
     # Sessions and threads numbered in the order they first appear.
     session = np.unique(whole.pop("session"), return_inverse=True)[1].astype(np.int64).ravel()
     firsts, thread = np.unique(whole.pop("thread"), return_inverse=True)
@@ -326,14 +324,6 @@ class _Labels:
         remap = np.empty(len(labels), dtype=np.int64)
         remap[[self.index[s] for s in labels]] = np.arange(len(labels))
         return remap, labels
-
-
-def _compact(a: np.ndarray) -> np.ndarray:
-    """``a`` as 32-bit integers when its values fit (a request's tokens, a request's index), so a
-    derived trace takes about half the memory; else as it is."""
-    if a.dtype != np.int64 or (len(a) and (int(a.min()) < -(2**31) or int(a.max()) >= 2**31)):
-        return a
-    return a.astype(np.int32)
 
 
 def _firsts(code: np.ndarray, gidx: np.ndarray) -> np.ndarray:
@@ -417,14 +407,14 @@ def _finish(w: dict, hgroup, session, thread, thread_names, model_names, p: Chai
     where values fit."""
     B = p.block_size
     n = len(session)
-    c = _compact
+    c = compact_ints
     ts_us, read, pred, depth = w["ts_us"], w["read_tokens"], w.pop("pred"), w.pop("depth")
     cached = read.astype(np.int64) + w["write_tokens"]
     prompt = cached + w["input_tokens"]
 
     # Shared heads, per (org, model[, thread kind]).
     heads = _detect_heads(hgroup, pred < 0, read, p)
-    H = c(heads)[hgroup] if n else np.zeros(0, np.int64)
+    H = c(heads)[hgroup]
     first_read = read[_chain_root(pred)]
     has_head = (H >= B) & ((first_read == 0) | (first_read >= H)) & (prompt >= H)
     del first_read
@@ -432,7 +422,7 @@ def _finish(w: dict, hgroup, session, thread, thread_names, model_names, p: Chai
     depth = np.where(pred >= 0, depth, 0)
     # Chains numbered by their first request (a chain's root is its start, in time order).
     starts = np.cumsum(pred < 0) - 1
-    chain = c(starts[_chain_root(pred)]) if n else starts
+    chain = c(starts[_chain_root(pred)])
     del starts
     chain_prev = pred
 

@@ -235,10 +235,8 @@ def chain_partitions(store, since=None, until=None, rows: int = PARTITION_ROWS):
                     # Rows come session by session: cut before the last session, which may go on.
                     sess = df.get_column("session_id")
                     cut = df.height - int(sess.reverse().rle().struct.field("len")[0])
-                    if cut == 0 and len(held) > 1 and held[-2].get_column("session_id")[-1] != sess[0]:
-                        cut = 0  # the last session starts with this batch
-                    elif cut == 0:
-                        continue  # one session fills the batch: it may go on in the next
+                    if cut == 0 and (len(held) == 1 or held[-2].get_column("session_id")[-1] == sess[0]):
+                        continue  # one session fills the batch and began before it: it may go on
                     yield pl.concat(held[:-1] + [df.slice(0, cut)])
                     held, held_rows = [df.slice(cut)], df.height - cut
                 if held_rows:

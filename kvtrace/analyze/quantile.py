@@ -10,7 +10,7 @@ Weights are counts of tokens or microseconds: sums of them are exact in float64 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -19,8 +19,6 @@ _BITS = 8  # bits of a value kept by its log bin below the leading one
 _LINEAR = 1 << (_BITS + 1)  # values below this have a bin each
 _COLLECT = 4_000_000  # values a bin may hold to be read whole
 _WIDE = 4096  # bins of a narrowing pass
-
-Pieces = Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]]
 
 
 def _log_bin(v: np.ndarray) -> np.ndarray:
@@ -60,33 +58,30 @@ class LogHistogram:
         self.count += np.bincount(b, minlength=size)
 
 
-def smallest_reaching(pieces: Pieces, targets: list[float], hist: LogHistogram | None = None) -> list[int | None]:
-    """For each target weight ``x``, the smallest value ``a`` with ``W(<= a) >= x``.
-
-    Args:
-        pieces: called once per pass; yields ``(values, weights)`` arrays (values int64 >= 0,
-            weights >= 0), the same pairs on every call, in any pieces.
-        targets: weights to reach.
-        hist: the pairs' :class:`LogHistogram`, when the caller filled it (else a pass fills it).
-
-    Returns:
-        The values, in the order of ``targets`` (None where the total weight stays below).
-    """
-    if hist is None:
-        hist = LogHistogram()
-        for v, w in pieces():
-            hist.add(v, w)
-    return smallest_reaching_each(lambda: ([pair] for pair in pieces()), [targets], [hist])[0]
-
-
-def smallest_reaching_each(
+def smallest_reaching(
     pieces: Callable[[], Iterable[list[tuple[np.ndarray, np.ndarray]]]],
     targets: list[list[float]],
-    hists: list[LogHistogram],
+    hists: list[LogHistogram] | None = None,
 ) -> list[list[int | None]]:
-    """:func:`smallest_reaching` for several series of pairs at once, their exact reads sharing
-    passes: ``pieces()`` yields a list of ``(values, weights)``, one per series; ``targets``
-    and ``hists`` are per series (the histograms filled already)."""
+    """For each target weight ``x`` of each series of ``(value, weight)`` pairs, the smallest
+    value ``a`` with ``W(<= a) >= x``; several series at once, their exact reads sharing passes.
+
+    Args:
+        pieces: called once per pass; yields a list of ``(values, weights)`` arrays, one per
+            series (values int64 >= 0, weights >= 0): the same pairs on every call, in any pieces.
+        targets: per series, the weights to reach.
+        hists: per series, its :class:`LogHistogram` when the caller filled it in a pass of its
+            own (else a pass here fills them).
+
+    Returns:
+        Per series, the values in the order of its targets (None where its total weight stays
+        below).
+    """
+    if hists is None:
+        hists = [LogHistogram() for _ in targets]
+        for pairs in pieces():
+            for h, (v, w) in zip(hists, pairs):
+                h.add(v, w)
     out: list[list[int | None]] = [[None] * len(ts) for ts in targets]
     # Per open (series, target): the value range that holds its answer, the weight below it, its count.
     open_: dict[tuple[int, int], tuple[int, int, float, int]] = {}
@@ -139,9 +134,3 @@ def smallest_reaching_each(
             else:
                 open_[j, k] = (nlo, nhi, nbelow, int(wide[j, k][1][b]))
     return out
-
-
-def pieces_of(values: np.ndarray, weights: np.ndarray, size: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """``(values, weights)`` in pieces of ``size`` (tests and callers whose values are whole)."""
-    for lo in range(0, len(values), max(1, size)):
-        yield values[lo : lo + size], weights[lo : lo + size]

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from kvtrace.analyze.access import CHUNK_REQUESTS, NEVER, run_chunks, ts_us
+from kvtrace.analyze.access import CHUNK_REQUESTS, NEVER, WeightAtOrBelow, compact_ints, run_chunks, ts_us
 from kvtrace.analyze.blocktrace import BlockTrace
-from kvtrace.analyze.quantile import LogHistogram, smallest_reaching_each
+from kvtrace.analyze.quantile import LogHistogram, smallest_reaching
 
 CDF_POINTS_S = (1, 5, 10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400, 172800, 604800)
 WITHIN = {"1m": 60, "5m": 300, "1h": 3600}
@@ -58,9 +58,7 @@ class _Distribution:
     def __init__(self, which: str, p: ReuseParams) -> None:
         self.which, self.p = which, p
         self.limits_s = sorted({float(t) for t in p.cdf_points_s} | {float(v) for v in WITHIN.values()})
-        self.limits = np.array([int(round(t * 1e6)) for t in self.limits_s], dtype=np.int64)
-        self.at_t = np.zeros(len(self.limits) + 1, dtype=np.int64)
-        self.at_b = np.zeros(len(self.limits) + 1, dtype=np.int64)
+        self.within = WeightAtOrBelow([int(round(t * 1e6)) for t in self.limits_s])
         self.hist = LogHistogram()
 
     def pairs(self, c) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -70,23 +68,20 @@ class _Distribution:
 
     def add(self, c) -> None:
         a, tw, bw = self.pairs(c)
-        # the first limit at or above each age: the age is within that limit and every later one
-        k = np.searchsorted(self.limits, a, side="left")
-        self.at_t += np.bincount(k, weights=tw, minlength=len(self.at_t)).astype(np.int64)
-        self.at_b += np.bincount(k, weights=bw, minlength=len(self.at_b)).astype(np.int64)
+        self.within.add(a, tw, bw)
         self.hist.add(a, tw)
 
     QS = sorted({0.5, 0.9, 0.99, *CAPTURE})
 
     def targets(self) -> list[float]:
         """The cumulative weights whose ages the quantiles are."""
-        T = float(self.at_t.sum())
+        T = float(self.within.tokens.sum())
         return [q * T - 1e-9 * T for q in self.QS] if T else []
 
     def result(self, found: list[int | None], total_tokens: int) -> dict:
         """``found``: the smallest ages reaching :meth:`targets`, in µs."""
-        T, Bt = float(self.at_t.sum()), float(self.at_b.sum())
-        within_t, within_b = np.cumsum(self.at_t)[:-1], np.cumsum(self.at_b)[:-1]
+        T, Bt = float(self.within.tokens.sum()), float(self.within.blocks.sum())
+        within_t, within_b = self.within.at_or_below()
 
         def share(limit_s: float) -> tuple[float, float]:
             k = self.limits_s.index(float(limit_s))
@@ -126,20 +121,15 @@ def reuse_profile(trace: BlockTrace, params: ReuseParams | None = None, requests
     total = int(trace.input_length.sum())
     t = ts_us(trace)
     age, eff = _Distribution("age", p), _Distribution("eff_age", p)
-    unique, same, late = 0, True, False
+    unique, same = 0, True
     for c in run_chunks(trace, requests):
         runs = c.runs
         unique += int(runs.blocks[~runs.dup & (runs.prev < 0)].sum())
         age.add(c)
-        # In prefix-chained traces a request's ages rarely rise along its blocks.
-        if same and not np.array_equal(c.times.age, c.times.eff_age):
-            same, late = False, c.lo > 0
-        if not same:
-            eff.add(c)
-    if late:  # the effective ages first differed after the first chunk: read them whole again
-        eff = _Distribution("eff_age", p)
-        for c in run_chunks(trace, requests):
-            eff.add(c)
+        eff.add(c)
+        # In prefix-chained traces a request's ages rarely rise along its blocks: then the two
+        # distributions are one, read exactly once.
+        same = same and np.array_equal(c.times.age, c.times.eff_age)
     info = {
         "name": trace.name,
         "derived": "chain" in trace.meta,
@@ -153,7 +143,7 @@ def reuse_profile(trace: BlockTrace, params: ReuseParams | None = None, requests
     }
     dists = [age] if same else [age, eff]
     pieces = lambda: ([d.pairs(c)[:2] for d in dists] for c in run_chunks(trace, requests))  # noqa: E731
-    found = smallest_reaching_each(pieces, [d.targets() for d in dists], [d.hist for d in dists])
+    found = smallest_reaching(pieces, [d.targets() for d in dists], [d.hist for d in dists])
     reuse = age.result(found[0], total)
     return {
         "trace": info,
@@ -188,14 +178,14 @@ def _threads(trace: BlockTrace, p: ReuseParams):
     order = np.argsort(thread, kind="stable")
     compaction = trace.meta.get("compaction")
     chain = trace.meta.get("chain")
-    cols = {"thread": _narrow(thread[order]), "ts_us": t[order]}
+    cols = {"thread": compact_ints(thread[order]), "ts_us": t[order]}
     same = cols["thread"][1:] == cols["thread"][:-1]
     gaps = (cols["ts_us"][1:] - cols["ts_us"][:-1])[same] / 1e6  # numpy's division, bit for bit (Polars' differs)
     del same
-    cols["session"] = _narrow(np.asarray(trace.session if trace.session is not None else thread)[order])
+    cols["session"] = compact_ints(np.asarray(trace.session if trace.session is not None else thread)[order])
     cols["prompt"] = trace.input_length[order]  # 64 bits: a thread's sum may pass 2**31
     cols["compaction"] = compaction[order] if compaction is not None else np.zeros(n, bool)
-    cols["chain"] = _narrow(chain[order]) if chain is not None else np.zeros(n, np.int32)
+    cols["chain"] = compact_ints(chain[order]) if chain is not None else np.zeros(n, np.int32)
     del order
     df = pl.DataFrame(cols)
     del cols
@@ -222,13 +212,6 @@ def _threads(trace: BlockTrace, p: ReuseParams):
     del df
     # ties in the order threads first appear, so the table never depends on the sort's threads
     return tab.sort(["prompt_tokens", "thread"], descending=[True, False]), gaps
-
-
-def _narrow(a: np.ndarray) -> np.ndarray:
-    """Integer codes as 32 bits when every value fits (ids of any width are given)."""
-    if len(a) and (int(a.min()) < -(2**31) or int(a.max()) >= 2**31):
-        return a
-    return a.astype(np.int32)
 
 
 def thread_summary(trace: BlockTrace, params: ReuseParams | None = None) -> dict | None:

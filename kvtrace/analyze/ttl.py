@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from kvtrace.analyze.access import CHUNK_REQUESTS, run_chunks, seconds_to_us
+from kvtrace.analyze.access import CHUNK_REQUESTS, WeightAtOrBelow, run_chunks, seconds_to_us
 from kvtrace.analyze.blocktrace import BlockTrace
 from kvtrace.analyze.working_set import working_sets
 
@@ -47,20 +47,16 @@ class _Hits:
         self.ttls = list(ttls)
         taus = np.array([seconds_to_us(t) for t in self.ttls], dtype=np.int64)
         self.order = np.argsort(taus, kind="stable")
-        self.sorted = taus[self.order]
-        self.tok = np.zeros(len(taus) + 1, dtype=np.int64)
-        self.blk = np.zeros(len(taus) + 1, dtype=np.int64)
+        # a run hits under every TTL its effective age is at or below
+        self.hits = WeightAtOrBelow(taus[self.order])
 
     def add(self, c) -> None:
-        # the first TTL (shortest first) that covers each run: it hits there and at every longer one
-        k = np.searchsorted(self.sorted, c.times.eff_age, side="left")
-        self.tok += np.bincount(k, weights=c.runs.tokens, minlength=len(self.tok)).astype(np.int64)
-        self.blk += np.bincount(k, weights=c.runs.blocks, minlength=len(self.blk)).astype(np.int64)
+        self.hits.add(c.times.eff_age, c.runs.tokens, c.runs.blocks)
 
     def result(self, trace: BlockTrace) -> list[dict]:
         total_tok = int(trace.input_length.sum())
         total_blk = trace.n_blocks
-        cum_tok, cum_blk = np.cumsum(self.tok)[:-1], np.cumsum(self.blk)[:-1]
+        cum_tok, cum_blk = self.hits.at_or_below()
         rank = np.empty(len(self.order), dtype=np.int64)
         rank[self.order] = np.arange(len(self.order))
         out = []

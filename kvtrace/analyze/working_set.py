@@ -17,7 +17,7 @@ import numpy as np
 
 from kvtrace.analyze.access import CHUNK_REQUESTS, NEVER, run_chunks, seconds_to_us, ts_us
 from kvtrace.analyze.blocktrace import BlockTrace
-from kvtrace.analyze.quantile import LogHistogram, smallest_reaching_each
+from kvtrace.analyze.quantile import LogHistogram, smallest_reaching
 from kvtrace.units import fmt_duration
 
 SERIES_POINTS = 240
@@ -280,7 +280,7 @@ def working_sets(
     p99 = [float(a.peak) for a in acc]
     if span > 0:
         pieces = lambda: ([(level, dur) for _, _, level, dur in per] for _, per in steps())  # noqa: E731
-        found = smallest_reaching_each(pieces, [[0.99 * span] for _ in acc], [a.hist for a in acc])
+        found = smallest_reaching(pieces, [[0.99 * span] for _ in acc], [a.hist for a in acc])
         p99 = [float(f[0]) for f in found]
     out = []
     for k, a in enumerate(acc):

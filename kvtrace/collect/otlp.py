@@ -158,7 +158,9 @@ def decompress(body: bytes, encoding: str | None, limit: int) -> bytes:
             if not d.eof:
                 raise BadPayload(f"truncated {enc} body")
             pos -= len(d.unused_data)  # the next member starts there (gzip may have several)
-            if enc == "deflate" or not bytes(view[pos:]).strip(b"\x00"):
+            # What is left is another member, or zero padding: a member starts with 0x1f, so
+            # only a zero byte makes the rest worth reading (else it is never copied).
+            if enc == "deflate" or pos == len(body) or (view[pos] == 0 and not bytes(view[pos:]).strip(b"\x00")):
                 break
     except zlib.error as e:
         raise BadPayload(f"corrupt {enc} body: {e}") from None

@@ -139,13 +139,9 @@ def convert_sealed(sealed: Path) -> tuple[Path | None, int]:
                 else:
                     raise ValueError(f"unknown frame kind {kind}")
             except Exception as e:  # noqa: BLE001 - keep the frame aside; the rest of the segment goes on
-                _keep_failed_frame(sealed.parent, sid, kind, payload)
+                kept = _keep_failed_frame(sealed.parent, sid, kind, payload)
                 log.warning(
-                    "a frame of %s could not be converted (%s: %s); kept in %s",
-                    sealed.name,
-                    type(e).__name__,
-                    e,
-                    sealed.parent / FAILED_DIR / (sid + ".frames"),
+                    "a frame of %s could not be converted (%s: %s); kept in %s", sealed.name, type(e).__name__, e, kept
                 )
                 continue
             if line:
@@ -166,13 +162,16 @@ def convert_sealed(sealed: Path) -> tuple[Path | None, int]:
     return ready, lines
 
 
-def _keep_failed_frame(spool: Path, sid: str, kind: int, payload: bytes) -> None:
+def _keep_failed_frame(spool: Path, sid: str, kind: int, payload: bytes) -> Path:
+    """Append a frame that could not be converted to the segment's file of such frames; its path."""
     failed = spool / FAILED_DIR
     failed.mkdir(mode=0o700, exist_ok=True)
-    with open(failed / (sid + ".frames"), "ab", opener=_private) as fh:
+    kept = failed / (sid + ".frames")
+    with open(kept, "ab", opener=_private) as fh:
         fh.write(encode_frame(kind, payload))
         fh.flush()
         os.fsync(fh.fileno())
+    return kept
 
 
 def tidy(spool: Path) -> None:

@@ -65,7 +65,7 @@ from kvtrace.replay.engine import (
     grid_rows,
 )
 from kvtrace.replay.grid import hit_grid
-from kvtrace.replay.kernel import _blocks_kernel, _fen_add, _fen_prefix
+from kvtrace.replay.kernel import _blocks_kernel, _fen_add, _fen_prefix, _keep_rows
 from kvtrace.replay.tiers import resolve
 from kvtrace.replay.traffic import band_hits, tier_traffic
 
@@ -461,8 +461,7 @@ def sampled_distances(
         is_heavy[seen] = np.isin(st.hash_ids[first[seen]], heavy)
     wt = np.where(is_heavy, T, MODULUS).astype(np.int64)  # in 1/T of a block of the full trace
     n, N = st.n_requests, st.n_blocks
-    keep = sorted({int(x) for x in keep})
-    rows = np.array([keep.index(x) if x in keep else -1 for x in ttls], dtype=np.int64)
+    rows, keep = _keep_rows(ttls, keep)
     live = np.zeros((len(keep), n), dtype=np.float64)
     peak = np.zeros(len(ttls), dtype=np.int64)
     unique = np.zeros(n, dtype=np.float64)

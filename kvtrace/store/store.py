@@ -85,7 +85,7 @@ class Store:
     ):
         self.path = None if memory else Path(path) if path is not None else default_db_path()
         self.tracer = tracer
-        self._spill_folders: list[str] = []  # private spill folders DuckDB may still use
+        self._spill_folders: list[str] = []  # private spill folders, removed on close
         target = ":memory:" if memory else str(self.path)
         if read_only and not memory and not self.path.exists():
             raise SchemaError(
@@ -328,22 +328,17 @@ class Store:
         default is 80% of the machine's memory, which leaves nothing for kvtrace's arrays)."""
         before = self.con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
         spill = self.con.execute("SELECT current_setting('temp_directory')").fetchone()[0]
-        own = None
         if not _can_make_folder(spill):
             # DuckDB spills beside the warehouse; where it cannot (read-only media, a file in the
-            # way), a private temporary folder takes the spill rather than the query failing
+            # way), a private temporary folder takes the spill for the rest of the connection
+            # (DuckDB refuses another once it has spilled), removed when the store closes
             own = tempfile.mkdtemp(prefix="kvtrace-spill-")
+            self._spill_folders.append(own)
             self.con.execute("SET temp_directory = ?", [own])
         self.con.execute(f"SET memory_limit = '{limit}'")
         try:
             yield
         finally:
-            if own is not None:
-                try:
-                    self.con.execute("RESET temp_directory")  # refused once DuckDB has spilled there
-                    shutil.rmtree(own, ignore_errors=True)
-                except duckdb.Error:
-                    self._spill_folders.append(own)  # removed when the store closes
             try:
                 # DuckDB's default again, unless another limit was set (its text is rounded:
                 # setting it back would round the default down)
