@@ -43,6 +43,19 @@ def require_tool(name: str) -> str:
     return path
 
 
+def require_module(name: str):
+    """An optional Python package (an extra of kvtrace's); skip if missing, unless CI demands
+    every tool (KVTRACE_REQUIRE_TOOLS=1)."""
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        if os.environ.get("KVTRACE_REQUIRE_TOOLS") == "1":
+            pytest.fail(f"the Python package {name} is required in CI but not installed (see .ci/run)")
+        pytest.skip(f"{name} not installed")
+
+
 def require_other_uid() -> int:
     """A second uid to act as another local user (``nobody``), for tests that need root to take it
     on; skip where there is none, unless CI demands it (KVTRACE_REQUIRE_TOOLS=1)."""

@@ -9,6 +9,7 @@ from kvtrace.errors import KvtraceError
 from kvtrace.ingest.pipeline import IngestSummary, _merge
 from kvtrace.store import Store
 from kvtrace.store.lake import export_lake
+from kvtrace.store.queries import load_query
 from tests.builders import parsed
 
 
@@ -33,7 +34,7 @@ def test_lake_partitions_by_day_and_keeps_every_token(warehouse, tmp_path):
     out = tmp_path / "lake"
     with Store(warehouse, read_only=True) as s:
         counts = export_lake(s, out)
-    assert counts == {"requests": 6}
+    assert counts == {"requests": 6, "chain_requests": 6}
     days = sorted(p.name for p in (out / "requests").iterdir())
     # requests every 10 h from 2026-11-02 19:00 UTC
     assert days == ["day=2026-11-02", "day=2026-11-03", "day=2026-11-04"]
@@ -42,6 +43,14 @@ def test_lake_partitions_by_day_and_keeps_every_token(warehouse, tmp_path):
         f"read_parquet('{out}/requests/*/*.parquet', hive_partitioning = true)"
     ).fetchall()
     assert got == [(6, 21, 210)]
+    # The rows chain derivation reads, as the warehouse query gives them, numbered in time order.
+    with Store(warehouse, read_only=True) as s:
+        want = s.to_arrow(load_query("chain_requests").sql, {"since": None, "until": None})
+    lake = duckdb.sql(
+        f"SELECT * EXCLUDE (day) FROM read_parquet('{out}/chain_requests/*/*.parquet', hive_partitioning = true) "
+        "ORDER BY gidx"
+    ).to_arrow_table()
+    assert lake.equals(want.sort_by("gidx"))
 
 
 def test_existing_lake_needs_force_and_is_replaced_whole(warehouse, tmp_path):

@@ -55,6 +55,7 @@ HEAVY = (
     "croniter",
     "opentelemetry",
     "msgspec",
+    "pyspark",
 )
 # Light imports kept inside a function, with the reason.
 KEPT_INSIDE = {

@@ -244,14 +244,27 @@ _NUMBERS = (
     "input_tokens",
     "output_tokens",
 )
+# What link_partition reads of each row (the columns of queries/chain_requests.sql).
+LINK_COLUMNS = (
+    "gidx",
+    *_NUMBERS,
+    "org_id",
+    "session_id",
+    "thread_id",
+    "model",
+    "query_source",
+    "is_compact_request",
+    "after_compaction",
+)
 
 
 def derive_partitioned(parts, n: int, params: ChainParams | None = None, materialize: bool = True) -> BlockTrace:
     """A block trace from per-request token counts that arrive in partitions of whole sessions.
 
-    Chains never cross a session, so each partition is linked on its own and only numbers are
-    kept from it; what spans sessions (the shared heads, the head blocks' previous and next
-    holders) is found on the whole afterwards. Any split of the sessions gives the same trace.
+    Chains never cross a session, so each partition is linked on its own (:func:`link_partition`)
+    and only numbers are kept from it; what spans sessions (the shared heads, the head blocks'
+    previous and next holders) is found on the whole afterwards (:func:`derive_linked`). Any
+    split of the sessions gives the same trace.
 
     Args:
         parts: Polars frames with the columns of ``queries/chain_requests.sql``, including
@@ -269,17 +282,50 @@ def derive_partitioned(parts, n: int, params: ChainParams | None = None, materia
         continues from, -1 at a start) and ``shared`` (the tokens it shares with that request).
     """
     p = params or ChainParams()
+    return derive_linked((link_partition(part, p) for part in parts if part.height), n, p, materialize)
+
+
+class PartitionError(ValueError):
+    """Partitions that do not hold each of the ``n`` rows exactly once."""
+
+
+@dataclass
+class Linked:
+    """One partition of whole sessions reduced to numbers by :func:`link_partition`.
+
+    ``numbers`` holds one array per request (sorted by ``gidx``): the token counts of
+    ``queries/chain_requests.sql``, ``gidx``, ``pred`` (the ``gidx`` of the request its chain
+    continues, -1 at a start), ``depth`` (tokens shared with it), ``compact_req``,
+    ``compaction``, ``model`` and ``hgroup`` (codes into ``model_labels`` and
+    ``hgroup_labels``), and ``thread`` and ``session`` (each named by its first row's ``gidx``).
+    ``thread_names`` maps a thread's first ``gidx`` to its label. Nothing in it depends on the
+    other partitions, so a partition can be linked anywhere (a Spark task) and sent as Arrow.
+    """
+
+    numbers: dict[str, np.ndarray]
+    model_labels: list[str]
+    hgroup_labels: list[str]
+    thread_names: dict[int, str]
+
+
+def derive_linked(linked, n: int, params: ChainParams | None = None, materialize: bool = True) -> BlockTrace:
+    """A block trace from linked partitions (:class:`Linked`, in any order) of ``n`` requests:
+    the steps of :func:`derive_partitioned` after linking."""
+    p = params or ChainParams()
     models, hgroups, names = _Labels(), _Labels(), {}
     whole: dict[str, np.ndarray] = {}
     filled = np.zeros(n, dtype=bool)
-    for part in parts:
-        if not part.height:
-            continue
-        got = _link_part(part.sort("gidx"), p, models, hgroups, names)
+    for part in linked:
+        got = dict(part.numbers)
         at = got.pop("gidx")
-        if at[0] < 0 or at[-1] >= n or filled[at].any() or (np.diff(at) == 0).any():
-            raise ValueError(f"the partitions hold a row twice, or one outside 0..{n - 1}")
+        if not len(at):
+            continue
+        if at[0] < 0 or at[-1] >= n or filled[at].any() or (np.diff(at) <= 0).any():
+            raise PartitionError(f"the partitions hold a row twice, or one outside 0..{n - 1}")
         filled[at] = True
+        got["model"] = models.codes(part.model_labels)[got["model"]]
+        got["hgroup"] = hgroups.codes(part.hgroup_labels)[got["hgroup"]]
+        names.update(part.thread_names)
         got = {k: v if k == "ts_us" else compact_ints(v) for k, v in got.items()}
         if not whole and len(at) == n:
             whole = got  # one partition of every row, in order: no copy
@@ -291,7 +337,7 @@ def derive_partitioned(parts, n: int, params: ChainParams | None = None, materia
                     whole[k] = whole[k].astype(v.dtype)  # a partition's numbers outgrew 32 bits
                 whole[k][at] = v
     if not filled.all():
-        raise ValueError(f"the partitions hold {int(filled.sum())} rows, not {n}")
+        raise PartitionError(f"the partitions hold {int(filled.sum())} rows, not {n}")
     del filled
     if not n:
         whole = {k: np.zeros(0, np.int64) for k in (*_NUMBERS, "pred", "depth", "model", "hgroup", "thread", "session")}
@@ -333,13 +379,14 @@ def _firsts(code: np.ndarray, gidx: np.ndarray) -> np.ndarray:
     return first
 
 
-def _link_part(frame, p: ChainParams, models: _Labels, hgroups: _Labels, names: dict[int, str]) -> dict:
-    """One partition of whole sessions (sorted by ``gidx``) reduced to numbers: its chain links,
-    found session by session (see ``_kernels.link_chains``), and what the rest of the derivation
-    reads. Threads and sessions are named by their first row's ``gidx`` (a thread's text label
-    goes into ``names``), models and head groups by codes of ``models`` and ``hgroups``."""
+def link_partition(frame, p: ChainParams) -> Linked:
+    """One partition of whole sessions (a Polars frame with the columns of
+    ``queries/chain_requests.sql``, in any row order) reduced to numbers: its chain links, found
+    session by session (see ``_kernels.link_chains``), and what the rest of the derivation
+    reads."""
     from kvtrace.analyze._kernels import link_chains
 
+    frame = frame.sort("gidx")
     n = frame.height
     gidx = frame.get_column("gidx").to_numpy().astype(np.int64)
     out = {c: frame.get_column(c).to_numpy().astype(np.int64) for c in _NUMBERS}
@@ -387,17 +434,15 @@ def _link_part(frame, p: ChainParams, models: _Labels, hgroups: _Labels, names: 
     out["pred"] = np.where(pred >= 0, gidx[np.maximum(pred, 0)], -1)
     out["depth"] = depth
     out["compact_req"], out["compaction"] = compact_req, compact_req | marker
-    out["model"] = models.codes(model_labels)[model]
+    out["model"] = model
     # Head groups: per (org, model[, thread kind]); a head is shared across sessions.
     kind = (frame.get_column("thread_id").fill_null("main") != "main").cast(int).to_numpy()
     hcols = ["org_id", "model"] + (["_kind"] if p.head_per_thread_kind else [])
-    hgroup, hlabels = _codes(_with(frame, _kind=kind), hcols, labels=True, sep="\x1f")
-    out["hgroup"] = hgroups.codes(hlabels)[hgroup]
+    out["hgroup"], hlabels = _codes(_with(frame, _kind=kind), hcols, labels=True, sep="\x1f")
     first = _firsts(thread, gidx)
-    names.update(zip(first.tolist(), thread_labels))
     out["thread"] = first[thread]
     out["session"] = _firsts(session, gidx)[session]
-    return out
+    return Linked(out, model_labels, hlabels, dict(zip(first.tolist(), thread_labels)))
 
 
 def _finish(w: dict, hgroup, session, thread, thread_names, model_names, p: ChainParams, materialize: bool):

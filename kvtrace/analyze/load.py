@@ -19,13 +19,12 @@ from kvtrace.analyze.chains import ChainParams, derive_partitioned
 from kvtrace.errors import BadTraceInput, ConfigError
 from kvtrace.ingest import block_hash
 from kvtrace.ingest.formats import sniff
+from kvtrace.store.store import SORT_MEMORY
 from kvtrace.window import parse_instant
 
 # Requests per partition of the chain derivation: each partition's text columns and scratch
 # arrays take about 1 KB a request, so this bounds them near 250 MB.
 PARTITION_ROWS = 250_000
-# DuckDB's memory while it sorts the chain query's rows by session (beyond it, it spills to disk).
-CHAIN_QUERY_MEMORY = "1GB"
 
 
 def block_trace_from_table(t: pa.Table, name: str = "trace", block_size: int | None = None) -> BlockTrace:
@@ -220,7 +219,7 @@ def chain_partitions(store, since=None, until=None, rows: int = PARTITION_ROWS):
 
     def parts():
         # The query sorts every row by session: DuckDB spills that sort rather than hold it.
-        with store.memory_capped(CHAIN_QUERY_MEMORY):
+        with store.memory_capped(SORT_MEMORY):
             reader = store.arrow_batches(sql, args, min(rows, 100_000))
             try:
                 held, held_rows = [], 0  # batches not yet given out, all sessions whole but the last

@@ -33,7 +33,9 @@ class ReuseOptions:
     pricing: Path | None = None
     price_model: str | None = None  # price every request as this model (block-hash traces)
     series: bool = False  # working-set time series per TTL (charts)
-    partition_rows: int = PARTITION_ROWS  # requests read at a time for derived chains
+    partition_rows: int = PARTITION_ROWS  # requests read (or linked by a Spark task) at a time
+    lake: str | None = None  # a lake (kvtrace lake) whose chains Spark derives, instead of the warehouse
+    spark_master: str | None = None  # Spark master for a lake (default: the running session, or local[*])
 
 
 def reuse_report(store, opts: ReuseOptions | None = None) -> dict:
@@ -48,6 +50,17 @@ def reuse_report(store, opts: ReuseOptions | None = None) -> dict:
     if opts.file is not None:
         trace = read_block_trace(opts.file, format=opts.file_format, block_size=opts.file_block_size)
         source = str(opts.file)
+    elif opts.lake is not None:
+        from kvtrace.analyze.spark import lake_block_trace, spark_session
+
+        if opts.since or opts.until or opts.trace:
+            raise ConfigError(
+                "a lake's window is the one it was written with, and it holds no block-hash traces",
+                hint="drop --since/--until/--trace, or write the lake for the window: kvtrace lake DIR --since ...",
+            )
+        with spark_session(opts.spark_master) as spark:
+            trace = lake_block_trace(spark, opts.lake, opts.chain, opts.partition_rows)
+        source = str(opts.lake)
     else:
         if store is None:
             raise ConfigError("no warehouse and no trace file", hint="pass --db or a trace FILE")
@@ -75,8 +88,8 @@ def reuse_report(store, opts: ReuseOptions | None = None) -> dict:
     }
     if trace.n_requests == 0:
         out["no_data"] = (
-            f"No data: {opts.file} holds no requests."
-            if opts.file is not None
+            f"No data: {opts.file or opts.lake} holds no requests."
+            if opts.file is not None or opts.lake is not None
             else no_data_text(store, *window_bounds(store, opts.since, opts.until))
         )
         out.update(

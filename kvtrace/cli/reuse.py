@@ -87,6 +87,27 @@ def reuse(
         bool, typer.Option("--series", help="Include the working-set time series per TTL (json).")
     ] = False,
     out: OutOpt = None,
+    engine: Annotated[
+        str,
+        typer.Option(
+            "--engine",
+            help="local (this process, the warehouse) or spark (a lake written by kvtrace lake, on Spark; needs the spark extra).",
+        ),
+    ] = "local",
+    lake: Annotated[
+        Optional[str],
+        typer.Option(
+            "--lake", help="The lake folder or URI the spark engine reads (kvtrace lake DIR).", show_default=False
+        ),
+    ] = None,
+    spark_master: Annotated[
+        Optional[str],
+        typer.Option(
+            "--spark-master",
+            help="Spark master URL, e.g. local[2] or spark://host:7077 (default: the session spark-submit started, else local[*]).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Show how context is reused: reuse times, TTL hit ratios, capacity per TTL and API spend.
 
@@ -94,6 +115,8 @@ def reuse(
     block-hash traces, or directly on a Mooncake/Bailian FILE.
 
     Example: kvtrace reuse --ttl 5m,1h --bytes-per-token 327680 --format json --out reuse.json
+
+    On Spark: kvtrace lake lake/ && kvtrace reuse --engine spark --lake lake/ --format json (docs/spark.md)
     """
     from kvtrace.analyze.chains import ChainParams
     from kvtrace.analyze.reuse import ReuseParams
@@ -110,6 +133,15 @@ def reuse(
             f"--input-format {input_format}: the format of a trace FILE",
             hint="give a FILE and choose mooncake or bailian",
         )
+    if engine not in ("local", "spark"):
+        raise ConfigError(f"unknown --engine '{engine}'", hint="choose local or spark")
+    if (engine == "spark") != (lake is not None):
+        raise ConfigError(
+            "the spark engine reads a lake, and only it does",
+            hint="write one with kvtrace lake DIR, then pass --engine spark --lake DIR",
+        )
+    if lake is not None and file is not None:
+        raise ConfigError("give a trace FILE or --lake, not both")
     opts = ReuseOptions(
         file=file,
         file_format=input_format,
@@ -126,9 +158,11 @@ def reuse(
         pricing=pricing,
         price_model=price_model,
         series=series,
+        lake=lake,
+        spark_master=spark_master,
     )
-    with working(f"measuring reuse in {file or 'the warehouse'}"):
-        if file is not None:
+    with working(f"measuring reuse in {file or lake or 'the warehouse'}"):
+        if file is not None or lake is not None:
             data = reuse_report(None, opts)
         else:
             from kvtrace.store import open_store

@@ -16,9 +16,19 @@ from pathlib import Path
 
 from kvtrace.errors import KvtraceError
 from kvtrace.store.queries import load_query
-from kvtrace.store.store import Store
+from kvtrace.store.store import SORT_MEMORY, Store
 
-TABLES = ("requests", "metric_points", "block_requests")
+# chain_requests: one row per request with what prefix-chain derivation reads (the rows
+# ``kvtrace reuse`` reads from the warehouse, numbered in time order over the lake's window), for
+# the Spark engine (``kvtrace.analyze.spark``).
+TABLES = ("requests", "metric_points", "block_requests", "chain_requests")
+
+
+def _table_sql(table: str) -> str:
+    if table == "chain_requests":
+        sql = load_query("chain_requests").sql
+        return f"SELECT *, CAST(CAST(make_timestamp(ts_us) AS DATE) AS VARCHAR) AS day FROM (\n{sql}\n)"
+    return load_query(f"lake_{table}").sql
 
 
 def _literal(path: Path) -> str:
@@ -48,14 +58,15 @@ def export_lake(
     try:
         params = {"since": since, "until": until}
         for table in TABLES:
-            sql = load_query(f"lake_{table}").sql
+            sql = _table_sql(table)
             n = store.scalar(f"SELECT count(*) FROM ({sql})", params)
             if not n:
                 continue
-            store.run(
-                f"COPY ({sql}) TO {_literal(tmp / table)} (FORMAT PARQUET, PARTITION_BY (day), COMPRESSION ZSTD)",
-                params,
-            )
+            with store.memory_capped(SORT_MEMORY):
+                store.run(
+                    f"COPY ({sql}) TO {_literal(tmp / table)} (FORMAT PARQUET, PARTITION_BY (day), COMPRESSION ZSTD)",
+                    params,
+                )
             counts[table] = int(n)
         if out.exists():
             # a fresh name: a leftover of an interrupted replace must not block this one
