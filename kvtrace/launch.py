@@ -35,7 +35,7 @@ def forward_target(argv: list[str], environ=None) -> tuple[str, str] | None:
     environ = os.environ if environ is None else environ
     if not argv or argv[0] not in protocol.FORWARDED or environ.get("KVTRACE_NO_SERVE"):
         return None
-    if any(a in protocol.LOCAL_ARGS for a in argv):
+    if protocol.runs_here(argv):
         return None
     given, db = db_arg(argv)
     if argv[0] == "run" and not given:

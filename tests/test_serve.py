@@ -365,6 +365,9 @@ def test_launcher_decides_what_to_forward(tmp_path, monkeypatch):
     assert forward_target(["report", "--db", str(tmp_path / "other.duckdb")], env) is None
     for argv in (["report", "--help"], ["serve"], ["collect"], ["synth", "x"], ["run", "daily"], []):
         assert forward_target(argv, env) is None, argv
+    # A lake on Spark: its driver and JVM belong to the command's process, not a fork of the server.
+    for argv in (["reuse", "--lake", "l/"], ["reuse", "--lake=l/"], ["reuse", "--engine", "spark", "--lake", "l"]):
+        assert forward_target(argv, env) is None, argv
     assert forward_target(["ingest", "-"], env) is not None  # stdin travels with the command
     assert forward_target(["report"], env | {"KVTRACE_NO_SERVE": "1"}) is None
     assert forward_target(["run", "daily", "--db", str(db)], {}) is not None

@@ -51,7 +51,16 @@ def write_lake(f: pl.DataFrame, lake: Path) -> None:
 def test_a_random_lake_gives_the_local_chains(spark, tmp_path, seed):
     from kvtrace.analyze.spark import lake_block_trace
 
-    f = random_rows(seed, sessions=24)
+    # Requests without a session id (one session to the derivation, of every org), and one
+    # session id under two orgs.
+    sid = pl.col("session_id")
+    f = random_rows(seed, sessions=24).with_columns(
+        session_id=pl.when(sid.is_in(["s001", "s002"]))
+        .then(pl.lit(""))
+        .when(sid == "s004")
+        .then(pl.lit("s003"))
+        .otherwise(sid)
+    )
     write_lake(f, tmp_path / "lake")
     params = ChainParams(block_size=64, head_min_chains=2)
     want = derive_chains(f, params, materialize=False)
@@ -60,7 +69,7 @@ def test_a_random_lake_gives_the_local_chains(spark, tmp_path, seed):
         stats = {}
         got = lake_block_trace(spark, str(tmp_path / "lake"), params, partition_rows=rows, stats=stats)
         assert stats["partitions"] == (1 if rows > f.height else -(-f.height // rows))
-        assert stats["task_peak_rss_bytes"] > 0
+        assert 0 < stats["task_peak_rss_bytes"] < 2**31  # a task holds its partition, not the lake
         assert_same(got, want)
 
 
@@ -95,6 +104,26 @@ def test_the_sample_lake_gives_the_warehouse_reuse_report(spark, sample_lake, op
     got = reuse_report(None, ReuseOptions(lake=str(lake), **opts))
     assert got["source"] == str(lake) and want["trace"]["requests"] > 1000
     assert without_source(got) == without_source(want)
+    assert spark.range(3).count() == 3  # the session it found running is still running
+
+
+def test_a_lake_of_an_empty_window_has_no_data(spark, tmp_path):
+    with Store(memory=True) as store:
+        export_lake(store, tmp_path / "lake")
+    report = reuse_report(None, ReuseOptions(lake=str(tmp_path / "lake")))
+    assert report["no_data"] == f"No data: {tmp_path / 'lake'} holds no requests." and report["trace"] is None
+
+
+def test_only_local_masters_are_started(spark):
+    from kvtrace.analyze.spark import spark_session
+
+    with pytest.raises(ConfigError, match="local Spark sessions only") as e:
+        with spark_session("spark://cluster:7077"):
+            pass
+    assert "spark-submit" in e.value.hint
+    with pytest.raises(ConfigError, match="already running"):
+        with spark_session("local[1]"):
+            pass
 
 
 def test_a_lake_without_chain_rows_is_refused_with_the_fix(spark, tmp_path):
@@ -127,9 +156,10 @@ def kvtrace(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     "args, message",
     [
         (["--engine", "spark"], "reads a lake"),
-        (["--lake", "somewhere"], "reads a lake"),
+        (["--engine", "local", "--lake", "somewhere"], "reads a lake"),
+        (["--lake", "somewhere"], "no lake at somewhere"),
         (["--engine", "dask"], "unknown --engine"),
-        (["--engine", "spark", "--lake", "somewhere", "--since", "7d"], "window"),
+        (["--lake", "somewhere", "--since", "7d"], "window"),
     ],
 )
 def test_engine_options_are_checked_before_spark_starts(args, message, tmp_path):
@@ -137,31 +167,32 @@ def test_engine_options_are_checked_before_spark_starts(args, message, tmp_path)
     assert r.returncode == 1 and message in r.stderr, r.stderr
 
 
-def local_json(db: Path) -> dict:
-    r = kvtrace("reuse", "--db", str(db), "--ttl", "5m,1h", "-f", "json")
+@pytest.fixture(scope="module")
+def local_json(sample_lake) -> dict:
+    r = kvtrace("reuse", "--db", str(sample_lake[0]), "--ttl", "5m,1h", "-f", "json")
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
 
 
 @pytest.mark.slow
-def test_the_command_line_on_spark_prints_the_local_report(sample_lake):
+def test_the_command_line_on_spark_prints_the_local_report(sample_lake, local_json):
     require_module("pyspark")
     require_tool("java")
-    db, lake = sample_lake
+    _, lake = sample_lake
     r = kvtrace(
         "reuse", "--engine", "spark", "--lake", str(lake), "--spark-master", "local[2]", "--ttl", "5m,1h", "-f", "json"
     )
     assert r.returncode == 0, r.stderr
-    assert without_source(json.loads(r.stdout)) == without_source(local_json(db))
+    assert without_source(json.loads(r.stdout)) == without_source(local_json)
 
 
 @pytest.mark.slow
-def test_spark_submit_runs_the_same_job(sample_lake, tmp_path):
+def test_spark_submit_runs_the_same_job(sample_lake, local_json, tmp_path):
     """What docs/spark.md tells a cluster user to run, in local mode."""
     require_module("pyspark")
     require_tool("java")
     submit = Path(sys.executable).with_name("spark-submit")
-    db, lake = sample_lake
+    _, lake = sample_lake
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
     job = ROOT / "kvtrace" / "__main__.py"
     out = tmp_path / "reuse.json"
@@ -174,7 +205,7 @@ def test_spark_submit_runs_the_same_job(sample_lake, tmp_path):
         timeout=300,
     )
     assert r.returncode == 0, r.stderr[-3000:]
-    assert without_source(json.loads(out.read_text())) == without_source(local_json(db))
+    assert without_source(json.loads(out.read_text())) == without_source(local_json)
 
 
 def test_a_lake_missing_a_column_is_refused(spark, tmp_path):
@@ -195,7 +226,7 @@ def test_a_failing_task_names_its_python_error(spark, tmp_path):
     folder.mkdir(parents=True)
     f = random_rows(0, sessions=2).with_row_index("gidx").drop("request_key")
     f.with_columns(pl.lit("many").alias("read_tokens")).write_parquet(folder / "part-0.parquet")
-    with pytest.raises(KvtraceError, match="the Spark job on .* failed: .*Error") as e:
+    with pytest.raises(KvtraceError, match="the Spark job on .* failed: ValueError: invalid literal") as e:
         lake_block_trace(spark, str(tmp_path / "lake"))
     assert "Traceback" not in str(e.value)
 

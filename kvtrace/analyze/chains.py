@@ -234,6 +234,9 @@ def derive_chains(frame, params: ChainParams | None = None, materialize: bool = 
     return derive_partitioned([frame], frame.height, params, materialize)
 
 
+# Requests per partition of the chain derivation: each partition's text columns and scratch
+# arrays take about 1 KB a request, so this bounds them near 250 MB.
+PARTITION_ROWS = 250_000
 # Per-request numbers the derivation and the analyses after it read; strings stay in a partition.
 _NUMBERS = (
     "ts_us",

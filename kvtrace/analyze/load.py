@@ -15,16 +15,11 @@ import numpy as np
 import pyarrow as pa
 
 from kvtrace.analyze.blocktrace import BlockTrace
-from kvtrace.analyze.chains import ChainParams, derive_partitioned
+from kvtrace.analyze.chains import PARTITION_ROWS, ChainParams, derive_partitioned
 from kvtrace.errors import BadTraceInput, ConfigError
 from kvtrace.ingest import block_hash
 from kvtrace.ingest.formats import sniff
-from kvtrace.store.store import SORT_MEMORY
 from kvtrace.window import parse_instant
-
-# Requests per partition of the chain derivation: each partition's text columns and scratch
-# arrays take about 1 KB a request, so this bounds them near 250 MB.
-PARTITION_ROWS = 250_000
 
 
 def block_trace_from_table(t: pa.Table, name: str = "trace", block_size: int | None = None) -> BlockTrace:
@@ -218,6 +213,8 @@ def chain_partitions(store, since=None, until=None, rows: int = PARTITION_ROWS):
     )
 
     def parts():
+        from kvtrace.store.store import SORT_MEMORY  # DuckDB: only a warehouse's chains need it
+
         # The query sorts every row by session: DuckDB spills that sort rather than hold it.
         with store.memory_capped(SORT_MEMORY):
             reader = store.arrow_batches(sql, args, min(rows, 100_000))

@@ -6,8 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kvtrace.analyze.chains import ChainParams
-from kvtrace.analyze.load import PARTITION_ROWS
+from kvtrace.analyze.chains import PARTITION_ROWS, ChainParams
 from kvtrace.analyze.reuse import ReuseParams
 from kvtrace.analyze.token_mix import no_data_text
 from kvtrace.analyze.working_set import sizing_warnings
@@ -51,13 +50,14 @@ def reuse_report(store, opts: ReuseOptions | None = None) -> dict:
         trace = read_block_trace(opts.file, format=opts.file_format, block_size=opts.file_block_size)
         source = str(opts.file)
     elif opts.lake is not None:
-        from kvtrace.analyze.spark import lake_block_trace, spark_session
+        from kvtrace.analyze.spark import check_lake, lake_block_trace, spark_session
 
         if opts.since or opts.until or opts.trace:
             raise ConfigError(
                 "a lake's window is the one it was written with, and it holds no block-hash traces",
                 hint="drop --since/--until/--trace, or write the lake for the window: kvtrace lake DIR --since ...",
             )
+        check_lake(opts.lake)  # before Spark takes its seconds to start
         with spark_session(opts.spark_master) as spark:
             trace = lake_block_trace(spark, opts.lake, opts.chain, opts.partition_rows)
         source = str(opts.lake)

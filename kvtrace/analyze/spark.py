@@ -9,7 +9,7 @@ driver finishes the derivation (:func:`kvtrace.analyze.chains.derive_linked`) an
 analyses exactly as a local run does, so both give the same report.
 
 A task holds one partition (about ``partition_rows`` requests); the driver holds the numbers of
-every request, as a local run does, and at most one result message per core of the cluster.
+every request, as a local run does, and at most ``FETCH_PARTITIONS`` result messages.
 """
 
 from __future__ import annotations
@@ -18,58 +18,125 @@ import contextlib
 import os
 import re
 import resource
+import signal
 import sys
+import threading
 from pathlib import Path
 
-import numpy as np
 
 from kvtrace.analyze.access import compact_ints
 from kvtrace.analyze.chains import (
     LINK_COLUMNS,
+    PARTITION_ROWS,
     ChainParams,
     Linked,
     PartitionError,
     derive_linked,
     link_partition,
 )
-from kvtrace.analyze.load import PARTITION_ROWS
 from kvtrace.errors import ConfigError, KvtraceError
 
 CHAIN_TABLE = "chain_requests"
+_REWRITE = "write the lake with this kvtrace version: kvtrace lake DIR --force"
+
+
+# Local masters only: a session kvtrace starts binds 127.0.0.1, which a cluster's executors cannot
+# reach (a cluster runs kvtrace through spark-submit, which starts the session).
+_LOCAL_MASTER = re.compile(r"local(\[(\*|\d+)(,\s*\d+)?\])?")
+# Linked partitions fetched by the driver at a time (each a message of up to ~30 MB): bounds the
+# driver's memory and stays under Spark's spark.driver.maxResultSize (1 GB by default).
+FETCH_PARTITIONS = 8
 
 
 @contextlib.contextmanager
 def spark_session(master: str | None = None):
     """The Spark session to run on: the one a notebook or ``spark-submit`` already started (its
     master and settings), else a local one on ``master`` (default ``local[*]``), bound to
-    127.0.0.1 and stopped on the way out."""
-    from pyspark.sql import SparkSession
+    127.0.0.1 and stopped on the way out. Only a session started here is stopped here."""
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise ConfigError(
+            "the Spark engine needs PySpark", hint="pip install 'kvtrace[spark]' (and Java 17 or later)"
+        ) from None
 
+    if master is not None and not _LOCAL_MASTER.fullmatch(master):
+        raise ConfigError(
+            f"--spark-master {master}: kvtrace starts local Spark sessions only (local, local[N], local[*])",
+            hint="on a cluster, run the command through spark-submit (docs/spark.md)",
+        )
     active = SparkSession.getActiveSession()
-    if active is not None and master is None:
-        yield active
+    if active is not None:
+        if master is not None and active.sparkContext.master != master:
+            raise ConfigError(
+                f"a Spark session on {active.sparkContext.master} is already running here",
+                hint="drop --spark-master to use it",
+            )
+        yield _usable(active)
         return
     if master is None and "PYSPARK_GATEWAY_PORT" in os.environ:  # launched by spark-submit
-        yield SparkSession.builder.getOrCreate()
+        yield _usable(SparkSession.builder.getOrCreate())
         return
-    # Python workers run this interpreter (its kvtrace, numpy, numba), not the first python3 on PATH.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    log = Path(__file__).with_name("spark-log4j2.properties")
-    spark = (
+    log = Path(__file__).with_name("spark-log4j2.properties").as_uri()
+    builder = (
         SparkSession.builder.master(master or "local[*]")
         .appName("kvtrace")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log}")
-        .getOrCreate()
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={log}")
     )
+    # Python workers run this interpreter (its kvtrace, numpy, numba), not the first python3 on
+    # PATH; the JVM binds loopback. Both are read while the session starts.
+    with _environ(PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1"), _own_sigint():
+        try:
+            spark = builder.getOrCreate()
+        except Exception as e:
+            if "JAVA_GATEWAY_EXITED" not in str(e) and "Java gateway" not in str(e):
+                raise
+            raise ConfigError(
+                "Spark could not start its JVM", hint="install Java 17 or later, or set JAVA_HOME"
+            ) from None
     try:
         yield spark
     finally:
         spark.stop()
+
+
+def _usable(spark):
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        raise ConfigError(
+            "a Spark Connect session (Databricks serverless or shared access) has no RDD API, which kvtrace uses",
+            hint="run on a classic (dedicated, single-user) cluster, or through spark-submit",
+        )
+    return spark
+
+
+@contextlib.contextmanager
+def _environ(**values: str):
+    """Environment variables set for the block, then put back as they were."""
+    before = {k: os.environ.get(k) for k in values}
+    os.environ.update({k: v for k, v in values.items() if before[k] is None})
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+
+
+@contextlib.contextmanager
+def _own_sigint():
+    """Keep the process's Ctrl-C handler: PySpark replaces it when a session starts."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, handler)
 
 
 def lake_block_trace(
@@ -95,25 +162,28 @@ def lake_block_trace(
     p = params or ChainParams()
     lake = str(lake).rstrip("/")
     df = _read_chain_rows(spark, lake)
+    if df is None:  # a lake of an empty window
+        return derive_linked(iter(()), 0, p, materialize=False)
     n = df.count()
     k = max(1, -(-n // max(1, partition_rows)))
     linked = df.repartition(k, "session_id").mapInArrow(_LinkTask(p), "part binary, peak_rss long")
     peak = [0]
 
     def results():
-        # Jobs of as many partitions as the cluster runs at once: the shuffle runs once, and the
-        # driver holds at most that many results.
+        # A few partitions a job: the shuffle runs once, and the driver holds a few results.
         rdd, sc = linked.rdd, spark.sparkContext
-        step = max(1, sc.defaultParallelism)
-        for lo in range(0, k, step):
+        for lo in range(0, k, FETCH_PARTITIONS):
             try:
-                got = sc.runJob(rdd, _parts, range(lo, min(k, lo + step)))
+                got = sc.runJob(rdd, _parts, range(lo, min(k, lo + FETCH_PARTITIONS)))
             except Exception as e:
                 if not type(e).__module__.startswith(("py4j", "pyspark")):
                     raise
+                cause = _cause(e)
                 raise KvtraceError(
-                    f"the Spark job on {lake} failed: {_cause(e)}",
-                    hint="check the lake (kvtrace lake DIR --force writes it anew) and the executors' logs",
+                    f"the Spark job on {lake} failed: {cause}",
+                    hint="every executor's Python needs kvtrace: install it on the nodes or ship an environment (docs/spark.md)"
+                    if "ModuleNotFoundError" in cause
+                    else "check the lake (kvtrace lake DIR --force writes it anew) and the executors' logs",
                 ) from None
             for part, rss in got:
                 peak[0] = max(peak[0], rss)
@@ -131,6 +201,16 @@ def lake_block_trace(
     return trace
 
 
+def check_lake(lake: str) -> Path | None:
+    """A lake on this machine's file system as a folder (an error if there is none there), or
+    None for a URI (``s3a://``, ``dbfs:/``...) that only the cluster reads."""
+    if re.match(r"^[a-zA-Z][\w+.-]+:", str(lake)):
+        return None
+    if not Path(lake).is_dir():
+        raise ConfigError(f"no lake at {lake}", hint="write one with kvtrace lake DIR")
+    return Path(lake)
+
+
 def _read_chain_rows(spark, lake: str):
     from pyspark.errors import AnalysisException
 
@@ -142,18 +222,21 @@ def _read_chain_rows(spark, lake: str):
             )
     except AnalysisException:
         pass  # no block_requests folder: a lake of telemetry
+    local = check_lake(lake)
+    if local is not None and not any(p.is_dir() and not p.name.startswith((".", "_")) for p in local.iterdir()):
+        return None  # kvtrace lake writes no table of a window without rows
     try:
         df = spark.read.parquet(f"{lake}/{CHAIN_TABLE}")
     except AnalysisException as e:
         raise ConfigError(
             f"{lake} has no readable {CHAIN_TABLE} table ({str(e).splitlines()[0]})",
-            hint="write the lake with this kvtrace version: kvtrace lake DIR --force",
+            hint=_REWRITE,
         ) from None
     missing = sorted(set(LINK_COLUMNS) - set(df.columns))
     if missing:
         raise ConfigError(
             f"{lake}/{CHAIN_TABLE} lacks the columns {', '.join(missing)}",
-            hint="write the lake with this kvtrace version: kvtrace lake DIR --force",
+            hint=_REWRITE,
         )
     return df.select(*LINK_COLUMNS)
 
@@ -213,7 +296,8 @@ def _from_ipc(blob: bytes) -> Linked:
     table = pa.ipc.open_stream(blob).read_all()
     labels = msgspec.json.decode(table.schema.metadata[b"kvtrace"])
     numbers = {
-        name: np.asarray(col.to_numpy()) for name, col in zip(table.column_names, table.itercolumns(), strict=True)
+        name: col.combine_chunks().to_numpy(zero_copy_only=False, writable=True)
+        for name, col in zip(table.column_names, table.itercolumns(), strict=True)
     }
     threads = {int(first): label for first, label in labels["threads"]}
     return Linked(numbers, labels["models"], labels["hgroups"], threads)

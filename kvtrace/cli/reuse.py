@@ -88,12 +88,13 @@ def reuse(
     ] = False,
     out: OutOpt = None,
     engine: Annotated[
-        str,
+        Optional[str],
         typer.Option(
             "--engine",
-            help="local (this process, the warehouse) or spark (a lake written by kvtrace lake, on Spark; needs the spark extra).",
+            help="local (this process, the warehouse; the default) or spark (a lake on Spark; the default with --lake; needs the spark extra).",
+            show_default=False,
         ),
-    ] = "local",
+    ] = None,
     lake: Annotated[
         Optional[str],
         typer.Option(
@@ -133,12 +134,13 @@ def reuse(
             f"--input-format {input_format}: the format of a trace FILE",
             hint="give a FILE and choose mooncake or bailian",
         )
+    engine = engine or ("spark" if lake is not None else "local")
     if engine not in ("local", "spark"):
         raise ConfigError(f"unknown --engine '{engine}'", hint="choose local or spark")
     if (engine == "spark") != (lake is not None):
         raise ConfigError(
             "the spark engine reads a lake, and only it does",
-            hint="write one with kvtrace lake DIR, then pass --engine spark --lake DIR",
+            hint="write one with kvtrace lake DIR, then pass --lake DIR (with --engine spark or alone)",
         )
     if lake is not None and file is not None:
         raise ConfigError("give a trace FILE or --lake, not both")

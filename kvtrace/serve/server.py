@@ -284,7 +284,7 @@ class Server:
             return "another protocol version"
         if req.get("db") != self.db_real:
             return f"this server serves {self.db_real}"
-        if not argv or argv[0] not in protocol.FORWARDED or any(a in protocol.LOCAL_ARGS for a in argv):
+        if not argv or argv[0] not in protocol.FORWARDED or protocol.runs_here(argv):
             return "not a command the server runs"
         if len(fds) != 3:
             return "the request came without the client's stdin, stdout and stderr"

@@ -24,8 +24,17 @@ VERSION = 2
 # Commands that read or write the warehouse and may run inside the server.
 FORWARDED = frozenset({"ingest", "report", "query", "export", "lake", "replay", "reuse", "size", "run"})
 # Never forwarded: serve itself, the long-running collect and schedule, synth (no warehouse),
-# help and version.
-LOCAL_ARGS = frozenset({"--help", "-h", "--version"})
+# help and version, and a reuse report of a lake on Spark (its driver and JVM belong to the
+# command's own process, not to a fork of the server).
+LOCAL_ARGS = frozenset({"--help", "-h", "--version", "--lake", "--engine"})
+
+
+def runs_here(argv: list[str]) -> bool:
+    """Whether ``argv`` holds an argument that keeps a command out of the server (``--lake=DIR``
+    counts as ``--lake``)."""
+    return any(a.split("=", 1)[0] in LOCAL_ARGS for a in argv)
+
+
 HEADER_SIZE = 5
 
 REQUEST, PING, STOP, CANCEL = b"R", b"P", b"S", b"C"
