@@ -230,3 +230,13 @@ def test_a_derived_trace_is_freed_without_the_garbage_collector():
         assert ref() is None
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("rows", [1, 3, 1000])
+def test_the_thread_table_does_not_depend_on_its_slices(sample_store, rows):
+    from kvtrace.analyze.reuse import thread_table
+
+    trace = load_block_trace(sample_store, materialize=False)
+    want = thread_table(trace, slice_rows=10**9)
+    assert want.height > 10 and want.get_column("idle_periods").sum() > 0
+    assert thread_table(trace, slice_rows=rows).equals(want)

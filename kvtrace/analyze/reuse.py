@@ -27,6 +27,9 @@ from kvtrace.analyze.quantile import LogHistogram, smallest_reaching
 CDF_POINTS_S = (1, 5, 10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400, 172800, 604800)
 WITHIN = {"1m": 60, "5m": 300, "1h": 3600}
 CAPTURE = (0.9, 0.95, 0.99)
+# Requests of the thread table's per-thread steps at a time (whole threads; the table does not
+# depend on it).
+THREAD_SLICE_ROWS = 2**20
 
 
 @dataclass
@@ -153,17 +156,17 @@ def reuse_profile(trace: BlockTrace, params: ReuseParams | None = None, requests
     }
 
 
-def thread_table(trace: BlockTrace, params: ReuseParams | None = None):
+def thread_table(trace: BlockTrace, params: ReuseParams | None = None, slice_rows: int = THREAD_SLICE_ROWS):
     """One row per thread: requests, span, gaps, idle periods, resumptions, compactions, chains.
 
     Returns:
         A Polars frame, or None when the trace has no sessions.
     """
-    got = _threads(trace, params or ReuseParams())
+    got = _threads(trace, params or ReuseParams(), slice_rows)
     return got[0] if got is not None else None
 
 
-def _threads(trace: BlockTrace, p: ReuseParams):
+def _threads(trace: BlockTrace, p: ReuseParams, slice_rows: int = THREAD_SLICE_ROWS):
     """The thread table, and every gap between two requests of a thread (seconds), or None."""
     import polars as pl
 
@@ -179,37 +182,55 @@ def _threads(trace: BlockTrace, p: ReuseParams):
     compaction = trace.meta.get("compaction")
     chain = trace.meta.get("chain")
     cols = {"thread": compact_ints(thread[order]), "ts_us": t[order]}
+    # Gaps to the thread's previous request (NaN at a thread's first): numpy's division, correctly
+    # rounded (Polars' may multiply by the reciprocal, and differently for frames of other sizes).
     same = cols["thread"][1:] == cols["thread"][:-1]
-    gaps = (cols["ts_us"][1:] - cols["ts_us"][:-1])[same] / 1e6  # numpy's division, bit for bit (Polars' differs)
+    gap = np.full(n, np.nan)
+    gap[1:][same] = (cols["ts_us"][1:] - cols["ts_us"][:-1])[same] / 1e6
+    gaps = gap[1:][same]
     del same
     cols["session"] = compact_ints(np.asarray(trace.session if trace.session is not None else thread)[order])
     cols["prompt"] = trace.input_length[order]  # 64 bits: a thread's sum may pass 2**31
     cols["compaction"] = compaction[order] if compaction is not None else np.zeros(n, bool)
     cols["chain"] = compact_ints(chain[order]) if chain is not None else np.zeros(n, np.int32)
     del order
-    df = pl.DataFrame(cols)
-    del cols
+    # Threads a slice at a time (cut between threads): Polars' per-thread steps then hold a slice.
     idle_us = int(round(p.idle_s * 1e6))
-    df = df.with_columns(gap=(pl.col("ts_us") - pl.col("ts_us").shift(1).over("thread")) / 1e6)
-    df = df.with_columns(resumed=pl.col("gap") > idle_us / 1e6)
-    tab = df.group_by("thread", maintain_order=True).agg(
-        pl.col("session").first(),
-        pl.len().alias("requests"),
-        ((pl.col("ts_us").max() - pl.col("ts_us").min()) / 1e6).alias("span_s"),
-        pl.col("gap").median().alias("median_gap_s"),
-        pl.col("gap").max().alias("max_gap_s"),
-        pl.col("resumed").sum().alias("idle_periods"),
-        pl.col("gap").filter(pl.col("resumed")).sum().alias("idle_s"),
-        pl.col("prompt").filter(pl.col("resumed")).sum().alias("resumed_prompt_tokens"),
-        pl.col("compaction").sum().alias("compactions"),
-        pl.col("chain").n_unique().alias("chains"),
-        pl.col("prompt").sum().alias("prompt_tokens"),
-    )
+    starts = np.flatnonzero(np.r_[True, cols["thread"][1:] != cols["thread"][:-1]])
+    cuts = np.unique(np.searchsorted(starts, np.arange(0, n, max(1, slice_rows)), side="right") - 1)
+    bounds = [*starts[cuts].tolist(), n]
+    tabs = []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        df = pl.DataFrame({k: v[lo:hi] for k, v in cols.items()}).with_columns(
+            gap=pl.Series(gap[lo:hi], nan_to_null=True)
+        )
+        df = df.with_columns(resumed=pl.col("gap") > idle_us / 1e6)
+        tabs.append(
+            df.group_by("thread", maintain_order=True).agg(
+                pl.col("session").first(),
+                pl.len().alias("requests"),
+                (pl.col("ts_us").max() - pl.col("ts_us").min()).alias("span_us"),
+                pl.col("gap").median().alias("median_gap_s"),
+                pl.col("gap").max().alias("max_gap_s"),
+                pl.col("resumed").sum().alias("idle_periods"),
+                pl.col("gap").filter(pl.col("resumed")).sum().alias("idle_s"),
+                pl.col("prompt").filter(pl.col("resumed")).sum().alias("resumed_prompt_tokens"),
+                pl.col("compaction").sum().alias("compactions"),
+                pl.col("chain").n_unique().alias("chains"),
+                pl.col("prompt").sum().alias("prompt_tokens"),
+            )
+        )
+        del df
+    del cols, gap
+    tab = pl.concat(tabs)
+    del tabs
+    # numpy's division, correctly rounded (Polars' large group-bys multiply by the reciprocal)
+    span_s = tab.get_column("span_us").to_numpy() / 1e6
+    tab = tab.with_columns(span_us=pl.Series(span_s)).rename({"span_us": "span_s"})
     names = trace.meta.get("thread_names")
     if names is not None:
         labels = np.asarray(names, dtype=object)[tab.get_column("thread").to_numpy()]
         tab = tab.with_columns(pl.Series("name", labels, dtype=pl.Utf8))
-    del df
     # ties in the order threads first appear, so the table never depends on the sort's threads
     return tab.sort(["prompt_tokens", "thread"], descending=[True, False]), gaps
 

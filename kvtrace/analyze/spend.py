@@ -22,12 +22,11 @@ from kvtrace.analyze.pricing import WHATIF_TTLS, ModelPrice, Pricing, load_prici
 from kvtrace.errors import ConfigError
 
 
-def _usd(p_in, p_out, inp, write, read, out, w_mult, r_mult) -> np.ndarray:
-    return (p_in * (inp + write * w_mult + read * r_mult) + p_out * out) / 1e6
-
-
 def spend_whatif(trace: BlockTrace, pricing: Pricing | None = None, model: str | None = None) -> dict:
     """Spend under a 5 min and a 1 h TTL, and what moving from one to the other changes.
+
+    Prices are per model, so every figure is priced from per-model token sums (exact integers),
+    never from per-request arrays of dollars.
 
     Args:
         trace: a derived trace (per-request models and token splits), or a block-hash trace
@@ -44,30 +43,34 @@ def spend_whatif(trace: BlockTrace, pricing: Pricing | None = None, model: str |
     pricing = pricing or load_pricing()
     n = trace.n_requests
     derived = "chain_prev" in trace.meta
-    if derived:
-        cached = trace.meta["cached"]
-    elif model is None:
+    if not derived and model is None:
         raise ConfigError(
             "a block-hash trace has no model to price", hint="pass --price-model NAME (a model of the pricing table)"
         )
-    else:
-        cached = trace.input_length.copy()
-    prompt, out = trace.input_length, trace.output_length
     if derived and model is None:
-        names, code = np.asarray(trace.meta["model_names"], dtype=object), trace.meta["columns"]["model"]
+        names, code = list(trace.meta["model_names"]), trace.meta["columns"]["model"]
     else:
-        names, code = np.asarray([model], dtype=object), np.zeros(n, dtype=np.int64)
+        names, code = [model], np.zeros(n, dtype=np.int64)
     prices = [pricing.price(m) for m in names]
-    priced_m = np.array([p is not None for p in prices], dtype=bool)
-    p_in = np.array([p.input if p else 0.0 for p in prices])[code] if n else np.zeros(0)
-    p_out = np.array([p.output if p else 0.0 for p in prices])[code] if n else np.zeros(0)
-    min_c = (
-        np.array([p.min_cacheable if p else 0 for p in prices], dtype=np.int64)[code] if n else np.zeros(0, np.int64)
-    )
-    if not derived:
-        cached = np.where(cached >= min_c, cached, 0)
-    priced = priced_m[code] if n else np.zeros(0, bool)
-    inp = prompt - cached
+    priced = np.array([p is not None for p in prices], dtype=bool)
+    p_in = np.array([p.input if p else 0.0 for p in prices])
+    p_out = np.array([p.output if p else 0.0 for p in prices])
+
+    def per_model(x) -> np.ndarray:
+        """Per-model sums of a per-request count (exact: float64 holds integers below 2**53)."""
+        return np.bincount(code, weights=x, minlength=len(names)).round().astype(np.int64)
+
+    prompt = trace.input_length
+    if derived:
+        cached = trace.meta["cached"]
+    else:  # the whole prompt is cacheable once it reaches the model's minimum
+        min_c = np.array([p.min_cacheable if p else 0 for p in prices], dtype=np.int64)
+        cached = np.where(prompt >= min_c[code], prompt, 0)
+    prompt_m, cached_m, out_m = per_model(prompt), per_model(cached), per_model(trace.output_length)
+    inp_m = prompt_m - cached_m
+
+    def usd(inp, write, read, out, w_mult, r_mult) -> np.ndarray:
+        return (p_in * (inp + write * w_mult + read * r_mult) + p_out * out) / 1e6
 
     result: dict = {"pricing": pricing.source, "model": model, "ttl": []}
     per_ttl = {}
@@ -75,65 +78,61 @@ def spend_whatif(trace: BlockTrace, pricing: Pricing | None = None, model: str |
         if derived:
             from kvtrace.analyze.chains import chain_reads
 
-            read = chain_reads(trace, ttl)
+            read_m = per_model(chain_reads(trace, ttl))
         else:
             from kvtrace.analyze.ttl import request_hits
 
-            read = np.minimum(request_hits(trace, ttl)[1], cached)
-        write = cached - read
-        usd = _usd(p_in, p_out, inp, write, read, out, pricing.write_multiplier(ttl), pricing.read)
-        per_ttl[label] = (read, write, usd)
+            read_m = per_model(np.minimum(request_hits(trace, ttl)[1], cached))
+        write_m = cached_m - read_m
+        usd_m = usd(inp_m, write_m, read_m, out_m, pricing.write_multiplier(ttl), pricing.read)
+        per_ttl[label] = (write_m, usd_m)
         result["ttl"].append(
             {
                 "ttl": label,
                 "ttl_s": ttl,
                 "write_multiplier": pricing.write_multiplier(ttl),
-                "read_tokens": int(read[priced].sum()),
-                "write_tokens": int(write[priced].sum()),
-                "input_tokens": int(inp[priced].sum()),
-                "output_tokens": int(out[priced].sum()),
-                "spend_usd": float(usd[priced].sum()),
+                "read_tokens": int(read_m[priced].sum()),
+                "write_tokens": int(write_m[priced].sum()),
+                "input_tokens": int(inp_m[priced].sum()),
+                "output_tokens": int(out_m[priced].sum()),
+                "spend_usd": float(usd_m[priced].sum()),
             }
         )
     if derived and model is None:
-        col = trace.meta["columns"].__getitem__
-        w5 = col("write_5m_tokens") + (col("write_tokens") - col("write_5m_tokens") - col("write_1h_tokens"))
-        usd = (
+        col = {k: per_model(v) for k, v in trace.meta["columns"].items() if k.endswith("_tokens")}
+        w5 = col["write_tokens"] - col["write_1h_tokens"]  # writes of unknown TTL priced as 5 min
+        observed = (
             p_in
             * (
-                col("input_tokens")
+                col["input_tokens"]
                 + w5 * pricing.write_5m
-                + col("write_1h_tokens") * pricing.write_1h
-                + col("read_tokens") * pricing.read
+                + col["write_1h_tokens"] * pricing.write_1h
+                + col["read_tokens"] * pricing.read
             )
-            + p_out * out
+            + p_out * out_m
         ) / 1e6
         result["observed"] = {
-            "read_tokens": int(col("read_tokens")[priced].sum()),
-            "write_tokens": int(col("write_tokens")[priced].sum()),
-            "spend_usd": float(usd[priced].sum()),
+            "read_tokens": int(col["read_tokens"][priced].sum()),
+            "write_tokens": int(col["write_tokens"][priced].sum()),
+            "spend_usd": float(observed[priced].sum()),
         }
-    w5, w1 = per_ttl["5m"][1], per_ttl["1h"][1]
-    s5, s1 = float(per_ttl["5m"][2][priced].sum()), float(per_ttl["1h"][2][priced].sum())
+    (w5, s5), (w1, s1) = per_ttl["5m"], per_ttl["1h"]
+    s5, s1 = float(s5[priced].sum()), float(s1[priced].sum())
     result["writes_that_would_be_reads"] = int((w5 - w1)[priced].sum())
     result["net_difference_usd"] = s1 - s5
     result["cheaper"] = "1h" if s1 < s5 else "5m"
-    result["by_model"] = []
-    for k, name in enumerate(names):
-        sel = code == k
-        if not priced_m[k]:
-            continue
-        result["by_model"].append(
-            {
-                "model": str(name),
-                "requests": int(sel.sum()),
-                "spend_5m_usd": float(per_ttl["5m"][2][sel].sum()),
-                "spend_1h_usd": float(per_ttl["1h"][2][sel].sum()),
-            }
-        )
-    result["unpriced"] = [
-        {"model": str(name), "prompt_tokens": int(prompt[code == k].sum())}
+    requests = np.bincount(code, minlength=len(names))
+    result["by_model"] = [
+        {
+            "model": str(name),
+            "requests": int(requests[k]),
+            "spend_5m_usd": float(per_ttl["5m"][1][k]),
+            "spend_1h_usd": float(per_ttl["1h"][1][k]),
+        }
         for k, name in enumerate(names)
-        if not priced_m[k]
+        if priced[k]
+    ]
+    result["unpriced"] = [
+        {"model": str(name), "prompt_tokens": int(prompt_m[k])} for k, name in enumerate(names) if not priced[k]
     ]
     return result
