@@ -175,35 +175,38 @@ def _threads(trace: BlockTrace, p: ReuseParams, slice_rows: int = THREAD_SLICE_R
         return None
     n = trace.n_requests
     t = ts_us(trace)
-    # Requests by thread, then time, built column by column (a frame of every request is the
-    # largest thing this profile holds).
     thread = np.asarray(thread)
-    order = np.argsort(thread, kind="stable")
+    session = np.asarray(trace.session if trace.session is not None else thread)
     compaction = trace.meta.get("compaction")
     chain = trace.meta.get("chain")
-    cols = {"thread": compact_ints(thread[order]), "ts_us": t[order]}
-    # Gaps to the thread's previous request (NaN at a thread's first): numpy's division, correctly
-    # rounded (Polars' may multiply by the reciprocal, and differently for frames of other sizes).
-    same = cols["thread"][1:] == cols["thread"][:-1]
-    gap = np.full(n, np.nan)
-    gap[1:][same] = (cols["ts_us"][1:] - cols["ts_us"][:-1])[same] / 1e6
-    gaps = gap[1:][same]
-    del same
-    cols["session"] = compact_ints(np.asarray(trace.session if trace.session is not None else thread)[order])
-    cols["prompt"] = trace.input_length[order]  # 64 bits: a thread's sum may pass 2**31
-    cols["compaction"] = compaction[order] if compaction is not None else np.zeros(n, bool)
-    cols["chain"] = compact_ints(chain[order]) if chain is not None else np.zeros(n, np.int32)
-    del order
-    # Threads a slice at a time (cut between threads): Polars' per-thread steps then hold a slice.
     idle_us = int(round(p.idle_s * 1e6))
-    starts = np.flatnonzero(np.r_[True, cols["thread"][1:] != cols["thread"][:-1]])
-    cuts = np.unique(np.searchsorted(starts, np.arange(0, n, max(1, slice_rows)), side="right") - 1)
-    bounds = [*starts[cuts].tolist(), n]
-    tabs = []
-    for lo, hi in zip(bounds[:-1], bounds[1:]):
-        df = pl.DataFrame({k: v[lo:hi] for k, v in cols.items()}).with_columns(
-            gap=pl.Series(gap[lo:hi], nan_to_null=True)
-        )
+    # Threads a slice at a time, each slice a range of thread codes of about slice_rows requests
+    # (a longer thread alone): only a slice's rows are ever gathered in thread order.
+    values, counts = np.unique(thread, return_counts=True)
+    ends = np.cumsum(counts)
+    del counts
+    firsts = np.unique(np.searchsorted(ends, np.arange(0, n, max(1, slice_rows)), side="right"))
+    edges = [*values[firsts[firsts < len(values)]].tolist(), None]
+    del values, ends, firsts
+    tabs, gaps = [], []
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        rows = np.flatnonzero((thread >= lo) if hi is None else ((thread >= lo) & (thread < hi)))
+        rows = rows[np.argsort(thread[rows], kind="stable")]  # by thread, then time
+        cols = {"thread": compact_ints(thread[rows]), "ts_us": t[rows]}
+        cols["session"] = compact_ints(session[rows])
+        cols["prompt"] = trace.input_length[rows]  # 64 bits: a thread's sum may pass 2**31
+        cols["compaction"] = compaction[rows] if compaction is not None else np.zeros(len(rows), bool)
+        cols["chain"] = compact_ints(chain[rows]) if chain is not None else np.zeros(len(rows), np.int32)
+        del rows
+        # Gaps to the thread's previous request (NaN at a thread's first): numpy's division,
+        # correctly rounded (Polars' may multiply by the reciprocal, differently by frame size).
+        same = cols["thread"][1:] == cols["thread"][:-1]
+        gap = np.full(len(same) + 1, np.nan)
+        gap[1:][same] = (cols["ts_us"][1:] - cols["ts_us"][:-1])[same] / 1e6
+        gaps.append(gap[1:][same])
+        del same
+        df = pl.DataFrame(cols).with_columns(gap=pl.Series(gap, nan_to_null=True))
+        del cols, gap
         df = df.with_columns(resumed=pl.col("gap") > idle_us / 1e6)
         tabs.append(
             df.group_by("thread", maintain_order=True).agg(
@@ -221,7 +224,7 @@ def _threads(trace: BlockTrace, p: ReuseParams, slice_rows: int = THREAD_SLICE_R
             )
         )
         del df
-    del cols, gap
+    gaps = np.concatenate(gaps)  # in thread, then time order
     tab = pl.concat(tabs)
     del tabs
     # numpy's division, correctly rounded (Polars' large group-bys multiply by the reciprocal)

@@ -21,7 +21,7 @@ DEFAULT_DB = "kvtrace.duckdb"
 ROW_GROUP_ROWS = 122_880  # DuckDB's row group size: an insert of more is a bulk insert
 # DuckDB's memory (see Store.memory_capped) while a query sorts every request (the chain rows by
 # session, a lake's tables by day): beyond it, the sort spills to disk.
-SORT_MEMORY = "1GB"
+SORT_MEMORY = "512MB"
 # What DuckDB's errors say when the warehouse file cannot be written.
 _WRITE_FAILURES = (
     "could not write",
