@@ -240,3 +240,30 @@ def test_the_thread_table_does_not_depend_on_its_slices(sample_store, rows):
     want = thread_table(trace, slice_rows=10**9)
     assert want.height > 10 and want.get_column("idle_periods").sum() > 0
     assert thread_table(trace, slice_rows=rows).equals(want)
+
+
+def test_the_thread_table_of_arbitrary_session_ids_does_not_depend_on_its_slices():
+    """A block-hash trace's sessions: negative, on both sides of 2**31, hash-like; checked
+    against a per-thread reference built row by row."""
+    from kvtrace.analyze.blocktrace import BlockTrace
+    from kvtrace.analyze.reuse import ReuseParams, _threads
+
+    rng = np.random.default_rng(3)
+    n = 400
+    ids = np.array([-5, 1, 2, 3, 2**31 - 1, 2**31, 2**40, -(2**62)], dtype=np.int64)
+    session = rng.choice(ids, size=n)
+    ts = np.cumsum(rng.exponential(100.0, size=n)).round(3)
+    prompt = rng.integers(1, 5000, size=n)
+    trace = BlockTrace(ts, prompt, np.ones(n, np.int64), np.zeros(n + 1, np.int64), np.zeros(0, np.int64), 16, session)
+    want, want_gaps = _threads(trace, ReuseParams(idle_s=300), slice_rows=10**9)
+    for rows in (1, 7, 50):
+        got, gaps = _threads(trace, ReuseParams(idle_s=300), slice_rows=rows)
+        assert got.equals(want), rows
+        np.testing.assert_array_equal(gaps, want_gaps)
+    assert want.get_column("thread").dtype == pl.Int64
+    for row in want.iter_rows(named=True):  # the reference: each thread's requests in time order
+        mine = np.flatnonzero(session == row["thread"])
+        gap = np.diff(ts[mine] * 1e6).round() / 1e6
+        assert row["requests"] == len(mine) and row["prompt_tokens"] == prompt[mine].sum()
+        assert row["idle_periods"] == int((gap > 300).sum())
+        assert row["max_gap_s"] == (gap.max() if len(gap) else None)

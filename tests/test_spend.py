@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from kvtrace.analyze.blocktrace import BlockTrace
@@ -81,3 +82,14 @@ def test_block_traces_need_a_price_model():
     # Request 2 hits its whole prompt; request 3 is below the 1024-token minimum: not cacheable.
     assert (five["read_tokens"], five["write_tokens"], five["input_tokens"]) == (5000, 5000, 100)
     assert hour["read_tokens"] == 5000 and "observed" not in s
+
+
+def test_token_sums_past_float64s_exact_range_stay_exact():
+    """Per-model sums are exact integers even where float64 could not hold them."""
+    big = np.array([2**52 + 1, 2**52 + 3, 5], dtype=np.int64)
+    trace = BlockTrace(
+        np.arange(3.0), big, np.zeros(3, np.int64), np.zeros(4, np.int64), np.zeros(0, np.int64), 16, None
+    )
+    s = spend_whatif(trace, model="claude-sonnet-4-5")
+    five = s["ttl"][0]
+    assert five["read_tokens"] + five["write_tokens"] + five["input_tokens"] == int(big.sum()) == 2**53 + 9

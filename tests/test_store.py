@@ -201,8 +201,11 @@ def test_a_capped_query_spills_where_the_warehouse_folder_cannot_hold_it(tmp_pat
     (tmp_path / "w.duckdb.tmp").write_text("in the way")
     before = set(glob.glob(str(Path(tempfile.gettempdir()) / "kvtrace-spill-*")))
     with Store(db, read_only=True) as store:
-        with store.memory_capped("64MB"):
+        threads = store.scalar("SELECT current_setting('threads')")
+        with store.memory_capped(64 * 2**20):
+            assert store.scalar("SELECT current_setting('threads')") == 1  # 64 MB feeds one thread
             rows = store.scalar("SELECT count(*) FROM (SELECT range AS x FROM range(4000000) ORDER BY hash(range))")
         assert rows == 4_000_000
+        assert store.scalar("SELECT current_setting('threads')") == threads
         assert store.scalar("SELECT count(*) FROM requests") == 0
     assert set(glob.glob(str(Path(tempfile.gettempdir()) / "kvtrace-spill-*"))) == before

@@ -30,6 +30,7 @@ CAPTURE = (0.9, 0.95, 0.99)
 # Requests of the thread table's per-thread steps at a time (whole threads; the table does not
 # depend on it).
 THREAD_SLICE_ROWS = 2**20
+MAX_THREAD_SLICES = 32
 
 
 @dataclass
@@ -182,18 +183,31 @@ def _threads(trace: BlockTrace, p: ReuseParams, slice_rows: int = THREAD_SLICE_R
     idle_us = int(round(p.idle_s * 1e6))
     # Threads a slice at a time, each slice a range of thread codes of about slice_rows requests
     # (a longer thread alone): only a slice's rows are ever gathered in thread order.
-    values, counts = np.unique(thread, return_counts=True)
+    # At most MAX_THREAD_SLICES: each slice is a pass over every request's code.
+    slice_rows = max(1, slice_rows, -(-n // MAX_THREAD_SLICES))
+    lo, hi = int(thread.min()), int(thread.max())
+    if lo >= 0 and hi < 4 * n:  # dense codes (a derived trace's): counted without a sort
+        counts = np.bincount(thread)
+        values = np.flatnonzero(counts)
+        counts = counts[values]
+    else:
+        values, counts = np.unique(thread, return_counts=True)
     ends = np.cumsum(counts)
     del counts
-    firsts = np.unique(np.searchsorted(ends, np.arange(0, n, max(1, slice_rows)), side="right"))
-    edges = [*values[firsts[firsts < len(values)]].tolist(), None]
+    firsts = np.unique(np.searchsorted(ends, np.arange(0, n, slice_rows), side="right"))
+    edges = [*values[firsts].tolist(), None]
     del values, ends, firsts
+    # One integer type for every slice (a slice's own would differ where codes pass 2**31).
+    code_type = {
+        k: np.int32 if -(2**31) <= int(a.min()) and int(a.max()) < 2**31 else np.int64
+        for k, a in (("thread", thread), ("session", session))
+    }
     tabs, gaps = [], []
     for lo, hi in zip(edges[:-1], edges[1:]):
         rows = np.flatnonzero((thread >= lo) if hi is None else ((thread >= lo) & (thread < hi)))
         rows = rows[np.argsort(thread[rows], kind="stable")]  # by thread, then time
-        cols = {"thread": compact_ints(thread[rows]), "ts_us": t[rows]}
-        cols["session"] = compact_ints(session[rows])
+        cols = {"thread": thread[rows].astype(code_type["thread"]), "ts_us": t[rows]}
+        cols["session"] = session[rows].astype(code_type["session"])
         cols["prompt"] = trace.input_length[rows]  # 64 bits: a thread's sum may pass 2**31
         cols["compaction"] = compaction[rows] if compaction is not None else np.zeros(len(rows), bool)
         cols["chain"] = compact_ints(chain[rows]) if chain is not None else np.zeros(len(rows), np.int32)

@@ -57,8 +57,12 @@ def spend_whatif(trace: BlockTrace, pricing: Pricing | None = None, model: str |
     p_out = np.array([p.output if p else 0.0 for p in prices])
 
     def per_model(x) -> np.ndarray:
-        """Per-model sums of a per-request count (exact: float64 holds integers below 2**53)."""
-        return np.bincount(code, weights=x, minlength=len(names)).round().astype(np.int64)
+        """Per-model sums of a per-request count of tokens, exact."""
+        if int(x.sum(dtype=np.int64)) < 2**53:  # float64 holds every partial sum exactly
+            return np.bincount(code, weights=x, minlength=len(names)).astype(np.int64)
+        out = np.zeros(len(names), np.int64)
+        np.add.at(out, code, x)
+        return out
 
     prompt = trace.input_length
     if derived:

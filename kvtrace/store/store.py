@@ -21,7 +21,10 @@ DEFAULT_DB = "kvtrace.duckdb"
 ROW_GROUP_ROWS = 122_880  # DuckDB's row group size: an insert of more is a bulk insert
 # DuckDB's memory (see Store.memory_capped) while a query sorts every request (the chain rows by
 # session, a lake's tables by day): beyond it, the sort spills to disk.
-SORT_MEMORY = "512MB"
+SORT_MEMORY = 512 * 2**20
+# DuckDB's own advice: at least this much memory per thread, or a spilling operator may still
+# run out; a capped query runs on as many threads as its cap feeds.
+MEMORY_PER_THREAD = 128 * 2**20
 # What DuckDB's errors say when the warehouse file cannot be written.
 _WRITE_FAILURES = (
     "could not write",
@@ -325,11 +328,14 @@ class Store:
             self.con.execute("RESET preserve_insertion_order")
 
     @contextmanager
-    def memory_capped(self, limit: str) -> Iterator[None]:
-        """Hold DuckDB's own memory to ``limit`` (such as ``1GB``) for the statements inside: a
-        large sort spills to DuckDB's temporary folder instead of growing the process (DuckDB's
-        default is 80% of the machine's memory, which leaves nothing for kvtrace's arrays)."""
-        before = self.con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+    def memory_capped(self, limit: int) -> Iterator[None]:
+        """Hold DuckDB's own memory to ``limit`` bytes for the statements inside: a large sort
+        spills to DuckDB's temporary folder instead of growing the process (DuckDB's default is
+        80% of the machine's memory, which leaves nothing for kvtrace's arrays). DuckDB runs them
+        on at most one thread per ``MEMORY_PER_THREAD`` of the cap."""
+        before, threads = self.con.execute(
+            "SELECT current_setting('memory_limit'), current_setting('threads')"
+        ).fetchone()
         spill = self.con.execute("SELECT current_setting('temp_directory')").fetchone()[0]
         if not _can_make_folder(spill):
             # DuckDB spills beside the warehouse; where it cannot (read-only media, a file in the
@@ -338,11 +344,13 @@ class Store:
             own = tempfile.mkdtemp(prefix="kvtrace-spill-")
             self._spill_folders.append(own)
             self.con.execute("SET temp_directory = ?", [own])
-        self.con.execute(f"SET memory_limit = '{limit}'")
+        self.con.execute(f"SET memory_limit = '{int(limit)}B'")
+        self.con.execute(f"SET threads = {max(1, min(int(threads), int(limit) // MEMORY_PER_THREAD))}")
         try:
             yield
         finally:
             try:
+                self.con.execute(f"SET threads = {int(threads)}")
                 # DuckDB's default again, unless another limit was set (its text is rounded:
                 # setting it back would round the default down)
                 self.con.execute("RESET memory_limit")
