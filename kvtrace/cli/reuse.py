@@ -105,7 +105,7 @@ def reuse(
         Optional[str],
         typer.Option(
             "--spark-master",
-            help="Spark master URL, e.g. local[2] or spark://host:7077 (default: the session spark-submit started, else local[*]).",
+            help="Master of a local Spark session: local, local[N] or local[*] (the default). Under spark-submit or in a notebook, its session is used; on a cluster, run through spark-submit (docs/spark.md).",
             show_default=False,
         ),
     ] = None,
