@@ -194,10 +194,13 @@ def test_spark_submit_runs_the_same_job(sample_lake, local_json, tmp_path):
     submit = Path(sys.executable).with_name("spark-submit")
     _, lake = sample_lake
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
-    job = ROOT / "kvtrace" / "__main__.py"
+    # the file lookup docs/spark.md gives (importing kvtrace.__main__ would run the command line)
+    lookup = 'import importlib.util as u; print(u.find_spec("kvtrace").submodule_search_locations[0] + "/__main__.py")'
+    job = subprocess.run([sys.executable, "-c", lookup], capture_output=True, text=True, check=True).stdout.strip()
+    assert Path(job).is_file()
     out = tmp_path / "reuse.json"
     r = subprocess.run(
-        [str(submit), "--master", "local[2]", "--conf", "spark.ui.enabled=false", str(job)]
+        [str(submit), "--master", "local[2]", "--conf", "spark.ui.enabled=false", job]
         + ["reuse", "--engine", "spark", "--lake", str(lake), "--ttl", "5m,1h", "-f", "json", "--out", str(out)],
         capture_output=True,
         text=True,
@@ -206,6 +209,17 @@ def test_spark_submit_runs_the_same_job(sample_lake, local_json, tmp_path):
     )
     assert r.returncode == 0, r.stderr[-3000:]
     assert without_source(json.loads(out.read_text())) == without_source(local_json)
+    # the master is spark-submit's: a second one is refused, not quietly run locally
+    r = subprocess.run(
+        [str(submit), "--master", "local[1]", "--conf", "spark.ui.enabled=false", job]
+        + ["reuse", "--lake", str(lake), "--spark-master", "local[2]"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    said = r.stdout + r.stderr  # spark-submit merges the Python driver's stderr into its stdout
+    assert r.returncode == 1 and "drop --spark-master" in said, said[-2000:]
 
 
 def test_a_lake_missing_a_column_is_refused(spark, tmp_path):

@@ -74,7 +74,12 @@ def spark_session(master: str | None = None):
             )
         yield _usable(active)
         return
-    if master is None and "PYSPARK_GATEWAY_PORT" in os.environ:  # launched by spark-submit
+    if "PYSPARK_GATEWAY_PORT" in os.environ:  # launched by spark-submit
+        if master is not None:
+            raise ConfigError(
+                "under spark-submit the master is spark-submit's",
+                hint="drop --spark-master (use spark-submit --master)",
+            )
         yield _usable(SparkSession.builder.getOrCreate())
         return
     log = Path(__file__).with_name("spark-log4j2.properties").as_uri()

@@ -105,7 +105,7 @@ def reuse(
         Optional[str],
         typer.Option(
             "--spark-master",
-            help="Master of a local Spark session: local, local[N] or local[*] (the default). Under spark-submit or in a notebook, its session is used; on a cluster, run through spark-submit (docs/spark.md).",
+            help="Master of the local Spark session kvtrace starts: local, local[N] or local[*] (the default). Leave it out under spark-submit or in a notebook: their session is used. On a cluster, run through spark-submit (docs/spark.md).",
             show_default=False,
         ),
     ] = None,
