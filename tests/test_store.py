@@ -209,3 +209,15 @@ def test_a_capped_query_spills_where_the_warehouse_folder_cannot_hold_it(tmp_pat
         assert store.scalar("SELECT current_setting('threads')") == threads
         assert store.scalar("SELECT count(*) FROM requests") == 0
     assert set(glob.glob(str(Path(tempfile.gettempdir()) / "kvtrace-spill-*"))) == before
+
+
+def test_a_capped_query_that_runs_out_names_the_cap(tmp_path):
+    """DuckDB's out-of-memory error inside a capped query becomes one kvtrace error."""
+    from kvtrace.errors import KvtraceError
+
+    with Store(tmp_path / "w.duckdb") as store:
+        with pytest.raises(KvtraceError, match="more than the 16 MiB") as e:
+            with store.memory_capped(16 * 2**20):
+                store.scalar("SELECT length(string_agg(range::VARCHAR, ',')) FROM range(5000000)")
+        assert "--since" in e.value.hint
+        assert store.scalar("SELECT 1") == 1  # the connection is usable, its limit put back

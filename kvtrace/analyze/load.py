@@ -204,19 +204,21 @@ def chain_partitions(store, since=None, until=None, rows: int = PARTITION_ROWS):
     """
     import polars as pl
 
+    from kvtrace.store.store import SORT_MEMORY, sort_memory  # DuckDB: only a warehouse's chains need it
+
     sql, args = _sql("chain_requests"), {"since": since, "until": until}
-    # One row per request_usage row (request_key is the requests table's primary key).
-    n = store.scalar(
-        "SELECT count(*) FROM request_usage WHERE ($since IS NULL OR ts >= CAST($since AS TIMESTAMP)) "
-        "AND ($until IS NULL OR ts < CAST($until AS TIMESTAMP))",
-        args,
-    )
+    # One row per request_usage row (request_key is the requests table's primary key). Capped too:
+    # the view's anti-join of metric points against every request holds a hash table of them.
+    with store.memory_capped(SORT_MEMORY):
+        n = store.scalar(
+            "SELECT count(*) FROM request_usage WHERE ($since IS NULL OR ts >= CAST($since AS TIMESTAMP)) "
+            "AND ($until IS NULL OR ts < CAST($until AS TIMESTAMP))",
+            args,
+        )
 
     def parts():
-        from kvtrace.store.store import SORT_MEMORY  # DuckDB: only a warehouse's chains need it
-
         # The query sorts every row by session: DuckDB spills that sort rather than hold it.
-        with store.memory_capped(SORT_MEMORY):
+        with store.memory_capped(sort_memory(n)):
             reader = store.arrow_batches(sql, args, min(rows, 100_000))
             try:
                 held, held_rows = [], 0  # batches not yet given out, all sessions whole but the last

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from kvtrace.errors import KvtraceError
 from kvtrace.store.queries import load_query
-from kvtrace.store.store import SORT_MEMORY, Store
+from kvtrace.store.store import Store, sort_memory
 
 # chain_requests: one row per request with what prefix-chain derivation reads (the rows
 # ``kvtrace reuse`` reads from the warehouse, numbered in time order over the lake's window), for
@@ -57,12 +57,14 @@ def export_lake(
     counts: dict[str, int] = {}
     try:
         params = {"since": since, "until": until}
+        # sized by the rows of the tables (a cheap count), not of the window
+        cap = sort_memory(store.scalar("SELECT (SELECT count(*) FROM requests) + (SELECT count(*) FROM metric_points)"))
         for table in TABLES:
             sql = _table_sql(table)
             # One pass, under the cap: COPY says how many rows it wrote (a separate count of the
             # chain rows ran their window over every row at DuckDB's default memory). A lake's
             # readers never depend on its rows' order (chain_requests carries gidx).
-            with store.memory_capped(SORT_MEMORY), store.unordered():
+            with store.memory_capped(cap), store.unordered():
                 n = store.scalar(
                     f"COPY ({sql}) TO {_literal(tmp / table)} (FORMAT PARQUET, PARTITION_BY (day), COMPRESSION ZSTD)",
                     params,

@@ -14,7 +14,7 @@ from typing import Any
 
 import duckdb
 
-from kvtrace.errors import SchemaError, WarehouseBusy, WriteFailed
+from kvtrace.errors import KvtraceError, SchemaError, WarehouseBusy, WriteFailed
 from kvtrace.store.queries import load_query, queries_dir
 
 DEFAULT_DB = "kvtrace.duckdb"
@@ -22,6 +22,16 @@ ROW_GROUP_ROWS = 122_880  # DuckDB's row group size: an insert of more is a bulk
 # DuckDB's memory (see Store.memory_capped) while a query sorts every request (the chain rows by
 # session, a lake's tables by day): beyond it, the sort spills to disk.
 SORT_MEMORY = 512 * 2**20
+# ... and per row sorted, for a sort of many rows: DuckDB's window and merge over every row need
+# pinned blocks in proportion to the rows (100 M chain rows failed at 512 MB, ran at 2 GB).
+SORT_BYTES_PER_ROW = 20
+
+
+def sort_memory(rows: int) -> int:
+    """DuckDB's memory cap for a query that sorts ``rows`` rows (see ``SORT_MEMORY``)."""
+    return max(SORT_MEMORY, SORT_BYTES_PER_ROW * int(rows))
+
+
 # DuckDB's own advice: at least this much memory per thread, or a spilling operator may still
 # run out; a capped query runs on as many threads as its cap feeds.
 MEMORY_PER_THREAD = 128 * 2**20
@@ -348,6 +358,12 @@ class Store:
         self.con.execute(f"SET threads = {max(1, min(int(threads), int(limit) // MEMORY_PER_THREAD))}")
         try:
             yield
+        except duckdb.OutOfMemoryException as e:
+            raise KvtraceError(
+                f"DuckDB needed more than the {int(limit) >> 20} MiB kvtrace gives one query: "
+                + str(e).splitlines()[0],
+                hint="narrow the window (--since/--until) or free memory; please report the warehouse's size",
+            ) from None
         finally:
             try:
                 self.con.execute(f"SET threads = {int(threads)}")
