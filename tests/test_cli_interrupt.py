@@ -73,7 +73,9 @@ def test_ctrl_c_keeps_whole_files_and_says_which(inputs, tmp_path, delay):
         assert f"kept {stored} of {COPIES} files" in line
         assert f"({REQUESTS if stored else 0:,} requests added)" in line
         if stored < COPIES:
-            assert "rolled back " in line and "run the same command again" in line
+            # a signal between two batches leaves nothing to roll back
+            assert "rolled back " in line or "nothing half-written" in line, line
+            assert "run the same command again" in line
     else:
         assert stored == 0
     # the same command again finishes the rest, counting nothing twice
