@@ -209,12 +209,19 @@ class WeightAtOrBelow:
         return np.cumsum(self.tokens)[:-1], np.cumsum(self.blocks)[:-1]
 
 
+def compact_dtype(a: np.ndarray) -> np.dtype:
+    """The type :func:`compact_ints` gives ``a``: 32-bit integers for 64-bit ones when every
+    value fits, else ``a``'s own."""
+    if a.dtype != np.int64 or (len(a) and (int(a.min()) < -(2**31) or int(a.max()) >= 2**31)):
+        return a.dtype
+    return np.dtype(np.int32)
+
+
 def compact_ints(a: np.ndarray) -> np.ndarray:
     """64-bit integers as 32 bits when every value fits (tokens of a request, indexes, codes), so
     per-request arrays take half the memory; any other array as it is."""
-    if a.dtype != np.int64 or (len(a) and (int(a.min()) < -(2**31) or int(a.max()) >= 2**31)):
-        return a
-    return a.astype(np.int32)
+    dtype = compact_dtype(a)
+    return a if dtype == a.dtype else a.astype(dtype)
 
 
 def seconds_to_us(tau: float | None) -> int:

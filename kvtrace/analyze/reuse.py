@@ -20,7 +20,15 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from kvtrace.analyze.access import CHUNK_REQUESTS, NEVER, WeightAtOrBelow, compact_ints, run_chunks, ts_us
+from kvtrace.analyze.access import (
+    CHUNK_REQUESTS,
+    NEVER,
+    WeightAtOrBelow,
+    compact_dtype,
+    compact_ints,
+    run_chunks,
+    ts_us,
+)
 from kvtrace.analyze.blocktrace import BlockTrace
 from kvtrace.analyze.quantile import LogHistogram, smallest_reaching
 
@@ -185,8 +193,7 @@ def _threads(trace: BlockTrace, p: ReuseParams, slice_rows: int = THREAD_SLICE_R
     # (a longer thread alone): only a slice's rows are ever gathered in thread order.
     # At most MAX_THREAD_SLICES: each slice is a pass over every request's code.
     slice_rows = max(1, slice_rows, -(-n // MAX_THREAD_SLICES))
-    lo, hi = int(thread.min()), int(thread.max())
-    if lo >= 0 and hi < 4 * n:  # dense codes (a derived trace's): counted without a sort
+    if int(thread.min()) >= 0 and int(thread.max()) < 4 * n:  # dense codes (a derived trace's): no sort
         counts = np.bincount(thread)
         values = np.flatnonzero(counts)
         counts = counts[values]
@@ -198,10 +205,7 @@ def _threads(trace: BlockTrace, p: ReuseParams, slice_rows: int = THREAD_SLICE_R
     edges = [*values[firsts].tolist(), None]
     del values, ends, firsts
     # One integer type for every slice (a slice's own would differ where codes pass 2**31).
-    code_type = {
-        k: np.int32 if -(2**31) <= int(a.min()) and int(a.max()) < 2**31 else np.int64
-        for k, a in (("thread", thread), ("session", session))
-    }
+    code_type = {"thread": compact_dtype(thread), "session": compact_dtype(session)}
     tabs, gaps = [], []
     for lo, hi in zip(edges[:-1], edges[1:]):
         rows = np.flatnonzero((thread >= lo) if hi is None else ((thread >= lo) & (thread < hi)))

@@ -23,7 +23,6 @@ import sys
 import threading
 from pathlib import Path
 
-
 from kvtrace.analyze.access import compact_ints
 from kvtrace.analyze.chains import (
     LINK_COLUMNS,
@@ -268,7 +267,7 @@ class _LinkTask:
         import pyarrow as pa
 
         batches = list(batches)
-        if not batches or not sum(b.num_rows for b in batches):
+        if not sum(b.num_rows for b in batches):
             return
         frame = pl.from_arrow(pa.Table.from_batches(batches))
         del batches

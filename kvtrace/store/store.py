@@ -25,13 +25,6 @@ SORT_MEMORY = 512 * 2**20
 # ... and per row sorted, for a sort of many rows: DuckDB's window and merge over every row need
 # pinned blocks in proportion to the rows (100 M chain rows failed at 512 MB, ran at 2 GB).
 SORT_BYTES_PER_ROW = 20
-
-
-def sort_memory(rows: int) -> int:
-    """DuckDB's memory cap for a query that sorts ``rows`` rows (see ``SORT_MEMORY``)."""
-    return max(SORT_MEMORY, SORT_BYTES_PER_ROW * int(rows))
-
-
 # DuckDB's own advice: at least this much memory per thread, or a spilling operator may still
 # run out; a capped query runs on as many threads as its cap feeds.
 MEMORY_PER_THREAD = 128 * 2**20
@@ -44,6 +37,11 @@ _WRITE_FAILURES = (
     "database has been invalidated",
     "disk quota exceeded",
 )
+
+
+def sort_memory(rows: int) -> int:
+    """DuckDB's memory cap for a query that sorts ``rows`` rows (see ``SORT_MEMORY``)."""
+    return max(SORT_MEMORY, SORT_BYTES_PER_ROW * int(rows))
 
 
 def _can_make_folder(path: str) -> bool:

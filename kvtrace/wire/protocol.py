@@ -27,18 +27,16 @@ FORWARDED = frozenset({"ingest", "report", "query", "export", "lake", "replay", 
 # help and version, and a reuse report of a lake on Spark (its driver and JVM belong to the
 # command's own process, not to a fork of the server).
 LOCAL_ARGS = frozenset({"--help", "-h", "--version", "--lake", "--engine"})
+HEADER_SIZE = 5
+
+REQUEST, PING, STOP, CANCEL = b"R", b"P", b"S", b"C"
+ACCEPTED, REFUSED, EXIT, INFO = b"A", b"N", b"X", b"I"
 
 
 def runs_here(argv: list[str]) -> bool:
     """Whether ``argv`` holds an argument that keeps a command out of the server (``--lake=DIR``
     counts as ``--lake``)."""
     return any(a.split("=", 1)[0] in LOCAL_ARGS for a in argv)
-
-
-HEADER_SIZE = 5
-
-REQUEST, PING, STOP, CANCEL = b"R", b"P", b"S", b"C"
-ACCEPTED, REFUSED, EXIT, INFO = b"A", b"N", b"X", b"I"
 
 
 def frame(kind: bytes, payload: bytes = b"") -> bytes:
