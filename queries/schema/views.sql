@@ -35,13 +35,20 @@ CREATE OR REPLACE VIEW request_usage AS
 SELECT request_key, ts, source, agent, session_id, thread_id, user_id, org_id, project, model,
        query_source, input_tokens, cache_read_tokens, cache_write_5m_tokens, cache_write_1h_tokens,
        cache_write_unknown_tokens, output_tokens, cost_usd, duration_ms, ttft_ms, is_sidechain,
-       false AS from_metric
+       false AS from_metric,
+       -- A compaction request (the client's raw query source), or the first request after one.
+       coalesce(json_extract_string(attributes, '$.query_source') = 'compact', false)
+           OR coalesce(json_extract_string(attributes, '$.raw_query_source') = 'compact', false)
+           AS is_compact_request,
+       coalesce(TRY_CAST(json_extract_string(attributes, '$.compaction') AS BOOLEAN), false)
+           OR json_extract(attributes, '$.compact_boundary') IS NOT NULL
+           AS after_compaction
 FROM requests
 UNION ALL
 SELECT 'metric:' || series_group AS request_key, ts, source, agent, session_id, 'main' AS thread_id,
        user_id, org_id, NULL AS project, model, query_source,
        input_tokens, cache_read_tokens, 0, 0, cache_write_unknown_tokens, output_tokens,
-       NULL, NULL, NULL, false, true AS from_metric
+       NULL, NULL, NULL, false, true AS from_metric, false, false
 FROM (
     SELECT md5(concat_ws('|', agent, session_id, model, query_source, CAST(ts AS VARCHAR))) AS series_group,
            ts, any_value(source) AS source, agent, session_id, any_value(user_id) AS user_id,
