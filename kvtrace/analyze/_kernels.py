@@ -215,53 +215,63 @@ def link_chains(
 
 
 @numba.njit(cache=True, nogil=True)
-def _chain_segments(i, h, inherit, by_next, chain_prev, chain_next, hprev, hnext, n_blocks, seg):  # pragma: no cover
-    """The (first, end, prev, next) segments of request ``i`` of a derived chain, in block order."""
-    lo = min(inherit[i], by_next[i])
-    hi = max(inherit[i], by_next[i])
-    seg[0, 0], seg[0, 1], seg[0, 2], seg[0, 3] = 0, h[i], hprev[i], hnext[i]
-    seg[1, 0], seg[1, 1], seg[1, 2], seg[1, 3] = h[i], lo, chain_prev[i], chain_next[i]
-    seg[2, 0], seg[2, 1] = lo, hi
-    seg[2, 2] = chain_prev[i] if inherit[i] > by_next[i] else -1
-    seg[2, 3] = chain_next[i] if by_next[i] > inherit[i] else -1
-    seg[3, 0], seg[3, 1], seg[3, 2], seg[3, 3] = hi, n_blocks[i], -1, -1
-
-
-@numba.njit(cache=True, nogil=True)
 def chain_runs(h, inherit, by_next, chain_prev, chain_next, hprev, hnext, n_blocks):  # pragma: no cover
-    """Access runs of a derived trace straight from its chain structure (two passes: count,
-    then fill exactly), neighbouring segments with equal ``prev`` and ``next`` merged.
+    """Access runs of a derived trace straight from its chain structure. A request's blocks are
+    four segments (first, end, prev, next) in block order: its head, the blocks both the previous
+    and the next request of its chain share, those only one of them shares, and its new blocks.
+    Empty segments are skipped and neighbours with equal ``prev`` and ``next`` merged. Scalars
+    only in the loop (a scratch array of segments was six times slower).
 
     Returns:
         ``(req, first, blocks, prev, next)`` arrays.
     """
     n = len(h)
-    seg = np.empty((4, 4), dtype=np.int64)
-    count = 0
-    for i in range(n):
-        _chain_segments(i, h, inherit, by_next, chain_prev, chain_next, hprev, hnext, n_blocks, seg)
-        lp, ln, have = -2, -2, False
-        for s in range(4):
-            if seg[s, 1] > seg[s, 0]:
-                if not (have and seg[s, 2] == lp and seg[s, 3] == ln):
-                    count += 1
-                lp, ln, have = seg[s, 2], seg[s, 3], True
-    req = np.empty(count, dtype=np.int64)
-    first = np.empty(count, dtype=np.int64)
-    blocks = np.empty(count, dtype=np.int64)
-    prev = np.empty(count, dtype=np.int64)
-    nxt = np.empty(count, dtype=np.int64)
+    cap = 4 * n  # at most four runs a request
+    req = np.empty(cap, dtype=np.int64)
+    first = np.empty(cap, dtype=np.int64)
+    blocks = np.empty(cap, dtype=np.int64)
+    prev = np.empty(cap, dtype=np.int64)
+    nxt = np.empty(cap, dtype=np.int64)
     k = -1
+    none = np.int64(-1)
     for i in range(n):
-        _chain_segments(i, h, inherit, by_next, chain_prev, chain_next, hprev, hnext, n_blocks, seg)
-        lp, ln, have = -2, -2, False
-        for s in range(4):
-            if seg[s, 1] > seg[s, 0]:
-                if have and seg[s, 2] == lp and seg[s, 3] == ln:
-                    blocks[k] += seg[s, 1] - seg[s, 0]
+        hh, inh, bn = np.int64(h[i]), np.int64(inherit[i]), np.int64(by_next[i])
+        cp, cn = np.int64(chain_prev[i]), np.int64(chain_next[i])
+        lo, hi = min(inh, bn), max(inh, bn)
+        segments = (
+            (np.int64(0), hh, np.int64(hprev[i]), np.int64(hnext[i])),
+            (hh, lo, cp, cn),
+            (lo, hi, cp if inh > bn else none, cn if bn > inh else none),
+            (hi, np.int64(n_blocks[i]), none, none),
+        )
+        lp, ln, have = np.int64(-2), np.int64(-2), False
+        for a, e, p, q in segments:
+            if e > a:
+                if have and p == lp and q == ln:
+                    blocks[k] += e - a
                 else:
                     k += 1
-                    req[k], first[k], blocks[k] = i, seg[s, 0], seg[s, 1] - seg[s, 0]
-                    prev[k], nxt[k] = seg[s, 2], seg[s, 3]
-                lp, ln, have = seg[s, 2], seg[s, 3], True
-    return req, first, blocks, prev, nxt
+                    req[k], first[k], blocks[k], prev[k], nxt[k] = i, a, e - a, p, q
+                lp, ln, have = p, q, True
+    k += 1
+    return req[:k].copy(), first[:k].copy(), blocks[:k].copy(), prev[:k].copy(), nxt[:k].copy()
+
+
+@numba.njit(cache=True, nogil=True)
+def run_times(t, req, prev, nxt, never, age, eff_age, next_gap):  # pragma: no cover
+    """Per run (of whole requests, in request order) the time since its blocks' previous access,
+    since the oldest previous access of the request's runs so far (``eff_age``), and to their
+    next access; ``never`` where there is none. ``t`` is every request's time."""
+    oldest, at = np.int64(0), np.int64(-1)
+    for j in range(len(req)):
+        r = req[j]
+        now = t[r]
+        p = prev[j]
+        if r != at:
+            at, oldest = r, p
+        elif p < oldest:
+            oldest = p
+        age[j] = now - t[p] if p >= 0 else never
+        eff_age[j] = now - t[oldest] if oldest >= 0 else never
+        q = nxt[j]
+        next_gap[j] = t[q] - now if q >= 0 else never

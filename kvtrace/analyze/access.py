@@ -162,31 +162,20 @@ def run_chunks(trace: BlockTrace, requests: int = CHUNK_REQUESTS):
         else:
             r0, r1 = np.searchsorted(runs.req, [lo, hi])
             part = AccessRuns(*(getattr(runs, f)[r0:r1] for f in _RUN_FIELDS))
-        yield RunChunk(lo, hi, part, _times(t, part, n))
+        yield RunChunk(lo, hi, part, _times(t, part))
         lo = hi
 
 
 _RUN_FIELDS = ("req", "first", "blocks", "tokens", "prev", "next", "dup")
 
 
-def _times(t: np.ndarray, runs: AccessRuns, n: int) -> RunTimes:
-    """Times of runs that hold whole requests (``t``: every request's time, µs)."""
-    now = t[runs.req]
-    has_prev = runs.prev >= 0
-    age = np.full(len(runs), NEVER, dtype=np.int64)
-    age[has_prev] = now[has_prev] - t[runs.prev[has_prev]]
-    # Running minimum of the previous-access request index within each request, which is the
-    # running maximum of the age (times are non-decreasing). Offsetting each request by
-    # -req*(n+1) keeps earlier requests' values above every value of later ones.
-    n1 = n + 1
-    shifted = runs.prev - runs.req * n1
-    oldest = np.minimum.accumulate(shifted) + runs.req * n1 if len(runs) else shifted
-    eff = np.full(len(runs), NEVER, dtype=np.int64)
-    ok = oldest >= 0
-    eff[ok] = now[ok] - t[oldest[ok]]
-    has_next = runs.next >= 0
-    gap = np.full(len(runs), NEVER, dtype=np.int64)
-    gap[has_next] = t[runs.next[has_next]] - now[has_next]
+def _times(t: np.ndarray, runs: AccessRuns) -> RunTimes:
+    """Times of runs that hold whole requests (``t``: every request's time, µs). ``eff_age``
+    is the running maximum of the age over a request's runs so far (times are non-decreasing)."""
+    from kvtrace.analyze._kernels import run_times
+
+    age, eff, gap = (np.empty(len(runs), dtype=np.int64) for _ in range(3))
+    run_times(t, runs.req, runs.prev, runs.next, NEVER, age, eff, gap)
     return RunTimes(age=age, eff_age=eff, next_gap=gap)
 
 

@@ -364,7 +364,10 @@ class _Series:
             self.done = upto
         self.prev = (int(times[-1]), int(level[-1]), float(before[-2]))
         bucket = np.clip(np.searchsorted(edges, times, side="right") - 1, 0, self.points - 1)
-        np.maximum.at(self.mx, bucket, level)
+        # times are in order, so each bucket's events are a slice: its maximum by reduceat
+        starts = np.flatnonzero(np.append(True, bucket[1:] != bucket[:-1]))
+        b = bucket[starts]
+        self.mx[b] = np.maximum(self.mx[b], np.maximum.reduceat(level, starts))
 
     def result(self, B: int) -> dict:
         prev, done = self.prev, self.done
