@@ -140,6 +140,41 @@ def test_the_warehouse_reader_partitions_whole_sessions(sample_store, rows):
     assert_same(derive_partitioned(parts, n), derive_chains(pl.concat(parts)))
 
 
+@pytest.mark.parametrize("rows", [1, 7, 10**9])
+def test_rows_are_numbered_in_time_then_request_key_order(rows):
+    """Requests that share their time to the microsecond (across sessions too) take their place by
+    request key, wherever they were stored and however the rows are partitioned."""
+    from kvtrace.store import Store
+
+    rng = np.random.default_rng(5)
+    n = 60
+    keys = [f"k{int(v):06d}" for v in rng.permutation(10**5)[:n]]
+    with Store(memory=True) as store:
+        store.run(
+            """
+            INSERT INTO requests BY NAME
+            SELECT key AS request_key, make_timestamp(1767225600000000 + 1000 * (i % 4)) AS ts,
+                   'test' AS source, 'claude-code' AS agent, 's' || (i % 5) AS session_id, 'main' AS thread_id,
+                   'u' AS user_id, 'o' AS org_id, 'm' AS model, 'main' AS query_source, 1 AS input_tokens,
+                   0 AS cache_read_tokens, 0 AS cache_write_5m_tokens, 0 AS cache_write_1h_tokens,
+                   0 AS cache_write_unknown_tokens, i AS output_tokens, 'test' AS ingested_from
+            FROM (SELECT unnest(range(?)) AS i, unnest(?) AS key)
+            """,
+            [n, keys],
+        )
+        want = dict(
+            store.execute(
+                "SELECT output_tokens, row_number() OVER (ORDER BY ts, request_key) - 1 FROM requests"
+            ).fetchall()
+        )
+        got, parts = chain_partitions(store, rows=rows)
+        frames = list(parts)
+    assert got == n and sum(f.height for f in frames) == n
+    rows_seen = pl.concat(frames)
+    assert dict(zip(rows_seen.get_column("output_tokens").to_list(), rows_seen.get_column("gidx").to_list())) == want
+    assert "tie" not in rows_seen.columns
+
+
 @pytest.mark.parametrize("rows", [1, 500])
 def test_reuse_report_does_not_depend_on_the_partition_size(sample_store, rows):
     ttls = [60.0, 300.0, 3600.0, None]

@@ -197,7 +197,8 @@ def load_block_trace(
 def chain_partitions(store, since=None, until=None, rows: int = PARTITION_ROWS):
     """The warehouse's requests for prefix chains (``queries/chain_requests.sql``) in partitions
     of whole sessions, each of about ``rows`` rows (a longer session is one partition), so the
-    derivation never holds every request's text at once.
+    derivation never holds every request's text at once. Each row gets its ``gidx``, its place in
+    time order: the rows of an earlier time (``queries/chain_times.sql``) plus its ``tie``.
 
     Returns:
         ``(n, parts)``: the number of rows, and an iterator of Polars frames.
@@ -206,20 +207,16 @@ def chain_partitions(store, since=None, until=None, rows: int = PARTITION_ROWS):
 
     from kvtrace.store.store import SORT_MEMORY, sort_memory  # DuckDB: only a warehouse's chains need it
 
-    sql, args = _sql("chain_requests"), {"since": since, "until": until}
-    # One row per request_usage row (request_key is the requests table's primary key). Capped too:
-    # the view's anti-join of metric points against every request holds a hash table of them.
+    args = {"since": since, "until": until}
+    # Capped: the view's anti-join of metric points against every request holds a hash table of them.
     with store.memory_capped(SORT_MEMORY):
-        n = store.scalar(
-            "SELECT count(*) FROM request_usage WHERE ($since IS NULL OR ts >= CAST($since AS TIMESTAMP)) "
-            "AND ($until IS NULL OR ts < CAST($until AS TIMESTAMP))",
-            args,
-        )
+        times = store.to_arrow(_sql("chain_times"), args).column("ts_us").to_numpy()
+    n = len(times)
 
     def parts():
         # The query sorts every row by session: DuckDB spills that sort rather than hold it.
         with store.memory_capped(sort_memory(n)):
-            reader = store.arrow_batches(sql, args, min(rows, 100_000))
+            reader = store.arrow_batches(_sql("chain_requests"), args, min(rows, 100_000))
             try:
                 held, held_rows = [], 0  # batches not yet given out, all sessions whole but the last
                 for batch in reader:
@@ -235,14 +232,23 @@ def chain_partitions(store, since=None, until=None, rows: int = PARTITION_ROWS):
                     cut = df.height - int(sess.reverse().rle().struct.field("len")[0])
                     if cut == 0 and (len(held) == 1 or held[-2].get_column("session_id")[-1] == sess[0]):
                         continue  # one session fills the batch and began before it: it may go on
-                    yield pl.concat(held[:-1] + [df.slice(0, cut)])
+                    yield _numbered(pl.concat(held[:-1] + [df.slice(0, cut)]), times)
                     held, held_rows = [df.slice(cut)], df.height - cut
                 if held_rows:
-                    yield pl.concat(held)
+                    yield _numbered(pl.concat(held), times)
             finally:
                 reader.close()
 
     return n, parts()
+
+
+def _numbered(part, times: np.ndarray):
+    """A partition with each row's ``gidx`` (its place in time order) in place of its ``tie``."""
+    import polars as pl
+
+    ts, tie = part.get_column("ts_us").to_numpy(), part.get_column("tie").to_numpy()
+    gidx = np.searchsorted(times, ts, side="left") + tie
+    return part.drop("tie").with_columns(pl.Series("gidx", gidx, dtype=pl.Int64))
 
 
 def _sql(name: str) -> str:

@@ -27,7 +27,11 @@ TABLES = ("requests", "metric_points", "block_requests", "chain_requests")
 def _table_sql(table: str) -> str:
     if table == "chain_requests":
         sql = load_query("chain_requests").sql
-        return f"SELECT *, CAST(CAST(make_timestamp(ts_us) AS DATE) AS VARCHAR) AS day FROM (\n{sql}\n)"
+        # gidx: each row's place in time order, as kvtrace.analyze.load numbers a warehouse's rows
+        return (
+            "SELECT row_number() OVER (ORDER BY ts_us, tie) - 1 AS gidx, * EXCLUDE (tie), "
+            f"CAST(CAST(make_timestamp(ts_us) AS DATE) AS VARCHAR) AS day FROM (\n{sql}\n)"
+        )
     return load_query(f"lake_{table}").sql
 
 
