@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvtrace.analyze.access import access_runs
-from kvtrace.analyze.chains import ChainParams, derive_chains, derive_partitioned, materialize_ids
+from kvtrace.analyze.chains import ChainParams, PartitionError, derive_chains, derive_partitioned, materialize_ids
 from kvtrace.analyze.load import chain_partitions, load_block_trace
 from kvtrace.analyze.reuse import reuse_profile
 from kvtrace.analyze.reuse_report import ReuseOptions, reuse_report
@@ -130,14 +130,24 @@ def sample_store():
 
 @pytest.mark.parametrize("rows", [1, 37, 1000, 10**9])
 def test_the_warehouse_reader_partitions_whole_sessions(sample_store, rows):
-    n, parts = chain_partitions(sample_store, rows=rows)
+    times, parts = chain_partitions(sample_store, rows=rows)
+    n = len(times)
     parts = list(parts)
     sessions = [set(p.get_column("session_id").unique()) for p in parts]
     assert sum(p.height for p in parts) == n > 1000
     assert sum(len(s) for s in sessions) == len(set().union(*sessions))  # no session is split
     if rows == 1:
         assert all(len(s) == 1 for s in sessions)
-    assert_same(derive_partitioned(parts, n), derive_chains(pl.concat(parts)))
+    want = derive_chains(pl.concat(parts))
+    assert_same(derive_partitioned(parts, n), want)
+    # The reader's times become the trace's; times that are not the rows' are refused.
+    kept = derive_partitioned(parts, n, times=times)
+    assert_same(kept, want)
+    assert kept.meta["_ts_us"] is times
+    off = times.copy()
+    off[n // 2] += 1
+    with pytest.raises(PartitionError, match="times"):
+        derive_partitioned(parts, n, times=off)
 
 
 @pytest.mark.parametrize("rows", [1, 7, 10**9])
@@ -167,9 +177,9 @@ def test_rows_are_numbered_in_time_then_request_key_order(rows):
                 "SELECT output_tokens, row_number() OVER (ORDER BY ts, request_key) - 1 FROM requests"
             ).fetchall()
         )
-        got, parts = chain_partitions(store, rows=rows)
+        times, parts = chain_partitions(store, rows=rows)
         frames = list(parts)
-    assert got == n and sum(f.height for f in frames) == n
+    assert len(times) == n and sum(f.height for f in frames) == n
     rows_seen = pl.concat(frames)
     assert dict(zip(rows_seen.get_column("output_tokens").to_list(), rows_seen.get_column("gidx").to_list())) == want
     assert "tie" not in rows_seen.columns
@@ -214,7 +224,7 @@ def test_a_partition_may_not_repeat_rows():
 
 def test_an_abandoned_partition_stream_frees_the_warehouse(sample_store):
     before = sample_store.scalar("SELECT current_setting('memory_limit')")
-    n, parts = chain_partitions(sample_store, rows=50)
+    _, parts = chain_partitions(sample_store, rows=50)
     next(parts)
     parts.close()
     assert sample_store.scalar("SELECT count(*) FROM requests") > 0
@@ -230,7 +240,7 @@ def test_quantiles_of_zero_weight_targets_are_values_present():
 
 
 def test_a_frame_of_some_warehouse_rows_keeps_their_order(sample_store):
-    n, parts = chain_partitions(sample_store, rows=10**9)
+    _, parts = chain_partitions(sample_store, rows=10**9)
     (f,) = list(parts)
     some = f.filter(pl.col("session_id").is_in(f.get_column("session_id").unique().sort().head(5).implode()))
     tr = derive_chains(some)

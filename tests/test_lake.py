@@ -46,7 +46,7 @@ def test_lake_partitions_by_day_and_keeps_every_token(warehouse, tmp_path):
     assert got == [(6, 21, 210)]
     # The rows chain derivation reads from the warehouse, numbered in time order as it numbers them.
     with Store(warehouse, read_only=True) as s:
-        n, parts = chain_partitions(s)
+        times, parts = chain_partitions(s)
         want = pl.concat(list(parts))
     lake = pl.from_arrow(
         duckdb.sql(
@@ -54,7 +54,7 @@ def test_lake_partitions_by_day_and_keeps_every_token(warehouse, tmp_path):
             "ORDER BY gidx"
         ).to_arrow_table()
     )
-    assert n == lake.height == 6
+    assert len(times) == lake.height == 6
     assert lake.equals(want.select(lake.columns).sort("gidx"))
 
 

@@ -263,7 +263,9 @@ LINK_COLUMNS = (
 )
 
 
-def derive_partitioned(parts, n: int, params: ChainParams | None = None, materialize: bool = True) -> BlockTrace:
+def derive_partitioned(
+    parts, n: int, params: ChainParams | None = None, materialize: bool = True, times: np.ndarray | None = None
+) -> BlockTrace:
     """A block trace from per-request token counts that arrive in partitions of whole sessions.
 
     Chains never cross a session, so each partition is linked on its own (:func:`link_partition`)
@@ -278,6 +280,8 @@ def derive_partitioned(parts, n: int, params: ChainParams | None = None, materia
         n: the number of rows of all frames.
         params: the assumptions (see :class:`ChainParams`).
         materialize: write the block ids (see :func:`derive_chains`).
+        times: every row's ``ts_us`` in time order, when the reader has them: the trace keeps
+            this array rather than assembling its own (see :func:`derive_linked`).
 
     Returns:
         A :class:`BlockTrace` (name ``derived``) whose ``meta`` also holds the per-request
@@ -287,7 +291,7 @@ def derive_partitioned(parts, n: int, params: ChainParams | None = None, materia
         continues from, -1 at a start) and ``shared`` (the tokens it shares with that request).
     """
     p = params or ChainParams()
-    return derive_linked((link_partition(part, p) for part in parts if part.height), n, p, materialize)
+    return derive_linked((link_partition(part, p) for part in parts if part.height), n, p, materialize, times)
 
 
 class PartitionError(ValueError):
@@ -313,12 +317,16 @@ class Linked:
     thread_names: dict[int, str]
 
 
-def derive_linked(linked, n: int, params: ChainParams | None = None, materialize: bool = True) -> BlockTrace:
+def derive_linked(
+    linked, n: int, params: ChainParams | None = None, materialize: bool = True, times: np.ndarray | None = None
+) -> BlockTrace:
     """A block trace from linked partitions (:class:`Linked`, in any order) of ``n`` requests:
-    the steps of :func:`derive_partitioned` after linking."""
+    the steps of :func:`derive_partitioned` after linking. With ``times`` (every row's
+    ``ts_us`` in time order, as a warehouse reader knows them before the first partition) the
+    trace keeps that array, and each partition's times are checked against it."""
     p = params or ChainParams()
     models, hgroups, names = _Labels(), _Labels(), {}
-    whole: dict[str, np.ndarray] = {}
+    whole: dict[str, np.ndarray] = {} if times is None else {"ts_us": times}
     filled = np.zeros(n, dtype=bool)
     for part in linked:
         got = dict(part.numbers)
@@ -327,13 +335,15 @@ def derive_linked(linked, n: int, params: ChainParams | None = None, materialize
             continue
         if at[0] < 0 or at[-1] >= n or filled[at].any() or (np.diff(at) <= 0).any():
             raise PartitionError(f"the partitions hold a row twice, or one outside 0..{n - 1}")
+        if times is not None and not np.array_equal(times[at], got.pop("ts_us")):
+            raise PartitionError("the partitions' times are not the times given for their places")
         filled[at] = True
         got["model"] = models.codes(part.model_labels)[got["model"]]
         got["hgroup"] = hgroups.codes(part.hgroup_labels)[got["hgroup"]]
         names.update(part.thread_names)
         got = {k: v if k == "ts_us" else compact_ints(v) for k, v in got.items()}
-        if not whole and len(at) == n:
-            whole = got  # one partition of every row, in order: no copy
+        if len(at) == n and not whole.keys() & got.keys():
+            whole.update(got)  # one partition of every row, in order: no copy
         else:
             for k, v in got.items():
                 if k not in whole:

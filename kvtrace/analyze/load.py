@@ -189,9 +189,9 @@ def load_block_trace(
         names = set(t.column("trace").unique().to_pylist()) if t.num_rows else set()
         name = trace or (next(iter(names)) if len(names) == 1 else "block_requests")
         return block_trace_from_table(t, name=name)
-    n, parts = chain_partitions(store, since, until, partition_rows)
+    times, parts = chain_partitions(store, since, until, partition_rows)
     with closing(parts):  # an error mid-way ends the query (and DuckDB's memory cap) at once
-        return derive_partitioned(parts, n, params or ChainParams(), materialize=materialize)
+        return derive_partitioned(parts, len(times), params or ChainParams(), materialize, times)
 
 
 def chain_partitions(store, since=None, until=None, rows: int = PARTITION_ROWS):
@@ -201,7 +201,7 @@ def chain_partitions(store, since=None, until=None, rows: int = PARTITION_ROWS):
     time order: the rows of an earlier time (``queries/chain_times.sql``) plus its ``tie``.
 
     Returns:
-        ``(n, parts)``: the number of rows, and an iterator of Polars frames.
+        ``(times, parts)``: every row's ``ts_us`` in time order, and an iterator of Polars frames.
     """
     import polars as pl
 
@@ -210,12 +210,12 @@ def chain_partitions(store, since=None, until=None, rows: int = PARTITION_ROWS):
     args = {"since": since, "until": until}
     # Capped: the view's anti-join of metric points against every request holds a hash table of them.
     with store.memory_capped(SORT_MEMORY):
-        times = store.to_arrow(_sql("chain_times"), args).column("ts_us").to_numpy()
-    n = len(times)
+        # writable: the derived trace keeps this array as its times
+        times = np.require(store.to_arrow(_sql("chain_times"), args).column("ts_us").to_numpy(), requirements="W")
 
     def parts():
         # The query sorts every row by session: DuckDB spills that sort rather than hold it.
-        with store.memory_capped(sort_memory(n)):
+        with store.memory_capped(sort_memory(len(times))):
             reader = store.arrow_batches(_sql("chain_requests"), args, min(rows, 100_000))
             try:
                 held, held_rows = [], 0  # batches not yet given out, all sessions whole but the last
@@ -239,7 +239,7 @@ def chain_partitions(store, since=None, until=None, rows: int = PARTITION_ROWS):
             finally:
                 reader.close()
 
-    return n, parts()
+    return times, parts()
 
 
 def _numbered(part, times: np.ndarray):
