@@ -418,9 +418,12 @@ def link_partition(frame, p: ChainParams) -> Linked:
     if p.auxiliary_own_chain:
         aux = (frame.get_column("query_source").fill_null("") == "auxiliary").to_numpy()
         lane = (aux & ~compact_req).astype(np.int64)
-    key_cols = thread_cols + (["model"] if p.chain_per_model else [])
-    key = _codes(_with(frame, _lane=lane), key_cols + ["_lane"])
     model, model_labels = _codes(frame, ["model"], labels=True)
+    # A chain's key: its thread and lane (and model), from the codes already found.
+    key = thread * 2 + lane
+    if p.chain_per_model:
+        key = key * (int(model.max()) + 1) + model
+    key = np.unique(key, return_inverse=True)[1].astype(np.int64).ravel()
 
     # Chain predecessors: one compiled pass per session.
     order, _ = _prev_in_group(session)

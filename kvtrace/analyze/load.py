@@ -247,7 +247,10 @@ def _numbered(part, times: np.ndarray):
     import polars as pl
 
     ts, tie = part.get_column("ts_us").to_numpy(), part.get_column("tie").to_numpy()
-    gidx = np.searchsorted(times, ts, side="left") + tie
+    order = np.argsort(ts, kind="stable")  # sorted needles search several times faster
+    gidx = np.empty(len(ts), dtype=np.int64)
+    gidx[order] = np.searchsorted(times, ts[order], side="left")
+    gidx += tie
     return part.drop("tie").with_columns(pl.Series("gidx", gidx, dtype=pl.Int64))
 
 
