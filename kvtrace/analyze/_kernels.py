@@ -1,8 +1,9 @@
-"""Compiled loops for the two steps that are sequential by nature (numba, cached on disk).
+"""Compiled loops (numba, cached on disk) for the steps that are sequential by nature, and for
+per-request steps whose numpy form would hold several temporaries of every request.
 
-Everything else in reuse analytics is vectorized numpy over *runs* of blocks; these two walk
-blocks once each: linking every block access to the previous and next access of the same block,
-and writing the block ids of derived prefix chains.
+Everything else in reuse analytics is vectorized numpy over *runs* of blocks: linking every
+block access to the previous and next access of the same block, linking prefix chains, making a
+derived trace's runs and their times, and writing its block ids walk requests or blocks here.
 """
 
 from __future__ import annotations
@@ -275,3 +276,27 @@ def run_times(t, req, prev, nxt, never, age, eff_age, next_gap):  # pragma: no c
         eff_age[j] = now - t[oldest] if oldest >= 0 else never
         q = nxt[j]
         next_gap[j] = t[q] - now if q >= 0 else never
+
+
+@numba.njit(cache=True, nogil=True)
+def chain_read_tokens(t, tau, cached, head, chain_prev, head_prev, shared, out):  # pragma: no cover
+    """Per request of a derived trace, the cache-read tokens under an idle TTL of ``tau`` µs
+    (see ``kvtrace.analyze.chains.chain_reads``), into ``out``; no temporary of every request."""
+    for i in range(len(out)):
+        got = 0
+        hp = head_prev[i]
+        if hp >= 0 and t[i] - t[hp] <= tau:
+            got = min(head[i], cached[i])
+        cp = chain_prev[i]
+        if cp >= 0 and t[i] - t[cp] <= tau:
+            got = max(min(shared[i], cached[i]), got)
+        out[i] = got
+
+
+@numba.njit(cache=True, nogil=True)
+def sums_by_code(code, x, k):  # pragma: no cover
+    """Exact int64 sums of ``x`` per code in ``[0, k)``, with no temporary of every row."""
+    out = np.zeros(k, dtype=np.int64)
+    for i in range(len(code)):
+        out[code[i]] += x[i]
+    return out

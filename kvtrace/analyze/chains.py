@@ -360,11 +360,11 @@ def derive_linked(
     remap, model_names = models.canonical()
     whole["model"] = compact_ints(remap[whole["model"]])
     remap, _ = hgroups.canonical()
-    hgroup = remap[whole.pop("hgroup")]
+    hgroup = compact_ints(remap[whole.pop("hgroup")])
     # Sessions and threads numbered in the order they first appear.
-    session = np.unique(whole.pop("session"), return_inverse=True)[1].astype(np.int64).ravel()
+    session = compact_ints(np.unique(whole.pop("session"), return_inverse=True)[1].astype(np.int64).ravel())
     firsts, thread = np.unique(whole.pop("thread"), return_inverse=True)
-    thread = thread.astype(np.int64).ravel()
+    thread = compact_ints(thread.astype(np.int64).ravel())
     thread_names = [names[int(f)] for f in firsts]
     return _finish(whole, hgroup, session, thread, thread_names, model_names, p, materialize)
 
@@ -472,8 +472,8 @@ def _finish(w: dict, hgroup, session, thread, thread_names, model_names, p: Chai
     n = len(session)
     c = compact_ints
     ts_us, read, pred, depth = w["ts_us"], w["read_tokens"], w.pop("pred"), w.pop("depth")
-    cached = read.astype(np.int64) + w["write_tokens"]
-    prompt = cached + w["input_tokens"]
+    cached = c(read.astype(np.int64) + w["write_tokens"])
+    prompt = cached.astype(np.int64) + w["input_tokens"]
 
     # Shared heads, per (org, model[, thread kind]).
     heads = _detect_heads(hgroup, pred < 0, read, p)
@@ -630,13 +630,10 @@ def chain_reads(trace: BlockTrace, ttl_s: float | None) -> np.ndarray:
             "token-exact cache reads need a trace derived from telemetry",
             hint="block-hash traces carry no cache breakpoints; use the block what-if",
         )
-    t, tau = ts_us(trace), seconds_to_us(ttl_s)
-    cached, head, cp, hp, shared = m["cached"], m["head"], m["chain_prev"], m["head_prev"], m["shared"]
-    out = np.zeros(trace.n_requests, dtype=np.int64)
-    has_hp = hp >= 0
-    head_hit = has_hp & (t - t[np.where(has_hp, hp, 0)] <= tau)
-    out[head_hit] = np.minimum(head, cached)[head_hit]
-    has_cp = cp >= 0
-    prefix_hit = has_cp & (t - t[np.where(has_cp, cp, 0)] <= tau)
-    out[prefix_hit] = np.maximum(np.minimum(shared, cached), out)[prefix_hit]
+    from kvtrace.analyze._kernels import chain_read_tokens
+
+    out = np.empty(trace.n_requests, dtype=np.int64)
+    chain_read_tokens(
+        ts_us(trace), seconds_to_us(ttl_s), m["cached"], m["head"], m["chain_prev"], m["head_prev"], m["shared"], out
+    )
     return out

@@ -200,13 +200,14 @@ def _threads(trace: BlockTrace, p: ReuseParams, slice_rows: int = THREAD_SLICE_R
     else:
         values, counts = np.unique(thread, return_counts=True)
     ends = np.cumsum(counts)
+    gaps, at = np.empty(n - len(counts)), 0  # a gap per request but each thread's first
     del counts
     firsts = np.unique(np.searchsorted(ends, np.arange(0, n, slice_rows), side="right"))
     edges = [*values[firsts].tolist(), None]
     del values, ends, firsts
     # One integer type for every slice (a slice's own would differ where codes pass 2**31).
     code_type = {"thread": compact_dtype(thread), "session": compact_dtype(session)}
-    tabs, gaps = [], []
+    tabs = []
     for lo, hi in zip(edges[:-1], edges[1:]):
         rows = np.flatnonzero((thread >= lo) if hi is None else ((thread >= lo) & (thread < hi)))
         rows = rows[np.argsort(thread[rows], kind="stable")]  # by thread, then time
@@ -221,7 +222,10 @@ def _threads(trace: BlockTrace, p: ReuseParams, slice_rows: int = THREAD_SLICE_R
         same = cols["thread"][1:] == cols["thread"][:-1]
         gap = np.full(len(same) + 1, np.nan)
         gap[1:][same] = (cols["ts_us"][1:] - cols["ts_us"][:-1])[same] / 1e6
-        gaps.append(gap[1:][same])
+        got = gap[1:][same]
+        gaps[at : at + len(got)] = got
+        at += len(got)
+        del got
         del same
         df = pl.DataFrame(cols).with_columns(gap=pl.Series(gap, nan_to_null=True))
         del cols, gap
@@ -242,7 +246,7 @@ def _threads(trace: BlockTrace, p: ReuseParams, slice_rows: int = THREAD_SLICE_R
             )
         )
         del df
-    gaps = np.concatenate(gaps)  # in thread, then time order
+    assert at == len(gaps)  # in thread, then time order
     tab = pl.concat(tabs)
     del tabs
     # numpy's division, correctly rounded (Polars' large group-bys multiply by the reciprocal)
@@ -269,6 +273,9 @@ def thread_summary(trace: BlockTrace, params: ReuseParams | None = None) -> dict
     def q(a, x):
         return float(np.quantile(a, x)) if len(a) else None
 
+    # every gap of every thread: partitioned in place (the table's own copy is not needed again)
+    gap_q = np.quantile(gaps, [0.5, 0.9, 0.99], overwrite_input=True).tolist() if len(gaps) else [None] * 3
+    del gaps
     top = tab.head(p.top_threads).drop("thread").to_dicts()
     return {
         "threads": tab.height,
@@ -278,7 +285,7 @@ def thread_summary(trace: BlockTrace, params: ReuseParams | None = None) -> dict
             "p90": q(tab["requests"].to_numpy(), 0.9),
             "max": int(tab["requests"].max()),
         },
-        "gap_s": {"p50": q(gaps, 0.5), "p90": q(gaps, 0.9), "p99": q(gaps, 0.99)},
+        "gap_s": dict(zip(("p50", "p90", "p99"), gap_q)),
         "idle_threshold_s": p.idle_s,
         "idle_periods": int(tab["idle_periods"].sum()),
         "idle_s": float(tab["idle_s"].fill_null(0).sum()),

@@ -58,11 +58,9 @@ def spend_whatif(trace: BlockTrace, pricing: Pricing | None = None, model: str |
 
     def per_model(x) -> np.ndarray:
         """Per-model sums of a per-request count of tokens, exact."""
-        if int(x.sum(dtype=np.int64)) < 2**53:  # float64 holds every partial sum exactly
-            return np.bincount(code, weights=x, minlength=len(names)).astype(np.int64)
-        out = np.zeros(len(names), np.int64)
-        np.add.at(out, code, x)
-        return out
+        from kvtrace.analyze._kernels import sums_by_code
+
+        return sums_by_code(code, x, len(names))
 
     prompt = trace.input_length
     if derived:
