@@ -148,6 +148,60 @@ def test_the_warehouse_reader_partitions_whole_sessions(sample_store, rows):
     off[n // 2] += 1
     with pytest.raises(PartitionError, match="times"):
         derive_partitioned(parts, n, times=off)
+    with pytest.raises(PartitionError, match="times given"):
+        derive_partitioned(parts, n, times=np.append(times, times[-1]))
+
+
+def test_compaction_marks_come_from_the_requests_attributes():
+    from kvtrace.store import Store
+
+    attrs = [
+        None,
+        '{"query_source": "compact"}',
+        '{"raw_query_source": "compact"}',
+        '{"compaction": "true"}',
+        '{"compact_boundary": {"trigger": "auto"}}',
+        '{"query_source": "main", "compaction": false}',
+    ]
+    want = [(False, False), (True, False), (True, False), (False, True), (False, True), (False, False)]
+    with Store(memory=True) as store:
+        store.run(
+            """
+            INSERT INTO requests BY NAME
+            SELECT 'k' || i AS request_key, make_timestamp(1767225600000000 + 1000000 * i) AS ts,
+                   'test' AS source, 'claude-code' AS agent, 's' AS session_id, 'main' AS thread_id,
+                   'm' AS model, 'main' AS query_source, 1 AS input_tokens, 0 AS cache_read_tokens,
+                   0 AS cache_write_5m_tokens, 0 AS cache_write_1h_tokens, 0 AS cache_write_unknown_tokens,
+                   i AS output_tokens, CAST(a AS JSON) AS attributes, 'test' AS ingested_from
+            FROM (SELECT unnest(range(?)) AS i, unnest(?) AS a)
+            """,
+            [len(attrs), attrs],
+        )
+        _, parts = chain_partitions(store)
+        rows = pl.concat(list(parts)).sort("output_tokens")
+    assert list(zip(rows.get_column("is_compact_request"), rows.get_column("after_compaction"))) == want
+
+
+def test_metric_groups_that_differ_only_in_which_value_is_missing_stay_two_rows():
+    """Token counts from metrics at one time, one with no session and model m, one with session m
+    and no model: two requests of their own, each read once."""
+    from kvtrace.store import Store
+
+    with Store(memory=True) as store:
+        store.run("""
+            INSERT INTO metric_points (point_key, metric, series_key, temporality, ts, value, token_type,
+                                       source, agent, session_id, model, ingested_from)
+            VALUES ('p1', 'claude_code.token.usage', 's1', 1, TIMESTAMP '2026-01-01 00:00:00', 100, 'input',
+                    'test', 'claude-code', NULL, 'm', 'test'),
+                   ('p2', 'claude_code.token.usage', 's2', 1, TIMESTAMP '2026-01-01 00:00:00', 200, 'input',
+                    'test', 'claude-code', 'm', NULL, 'test')
+            """)
+        keys = store.query("SELECT request_key FROM request_usage")
+        times, parts = chain_partitions(store)
+        rows = pl.concat(list(parts))
+    assert len(keys) == len({k for (k,) in keys}) == 2
+    assert len(times) == rows.height == 2
+    assert sorted(rows.get_column("input_tokens").to_list()) == [100, 200]
 
 
 @pytest.mark.parametrize("rows", [1, 7, 10**9])

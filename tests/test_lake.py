@@ -58,6 +58,23 @@ def test_lake_partitions_by_day_and_keeps_every_token(warehouse, tmp_path):
     assert lake.equals(want.select(lake.columns).sort("gidx"))
 
 
+def test_lake_numbers_rows_of_one_time_by_request_key(db_path, tmp_path):
+    """Requests of several sessions at the same instant: the lake's gidx is their place by time,
+    then request key, as the warehouse orders them."""
+    keys = ["r7", "r2", "r9", "r1", "r5", "r3", "r8", "r4", "r6"]
+    with Store(db_path) as s:
+        with s.transaction():
+            rows = (dict(request_key=k, ts=i % 2, output_tokens=i, session_id=f"s{i % 3}") for i, k in enumerate(keys))
+            _merge(s, parsed(*rows), IngestSummary())
+        want = dict(s.query("SELECT output_tokens, row_number() OVER (ORDER BY ts, request_key) - 1 FROM requests"))
+        export_lake(s, tmp_path / "lake")
+    got = duckdb.sql(
+        f"SELECT output_tokens, gidx FROM read_parquet('{tmp_path}/lake/chain_requests/*/*.parquet', "
+        "hive_partitioning = true)"
+    ).fetchall()
+    assert dict(got) == want and len(got) == len(keys)
+
+
 def test_existing_lake_needs_force_and_is_replaced_whole(warehouse, tmp_path):
     out = tmp_path / "lake"
     out.mkdir()

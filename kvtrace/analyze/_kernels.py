@@ -1,9 +1,8 @@
-"""Compiled loops (numba, cached on disk) for the steps that are sequential by nature, and for
-per-request steps whose numpy form would hold several temporaries of every request.
-
-Everything else in reuse analytics is vectorized numpy over *runs* of blocks: linking every
-block access to the previous and next access of the same block, linking prefix chains, making a
-derived trace's runs and their times, and writing its block ids walk requests or blocks here.
+"""Compiled loops (numba, cached on disk): the steps that are sequential by nature (linking
+block accesses and prefix chains, writing a derived trace's block ids), and per-request steps
+whose numpy form would hold several temporaries of every request (a derived trace's runs and
+their times, cache reads under a TTL, per-model sums). Everything else in reuse analytics is
+vectorized numpy over runs of blocks.
 """
 
 from __future__ import annotations

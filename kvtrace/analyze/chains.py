@@ -217,9 +217,10 @@ def derive_chains(frame, params: ChainParams | None = None, materialize: bool = 
     """A block trace from per-request token counts.
 
     Args:
-        frame: Polars frame with the columns of ``queries/chain_requests.sql``, with its
-            ``gidx`` (rows taken in that order) or with a ``request_key`` instead (rows taken in
-            time order, then request key: a frame in any other order is sorted so).
+        frame: Polars frame with the columns of ``queries/chain_requests.sql`` (``tie`` aside),
+            with a ``gidx`` (rows taken in that order; ``kvtrace.analyze.load.chain_partitions``
+            gives it) or with a ``request_key`` instead (rows taken in time order, then request
+            key: a frame in any other order is sorted so).
         params: the assumptions (see :class:`ChainParams`).
         materialize: write the block ids (needed by export and replay). Without them the trace
             still answers every reuse, TTL and working-set question, from its access runs.
@@ -249,7 +250,7 @@ _NUMBERS = (
     "input_tokens",
     "output_tokens",
 )
-# What link_partition reads of each row (the columns of queries/chain_requests.sql).
+# What link_partition reads of each row (those of queries/chain_requests.sql, gidx for tie).
 LINK_COLUMNS = (
     "gidx",
     *_NUMBERS,
@@ -274,9 +275,9 @@ def derive_partitioned(
     split of the sessions gives the same trace.
 
     Args:
-        parts: Polars frames with the columns of ``queries/chain_requests.sql``, including
-            ``gidx``: each row's position in the time order (then request key) of all rows,
-            ``0..n-1``. Every session lies in one frame.
+        parts: Polars frames with the columns of ``queries/chain_requests.sql``, with ``gidx``
+            in place of ``tie``: each row's position in the time order (then request key) of all
+            rows, ``0..n-1``. Every session lies in one frame.
         n: the number of rows of all frames.
         params: the assumptions (see :class:`ChainParams`).
         materialize: write the block ids (see :func:`derive_chains`).
@@ -326,6 +327,8 @@ def derive_linked(
     trace keeps that array, and each partition's times are checked against it."""
     p = params or ChainParams()
     models, hgroups, names = _Labels(), _Labels(), {}
+    if times is not None and len(times) != n:
+        raise PartitionError(f"{len(times)} times given for {n} rows")
     whole: dict[str, np.ndarray] = {} if times is None else {"ts_us": times}
     filled = np.zeros(n, dtype=bool)
     for part in linked:
@@ -396,7 +399,7 @@ def _firsts(code: np.ndarray, gidx: np.ndarray) -> np.ndarray:
 
 def link_partition(frame, p: ChainParams) -> Linked:
     """One partition of whole sessions (a Polars frame with the columns of
-    ``queries/chain_requests.sql``, in any row order) reduced to numbers: its chain links, found
+    ``queries/chain_requests.sql``, ``gidx`` for ``tie``, in any row order) reduced to numbers: its chain links, found
     session by session (see ``_kernels.link_chains``), and what the rest of the derivation
     reads."""
     from kvtrace.analyze._kernels import link_chains

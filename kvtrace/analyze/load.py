@@ -210,8 +210,12 @@ def chain_partitions(store, since=None, until=None, rows: int = PARTITION_ROWS):
     args = {"since": since, "until": until}
     # Capped: the view's anti-join of metric points against every request holds a hash table of them.
     with store.memory_capped(SORT_MEMORY):
-        # writable: the derived trace keeps this array as its times
-        times = np.require(store.to_arrow(_sql("chain_times"), args).column("ts_us").to_numpy(), requirements="W")
+        times = store.to_arrow(_sql("chain_times"), args).column("ts_us").to_numpy()
+    # Sorted here, in place (a copy only of a zero-copy view): a sort in DuckDB would need memory
+    # in proportion to the rows. The derived trace keeps the array as its times: read-only.
+    times = np.require(times, requirements="W")
+    times.sort()
+    times.flags.writeable = False
 
     def parts():
         # The query sorts every row by session: DuckDB spills that sort rather than hold it.

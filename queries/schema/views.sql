@@ -50,7 +50,8 @@ SELECT 'metric:' || series_group AS request_key, ts, source, agent, session_id, 
        input_tokens, cache_read_tokens, 0, 0, cache_write_unknown_tokens, output_tokens,
        NULL, NULL, NULL, false, true AS from_metric, false, false
 FROM (
-    SELECT md5(concat_ws('|', agent, session_id, model, query_source, CAST(ts AS VARCHAR))) AS series_group,
+    -- as JSON, a missing value stays apart from its neighbours (concat_ws would skip it)
+    SELECT md5(to_json([agent, session_id, model, query_source, CAST(ts AS VARCHAR)])) AS series_group,
            ts, any_value(source) AS source, agent, session_id, any_value(user_id) AS user_id,
            any_value(org_id) AS org_id, model, query_source,
            CAST(round(coalesce(sum(delta) FILTER (WHERE token_type = 'input'), 0)) AS BIGINT) AS input_tokens,
