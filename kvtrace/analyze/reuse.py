@@ -222,11 +222,10 @@ def _threads(trace: BlockTrace, p: ReuseParams, slice_rows: int = THREAD_SLICE_R
         same = cols["thread"][1:] == cols["thread"][:-1]
         gap = np.full(len(same) + 1, np.nan)
         gap[1:][same] = (cols["ts_us"][1:] - cols["ts_us"][:-1])[same] / 1e6
-        got = gap[1:][same]
+        got = gap[1:][same]  # in thread, then time order
         gaps[at : at + len(got)] = got
         at += len(got)
-        del got
-        del same
+        del got, same
         df = pl.DataFrame(cols).with_columns(gap=pl.Series(gap, nan_to_null=True))
         del cols, gap
         df = df.with_columns(resumed=pl.col("gap") > idle_us / 1e6)
@@ -246,7 +245,7 @@ def _threads(trace: BlockTrace, p: ReuseParams, slice_rows: int = THREAD_SLICE_R
             )
         )
         del df
-    assert at == len(gaps)  # in thread, then time order
+    assert at == len(gaps)
     tab = pl.concat(tabs)
     del tabs
     # numpy's division, correctly rounded (Polars' large group-bys multiply by the reciprocal)
