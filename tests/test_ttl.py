@@ -12,7 +12,7 @@ from kvtrace.analyze.blocktrace import BlockTrace
 from kvtrace.analyze.load import read_block_trace
 from kvtrace.analyze.ttl import hit_ratios, request_hits, ttl_section
 from kvtrace.units import parse_ttls
-from kvtrace.analyze.working_set import held_after_requests, working_set
+from kvtrace.analyze.working_set import held_after_requests, working_set, working_sets
 from tests.paths import CONVERSATION
 from tests.ttl_oracle import TTLS, block_traces, oracle
 
@@ -160,3 +160,14 @@ def test_time_weighted_mean_and_p99_equal_brute_force(trace):
         cw = np.cumsum(lengths[order])
         p99 = values[order][np.searchsorted(cw, 0.99 * cw[-1], side="left")]
         assert ws["p99_tokens"] == p99 * B
+
+
+@settings(max_examples=60, deadline=None)
+@given(block_traces(max_requests=30), st.sampled_from([0, 3, 240]))
+def test_working_sets_do_not_depend_on_the_chunking(trace, points):
+    # chunks of 1, 2 and 5 requests carry departures, the last event and the level across
+    # boundaries; requests of one time stay in one chunk
+    ttls = [0.0, 1.0, 30.0, None]
+    whole = working_sets(trace, ttls, bytes_per_token=2.0, series_points=points)
+    for requests in (1, 2, 5):
+        assert working_sets(trace, ttls, bytes_per_token=2.0, series_points=points, requests=requests) == whole

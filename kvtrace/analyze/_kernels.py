@@ -299,3 +299,68 @@ def sums_by_code(code, x, k):  # pragma: no cover
     for i in range(len(code)):
         out[code[i]] += x[i]
     return out
+
+
+@numba.njit(cache=True, nogil=True)
+def held_events(
+    req, lo, blocks, dup, age, next_gap, tau, finite, tc, queue_t, queue_go, pending, level, held, ev_t, ev_level
+):  # pragma: no cover
+    """One chunk of the working set under an idle TTL ``tau`` (µs): the blocks held after each of
+    the chunk's requests and its events, in time order.
+
+    A request's live runs older than ``tau`` (or new) come in at its time; with a ``finite`` TTL,
+    those whose next access is further than ``tau`` go out at its time plus ``tau``. Departures
+    wait in ``queue_t``/``queue_go`` (its first ``pending`` entries are the earlier chunks'; this
+    chunk's are appended, still in time order); at one time, arrivals come before departures.
+
+    Args:
+        req, blocks, dup, age, next_gap: the chunk's runs (``req`` from ``lo``) and their times.
+        tc: the chunk's request times; ``level``: blocks held before the chunk.
+        held: out, blocks held right after each request.
+        ev_t, ev_level: out, the event times (one per distinct time, from index 0) and the level
+            after each.
+
+    Returns:
+        ``(events, level, consumed, queued)``: events written, blocks held after them, queue
+        entries that went out within the chunk (up to its last time) and entries queued in all.
+    """
+    size = len(tc)
+    come = np.zeros(size, dtype=np.int64)
+    go = np.zeros(size, dtype=np.int64)
+    for r in range(len(req)):
+        if dup[r]:
+            continue
+        i = req[r] - lo
+        if age[r] > tau:
+            come[i] += blocks[r]
+        if finite and next_gap[r] > tau:
+            go[i] += blocks[r]
+    q = pending
+    for i in range(size):
+        if go[i] > 0:
+            queue_t[q] = tc[i] + tau
+            queue_go[q] = go[i]
+            q += 1
+    j, e = 0, 0
+    for i in range(size + 1):
+        last = i == size
+        ti = tc[size - 1] if last else tc[i]
+        # departures before this request's time (at the end: up to the chunk's last time)
+        while j < q and (queue_t[j] < ti or (last and queue_t[j] == ti)):
+            level -= queue_go[j]
+            if e > 0 and ev_t[e - 1] == queue_t[j]:
+                ev_level[e - 1] = level
+            else:
+                ev_t[e], ev_level[e] = queue_t[j], level
+                e += 1
+            j += 1
+        if last:
+            break
+        level += come[i]
+        held[i] = level
+        if e > 0 and ev_t[e - 1] == ti:
+            ev_level[e - 1] = level
+        else:
+            ev_t[e], ev_level[e] = ti, level
+            e += 1
+    return e, level, j, q

@@ -6,6 +6,9 @@ pass counts weight in a histogram of logarithmic bins (a bin spans 1/256 of its 
 magnitude); each target's bin is then read exactly in a second pass (its values collected and
 sorted), or narrowed by further histogram passes while it holds too many values to collect.
 Weights are counts of tokens or microseconds: sums of them are exact in float64 below 2**53.
+
+A quantile near the top of a total known in advance (a p99 of time) needs no second pass:
+:class:`TopQuantile` keeps only the values that can still be the answer.
 """
 
 from __future__ import annotations
@@ -134,3 +137,65 @@ def smallest_reaching(
             else:
                 open_[j, k] = (nlo, nhi, nbelow, int(wide[j, k][1][b]))
     return out
+
+
+# Values a TopQuantile buffers before it drops those that can no longer be its answer.
+TOP_BUFFER = 1 << 20
+
+
+class TopQuantile:
+    """The smallest value ``a`` with ``W(<= a) >= target`` (as :func:`smallest_reaching` finds
+    it) in one pass, for a ``target`` near the top of a ``total`` weight known in advance.
+
+    ``W(<= a)`` is ``total - W(> a)``, and weight seen so far can only add to ``W(> a)``: once a
+    value has too much weight above it to reach the target, neither it nor any smaller value can
+    be the answer, and they are dropped. What stays is the values above the answer's
+    neighbourhood: about ``total - target`` worth of weight.
+    """
+
+    def __init__(self, total: float, target: float, buffer: int = TOP_BUFFER) -> None:
+        """``buffer``: values held before those that cannot be the answer are dropped (the
+        result does not depend on it)."""
+        self.total, self.target, self.buffer = float(total), float(target), buffer
+        self.floor: int | None = None  # no value at or below this one can be the answer
+        self.values: list[np.ndarray] = []
+        self.weights: list[np.ndarray] = []
+        self.held = 0
+        self.seen = 0.0  # weight added, checked against `total` at the end
+
+    def add(self, v: np.ndarray, w: np.ndarray) -> None:
+        self.seen += float(w.sum())
+        if self.floor is not None:
+            keep = v > self.floor
+            v, w = v[keep], w[keep]
+        self.values.append(v)
+        self.weights.append(w.astype(np.float64, copy=False))
+        self.held += len(v)
+        if self.held > self.buffer:
+            self._compact()
+
+    def _compact(self) -> tuple[np.ndarray, np.ndarray]:
+        """Merge the buffer into distinct values (ascending) and whether each reaches the target;
+        drop the values below the first that does."""
+        v = np.concatenate(self.values) if self.values else np.zeros(0, dtype=np.int64)
+        w = np.concatenate(self.weights) if self.weights else np.zeros(0)
+        order = np.argsort(v, kind="stable")
+        v, w = v[order], w[order]
+        starts = np.flatnonzero(np.append(True, v[1:] != v[:-1])) if len(v) else np.zeros(0, dtype=np.int64)
+        u = v[starts]
+        wu = np.add.reduceat(w, starts) if len(v) else np.zeros(0)
+        above = np.concatenate((np.cumsum(wu[::-1])[::-1][1:], [0.0]))  # weight of larger values
+        reaches = self.total - above >= self.target
+        first = int(np.argmax(reaches)) if reaches.any() else len(u)
+        if first > 0:
+            self.floor = int(u[first - 1])
+        u, wu, reaches = u[first:], wu[first:], reaches[first:]
+        self.values, self.weights, self.held = [u], [wu], len(u)
+        return u, reaches
+
+    def result(self) -> int | None:
+        """The value (None when the total stays below the target)."""
+        if self.seen != self.total:
+            raise ValueError(f"weights added ({self.seen}) differ from the total given ({self.total})")
+        u, reaches = self._compact()
+        return int(u[0]) if len(u) and reaches[0] else None

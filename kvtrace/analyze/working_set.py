@@ -17,7 +17,7 @@ import numpy as np
 
 from kvtrace.analyze.access import CHUNK_REQUESTS, NEVER, run_chunks, seconds_to_us, ts_us
 from kvtrace.analyze.blocktrace import BlockTrace
-from kvtrace.analyze.quantile import LogHistogram, smallest_reaching
+from kvtrace.analyze.quantile import TopQuantile
 from kvtrace.units import fmt_duration
 
 SERIES_POINTS = 240
@@ -162,45 +162,33 @@ class _Departures:
 
     def __init__(self, tau: int) -> None:
         self.tau = tau
-        self.came = self.gone = 0  # blocks that came in, and went out, at the events already given
+        self.level = 0  # blocks held after the events already given
         self.out_t = np.zeros(0, dtype=np.int64)  # pending departures (time, blocks), in time order
         self.out_go = np.zeros(0, dtype=np.int64)
         self.last: tuple[int, int] | None = None  # the previous chunk's last event time and level
 
     def step(self, c, t: np.ndarray, t1: int, n: int):
-        tau = self.tau
-        live = ~c.runs.dup
-        at, size = c.runs.req - c.lo, c.hi - c.lo
-        come = np.bincount(at, weights=c.runs.blocks * (live & (c.times.age > tau)), minlength=size).astype(np.int64)
+        from kvtrace.analyze._kernels import held_events
+
         tc = t[c.lo : c.hi]
-        out_t, out_go = self.out_t, self.out_go
-        if tau < NEVER - 1:
-            go = np.bincount(at, weights=c.runs.blocks * (live & (c.times.next_gap > tau)), minlength=size)
-            go = go.astype(np.int64)
-            keep = go > 0
-            out_t = np.concatenate((out_t, (tc + tau)[keep]))
-            out_go = np.concatenate((out_go, go[keep]))
-        # held after request i: all that came so far, less what went out before its time
-        cum_go = np.concatenate(([0], np.cumsum(out_go)))
-        held = self.came + np.cumsum(come) - self.gone - cum_go[np.searchsorted(out_t, tc, side="left")]
-        # the events up to the chunk's last time: its arrivals, and the departures due by then
-        end = int(np.searchsorted(out_t, tc[-1], side="right"))
-        ot, od = out_t[:end], -out_go[:end]
-        times = np.empty(size + end, dtype=np.int64)
-        delta = np.empty(len(times), dtype=np.int64)
-        pos_in = np.arange(size) + np.searchsorted(ot, tc, side="left")
-        pos_out = np.arange(end) + np.searchsorted(tc, ot, side="right")
-        times[pos_in], delta[pos_in] = tc, come
-        times[pos_out], delta[pos_out] = ot, od
-        level = self.came - self.gone + np.cumsum(delta)
-        self.came, self.gone = self.came + int(come.sum()), self.gone + int(cum_go[end])
-        self.out_t, self.out_go = out_t[end:], out_go[end:]
-        # Collapse events at equal times: the level after the last one holds until the next time.
-        last_of_time = np.append(times[1:] != times[:-1], True)
-        times, level = times[last_of_time], level[last_of_time]
-        if self.last is not None:
-            times = np.concatenate(([self.last[0]], times))
-            level = np.concatenate(([self.last[1]], level))
+        size, pending = len(tc), len(self.out_t)
+        queue_t = np.empty(pending + size, dtype=np.int64)
+        queue_go = np.empty(pending + size, dtype=np.int64)
+        queue_t[:pending], queue_go[:pending] = self.out_t, self.out_go
+        held = np.empty(size, dtype=np.int64)
+        # the previous chunk's last event first: its duration runs to this chunk's first event
+        carry = 0 if self.last is None else 1
+        times = np.empty(carry + size + len(queue_t), dtype=np.int64)
+        level = np.empty(len(times), dtype=np.int64)
+        if carry:
+            times[0], level[0] = self.last
+        runs = c.runs
+        events, self.level, went, queued = held_events(
+            runs.req, c.lo, runs.blocks, runs.dup, c.times.age, c.times.next_gap, self.tau,
+            self.tau < NEVER - 1, tc, queue_t, queue_go, pending, self.level, held, times[carry:], level[carry:],
+        )  # fmt: skip
+        self.out_t, self.out_go = queue_t[went:queued].copy(), queue_go[went:queued].copy()
+        times, level = times[: carry + events], level[: carry + events]
         dur = np.diff(np.append(times, t1)).astype(np.float64)
         if c.hi < n:
             self.last = (int(times[-1]), int(level[-1]))
@@ -233,9 +221,8 @@ def working_sets(
     requests: int = CHUNK_REQUESTS,
     each_chunk=None,
 ) -> list[dict]:
-    """The working set under each TTL, over the trace's span, from passes over the runs: one
-    for everything but the p99, then the p99's exact read (one pass, more for a level bin too
-    full to read whole), and one more per TTL with fewer event times than ``series_points``.
+    """The working set under each TTL, over the trace's span, from one pass over the runs (and
+    one more per TTL with fewer event times than ``series_points``).
 
     Args:
         trace: the block trace.
@@ -269,19 +256,15 @@ def working_sets(
     taus = [seconds_to_us(ttl) for ttl in ttls]
     t = ts_us(trace)
     t0, t1 = int(t[0]), int(t[-1])
-    steps = lambda: _steps(trace, taus, requests)  # noqa: E731
+    span = float(t1 - t0)
     acc = [_Level(t0, t1, series_points) for _ in taus]
-    for c, per in steps():
+    for c, per in _steps(trace, taus, requests):
         if each_chunk is not None:
             each_chunk(c)
         for a, (held, times, level, dur) in zip(acc, per):
             a.add(c.lo, held, times, level, dur)
-    span = float(t1 - t0)
-    p99 = [float(a.peak) for a in acc]
-    if span > 0:
-        pieces = lambda: ([(level, dur) for _, _, level, dur in per] for _, per in steps())  # noqa: E731
-        found = smallest_reaching(pieces, [[0.99 * span] for _ in acc], [a.hist for a in acc])
-        p99 = [float(f[0]) for f in found]
+    # the level held 99% of the time (over a span of 0: the peak)
+    p99 = [float(a.p99.result()) if a.p99 is not None else float(a.peak) for a in acc]
     out = []
     for k, a in enumerate(acc):
         w = {
@@ -303,13 +286,14 @@ def working_sets(
 
 
 class _Level:
-    """One TTL's working set over the first pass: its peak, its time integral (summed in event
-    order from the start, so no chunking changes a bit of it), its event count, the histogram
-    of its levels weighted by time, and its series."""
+    """One TTL's working set over the pass: its peak, its time integral (summed in event order
+    from the start, so no chunking changes a bit of it), its event count, its p99 over time and
+    its series."""
 
     def __init__(self, t0: int, t1: int, series_points: int) -> None:
         self.peak, self.peak_i, self.area, self.events = -1, 0, 0.0, 0
-        self.hist = LogHistogram()
+        span = float(t1 - t0)
+        self.p99 = TopQuantile(span, 0.99 * span) if span > 0 else None
         self.series = _Series(t0, t1, series_points) if series_points else None
 
     def add(self, lo: int, held, times, level, dur) -> None:
@@ -318,7 +302,8 @@ class _Level:
             self.peak, self.peak_i = int(held[k]), lo + k
         self.area = float(np.cumsum(np.concatenate(([self.area], level * dur)))[-1])
         self.events += len(level)
-        self.hist.add(level, dur)
+        if self.p99 is not None:
+            self.p99.add(level, dur)
         if self.series is not None:
             self.series.add(times, level, dur)
 

@@ -1,0 +1,63 @@
+"""Exact weighted quantiles (kvtrace.analyze.quantile) against a sort and a cumulative sum."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvtrace.analyze.quantile import TopQuantile, smallest_reaching
+
+
+def _oracle(v: np.ndarray, w: np.ndarray, x: float) -> int | None:
+    order = np.argsort(v, kind="stable")
+    cw = np.cumsum(w[order])
+    if not len(v) or cw[-1] < x:
+        return None
+    return int(v[order][np.searchsorted(cw, x, side="left")])
+
+
+@st.composite
+def weighted(draw):
+    n = draw(st.integers(1, 60))
+    scale = draw(st.sampled_from([4, 10, 1000, 10**12]))  # one log bin per value, or wide bins
+    v = np.array(draw(st.lists(st.integers(0, scale), min_size=n, max_size=n)), dtype=np.int64)
+    w = np.array(draw(st.lists(st.integers(0, 10**6), min_size=n, max_size=n)), dtype=np.float64)
+    cuts = sorted(draw(st.lists(st.integers(0, n), max_size=20)))
+    return v, w, [0, *cuts, n]
+
+
+def _pieces(v, w, cuts):
+    return [(v[a:b], w[a:b]) for a, b in zip(cuts, cuts[1:])]
+
+
+@settings(max_examples=200, deadline=None)
+@given(weighted(), st.sampled_from([0.5, 0.9, 0.99, 1.0]))
+def test_smallest_reaching_equals_the_sorted_cumulative_sum(data, q):
+    v, w, cuts = data
+    x = q * float(w.sum())
+    pieces = lambda: ([p] for p in _pieces(v, w, cuts))  # noqa: E731
+    assert smallest_reaching(pieces, [[x]])[0][0] == _oracle(v, w, x)
+
+
+@settings(max_examples=300, deadline=None)
+@given(weighted(), st.sampled_from([0.9, 0.99, 1.0]), st.sampled_from([1, 3, 1 << 20]))
+def test_top_quantile_in_one_pass_equals_the_sorted_cumulative_sum(data, q, buffer):
+    # a buffer of 1 or 3 values drops what cannot be the answer after almost every piece
+    v, w, cuts = data
+    total = float(w.sum())
+    top = TopQuantile(total, q * total, buffer=buffer)
+    for pv, pw in _pieces(v, w, cuts):
+        top.add(pv, pw)
+    assert top.result() == _oracle(v, w, q * total)
+
+
+def test_top_quantile_refuses_weights_that_differ_from_its_total():
+    top = TopQuantile(10.0, 9.9)
+    top.add(np.array([1, 2]), np.array([4.0, 5.0]))
+    try:
+        top.result()
+    except ValueError as e:
+        assert "differ from the total" in str(e)
+    else:
+        raise AssertionError("no error")
