@@ -364,3 +364,58 @@ def held_events(
             ev_t[e], ev_level[e] = ti, level
             e += 1
     return e, level, j, q
+
+
+@numba.njit(cache=True, nogil=True)
+def first_seen_codes(keys):  # pragma: no cover - compiled
+    """Dense codes of 64-bit keys, numbered in order of first appearance, by one pass through an
+    open-addressing hash table. Returns ``(codes, first)``: each key's code, and each code's first
+    row."""
+    n = len(keys)
+    bits = 4
+    while (1 << bits) < 2 * n:
+        bits += 1
+    mask = (1 << bits) - 1
+    slot_key = np.empty(1 << bits, dtype=np.uint64)
+    slot_code = np.full(1 << bits, -1, dtype=np.int64)
+    codes = np.empty(n, dtype=np.int64)
+    first = np.empty(n, dtype=np.int64)
+    k = 0
+    for i in range(n):
+        x = np.uint64(keys[i])
+        # Fibonacci hashing: the product's top bits pick the slot
+        j = np.int64((x * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(64 - bits))
+        while True:
+            c = slot_code[j]
+            if c < 0:
+                slot_key[j], slot_code[j] = x, k
+                codes[i], first[k] = k, i
+                k += 1
+                break
+            if slot_key[j] == x:
+                codes[i] = c
+                break
+            j = (j + 1) & mask
+    return codes, first[:k].copy()
+
+
+@numba.njit(cache=True, nogil=True)
+def group_order(code, k):  # pragma: no cover - compiled
+    """Rows sorted by (code, row) for codes in ``[0, k)`` (a counting sort), and each row's
+    predecessor within its code (-1 for the first)."""
+    n = len(code)
+    start = np.zeros(k + 1, dtype=np.int64)
+    for i in range(n):
+        start[code[i] + 1] += 1
+    for c in range(k):
+        start[c + 1] += start[c]
+    order = np.empty(n, dtype=np.int64)
+    prev = np.full(n, -1, dtype=np.int64)
+    last = np.full(k, -1, dtype=np.int64)
+    for i in range(n):
+        c = code[i]
+        order[start[c]] = i
+        start[c] += 1
+        prev[i] = last[c]
+        last[c] = i
+    return order, prev
