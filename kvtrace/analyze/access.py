@@ -129,8 +129,8 @@ class RunTimes:
 
 
 # Requests per chunk of a pass over the runs in time order: the times of one chunk's runs are
-# all that a pass holds beside the trace.
-CHUNK_REQUESTS = 1 << 18
+# all that a pass holds beside the trace (2**16: as fast as 2**18 at 10 M requests, 130 MB less).
+CHUNK_REQUESTS = 1 << 16
 
 
 @dataclass

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kvtrace.analyze.chains import PARTITION_ROWS, ChainParams
+from kvtrace.analyze.chains import PARTITION_ROWS, SPARK_PARTITION_ROWS, ChainParams
 from kvtrace.analyze.reuse import ReuseParams
 from kvtrace.analyze.token_mix import no_data_text
 from kvtrace.analyze.working_set import sizing_warnings
@@ -32,7 +32,8 @@ class ReuseOptions:
     pricing: Path | None = None
     price_model: str | None = None  # price every request as this model (block-hash traces)
     series: bool = False  # working-set time series per TTL (charts)
-    partition_rows: int = PARTITION_ROWS  # requests read (or linked by a Spark task) at a time
+    # requests read (or linked by a Spark task) at a time; None: the engine's own default
+    partition_rows: int | None = None
     lake: str | None = None  # a lake (kvtrace lake) whose chains Spark derives, instead of the warehouse
     spark_master: str | None = None  # Spark master for a lake (default: the running session, or local[*])
 
@@ -59,7 +60,7 @@ def reuse_report(store, opts: ReuseOptions | None = None) -> dict:
             )
         check_lake(opts.lake)  # before Spark takes its seconds to start
         with spark_session(opts.spark_master) as spark:
-            trace = lake_block_trace(spark, opts.lake, opts.chain, opts.partition_rows)
+            trace = lake_block_trace(spark, opts.lake, opts.chain, opts.partition_rows or SPARK_PARTITION_ROWS)
         source = str(opts.lake)
     else:
         if store is None:
@@ -71,7 +72,7 @@ def reuse_report(store, opts: ReuseOptions | None = None) -> dict:
             until=opts.until,
             params=opts.chain,
             materialize=False,
-            partition_rows=opts.partition_rows,
+            partition_rows=opts.partition_rows or PARTITION_ROWS,
         )
         source = str(store.path) if store.path else "memory"
     derived = "chain" in trace.meta

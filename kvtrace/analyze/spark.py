@@ -26,7 +26,7 @@ from pathlib import Path
 from kvtrace.analyze.access import compact_ints
 from kvtrace.analyze.chains import (
     LINK_COLUMNS,
-    PARTITION_ROWS,
+    SPARK_PARTITION_ROWS,
     ChainParams,
     Linked,
     PartitionError,
@@ -144,7 +144,11 @@ def _own_sigint():
 
 
 def lake_block_trace(
-    spark, lake: str, params: ChainParams | None = None, partition_rows: int = PARTITION_ROWS, stats: dict | None = None
+    spark,
+    lake: str,
+    params: ChainParams | None = None,
+    partition_rows: int = SPARK_PARTITION_ROWS,
+    stats: dict | None = None,
 ):
     """The prefix-chain trace of a lake's requests, linked in Spark tasks.
 
