@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,10 +24,12 @@ def test_first_seen_codes_number_keys_as_they_first_appear(values, extra):
     assert first.tolist() == [values.index(v) for v in seen]
 
 
-def test_first_seen_codes_of_many_distinct_keys():
-    # more keys than the table's first size, a wide spread and repeats after a gap
+@pytest.mark.parametrize("dtype", [np.uint64, np.int64, np.int32])
+def test_first_seen_codes_of_many_distinct_keys(dtype):
+    # more keys than the table's first sizes (it doubles), a wide spread and repeats after a gap;
+    # polars hashes are uint64, chain keys int64 or int32
     rng = np.random.default_rng(3)
-    values = rng.integers(0, 2**63, 50_000, dtype=np.int64).astype(np.uint64)
+    values = rng.integers(0, min(np.iinfo(dtype).max, 2**63 - 1), 50_000, dtype=np.int64).astype(dtype)
     values = np.concatenate((values, values[::7]))
     codes, first = first_seen_codes(values)
     uniq, idx, inv = np.unique(values, return_index=True, return_inverse=True)

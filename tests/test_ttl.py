@@ -149,7 +149,7 @@ def _held_over_time_oracle(trace: BlockTrace, tau: float | None):
 def test_time_weighted_mean_and_p99_equal_brute_force(trace):
     if trace.n_requests < 2:
         return
-    for tau in (5.0, 60.0, None):
+    for tau in (0.0, 0.5, 5.0, 60.0, None):
         ws = working_set(trace, tau, series_points=0)
         values, lengths, span = _held_over_time_oracle(trace, tau)
         if span == 0:

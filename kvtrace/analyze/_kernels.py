@@ -314,7 +314,11 @@ def held_events(
     chunk's are appended, still in time order); at one time, arrivals come before departures.
 
     Args:
-        req, blocks, dup, age, next_gap: the chunk's runs (``req`` from ``lo``) and their times.
+        req, blocks, dup, age, next_gap: the chunk's runs and their times; ``req`` counts from
+            the trace's first request, ``lo`` is the chunk's first.
+        tau, finite: the TTL in µs, and whether it is one (else nothing goes out).
+        queue_t, queue_go: departure times and blocks, room for ``pending`` and one a request.
+        pending: the departures queued by earlier chunks (at the front of the queue).
         tc: the chunk's request times; ``level``: blocks held before the chunk.
         held: out, blocks held right after each request.
         ev_t, ev_level: out, the event times (one per distinct time, from index 0) and the level
@@ -367,15 +371,18 @@ def held_events(
 
 
 @numba.njit(cache=True, nogil=True)
+def _slot(x, bits):  # pragma: no cover - compiled
+    # Fibonacci hashing: the top bits of the key times 2**64 / phi pick the slot
+    return np.int64((x * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(64 - bits))
+
+
+@numba.njit(cache=True, nogil=True)
 def first_seen_codes(keys):  # pragma: no cover - compiled
     """Dense codes of 64-bit keys, numbered in order of first appearance, by one pass through an
-    open-addressing hash table. Returns ``(codes, first)``: each key's code, and each code's first
-    row."""
+    open-addressing hash table (doubled whenever half full, so it follows the distinct keys, not
+    the rows). Returns ``(codes, first)``: each key's code, and each code's first row."""
     n = len(keys)
-    bits = 4
-    while (1 << bits) < 2 * n:
-        bits += 1
-    mask = (1 << bits) - 1
+    bits = 10
     slot_key = np.empty(1 << bits, dtype=np.uint64)
     slot_code = np.full(1 << bits, -1, dtype=np.int64)
     codes = np.empty(n, dtype=np.int64)
@@ -383,8 +390,8 @@ def first_seen_codes(keys):  # pragma: no cover - compiled
     k = 0
     for i in range(n):
         x = np.uint64(keys[i])
-        # Fibonacci hashing: the product's top bits pick the slot
-        j = np.int64((x * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(64 - bits))
+        mask = (1 << bits) - 1
+        j = _slot(x, bits)
         while True:
             c = slot_code[j]
             if c < 0:
@@ -396,6 +403,18 @@ def first_seen_codes(keys):  # pragma: no cover - compiled
                 codes[i] = c
                 break
             j = (j + 1) & mask
+        if 2 * k > (1 << bits):  # half full: a table twice the size, every key placed again
+            old_key, old_code = slot_key, slot_code
+            bits += 1
+            mask = (1 << bits) - 1
+            slot_key = np.empty(1 << bits, dtype=np.uint64)
+            slot_code = np.full(1 << bits, -1, dtype=np.int64)
+            for s in range(len(old_code)):
+                if old_code[s] >= 0:
+                    j = _slot(old_key[s], bits)
+                    while slot_code[j] >= 0:
+                        j = (j + 1) & mask
+                    slot_key[j], slot_code[j] = old_key[s], old_code[s]
     return codes, first[:k].copy()
 
 

@@ -129,7 +129,7 @@ class RunTimes:
 
 
 # Requests per chunk of a pass over the runs in time order: the times of one chunk's runs are
-# all that a pass holds beside the trace (2**16: as fast as 2**18 at 10 M requests, 130 MB less).
+# all that a pass holds beside the trace.
 CHUNK_REQUESTS = 1 << 16
 
 

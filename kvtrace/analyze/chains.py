@@ -181,6 +181,8 @@ def _prev_in_group(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     dense group codes ``0..k-1``."""
     from kvtrace.analyze._kernels import group_order
 
+    if len(code) and int(code.min()) < 0:
+        raise ValueError("group codes must be dense and non-negative")
     return group_order(code, int(code.max()) + 1 if len(code) else 0)
 
 
@@ -237,8 +239,8 @@ def derive_chains(frame, params: ChainParams | None = None, materialize: bool = 
 
 
 # Requests per partition of the chain derivation: each partition's text columns and scratch
-# arrays take about 1 KB a request, so this bounds them near 64 MB (smaller partitions also keep
-# the linking's hash tables in cache: 64 K rows linked 10 M requests faster than 250 K).
+# arrays take about 1 KB a request, so this bounds them near 64 MB; the linking's hash tables
+# stay in cache.
 PARTITION_ROWS = 64_000
 # Requests per Spark task: a task has a fixed cost of its own, so fewer and larger.
 SPARK_PARTITION_ROWS = 250_000

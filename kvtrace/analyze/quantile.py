@@ -1,4 +1,4 @@
-"""Exact weighted quantiles of values that arrive in pieces, in memory that does not grow with them.
+"""Exact weighted quantiles of values that arrive in pieces.
 
 A quantile here is the smallest value ``a`` whose cumulative weight ``W(<= a)`` reaches a
 target: what a stable sort and a cumulative sum give, found without holding every value. One
@@ -7,8 +7,9 @@ magnitude); each target's bin is then read exactly in a second pass (its values 
 sorted), or narrowed by further histogram passes while it holds too many values to collect.
 Weights are counts of tokens or microseconds: sums of them are exact in float64 below 2**53.
 
-A quantile near the top of a total known in advance (a p99 of time) needs no second pass:
-:class:`TopQuantile` keeps only the values that can still be the answer.
+The histogram's memory does not grow with the values. A quantile near the top of a total known
+in advance (a p99 of time) needs no second pass: :class:`TopQuantile` keeps only the values that
+can still be the answer, which are as many as the values in the top share of the weight.
 """
 
 from __future__ import annotations
@@ -149,8 +150,12 @@ class TopQuantile:
 
     ``W(<= a)`` is ``total - W(> a)``, and weight seen so far can only add to ``W(> a)``: once a
     value has too much weight above it to reach the target, neither it nor any smaller value can
-    be the answer, and they are dropped. What stays is the values above the answer's
-    neighbourhood: about ``total - target`` worth of weight.
+    be the answer, and they are dropped. What stays is the values with less than ``total -
+    target`` of weight above them: for the working set's p99, the levels of the top 1% of the
+    time. The buffer doubles when that many stay, so the sorts stay O(n log n) in all.
+
+    Weights must be integers (µs, tokens): their sums are exact in float64 below 2**53, and the
+    weights added must sum to ``total`` exactly.
     """
 
     def __init__(self, total: float, target: float, buffer: int = TOP_BUFFER) -> None:
@@ -168,11 +173,12 @@ class TopQuantile:
         if self.floor is not None:
             keep = v > self.floor
             v, w = v[keep], w[keep]
-        self.values.append(v)
-        self.weights.append(w.astype(np.float64, copy=False))
+        self.values.append(np.array(v, dtype=np.int64))  # a copy: never a view of the caller's buffer
+        self.weights.append(np.array(w, dtype=np.float64))
         self.held += len(v)
         if self.held > self.buffer:
             self._compact()
+            self.buffer = max(self.buffer, 2 * self.held)  # many still qualify: compact less often
 
     def _compact(self) -> tuple[np.ndarray, np.ndarray]:
         """Merge the buffer into distinct values (ascending) and whether each reaches the target;

@@ -60,7 +60,12 @@ def reuse_report(store, opts: ReuseOptions | None = None) -> dict:
             )
         check_lake(opts.lake)  # before Spark takes its seconds to start
         with spark_session(opts.spark_master) as spark:
-            trace = lake_block_trace(spark, opts.lake, opts.chain, opts.partition_rows or SPARK_PARTITION_ROWS)
+            trace = lake_block_trace(
+                spark,
+                opts.lake,
+                opts.chain,
+                SPARK_PARTITION_ROWS if opts.partition_rows is None else opts.partition_rows,
+            )
         source = str(opts.lake)
     else:
         if store is None:
@@ -72,7 +77,7 @@ def reuse_report(store, opts: ReuseOptions | None = None) -> dict:
             until=opts.until,
             params=opts.chain,
             materialize=False,
-            partition_rows=opts.partition_rows or PARTITION_ROWS,
+            partition_rows=PARTITION_ROWS if opts.partition_rows is None else opts.partition_rows,
         )
         source = str(store.path) if store.path else "memory"
     derived = "chain" in trace.meta
