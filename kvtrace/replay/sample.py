@@ -45,7 +45,9 @@ error has stayed above the mean absolute error on every trace of ``bench/bench_s
 from __future__ import annotations
 
 import math
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numba
@@ -715,10 +717,17 @@ def sampled_replay(
     # noise), plus how much the grid moves over one light block's depth (a light block stands for
     # 1 / rate blocks, so depths are known to that resolution).
     t3 = time.perf_counter()
-    grids = [first]
-    for p in range(1, k + 1):  # keep only their grids
+
+    def grid_of(p: int) -> dict:  # keep only its grids
         g = estimate(p, first)
-        grids.append({key: g[key] for key in ("grid_t", "grid_b", "tiers_t") if key in g})
+        return {key: g[key] for key in ("grid_t", "grid_b", "tiers_t") if key in g}
+
+    # The samples are independent and their kernels release the GIL: a thread per core.
+    pool = ThreadPoolExecutor(max_workers=max(1, min(k, os.cpu_count() or 1)))
+    try:
+        grids = [first, *pool.map(grid_of, range(1, k + 1))]
+    finally:
+        pool.shutdown(cancel_futures=True)  # on Ctrl-C the samples not begun never run
     codes = None  # free the sample codes: no estimate follows
     err = err_b = err_tiers = 0.0 if T == MODULUS else None  # None: above 50%, no second sample fits
     if len(grids) > 1:
