@@ -46,3 +46,12 @@ def test_group_order_is_a_stable_sort_by_code(code):
     assert order.tolist() == np.lexsort((np.arange(len(code)), code)).tolist()
     expect = [max([j for j in range(i) if code[j] == code[i]], default=-1) for i in range(len(code))]
     assert prev.tolist() == expect
+
+
+@pytest.mark.parametrize(
+    "values", [[], [5], [3, -1, 3, 2**40, -1], np.arange(5000) % 977, ["a", "b", "a"], [0.5, 0.5, 1.0]]
+)
+def test_distinct_count(values):
+    from kvtrace.analyze.working_set import distinct_count
+
+    assert distinct_count(np.asarray(values)) == len(set(np.asarray(values).tolist()))

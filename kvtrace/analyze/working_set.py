@@ -63,6 +63,16 @@ def still_rising(peaks: np.ndarray, span_us: int, ttl_us: int) -> float | None:
     return late / early if early > 0 and late > STILL_RISING * early else None
 
 
+def distinct_count(values: np.ndarray) -> int:
+    """How many distinct values: for integer ids one hash-table pass, no sort."""
+    from kvtrace.analyze._kernels import first_seen_codes
+
+    values = np.asarray(values)
+    if values.dtype.kind not in "iu":
+        return len(np.unique(values))
+    return len(first_seen_codes(values)[1])
+
+
 def _ttl_names(ttls: list[float], verb: bool = True) -> str:
     names = ", ".join(fmt_duration(t) for t in ttls)
     if len(ttls) == 1:
@@ -86,7 +96,7 @@ def sizing_warnings(
     out = []
     span = float(trace.ts[-1] - trace.ts[0])
     if trace.session is not None:
-        sessions = len(np.unique(trace.session))
+        sessions = distinct_count(trace.session)
         if sessions < MIN_SESSIONS:
             out.append(
                 f"Only {sessions} session{'s' if sessions != 1 else ''} ({n:,} requests over "
