@@ -68,3 +68,27 @@ def test_top_quantile_of_a_rising_series_where_most_values_stay_candidates():
     for k in range(0, len(v), 7):
         top.add(v[k : k + 7], w[k : k + 7])
     assert top.result() == _oracle(v, w, 0.5 * len(v))
+
+
+def _log_bin_oracle(v: np.ndarray) -> np.ndarray:
+    # the bin's definition: the value below 2**9, else bit length and the 8 bits after the top one
+    e = np.array([int(x).bit_length() for x in v], dtype=np.int64)
+    shift = np.maximum(e - 9, 0)
+    return np.where(v < 512, v, (e - 7) * 256 + (v >> shift) - 256)
+
+
+def test_log_bins_follow_their_definition_and_ranges():
+    from kvtrace.analyze._kernels import log_bins
+    from kvtrace.analyze.quantile import _log_bin_range
+
+    rng = np.random.default_rng(5)
+    edges = [0, 1, 511, 512, 513, 1023, 1024, 2**32 - 1, 2**32, 2**62, 2**63 - 1]
+    v = np.concatenate((edges, rng.integers(0, 2**63 - 1, 2000), rng.integers(0, 5000, 2000))).astype(np.int64)
+    b = np.empty(len(v), dtype=np.int64)
+    assert log_bins(v, 8, b) == int(b.max())
+    assert (b == _log_bin_oracle(v)).all()
+    order = np.argsort(v)
+    assert (np.diff(b[order]) >= 0).all()  # monotone
+    for x, k in zip(v.tolist(), b.tolist()):
+        lo, hi = _log_bin_range(k)
+        assert lo <= x <= hi

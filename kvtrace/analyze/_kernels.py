@@ -438,3 +438,28 @@ def group_order(code, k):  # pragma: no cover - compiled
         prev[i] = last[c]
         last[c] = i
     return order, prev
+
+
+@numba.njit(cache=True, nogil=True)
+def log_bins(v, bits, out):  # pragma: no cover - compiled
+    """Monotone bin of each value >= 0 (``kvtrace.analyze.quantile``'s log bins): the value itself
+    below ``2 ** (bits + 1)``, else from its bit length and the ``bits`` bits after its leading
+    one. Returns the largest bin."""
+    linear = 1 << (bits + 1)
+    most = 0
+    for i in range(len(v)):
+        x = np.int64(v[i])
+        if x < linear:
+            b = x
+        else:
+            e, y = 0, x  # bit length of x
+            for step in (32, 16, 8, 4, 2, 1):
+                if y >> step:
+                    y >>= step
+                    e += step
+            e += 1
+            b = (e - bits + 1) * (1 << bits) + (x >> (e - (bits + 1))) - (1 << bits)
+        out[i] = b
+        if b > most:
+            most = b
+    return most

@@ -18,20 +18,10 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-_POW2 = np.array([1 << k for k in range(63)], dtype=np.int64)  # 2**0 .. 2**62
 _BITS = 8  # bits of a value kept by its log bin below the leading one
 _LINEAR = 1 << (_BITS + 1)  # values below this have a bin each
 _COLLECT = 4_000_000  # values a bin may hold to be read whole
 _WIDE = 4096  # bins of a narrowing pass
-
-
-def _log_bin(v: np.ndarray) -> np.ndarray:
-    """Monotone bin of each value >= 0: the value itself below ``_LINEAR``, else its bit length
-    and the ``_BITS`` bits after its leading one."""
-    e = np.searchsorted(_POW2, v, side="right").astype(np.int64)  # bit length
-    shift = np.maximum(e - (_BITS + 1), 0)
-    top = v >> shift  # the leading _BITS + 1 bits
-    return np.where(v < _LINEAR, v, (e - _BITS + 1) * (1 << _BITS) + top - (1 << _BITS))
 
 
 def _log_bin_range(b: int) -> tuple[int, int]:
@@ -53,8 +43,11 @@ class LogHistogram:
         self.count = np.zeros(0, dtype=np.int64)
 
     def add(self, v: np.ndarray, w: np.ndarray) -> None:
-        b = _log_bin(v)
-        size = max(len(self.weight), int(b.max()) + 1 if len(b) else 0)
+        from kvtrace.analyze._kernels import log_bins
+
+        b = np.empty(len(v), dtype=np.int64)
+        most = log_bins(v, _BITS, b)
+        size = max(len(self.weight), most + 1 if len(b) else 0)
         if size > len(self.weight):
             self.weight = np.pad(self.weight, (0, size - len(self.weight)))
             self.count = np.pad(self.count, (0, size - len(self.count)))
