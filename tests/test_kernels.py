@@ -49,7 +49,17 @@ def test_group_order_is_a_stable_sort_by_code(code):
 
 
 @pytest.mark.parametrize(
-    "values", [[], [5], [3, -1, 3, 2**40, -1], np.arange(5000) % 977, ["a", "b", "a"], [0.5, 0.5, 1.0]]
+    "values",
+    [
+        np.zeros(0, np.int64),
+        [5],
+        [3, -1, 3, 2**40, -1],
+        np.arange(5000, dtype=np.int32) % 977,
+        np.array([2**63 + 1, 2**64 - 1, 2**63 + 1, 7], dtype=np.uint64),
+        [True, False, True],
+        ["a", "b", "a"],
+        [0.5, 0.5, 1.0],
+    ],
 )
 def test_distinct_count(values):
     from kvtrace.analyze.working_set import distinct_count

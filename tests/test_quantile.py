@@ -82,11 +82,15 @@ def test_log_bins_follow_their_definition_and_ranges():
     from kvtrace.analyze.quantile import _log_bin_range
 
     rng = np.random.default_rng(5)
-    edges = [0, 1, 511, 512, 513, 1023, 1024, 2**32 - 1, 2**32, 2**62, 2**63 - 1]
+    edges = [x for k in range(63) for x in (2**k - 1, 2**k, 2**k + 1)] + [2**63 - 1]
     v = np.concatenate((edges, rng.integers(0, 2**63 - 1, 2000), rng.integers(0, 5000, 2000))).astype(np.int64)
     b = np.empty(len(v), dtype=np.int64)
     assert log_bins(v, 8, b) == int(b.max())
     assert (b == _log_bin_oracle(v)).all()
+    small = v[v < 2**31]
+    b32 = np.empty(len(small), dtype=np.int64)
+    log_bins(small.astype(np.int32), 8, b32)  # 32-bit values (token counts) bin alike
+    assert (b32 == _log_bin_oracle(small)).all()
     order = np.argsort(v)
     assert (np.diff(b[order]) >= 0).all()  # monotone
     for x, k in zip(v.tolist(), b.tolist()):

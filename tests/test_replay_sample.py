@@ -250,3 +250,13 @@ def test_above_half_the_error_is_not_estimated(conv):
     r = _cli("--sample", "60%", "--ttl", "5m", "-c", "10M")
     assert r.exit_code == 0, r.output
     assert "not estimated above a 50% rate" in r.output
+
+
+def test_the_error_samples_give_one_answer_however_many_run_at_once(conv):
+    # one thread replays the four error samples in turn; four replay them together
+    m = resolve_model("MiniMax-M2.7:fp8")
+    kw = dict(ttls=[300.0, None], model=m, tiers=load_tiers("seed-testbed"), tier_ttl=300.0)
+    one, four = (sampled_replay(conv, Sampling(rate=0.05), threads=k, **kw) for k in (1, 4))
+    assert one.sample["samples"] == 5
+    da, db = ({k: v for k, v in r.to_dict().items() if k != "engine"} for r in (one, four))
+    assert da == db

@@ -444,7 +444,7 @@ def group_order(code, k):  # pragma: no cover - compiled
 def log_bins(v, bits, out):  # pragma: no cover - compiled
     """Monotone bin of each value >= 0 (``kvtrace.analyze.quantile``'s log bins): the value itself
     below ``2 ** (bits + 1)``, else from its bit length and the ``bits`` bits after its leading
-    one. Returns the largest bin."""
+    one. Returns the largest bin (0 when there is none)."""
     linear = 1 << (bits + 1)
     most = 0
     for i in range(len(v)):

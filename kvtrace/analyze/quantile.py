@@ -45,6 +45,8 @@ class LogHistogram:
     def add(self, v: np.ndarray, w: np.ndarray) -> None:
         from kvtrace.analyze._kernels import log_bins
 
+        if v.dtype.kind not in "iu":
+            raise TypeError(f"log-histogram values are integers, not {v.dtype}")
         b = np.empty(len(v), dtype=np.int64)
         most = log_bins(v, _BITS, b)
         size = max(len(self.weight), most + 1 if len(b) else 0)

@@ -396,7 +396,9 @@ def sample_codes(ids: np.ndarray, T: int, parts: int, heavy: np.ndarray) -> np.n
     return codes
 
 
-def sample_trace(trace: BlockTrace, codes: np.ndarray, p: int, with_heavy: bool) -> tuple[BlockTrace, int]:
+def sample_trace(
+    trace: BlockTrace, codes: np.ndarray, p: int, with_heavy: bool, per_code: np.ndarray | None = None
+) -> tuple[BlockTrace, int]:
     """Sample ``p`` of ``trace`` (its blocks coded ``p``, and the heavy blocks if ``with_heavy``),
     and the tokens they carry.
 
@@ -408,7 +410,9 @@ def sample_trace(trace: BlockTrace, codes: np.ndarray, p: int, with_heavy: bool)
     ids = trace.hash_ids
     counts = np.zeros(n, dtype=np.int64)
     L = np.zeros(n, dtype=np.int64)
-    total = np.count_nonzero(codes == p) + (np.count_nonzero(codes == HEAVY_CODE) if with_heavy else 0)
+    if per_code is None:  # block accesses per sample code (a caller taking several samples counts once)
+        per_code = np.bincount(codes, minlength=256)
+    total = int(per_code[p]) + (int(per_code[HEAVY_CODE]) if with_heavy else 0)
     out = np.empty(total, dtype=ids.dtype)
     _sample_kernel(trace.offsets, ids, trace.input_length, trace.block_size, codes, p, with_heavy, counts, out, L)
     keep = counts > 0
@@ -556,13 +560,16 @@ def sampled_replay(
     tiers=None,
     tier_ttl: float | None = None,
     release_ids: bool = False,
+    threads: int | None = None,
 ):
     """The replay of ``kvtrace.replay.engine.replay`` estimated from a spatially hashed sample of
     ``trace`` (see the module docstring), in the full trace's units, with ``sample`` saying the
     rate and the expected error.
 
     The grid and the tier replay are estimated; the capacity-for-TTL table and TTFT are not (they
-    need every request's blocks: replay without sampling for them).
+    need every request's blocks: replay without sampling for them). ``threads``: how many of the
+    error estimate's samples replay at once (None: one per core this process may use); the result
+    does not depend on it.
     """
     t0 = time.perf_counter()
     bs = trace.block_size
@@ -584,6 +591,7 @@ def sampled_replay(
     rate = T / MODULUS
     k = min(sampling.partitions, MODULUS // T - 1)
     codes = sample_codes(ids, T, k + 1, heavy)
+    per_code = np.bincount(codes, minlength=256)
     L = trace.input_length
     total_t, total_b = max(int(L.sum()), 1), max(trace.n_blocks, 1)
     covered = int(np.minimum(L, np.diff(trace.offsets) * bs).sum())  # tokens the blocks carry
@@ -605,7 +613,7 @@ def sampled_replay(
         are ``base``'s: the heavy blocks are the same in every sample, so the light ones are all
         that varies between them."""
         hv = heavy if base is None else heavy[:0]
-        st, _ = sample_trace(trace, codes, p, base is None)
+        st, _ = sample_trace(trace, codes, p, base is None, per_code)
         sd = sampled_distances(st, hv, T, sorted({*ttl_sorted, tau}), keep=[tau] if resolved is not None else [])
         hb_l, ht_l = hit_grid(sd.light, st.input_length, bs, caps, ttl_arr)
         if base is None:
@@ -722,12 +730,13 @@ def sampled_replay(
         g = estimate(p, first)
         return {key: g[key] for key in ("grid_t", "grid_b", "tiers_t") if key in g}
 
-    # The samples are independent and their kernels release the GIL: a thread per core.
-    pool = ThreadPoolExecutor(max_workers=max(1, min(k, os.cpu_count() or 1)))
+    # The samples are independent and their kernels release the GIL: a thread per core this
+    # process may use (at most one per sample); each holds its sample while it runs.
+    pool = ThreadPoolExecutor(max_workers=max(1, min(k, threads or len(os.sched_getaffinity(0)))))
     try:
         grids = [first, *pool.map(grid_of, range(1, k + 1))]
     finally:
-        pool.shutdown(cancel_futures=True)  # on Ctrl-C the samples not begun never run
+        pool.shutdown(cancel_futures=True)  # on an error the samples not begun never run
     codes = None  # free the sample codes: no estimate follows
     err = err_b = err_tiers = 0.0 if T == MODULUS else None  # None: above 50%, no second sample fits
     if len(grids) > 1:
