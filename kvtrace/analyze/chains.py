@@ -242,8 +242,6 @@ def derive_chains(frame, params: ChainParams | None = None, materialize: bool = 
 # arrays take about 1 KB a request, so this bounds them near 64 MB; the linking's hash tables
 # stay in cache.
 PARTITION_ROWS = 64_000
-# Requests per Spark task: a task has a fixed cost of its own, so fewer and larger.
-SPARK_PARTITION_ROWS = 250_000
 # Per-request numbers the derivation and the analyses after it read; strings stay in a partition.
 _NUMBERS = (
     "ts_us",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kvtrace.analyze.chains import PARTITION_ROWS, SPARK_PARTITION_ROWS, ChainParams
+from kvtrace.analyze.chains import ChainParams
 from kvtrace.analyze.reuse import ReuseParams
 from kvtrace.analyze.token_mix import no_data_text
 from kvtrace.analyze.working_set import sizing_warnings
@@ -47,6 +47,7 @@ def reuse_report(store, opts: ReuseOptions | None = None) -> dict:
 
     opts = opts or ReuseOptions()
     bpt = opts.bytes_per_token
+    rows = {} if opts.partition_rows is None else {"partition_rows": opts.partition_rows}  # else each engine's
     if opts.file is not None:
         trace = read_block_trace(opts.file, format=opts.file_format, block_size=opts.file_block_size)
         source = str(opts.file)
@@ -60,12 +61,7 @@ def reuse_report(store, opts: ReuseOptions | None = None) -> dict:
             )
         check_lake(opts.lake)  # before Spark takes its seconds to start
         with spark_session(opts.spark_master) as spark:
-            trace = lake_block_trace(
-                spark,
-                opts.lake,
-                opts.chain,
-                SPARK_PARTITION_ROWS if opts.partition_rows is None else opts.partition_rows,
-            )
+            trace = lake_block_trace(spark, opts.lake, opts.chain, **rows)
         source = str(opts.lake)
     else:
         if store is None:
@@ -77,7 +73,7 @@ def reuse_report(store, opts: ReuseOptions | None = None) -> dict:
             until=opts.until,
             params=opts.chain,
             materialize=False,
-            partition_rows=PARTITION_ROWS if opts.partition_rows is None else opts.partition_rows,
+            **rows,
         )
         source = str(store.path) if store.path else "memory"
     derived = "chain" in trace.meta

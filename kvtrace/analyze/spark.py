@@ -26,7 +26,6 @@ from pathlib import Path
 from kvtrace.analyze.access import compact_ints
 from kvtrace.analyze.chains import (
     LINK_COLUMNS,
-    SPARK_PARTITION_ROWS,
     ChainParams,
     Linked,
     PartitionError,
@@ -45,6 +44,9 @@ _LOCAL_MASTER = re.compile(r"local(\[(\*|\d+)(,\s*\d+)?\])?")
 # Linked partitions fetched by the driver at a time (a message is about 40 bytes a request, 13 MiB
 # for 346 K): bounds the driver's memory, far under spark.driver.maxResultSize (1 GB by default).
 FETCH_PARTITIONS = 8
+# Requests per Spark task: a task has a fixed cost of its own, so fewer and larger than the local
+# path's partitions (kvtrace.analyze.chains.PARTITION_ROWS).
+SPARK_PARTITION_ROWS = 250_000
 
 
 @contextlib.contextmanager

@@ -568,7 +568,7 @@ def sampled_replay(
 
     The grid and the tier replay are estimated; the capacity-for-TTL table and TTFT are not (they
     need every request's blocks: replay without sampling for them). ``threads``: how many of the
-    error estimate's samples replay at once (None: one per core this process may use); the result
+    error estimate's samples replay at once (None: one per core); the result
     does not depend on it.
     """
     t0 = time.perf_counter()
@@ -730,13 +730,10 @@ def sampled_replay(
         g = estimate(p, first)
         return {key: g[key] for key in ("grid_t", "grid_b", "tiers_t") if key in g}
 
-    # The samples are independent and their kernels release the GIL: a thread per core this
-    # process may use (at most one per sample); each holds its sample while it runs.
-    pool = ThreadPoolExecutor(max_workers=max(1, min(k, threads or len(os.sched_getaffinity(0)))))
-    try:
+    # The samples are independent and their kernels release the GIL: a thread per core (at most
+    # one per sample); each holds its sample while it runs. On an error, map cancels the rest.
+    with ThreadPoolExecutor(max_workers=max(1, min(k, threads or os.cpu_count() or 1))) as pool:
         grids = [first, *pool.map(grid_of, range(1, k + 1))]
-    finally:
-        pool.shutdown(cancel_futures=True)  # on an error the samples not begun never run
     codes = None  # free the sample codes: no estimate follows
     err = err_b = err_tiers = 0.0 if T == MODULUS else None  # None: above 50%, no second sample fits
     if len(grids) > 1:
