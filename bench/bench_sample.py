@@ -156,7 +156,7 @@ def _make_fleet(n: int, shape: str, path: str) -> dict:
     from bench.bench_replay import make_fleet
     from kvtrace.replay.tracefile import save_npz
 
-    trace = make_fleet(n, **SHAPES[shape])
+    trace = make_fleet(n, **SHAPES[shape], ids_dtype=np.int32)  # saved as int32 anyway
     save_npz(trace, path)
     return {
         "requests": trace.n_requests,

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from kvtrace.analyze.blocktrace import BlockTrace
 from kvtrace.cli import app
-from kvtrace.errors import ConfigError
+from kvtrace.errors import BadTraceInput, ConfigError
 from kvtrace.replay import load_tiers, replay, resolve_model
 from kvtrace.replay.sample import Sampling, sampled_replay
 from kvtrace.replay.grid import hit_grid
@@ -19,9 +20,8 @@ from kvtrace.replay.sample import (
     block_hash,
     heavy_blocks,
     parse_rate,
-    sample_codes,
-    sample_trace,
     sampled_distances,
+    split_samples,
     threshold_for_rate,
     threshold_for_size,
 )
@@ -101,7 +101,7 @@ def test_the_run_walk_equals_the_block_walk(conv, rate):
     """The weighted walk by runs (prefix-closed samples) and block by block agree exactly."""
     T = threshold_for_rate(rate)
     heavy = heavy_blocks(conv.hash_ids, T)
-    st, _ = sample_trace(conv, sample_codes(conv.hash_ids, T, 1, heavy), 0, True)
+    st, _ = split_samples(conv, T, 1, heavy).sample(0)
     ttls = [60_000_000, 300_000_000]
     a, b = (sampled_distances(st, heavy, T, ttls, keep=ttls, blocks=flag) for flag in (False, True))
     caps = np.array([1, 64, 500, 2000, 20_000, 200_000])
@@ -142,6 +142,46 @@ def test_same_answer_twice_and_whatever_the_id_width(conv, tmp_path):
     da, db, dc = ({k: v for k, v in r.to_dict().items() if k not in strip} for r in (a, b, c))
     assert da == db
     assert da["grid"] == dc["grid"] and da["sample"] == dc["sample"]
+
+
+def test_npz_ids_are_mapped_from_the_file_or_read_when_compressed(conv, tmp_path):
+    stored, packed, cut = tmp_path / "stored.npz", tmp_path / "packed.npz", tmp_path / "cut.npz"
+    save_npz(conv, stored)
+    with np.load(stored) as z:
+        np.savez_compressed(packed, **{k: z[k] for k in z.files})
+    mapped, read = load_npz(stored), load_npz(packed)
+    assert not mapped.hash_ids.flags.writeable and read.hash_ids.flags.writeable
+    for t in (mapped, read):
+        assert np.array_equal(t.hash_ids, conv.hash_ids) and np.array_equal(t.offsets, conv.offsets)
+    cut.write_bytes(stored.read_bytes()[: stored.stat().st_size // 2])
+    with pytest.raises(BadTraceInput, match="not a kvtrace .npz trace"):
+        load_npz(cut)
+
+
+def test_the_samples_do_not_depend_on_how_the_trace_is_cut(conv):
+    """The split runs in pieces of whole requests (one per thread): one piece or several, the
+    same samples; every access of a sampled block is kept, each with the tokens it carried."""
+    big = BlockTrace(  # the conversation trace 16 times over (ids apart), long enough to be cut
+        np.arange(16 * conv.n_requests, dtype=np.float64),
+        np.tile(conv.input_length, 16),
+        np.tile(conv.output_length, 16),
+        np.r_[0, np.cumsum(np.tile(np.diff(conv.offsets), 16))],
+        np.concatenate([conv.hash_ids + k * (1 << 40) for k in range(16)]),
+        conv.block_size,
+    )
+    assert big.n_blocks > 3 << 20
+    T = threshold_for_rate(0.05)
+    heavy = heavy_blocks(big.hash_ids, T)
+    one, three = (split_samples(big, T, 5, heavy, threads=k) for k in (1, 3))
+    h, is_heavy = block_hash(big.hash_ids), np.isin(big.hash_ids, heavy)
+    for p in range(5):
+        (a, ta), (b, tb) = one.sample(p), three.sample(p)
+        assert ta == tb and a.n_requests == b.n_requests
+        for x, y in ((a.ts, b.ts), (a.input_length, b.input_length), (a.offsets, b.offsets), (a.hash_ids, b.hash_ids)):
+            assert np.array_equal(x, y)
+        in_range = (h >= p * T) & (h < (p + 1) * T)
+        want = in_range | is_heavy if p == 0 else in_range & ~is_heavy  # heavy blocks: sample 0's
+        assert a.n_blocks == int(want.sum()) and np.array_equal(np.sort(a.hash_ids), np.sort(big.hash_ids[want]))
 
 
 def test_the_hash_is_stable():

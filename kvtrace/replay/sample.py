@@ -110,47 +110,59 @@ NO_CODE = 254
 
 
 @numba.njit(cache=True, nogil=True)
-def _code_kernel(ids, T, parts, heavy, codes):  # pragma: no cover - compiled
-    """Per block access: ``HEAVY_CODE`` for a heavy block (``heavy`` sorted), else the sample
-    ``p < parts`` whose hash range ``[pT, (p+1)T)`` holds its hash, else ``NO_CODE``."""
+def _code_kernel(offsets, ids, T, parts, heavy, lo, hi, codes, acc, req):  # pragma: no cover - compiled
+    """Requests ``[lo, hi)``: each block access's sample code, ``HEAVY_CODE`` for a heavy block
+    (``heavy`` sorted), else the sample ``p < parts`` whose hash range ``[pT, (p+1)T)`` holds its
+    hash, else ``NO_CODE``; and per sample its block accesses (``acc``) and the requests holding
+    one (``req``). Heavy blocks belong to sample 0."""
     H = len(heavy)
     bloom = np.zeros(1 << 16, dtype=np.bool_)  # a heavy block's hash sets its low 16 bits here
     for k in range(H):
         bloom[_mix(heavy[k]) & 0xFFFF] = True
-    for a in range(len(ids)):
-        x = ids[a]
-        h = _mix(x)
-        c = NO_CODE
-        if h < parts * T:
-            c = h // T
-        if bloom[h & 0xFFFF]:
-            k = np.searchsorted(heavy, x)
-            if k < H and heavy[k] == x:
-                c = HEAVY_CODE
-        codes[a] = c
+    seen = np.full(parts, -1, dtype=np.int64)  # the last request counted in each sample
+    for i in range(lo, hi):
+        for a in range(offsets[i], offsets[i + 1]):
+            x = ids[a]
+            h = _mix(x)
+            c = NO_CODE
+            if h < parts * T:
+                c = h // T
+            if bloom[h & 0xFFFF]:
+                k = np.searchsorted(heavy, x)
+                if k < H and heavy[k] == x:
+                    c = HEAVY_CODE
+            codes[a] = c
+            if c != NO_CODE:
+                p = 0 if c == HEAVY_CODE else c
+                acc[p] += 1
+                if seen[p] != i:
+                    seen[p] = i
+                    req[p] += 1
 
 
 @numba.njit(cache=True, nogil=True)
-def _sample_kernel(offsets, ids, L, bs, codes, want, with_heavy, counts, out_ids, out_L):  # pragma: no cover
-    """Keep the block accesses coded ``want`` (and the heavy ones if ``with_heavy``) in
-    ``out_ids``; per request the kept blocks and the tokens they carried (a full block or the
-    partial last one)."""
-    n = len(offsets) - 1
-    w = 0
-    for i in range(n):
-        a = offsets[i]
-        c = 0
-        tok = 0
-        for j in range(offsets[i + 1] - a):
-            code = codes[a + j]
-            if code == want or (with_heavy and code == HEAVY_CODE):
-                out_ids[w] = ids[a + j]
-                w += 1
-                c += 1
-                tok += min(max(L[i] - j * bs, 0), bs)
-        counts[i] = c
-        out_L[i] = tok
-    return w
+def _route_kernel(offsets, ids, L, bs, codes, lo, hi, at_req, at_acc, r_idx, r_cnt, r_tok, out_ids):  # pragma: no cover
+    """Requests ``[lo, hi)``: each coded block access to its sample (heavy ones to sample 0), at
+    the sample's cursors ``at_acc`` (accesses) and ``at_req`` (requests); per request kept, its
+    index, its kept blocks and the tokens they carried (a full block or the partial last one)."""
+    seen = np.full(len(at_req), -1, dtype=np.int64)
+    for i in range(lo, hi):
+        a0 = offsets[i]
+        for j in range(offsets[i + 1] - a0):
+            c = codes[a0 + j]
+            if c == NO_CODE:
+                continue
+            p = 0 if c == HEAVY_CODE else c
+            if seen[p] != i:
+                seen[p] = i
+                r = at_req[p]
+                at_req[p] += 1
+                r_idx[r], r_cnt[r], r_tok[r] = i, 0, 0
+            r = at_req[p] - 1
+            out_ids[at_acc[p]] = ids[a0 + j]
+            at_acc[p] += 1
+            r_cnt[r] += 1
+            r_tok[r] += min(max(L[i] - j * bs, 0), bs)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -389,48 +401,98 @@ def heavy_blocks(ids: np.ndarray, T: int) -> np.ndarray:
     return np.sort(u)
 
 
-def sample_codes(ids: np.ndarray, T: int, parts: int, heavy: np.ndarray) -> np.ndarray:
-    """Each block access's sample (see ``_code_kernel``): one pass of the hash over the trace."""
+@dataclass
+class Split:
+    """The samples of one trace (``split_samples``), held together: per sample, its requests
+    (index, kept blocks, tokens) and block ids, in flat arrays cut at ``req_at``/``acc_at``."""
+
+    trace: BlockTrace
+    r_idx: np.ndarray
+    r_cnt: np.ndarray
+    r_tok: np.ndarray
+    ids: np.ndarray
+    req_at: np.ndarray  # sample p's requests are [req_at[p], req_at[p+1])
+    acc_at: np.ndarray  # and its block accesses [acc_at[p], acc_at[p+1])
+
+    def sample(self, p: int) -> tuple[BlockTrace, int]:
+        """Sample ``p`` as a trace (sample 0 with the heavy blocks), and the tokens it carries.
+
+        A request keeps its time; its input length becomes the tokens its sampled blocks carried
+        (so each sampled block weighs what it did in the full trace). Requests left without a
+        block are dropped, except the first and the last (the trace keeps its span)."""
+        tr = self.trace
+        r = slice(self.req_at[p], self.req_at[p + 1])
+        idx, cnt, tok = self.r_idx[r], self.r_cnt[r], self.r_tok[r]
+        n = tr.n_requests
+        if n and (len(idx) == 0 or idx[0] != 0):
+            idx, cnt, tok = np.r_[0, idx], np.r_[0, cnt], np.r_[0, tok]
+        if n > 1 and idx[-1] != n - 1:
+            idx, cnt, tok = np.r_[idx, n - 1], np.r_[cnt, 0], np.r_[tok, 0]
+        offsets = np.zeros(len(idx) + 1, dtype=np.int64)
+        np.cumsum(cnt, out=offsets[1:])
+        st = BlockTrace(
+            tr.ts[idx],
+            tok.astype(np.int64, copy=False),
+            tr.output_length[idx],
+            offsets,
+            self.ids[self.acc_at[p] : self.acc_at[p + 1]],
+            tr.block_size,
+            session=None if tr.session is None else tr.session[idx],
+            name=tr.name,
+        )
+        return st, int(tok.sum())
+
+
+def split_samples(trace: BlockTrace, T: int, parts: int, heavy: np.ndarray, threads: int = 1) -> Split:
+    """The ``parts`` samples of ``trace`` at threshold ``T`` (hash ranges ``[pT, (p+1)T)``), the
+    heavy blocks in sample 0: two passes over the block accesses (hash and count, then route),
+    each in ``threads`` pieces of whole requests at once (the result does not depend on it)."""
+    parts = min(parts, NO_CODE)
+    n, ids, offsets = trace.n_requests, trace.hash_ids, trace.offsets
+    heavy = heavy.astype(ids.dtype)
+    w = max(1, min(threads, len(ids) >> 20))
+    inner = np.searchsorted(offsets, np.linspace(0, len(ids), w + 1)[1:-1], side="right") - 1
+    cuts = np.unique(np.r_[0, inner, n]) if n else np.zeros(2, dtype=np.int64)
+    w = len(cuts) - 1
     codes = np.empty(len(ids), dtype=np.uint8)
-    _code_kernel(ids, T, min(parts, NO_CODE), heavy.astype(ids.dtype), codes)
-    return codes
-
-
-def sample_trace(
-    trace: BlockTrace, codes: np.ndarray, p: int, with_heavy: bool, per_code: np.ndarray | None = None
-) -> tuple[BlockTrace, int]:
-    """Sample ``p`` of ``trace`` (its blocks coded ``p``, and the heavy blocks if ``with_heavy``),
-    and the tokens they carry.
-
-    A request keeps its time; its input length becomes the tokens its sampled blocks carried (so
-    each sampled block weighs what it did in the full trace). Requests left without a block are
-    dropped, except the first and the last (the trace keeps its span).
-    """
-    n = trace.n_requests
-    ids = trace.hash_ids
-    counts = np.zeros(n, dtype=np.int64)
-    L = np.zeros(n, dtype=np.int64)
-    if per_code is None:  # block accesses per sample code (a caller taking several samples counts once)
-        per_code = np.bincount(codes, minlength=256)
-    total = int(per_code[p]) + (int(per_code[HEAVY_CODE]) if with_heavy else 0)
-    out = np.empty(total, dtype=ids.dtype)
-    _sample_kernel(trace.offsets, ids, trace.input_length, trace.block_size, codes, p, with_heavy, counts, out, L)
-    keep = counts > 0
-    if n:
-        keep[0] = keep[-1] = True
-    offsets = np.zeros(int(keep.sum()) + 1, dtype=np.int64)
-    np.cumsum(counts[keep], out=offsets[1:])
-    st = BlockTrace(
-        trace.ts[keep],
-        L[keep],
-        trace.output_length[keep],
-        offsets,
-        out,
-        trace.block_size,
-        session=None if trace.session is None else trace.session[keep],
-        name=trace.name,
-    )
-    return st, int(L.sum())
+    acc, req = np.zeros((w, parts), dtype=np.int64), np.zeros((w, parts), dtype=np.int64)
+    with ThreadPoolExecutor(max_workers=w) as pool:
+        list(
+            pool.map(
+                lambda q: _code_kernel(offsets, ids, T, parts, heavy, cuts[q], cuts[q + 1], codes, acc[q], req[q]),
+                range(w),
+            )
+        )
+        # each piece writes each sample's requests and accesses after the pieces before it
+        req_at, acc_at = (np.concatenate([[0], np.cumsum(x.sum(axis=0))]) for x in (req, acc))
+        start_req = req_at[:-1] + np.cumsum(req, axis=0) - req
+        start_acc = acc_at[:-1] + np.cumsum(acc, axis=0) - acc
+        r_idx = np.empty(req_at[-1], dtype=np.int64)
+        r_cnt = np.empty(req_at[-1], dtype=np.int64)
+        r_tok = np.empty(req_at[-1], dtype=np.int64)
+        out = np.empty(acc_at[-1], dtype=ids.dtype)
+        L, bs = trace.input_length, trace.block_size
+        list(
+            pool.map(
+                lambda q: _route_kernel(
+                    offsets,
+                    ids,
+                    L,
+                    bs,
+                    codes,
+                    cuts[q],
+                    cuts[q + 1],
+                    start_req[q],
+                    start_acc[q],
+                    r_idx,
+                    r_cnt,
+                    r_tok,
+                    out,
+                ),
+                range(w),
+            )
+        )
+    return Split(trace, r_idx, r_cnt, r_tok, out, req_at, acc_at)
 
 
 @dataclass
@@ -590,8 +652,8 @@ def sampled_replay(
         heavy = heavy[:0]
     rate = T / MODULUS
     k = min(sampling.partitions, MODULUS // T - 1)
-    codes = sample_codes(ids, T, k + 1, heavy)
-    per_code = np.bincount(codes, minlength=256)
+    workers = threads or os.cpu_count() or 1
+    split = split_samples(trace, T, k + 1, heavy, workers)
     L = trace.input_length
     total_t, total_b = max(int(L.sum()), 1), max(trace.n_blocks, 1)
     covered = int(np.minimum(L, np.diff(trace.offsets) * bs).sum())  # tokens the blocks carry
@@ -607,47 +669,58 @@ def sampled_replay(
         bounds = np.concatenate([[0], np.cumsum(caps_t) if tiers.mode == "exclusive" else caps_t])
     light_w = MODULUS / T  # a light block stands for 1 / rate blocks
 
-    def estimate(p: int, base: dict | None = None) -> dict:
-        """One sample: its grid of hit ratios (tokens, blocks), weighted walk and tier band hits.
-        With ``base`` (sample 0), only its light blocks are replayed and the heavy blocks' hits
-        are ``base``'s: the heavy blocks are the same in every sample, so the light ones are all
-        that varies between them."""
-        hv = heavy if base is None else heavy[:0]
-        st, _ = sample_trace(trace, codes, p, base is None, per_code)
-        sd = sampled_distances(st, hv, T, sorted({*ttl_sorted, tau}), keep=[tau] if resolved is not None else [])
-        hb_l, ht_l = hit_grid(sd.light, st.input_length, bs, caps, ttl_arr)
-        if base is None:
-            hb_h, ht_h = hit_grid(sd.heavy, st.input_length, bs, caps, ttl_arr)
-            (nb_h, nt_h) = sd.heavy_accesses
-        else:
-            (hb_h, ht_h), (nb_h, nt_h) = base["heavy_grid"], base["heavy_n"]
-        nb_l, nt_l = sd.light_accesses
-        # light hits scale to the light accesses of the full trace (a ratio estimate per stratum)
+    def walk(p: int) -> dict:
+        """Sample ``p``'s walk and its hits, before weighting. Sample 0 holds the heavy blocks too;
+        they are the same in every sample, so the others replay their light blocks only and keep
+        just what ``weigh`` needs (their sample and walk are freed when they return)."""
+        base = p == 0
+        st, _ = split.sample(p)
+        sd = sampled_distances(
+            st, heavy if base else heavy[:0], T, sorted({*ttl_sorted, tau}), keep=[tau] if resolved is not None else []
+        )
+        out = {"light": hit_grid(sd.light, st.input_length, bs, caps, ttl_arr), "light_n": sd.light_accesses}
+        if resolved is not None:
+            out["band_light"] = band_hits(sd.light, st.input_length, bs, bounds, tau, st.n_requests)
+        if base:
+            out.update(st=st, sd=sd, heavy=hit_grid(sd.heavy, st.input_length, bs, caps, ttl_arr))
+            out["heavy_n"] = sd.heavy_accesses
+            if T < MODULUS:  # the grid one light block (1 / rate blocks) larger
+                up = caps + -(-MODULUS // T)
+                out["up"] = [hit_grid(d, st.input_length, bs, up, ttl_arr) for d in (sd.heavy, sd.light)]
+            if resolved is not None:
+                out["band_heavy"] = band_hits(sd.heavy, st.input_length, bs, bounds, tau, st.n_requests)
+        elif resolved is not None:
+            out["band_light"] = out["band_light"][1].sum(axis=1)  # the tier hit tokens are all it needs
+        return out
+
+    def weigh(g: dict, base: dict) -> dict:
+        """A sample's grids (tokens, blocks) and tier hit ratios in the full trace's units: its
+        light hits scale to the light accesses of the full trace (a ratio estimate per stratum),
+        the heavy hits are sample 0's."""
+        (hb_h, ht_h), (nb_h, nt_h) = base["heavy"], base["heavy_n"]
+        (hb_l, ht_l), (nb_l, nt_l) = g["light"], g["light_n"]
         fb = (trace.n_blocks - nb_h) / nb_l if nb_l else 0.0
         ft = (covered - nt_h) / nt_l if nt_l else 0.0
-        out = {
-            "st": st,
-            "sd": sd,
-            "grid_t": (ht_h + ht_l * ft) / total_t,
-            "grid_b": (hb_h + hb_l * fb) / total_b,
-            "heavy_grid": (hb_h, ht_h),
-            "heavy_n": (nb_h, nt_h),
-        }
-        if base is None and T < MODULUS:  # the grid one light block (1 / rate blocks) larger
-            up = caps + -(-MODULUS // T)
-            (ub_h, ut_h), (ub_l, ut_l) = (hit_grid(d, st.input_length, bs, up, ttl_arr) for d in (sd.heavy, sd.light))
+        out = {"grid_t": (ht_h + ht_l * ft) / total_t, "grid_b": (hb_h + hb_l * fb) / total_b}
+        if "up" in g:
+            (ub_h, ut_h), (ub_l, ut_l) = g["up"]
             out["res_t"] = float(np.abs((ut_h + ut_l * ft) / total_t - out["grid_t"]).mean())
             out["res_b"] = float(np.abs((ub_h + ub_l * fb) / total_b - out["grid_b"]).mean())
         if resolved is not None:  # blocks weigh 1 / rate (as in the walk), hit tokens by ft
-            hl = band_hits(sd.light, st.input_length, bs, bounds, tau, st.n_requests)
-            if base is None:
-                hh = band_hits(sd.heavy, st.input_length, bs, bounds, tau, st.n_requests)
+            hh, hl = base["band_heavy"], g["band_light"]
+            if g is base:
                 out["hits"] = (hh[0] + hl[0] * light_w, hh[1] + hl[1] * ft, hh[2] + hl[2] * light_w)
-                out["heavy_tiers_t"] = hh[1].sum(axis=1)
-            out["tiers_t"] = ((base or out)["heavy_tiers_t"] + hl[1].sum(axis=1) * ft) / total_t
+                hl = hl[1].sum(axis=1)
+            out["tiers_t"] = (hh[1].sum(axis=1) + hl * ft) / total_t
         return out
 
-    first = estimate(0)
+    # The samples are independent and their kernels release the GIL: a thread per core (at most
+    # one per sample), sample 0 first; each holds its sample while it runs. On an error, map
+    # cancels the rest.
+    with ThreadPoolExecutor(max_workers=max(1, min(k + 1, workers))) as pool:
+        walks = list(pool.map(walk, range(k + 1)))
+    split = None  # free the samples: no walk follows
+    first = {**walks[0], **weigh(walks[0], walks[0])}
     st, sd, grid_t, grid_b = first["st"], first["sd"], first["grid_t"], first["grid_b"]
     if st.n_blocks == 0:
         raise ConfigError(
@@ -725,16 +798,8 @@ def sampled_replay(
     # noise), plus how much the grid moves over one light block's depth (a light block stands for
     # 1 / rate blocks, so depths are known to that resolution).
     t3 = time.perf_counter()
-
-    def grid_of(p: int) -> dict:  # keep only its grids
-        g = estimate(p, first)
-        return {key: g[key] for key in ("grid_t", "grid_b", "tiers_t") if key in g}
-
-    # The samples are independent and their kernels release the GIL: a thread per core (at most
-    # one per sample); each holds its sample while it runs. On an error, map cancels the rest.
-    with ThreadPoolExecutor(max_workers=max(1, min(k, threads or os.cpu_count() or 1))) as pool:
-        grids = [first, *pool.map(grid_of, range(1, k + 1))]
-    codes = None  # free the sample codes: no estimate follows
+    grids = [first, *(weigh(g, walks[0]) for g in walks[1:])]
+    del walks
     err = err_b = err_tiers = 0.0 if T == MODULUS else None  # None: above 50%, no second sample fits
     if len(grids) > 1:
 

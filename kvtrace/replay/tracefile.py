@@ -8,6 +8,8 @@ format for traces too large for JSON (see ``save_npz``).
 
 from __future__ import annotations
 
+import struct
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -47,7 +49,7 @@ def save_npz(trace: BlockTrace, path: str | Path) -> None:
     """Write a trace as ``.npz`` (ids as int32 when they fit, to halve the file)."""
     ids = trace.hash_ids
     if ids.size and ids.min() >= 0 and ids.max() < 2**31:
-        ids = ids.astype(np.int32)
+        ids = ids.astype(np.int32, copy=False)
     arrays = dict(
         ts=trace.ts,
         input_length=trace.input_length,
@@ -61,14 +63,47 @@ def save_npz(trace: BlockTrace, path: str | Path) -> None:
     np.savez(path, **arrays)
 
 
+def _stored_member(path: Path, z, name: str) -> np.ndarray | None:
+    """Member ``name`` of the ``.npz`` opened as ``z``, mapped read-only from the file when it is
+    stored uncompressed (``np.savez``): its pages are read as they are used, and are the page
+    cache's to drop, so a trace need not fit in memory. None when compressed."""
+    info = z.zip.getinfo(f"{name}.npy")
+    if info.compress_type != zipfile.ZIP_STORED:
+        return None
+    with open(path, "rb") as f:
+        f.seek(info.header_offset)
+        local = f.read(30)  # the member's local header: its name and extra field lengths follow
+        if local[:4] != b"PK\x03\x04":
+            raise ValueError(f"{name}: bad zip local header")
+        n_name, n_extra = struct.unpack("<HH", local[26:30])
+        f.seek(info.header_offset + 30 + n_name + n_extra)
+        version = np.lib.format.read_magic(f)
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = read_header(f)
+        start = f.tell()
+    if dtype.hasobject or len(shape) != 1:
+        raise ValueError(f"{name}: not a one-dimensional numeric array")
+    if start + dtype.itemsize * shape[0] > path.stat().st_size:
+        raise ValueError(f"{name}: the file is shorter than its array")
+    if shape[0] == 0:
+        return np.zeros(0, dtype=dtype)
+    return np.asarray(np.memmap(path, dtype=dtype, mode="r", offset=start, shape=shape, order="F" if fortran else "C"))
+
+
+def _member(path: Path, z, name: str) -> np.ndarray:
+    mapped = _stored_member(path, z, name)
+    return z[name] if mapped is None else mapped
+
+
 def load_npz(path: str | Path) -> BlockTrace:
+    """A trace saved by ``save_npz``; its arrays are mapped from the file when stored uncompressed."""
     path = Path(path)
     try:
         z = np.load(path)
-        kw = {k: z[k] for k in ("ts", "input_length", "output_length", "offsets", "hash_ids")}
-        session = z["session"] if "session" in z.files else None
+        kw = {k: _member(path, z, k) for k in ("ts", "input_length", "output_length", "offsets", "hash_ids")}
+        session = _member(path, z, "session") if "session" in z.files else None
         bs = int(z["block_size"])
-    except (OSError, ValueError, KeyError) as e:
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as e:
         raise BadTraceInput(
             path,
             None,
