@@ -65,3 +65,6 @@ def test_distinct_count(values):
     from kvtrace.analyze.working_set import distinct_count
 
     assert distinct_count(np.asarray(values)) == len(set(np.asarray(values).tolist()))
+    k = len(set(np.asarray(values).tolist()))
+    for stop in (1, 3, 10, 5000):  # counting stops at ``stop``: min(distinct, stop) either way
+        assert distinct_count(np.asarray(values), stop=stop) == min(k, stop)

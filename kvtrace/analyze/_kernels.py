@@ -387,9 +387,17 @@ def first_seen_codes(keys):  # pragma: no cover - compiled
     slot_code = np.full(1 << bits, -1, dtype=np.int64)
     codes = np.empty(n, dtype=np.int64)
     first = np.empty(n, dtype=np.int64)
+    # the keys met last, by their top 8 hash bits: a key that recurs often (a shared prompt's
+    # blocks) is found here, without a trip into a table larger than the cache
+    near_key = np.empty(256, dtype=np.uint64)
+    near_code = np.full(256, -1, dtype=np.int64)
     k = 0
     for i in range(n):
         x = np.uint64(keys[i])
+        h = _slot(x, 8)
+        if near_code[h] >= 0 and near_key[h] == x:
+            codes[i] = near_code[h]
+            continue
         mask = (1 << bits) - 1
         j = _slot(x, bits)
         while True:
@@ -403,6 +411,7 @@ def first_seen_codes(keys):  # pragma: no cover - compiled
                 codes[i] = c
                 break
             j = (j + 1) & mask
+        near_key[h], near_code[h] = x, codes[i]
         if 2 * k > (1 << bits):  # half full: a table twice the size, every key placed again
             old_key, old_code = slot_key, slot_code
             bits += 1

@@ -63,11 +63,21 @@ def still_rising(peaks: np.ndarray, span_us: int, ttl_us: int) -> float | None:
     return late / early if early > 0 and late > STILL_RISING * early else None
 
 
-def distinct_count(values: np.ndarray) -> int:
-    """How many distinct values: for integer ids one hash-table pass, no sort."""
+def distinct_count(values: np.ndarray, stop: int | None = None) -> int:
+    """How many distinct values: for integer ids one hash-table pass, no sort. With ``stop``, the
+    count ends once it reaches ``stop`` (and returns ``stop``): enough for a threshold, and a
+    100 M-request trace with many sessions is decided in its first few thousand rows."""
     from kvtrace.analyze._kernels import first_seen_codes
 
     values = np.asarray(values)
+    if stop is not None:
+        seen: set = set()
+        step = max(1024, 4 * stop)
+        for a in range(0, len(values), step):
+            seen.update(np.unique(values[a : a + step]).tolist())
+            if len(seen) >= stop:
+                return stop
+        return len(seen)
     if values.dtype.kind not in "iu":
         return len(np.unique(values))
     return len(first_seen_codes(values)[1])
@@ -96,7 +106,7 @@ def sizing_warnings(
     out = []
     span = float(trace.ts[-1] - trace.ts[0])
     if trace.session is not None:
-        sessions = distinct_count(trace.session)
+        sessions = distinct_count(trace.session, stop=MIN_SESSIONS)
         if sessions < MIN_SESSIONS:
             out.append(
                 f"Only {sessions} session{'s' if sessions != 1 else ''} ({n:,} requests over "

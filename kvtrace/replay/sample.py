@@ -53,10 +53,11 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
+from kvtrace.analyze._kernels import first_seen_codes
 from kvtrace.analyze.blocktrace import BlockTrace
 from kvtrace.analyze.working_set import sizing_warnings
 from kvtrace.errors import ConfigError
-from kvtrace.replay.distances import NO_TTL, Distances, dense_ids, ts_us
+from kvtrace.replay.distances import NO_TTL, Distances, ts_us
 from kvtrace.replay.engine import (
     ASSUMPTIONS,
     DEFAULT_TTLS,
@@ -227,6 +228,7 @@ def _weighted_runs_kernel(
     ptr = np.zeros(T, dtype=np.int64)
     gone = np.zeros(T, dtype=np.int64)  # live weight of the requests before ptr[k]: expired
     S = 0
+    b_age = np.empty(len(b_src), dtype=np.int64)
     for i in range(n):
         a = offsets[i]
         m = offsets[i + 1] - a
@@ -290,19 +292,25 @@ def _weighted_runs_kernel(
                     ln = 1
                 o_len[S] = ln
                 S += 1
+        ti = t[i]
+        for q in range(nr):  # the runs' ages, once for every TTL
+            b_age[q] = ti - t[b_src[q]]
         for k in range(T):
-            lim = t[i] - ttls[k]
+            lim = ti - ttls[k]
             p = ptr[k]
+            g = gone[k]
             while p < i and t[p] < lim:
-                gone[k] += lw[p]
+                g += lw[p]
                 p += 1
             ptr[k] = p
-            before = total - gone[k]
+            gone[k] = g
+            before = total - g
             if rows[k] >= 0:
                 live[rows[k], i] = before / unit
             hit = 0
+            tk = ttls[k]
             for q in range(nr):
-                if t[i] - t[b_src[q]] <= ttls[k]:
+                if b_age[q] <= tk:
                     hit += b_w[q]
             if before + uw - hit > peak[k]:
                 peak[k] = before + uw - hit
@@ -432,15 +440,16 @@ class Split:
         np.cumsum(cnt, out=offsets[1:])
         st = BlockTrace(
             tr.ts[idx],
-            tok.astype(np.int64, copy=False),
+            tok.astype(np.int64),
             tr.output_length[idx],
             offsets,
-            self.ids[self.acc_at[p] : self.acc_at[p + 1]],
+            self.ids[:0].astype(np.int64),
             tr.block_size,
             session=None if tr.session is None else tr.session[idx],
             name=tr.name,
         )
-        return st, int(tok.sum())
+        st.hash_ids = self.ids[self.acc_at[p] : self.acc_at[p + 1]]  # the trace's width (BlockTrace widens)
+        return st, int(st.input_length.sum())
 
 
 def split_samples(trace: BlockTrace, T: int, parts: int, heavy: np.ndarray, threads: int = 1) -> Split:
@@ -468,8 +477,9 @@ def split_samples(trace: BlockTrace, T: int, parts: int, heavy: np.ndarray, thre
         start_req = req_at[:-1] + np.cumsum(req, axis=0) - req
         start_acc = acc_at[:-1] + np.cumsum(acc, axis=0) - acc
         r_idx = np.empty(req_at[-1], dtype=np.int64)
-        r_cnt = np.empty(req_at[-1], dtype=np.int64)
-        r_tok = np.empty(req_at[-1], dtype=np.int64)
+        narrow = n == 0 or max(int(trace.input_length.max()), int(np.diff(offsets).max())) < 2**31
+        r_cnt = np.empty(req_at[-1], dtype=np.int32 if narrow else np.int64)  # one request's blocks
+        r_tok = np.empty(req_at[-1], dtype=np.int32 if narrow else np.int64)  # and the tokens they carry
         out = np.empty(acc_at[-1], dtype=ids.dtype)
         L, bs = trace.input_length, trace.block_size
         list(
@@ -520,13 +530,12 @@ def sampled_distances(
     every TTL of ``ttls_us``, live counts before each request for those of ``keep``."""
     t = ts_us(st)
     ttls = sorted({int(x) for x in ttls_us} | {NO_TTL})
-    ids, n_ids = dense_ids(st.hash_ids)
-    is_heavy = np.zeros(n_ids, dtype=bool)
-    if len(heavy):
-        first = np.full(n_ids, -1, dtype=np.int64)
-        first[ids[::-1]] = np.arange(len(ids))[::-1]
-        seen = first >= 0
-        is_heavy[seen] = np.isin(st.hash_ids[first[seen]], heavy)
+    # ids numbered by first access: one pass, and the blocks of the sessions in flight get
+    # nearby numbers (a walk's lookups stay in cache)
+    ids, first = first_seen_codes(st.hash_ids)
+    n_ids = len(first)
+    is_heavy = np.isin(st.hash_ids[first], heavy) if len(heavy) else np.zeros(n_ids, dtype=bool)
+    del first
     wt = np.where(is_heavy, T, MODULUS).astype(np.int64)  # in 1/T of a block of the full trace
     n, N = st.n_requests, st.n_blocks
     rows, keep = _keep_rows(ttls, keep)
@@ -678,15 +687,25 @@ def sampled_replay(
         sd = sampled_distances(
             st, heavy if base else heavy[:0], T, sorted({*ttl_sorted, tau}), keep=[tau] if resolved is not None else []
         )
-        out = {"light": hit_grid(sd.light, st.input_length, bs, caps, ttl_arr), "light_n": sd.light_accesses}
+        # sample 0 also needs the grid one light block (1 / rate blocks) larger: both in one pass
+        # over its runs (a grid's rows at given capacities do not depend on the other rows)
+        wider = base and T < MODULUS
+        both = np.union1d(caps, caps + -(-MODULUS // T)) if wider else caps
+
+        def grid(d):  # the grid at caps, and with ``wider`` the one at caps + 1 / rate blocks
+            hb, ht = hit_grid(d, st.input_length, bs, both, ttl_arr)
+            rows = [np.r_[np.searchsorted(both, c), len(both)] for c in (caps, caps + -(-MODULUS // T))]
+            return [(hb[r], ht[r]) for r in rows] if wider else [(hb, ht)]
+
+        light = grid(sd.light)
+        out = {"light": light[0], "light_n": sd.light_accesses}
         if resolved is not None:
             out["band_light"] = band_hits(sd.light, st.input_length, bs, bounds, tau, st.n_requests)
         if base:
-            out.update(st=st, sd=sd, heavy=hit_grid(sd.heavy, st.input_length, bs, caps, ttl_arr))
-            out["heavy_n"] = sd.heavy_accesses
-            if T < MODULUS:  # the grid one light block (1 / rate blocks) larger
-                up = caps + -(-MODULUS // T)
-                out["up"] = [hit_grid(d, st.input_length, bs, up, ttl_arr) for d in (sd.heavy, sd.light)]
+            heavy_g = grid(sd.heavy)
+            out.update(st=st, sd=sd, heavy=heavy_g[0], heavy_n=sd.heavy_accesses)
+            if wider:
+                out["up"] = [heavy_g[1], light[1]]
             if resolved is not None:
                 out["band_heavy"] = band_hits(sd.heavy, st.input_length, bs, bounds, tau, st.n_requests)
         elif resolved is not None:
