@@ -1,4 +1,4 @@
-"""Run the benchmarks: ``python -m bench`` (all) or ``python -m bench transcripts otlp``.
+"""Run the benchmarks: ``python -m bench`` (all but the largest) or ``python -m bench transcripts otlp``.
 
 Each ``bench/bench_<name>.py`` module's ``main()`` returns a JSON-able dict, written to
 ``bench/results/<name>.json`` (atomically, so an interrupted run leaves the last good result).
@@ -35,8 +35,14 @@ def run(name: str) -> dict:
     return result
 
 
+def default() -> list[str]:
+    """The benchmarks ``python -m bench`` runs: all but those whose module sets ``DEFAULT = False``
+    (too large to run every time; name them)."""
+    return [n for n in available() if getattr(importlib.import_module(f"bench.bench_{n}"), "DEFAULT", True)]
+
+
 def main(argv: list[str]) -> int:
-    names = argv or available()
+    names = argv or default()
     unknown = [n for n in names if n not in available()]
     if unknown:
         print(f"unknown benchmark(s): {', '.join(unknown)}; available: {', '.join(available())}", file=sys.stderr)

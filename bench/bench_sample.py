@@ -152,11 +152,12 @@ def fleet(tmp: Path) -> dict:
     return out
 
 
-def _make_fleet(n: int, shape: str, path: str) -> dict:
+def _make_fleet(n: int, shape: str, path: str, days: float = 1.0) -> dict:
     from bench.bench_replay import make_fleet
     from kvtrace.replay.tracefile import save_npz
 
-    trace = make_fleet(n, **SHAPES[shape], ids_dtype=np.int32)  # saved as int32 anyway
+    # ids int32: saved so anyway, and a 100 M-request fleet's 2.3 G ids fit in memory
+    trace = make_fleet(n, **SHAPES[shape], span_s=days * 86400.0, ids_dtype=np.int32)
     save_npz(trace, path)
     return {
         "requests": trace.n_requests,
@@ -173,7 +174,7 @@ def main() -> dict:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 5 and sys.argv[1] == "--make-fleet":
-        print(json.dumps(_make_fleet(int(sys.argv[2]), sys.argv[3], sys.argv[4])))
+    if len(sys.argv) in (5, 6) and sys.argv[1] == "--make-fleet":  # N SHAPE PATH [DAYS]
+        print(json.dumps(_make_fleet(int(sys.argv[2]), sys.argv[3], sys.argv[4], *map(float, sys.argv[5:]))))
     else:
         print(json.dumps(main(), indent=2))

@@ -684,9 +684,9 @@ def sampled_replay(
         just what ``weigh`` needs (their sample and walk are freed when they return)."""
         base = p == 0
         st, _ = split.sample(p)
-        sd = sampled_distances(
-            st, heavy if base else heavy[:0], T, sorted({*ttl_sorted, tau}), keep=[tau] if resolved is not None else []
-        )
+        # the working set's peaks and live counts come from sample 0: the others skip them
+        ttls_walk, keep = (sorted({*ttl_sorted, tau}), [tau] if resolved is not None else []) if base else ([], [])
+        sd = sampled_distances(st, heavy if base else heavy[:0], T, ttls_walk, keep=keep)
         # sample 0 also needs the grid one light block (1 / rate blocks) larger: both in one pass
         # over its runs (a grid's rows at given capacities do not depend on the other rows)
         wider = base and T < MODULUS
