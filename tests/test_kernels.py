@@ -68,3 +68,11 @@ def test_distinct_count(values):
     k = len(set(np.asarray(values).tolist()))
     for stop in (1, 3, 10, 5000):  # counting stops at ``stop``: min(distinct, stop) either way
         assert distinct_count(np.asarray(values), stop=stop) == min(k, stop)
+
+
+def test_distinct_count_stops_in_a_later_chunk_or_never():
+    from kvtrace.analyze.working_set import distinct_count
+
+    spread = np.repeat(np.arange(20), 300)  # 4 distinct in the first chunk of 1,024 values
+    assert distinct_count(spread, stop=10) == 10 and distinct_count(spread, stop=50) == 20
+    assert distinct_count(np.repeat(np.arange(5), 1000), stop=10) == 5  # every chunk, never reached

@@ -4,6 +4,7 @@ exactness at rate 1, determinism, the fixed-size mode, and the CLI options."""
 from __future__ import annotations
 
 import json
+import zipfile
 
 import numpy as np
 import pytest
@@ -144,23 +145,50 @@ def test_same_answer_twice_and_whatever_the_id_width(conv, tmp_path):
     assert da["grid"] == dc["grid"] and da["sample"] == dc["sample"]
 
 
-def test_npz_ids_are_mapped_from_the_file_or_read_when_compressed(conv, tmp_path):
-    stored, packed, cut = tmp_path / "stored.npz", tmp_path / "packed.npz", tmp_path / "cut.npz"
-    save_npz(conv, stored)
-    with np.load(stored) as z:
-        np.savez_compressed(packed, **{k: z[k] for k in z.files})
-    mapped, read = load_npz(stored), load_npz(packed)
-    assert not mapped.hash_ids.flags.writeable and read.hash_ids.flags.writeable
-    for t in (mapped, read):
-        assert np.array_equal(t.hash_ids, conv.hash_ids) and np.array_equal(t.offsets, conv.offsets)
-    cut.write_bytes(stored.read_bytes()[: stored.stat().st_size // 2])
+def test_npz_arrays_are_mapped_from_the_file_or_read(conv, tmp_path):
+    """save_npz aligns every member, so load_npz maps them (read-only, the page cache's); an
+    .npz written by np.savez (members wherever they fall), np.savez_compressed or saved over the
+    file a trace is mapped from loads the same."""
+    ours, plain, packed = tmp_path / "ours.npz", tmp_path / "plain.npz", tmp_path / "packed.npz"
+    save_npz(conv, ours)
+    with zipfile.ZipFile(ours) as zf:
+        assert zf.testzip() is None  # every member's CRC checks
+    with np.load(ours) as z:
+        arrays = {k: z[k] for k in z.files}
+    np.savez(plain, **arrays)
+    np.savez_compressed(packed, **arrays)
+    mapped = load_npz(ours)
+    for key in ("ts", "input_length", "output_length", "offsets", "hash_ids"):
+        arr = getattr(mapped, key)
+        assert not arr.flags.writeable and arr.flags.aligned, key
+    assert load_npz(packed).hash_ids.flags.writeable
+    for t in (mapped, load_npz(plain), load_npz(packed)):
+        for key in ("ts", "input_length", "output_length", "offsets", "hash_ids"):
+            assert np.array_equal(getattr(t, key), getattr(conv, key)), key
+    save_npz(mapped, ours)  # over the file it is mapped from: written aside, then renamed
+    assert np.array_equal(load_npz(ours).hash_ids, conv.hash_ids) and np.array_equal(mapped.hash_ids, conv.hash_ids)
+
+
+def test_a_damaged_npz_is_a_clear_error(conv, tmp_path):
+    good, cut, short = tmp_path / "good.npz", tmp_path / "cut.npz", tmp_path / "short.npz"
+    save_npz(conv, good)
+    data = good.read_bytes()
+    cut.write_bytes(data[: len(data) // 2])  # no zip directory left
     with pytest.raises(BadTraceInput, match="not a kvtrace .npz trace"):
         load_npz(cut)
+    # a header that claims more ids than the file holds (same length, so the zip stays valid)
+    n = str(conv.n_blocks).encode()
+    claim = b"'shape': (" + n + b",)"
+    assert data.count(claim) == 1 and int("9" * len(n)) * 4 > len(data)
+    short.write_bytes(data.replace(claim, b"'shape': (" + b"9" * len(n) + b",)"))
+    with pytest.raises(BadTraceInput, match="shorter than its array"):
+        load_npz(short)
 
 
 def test_the_samples_do_not_depend_on_how_the_trace_is_cut(conv):
     """The split runs in pieces of whole requests (one per thread): one piece or several, the
-    same samples; every access of a sampled block is kept, each with the tokens it carried."""
+    same samples, and each what a plain construction gives: every access of its blocks in trace
+    order, each request's tokens those its kept blocks carried, the first and last request kept."""
     big = BlockTrace(  # the conversation trace 16 times over (ids apart), long enough to be cut
         np.arange(16 * conv.n_requests, dtype=np.float64),
         np.tile(conv.input_length, 16),
@@ -174,14 +202,24 @@ def test_the_samples_do_not_depend_on_how_the_trace_is_cut(conv):
     heavy = heavy_blocks(big.hash_ids, T)
     one, three = (split_samples(big, T, 5, heavy, threads=k) for k in (1, 3))
     h, is_heavy = block_hash(big.hash_ids), np.isin(big.hash_ids, heavy)
+    req = np.repeat(np.arange(big.n_requests), np.diff(big.offsets))  # each access's request
+    tok = np.clip(
+        big.input_length[req] - (np.arange(big.n_blocks) - big.offsets[req]) * big.block_size, 0, big.block_size
+    )
     for p in range(5):
         (a, ta), (b, tb) = one.sample(p), three.sample(p)
-        assert ta == tb and a.n_requests == b.n_requests
-        for x, y in ((a.ts, b.ts), (a.input_length, b.input_length), (a.offsets, b.offsets), (a.hash_ids, b.hash_ids)):
-            assert np.array_equal(x, y)
         in_range = (h >= p * T) & (h < (p + 1) * T)
         want = in_range | is_heavy if p == 0 else in_range & ~is_heavy  # heavy blocks: sample 0's
-        assert a.n_blocks == int(want.sum()) and np.array_equal(np.sort(a.hash_ids), np.sort(big.hash_ids[want]))
+        count = np.bincount(req[want], minlength=big.n_requests)
+        keep = count > 0
+        keep[0] = keep[-1] = True
+        tokens = np.bincount(req[want], weights=tok[want], minlength=big.n_requests)[keep]
+        for s, t in ((a, ta), (b, tb)):
+            assert t == int(tokens.sum())
+            assert np.array_equal(s.ts, big.ts[keep]) and np.array_equal(s.input_length, tokens)
+            assert np.array_equal(s.output_length, big.output_length[keep])
+            assert np.array_equal(s.offsets, np.r_[0, np.cumsum(count[keep])])
+            assert np.array_equal(s.hash_ids, big.hash_ids[want])
 
 
 def test_the_hash_is_stable():

@@ -638,9 +638,9 @@ def sampled_replay(
     rate and the expected error.
 
     The grid and the tier replay are estimated; the capacity-for-TTL table and TTFT are not (they
-    need every request's blocks: replay without sampling for them). ``threads``: how many of the
-    error estimate's samples replay at once (None: one per core); the result
-    does not depend on it.
+    need every request's blocks: replay without sampling for them). ``threads``: how many pieces
+    the trace is split in at once, and how many samples (sample 0 and the error estimate's) walk
+    at once (None: one per core); the result does not depend on it.
     """
     t0 = time.perf_counter()
     bs = trace.block_size
@@ -660,7 +660,7 @@ def sampled_replay(
     if not sampling.heavy:
         heavy = heavy[:0]
     rate = T / MODULUS
-    k = min(sampling.partitions, MODULUS // T - 1)
+    k = min(sampling.partitions, MODULUS // T - 1, NO_CODE - 1)  # sample codes are bytes
     workers = threads or os.cpu_count() or 1
     split = split_samples(trace, T, k + 1, heavy, workers)
     L = trace.input_length
@@ -738,7 +738,7 @@ def sampled_replay(
     # cancels the rest.
     with ThreadPoolExecutor(max_workers=max(1, min(k + 1, workers))) as pool:
         walks = list(pool.map(walk, range(k + 1)))
-    split = None  # free the samples: no walk follows
+    split = None  # free the split (sample 0's ids, a view of it, keep its ids array alive)
     first = {**walks[0], **weigh(walks[0], walks[0])}
     st, sd, grid_t, grid_b = first["st"], first["sd"], first["grid_t"], first["grid_b"]
     if st.n_blocks == 0:

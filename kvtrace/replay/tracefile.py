@@ -8,6 +8,7 @@ format for traces too large for JSON (see ``save_npz``).
 
 from __future__ import annotations
 
+import os
 import struct
 import zipfile
 from pathlib import Path
@@ -45,8 +46,16 @@ def _stem(path: Path) -> str:
     return name or "trace"
 
 
+ALIGN = 64  # where each array's data starts in a saved .npz (the .npy header pads to it too)
+_PAD_ID = 0xA11C  # the zip extra field that pads a member's local header (ignored by readers)
+
+
 def save_npz(trace: BlockTrace, path: str | Path) -> None:
-    """Write a trace as ``.npz`` (ids as int32 when they fit, to halve the file)."""
+    """Write a trace as ``.npz`` (ids as int32 when they fit, to halve the file): a zip of
+    uncompressed ``.npy`` members, as ``np.savez`` writes, each member's data starting at a
+    multiple of 64 bytes of the file so ``load_npz`` can map it. Written to a temporary file and
+    renamed into place (a replay mapping the old file keeps reading it)."""
+    path = Path(path)
     ids = trace.hash_ids
     if ids.size and ids.min() >= 0 and ids.max() < 2**31:
         ids = ids.astype(np.int32, copy=False)
@@ -60,31 +69,46 @@ def save_npz(trace: BlockTrace, path: str | Path) -> None:
     )
     if trace.session is not None:
         arrays["session"] = trace.session
-    np.savez(path, **arrays)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
+            for name, arr in arrays.items():
+                arr = np.asanyarray(arr)
+                info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+                # local header: 30 bytes, the name, our pad field, the 20-byte zip64 field
+                at = zf.fp.tell() + 30 + len(info.filename.encode()) + 4 + 20
+                info.extra = struct.pack("<HH", _PAD_ID, -at % ALIGN) + bytes(-at % ALIGN)
+                with zf.open(info, "w", force_zip64=True) as f:
+                    np.lib.format.write_array(f, arr, allow_pickle=False)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _stored_member(path: Path, z, name: str) -> np.ndarray | None:
     """Member ``name`` of the ``.npz`` opened as ``z``, mapped read-only from the file when it is
-    stored uncompressed (``np.savez``): its pages are read as they are used, and are the page
-    cache's to drop, so a trace need not fit in memory. None when compressed."""
-    info = z.zip.getinfo(f"{name}.npy")
+    stored uncompressed, one-dimensional and aligned to its item size (``save_npz`` aligns every
+    member): its pages are read as they are used, and are the page cache's to drop, so a trace
+    need not fit in memory. None when it cannot be mapped (it is then read)."""
+    member = f"{name}.npy" if f"{name}.npy" in z.zip.NameToInfo else name
+    info = z.zip.getinfo(member)
     if info.compress_type != zipfile.ZIP_STORED:
         return None
     with open(path, "rb") as f:
         f.seek(info.header_offset)
         local = f.read(30)  # the member's local header: its name and extra field lengths follow
-        if local[:4] != b"PK\x03\x04":
-            raise ValueError(f"{name}: bad zip local header")
+        if len(local) < 30 or local[:4] != b"PK\x03\x04":
+            raise ValueError(f"{member}: bad zip local header")
         n_name, n_extra = struct.unpack("<HH", local[26:30])
         f.seek(info.header_offset + 30 + n_name + n_extra)
         version = np.lib.format.read_magic(f)
         read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
         shape, fortran, dtype = read_header(f)
         start = f.tell()
-    if dtype.hasobject or len(shape) != 1:
-        raise ValueError(f"{name}: not a one-dimensional numeric array")
+    if dtype.hasobject or len(shape) != 1 or start % dtype.itemsize:
+        return None
     if start + dtype.itemsize * shape[0] > path.stat().st_size:
-        raise ValueError(f"{name}: the file is shorter than its array")
+        raise ValueError(f"{member}: the file is shorter than its array")
     if shape[0] == 0:
         return np.zeros(0, dtype=dtype)
     return np.asarray(np.memmap(path, dtype=dtype, mode="r", offset=start, shape=shape, order="F" if fortran else "C"))
