@@ -594,24 +594,28 @@ def sampled_distances(
         )
         o_len[:R] = 1
         o_heavy[:R] = is_heavy[ids[st.offsets[o_req[:R]] + o_first[:R]]]
+    nb_h, nt_h, nb_l, nt_l, distinct = _stratum_sums(st.offsets, st.input_length, st.block_size, ids, is_heavy)
+    del ids  # the walk's numbering: not needed past here
+    # heavy runs first, then light, each in walk order: one field at a time is copied, and the
+    # two parts are slices of it (no second copy of every run)
     hv = o_heavy[:R]
+    order = np.concatenate([np.flatnonzero(hv), np.flatnonzero(~hv)])
+    n_heavy = int(hv.sum())
+    del o_heavy, hv
+    fields = {"req": o_req, "first": o_first, "blocks": o_len, "d": o_d, "age": o_age}
+    del o_req, o_first, o_len, o_d, o_age
+    for name in list(fields):  # each field's walk output is freed once copied
+        fields[name] = fields.pop(name)[:R][order]
+    del order
 
-    def part(sel):
+    def part(lo, hi):
         return Distances(
-            req=o_req[:R][sel],
-            first=o_first[:R][sel],
-            blocks=o_len[:R][sel],
-            d=o_d[:R][sel],
-            age=o_age[:R][sel],
-            unique=unique,
-            kernel="numba-sampled",
-            t_us=t,
+            **{name: arr[lo:hi] for name, arr in fields.items()}, unique=unique, kernel="numba-sampled", t_us=t
         )
 
-    nb_h, nt_h, nb_l, nt_l, distinct = _stratum_sums(st.offsets, st.input_length, st.block_size, ids, is_heavy)
     return SampledDistances(
-        heavy=part(hv),
-        light=part(~hv),
+        heavy=part(0, n_heavy),
+        light=part(n_heavy, R),
         unique=unique,
         live={tau: live[k] for k, tau in enumerate(keep)},
         peak_after={tau: int(-(-int(peak[k]) // T)) for k, tau in enumerate(ttls)},
