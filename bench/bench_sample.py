@@ -115,19 +115,25 @@ def mooncake() -> dict:
     return out
 
 
+def fleet_file(n: int, shape: str, path: Path, days: float = 1.0) -> dict:
+    """Write a fleet trace of ``n`` requests to ``path`` in a child process (its memory is the
+    child's, not the benchmark's); what ``_make_fleet`` says of it."""
+    made = subprocess.run(
+        [sys.executable, "-m", "bench.bench_sample", "--make-fleet", str(n), shape, str(path), str(days)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=3600,
+    )
+    return json.loads(made.stdout.strip().splitlines()[-1])
+
+
 def fleet(tmp: Path) -> dict:
     out = {}
-    for shape, kw in SHAPES.items():
+    for shape in SHAPES:
         path = tmp / f"{shape}.npz"
-        made = subprocess.run(
-            [sys.executable, "-m", "bench.bench_sample", "--make-fleet", str(N_FLEET), shape, str(path)],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=3600,
-        )
-        info = json.loads(made.stdout.strip().splitlines()[-1])
+        info = fleet_file(N_FLEET, shape, path)
         runs = {}
         for label, extra in (("exact", []), ("sample_1pct", ["--sample", "1%"])):
             res = tmp / f"{shape}-{label}.json"

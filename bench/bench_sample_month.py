@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from bench import child
+from bench.bench_sample import fleet_file
 
 DEFAULT = False  # not in `python -m bench`: name it
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,15 +33,7 @@ RUNS = 1 if QUICK else 2
 def main() -> dict:
     with tempfile.TemporaryDirectory(prefix="kvtrace-bench-month-") as tmp:
         path = Path(tmp) / "month.npz"
-        made = subprocess.run(
-            [sys.executable, "-m", "bench.bench_sample", "--make-fleet", str(N), "agents", str(path), str(DAYS)],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=3600,
-        )
-        info = json.loads(made.stdout.strip().splitlines()[-1])
+        info = fleet_file(N, "agents", path, DAYS)
         runs = []
         for k in range(RUNS):
             res = Path(tmp) / f"s{k}.json"
