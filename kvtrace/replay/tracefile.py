@@ -47,7 +47,7 @@ def _stem(path: Path) -> str:
 
 
 ALIGN = 64  # where each array's data starts in a saved .npz (the .npy header pads to it too)
-_PAD_ID = 0xA11C  # the zip extra field that pads a member's local header (ignored by readers)
+_ALIGN_ID = 0xA11E  # zip extra field "data stream alignment" (APPNOTE): the alignment, then padding
 
 
 def save_npz(trace: BlockTrace, path: str | Path) -> None:
@@ -75,9 +75,10 @@ def save_npz(trace: BlockTrace, path: str | Path) -> None:
             for name, arr in arrays.items():
                 arr = np.asanyarray(arr)
                 info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
-                # local header: 30 bytes, the name, our pad field, the 20-byte zip64 field
-                at = zf.fp.tell() + 30 + len(info.filename.encode()) + 4 + 20
-                info.extra = struct.pack("<HH", _PAD_ID, -at % ALIGN) + bytes(-at % ALIGN)
+                # local header: 30 bytes, the name, the alignment field, the 20-byte zip64 field
+                at = zf.fp.tell() + 30 + len(info.filename.encode()) + 6 + 20
+                pad = -at % ALIGN
+                info.extra = struct.pack("<HHH", _ALIGN_ID, 2 + pad, ALIGN) + bytes(pad)
                 with zf.open(info, "w", force_zip64=True) as f:
                     np.lib.format.write_array(f, arr, allow_pickle=False)
         os.replace(tmp, path)
@@ -85,37 +86,38 @@ def save_npz(trace: BlockTrace, path: str | Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def _stored_member(path: Path, z, name: str) -> np.ndarray | None:
+def _stored_member(z, name: str) -> np.ndarray | None:
     """Member ``name`` of the ``.npz`` opened as ``z``, mapped read-only from the file when it is
     stored uncompressed, one-dimensional and aligned to its item size (``save_npz`` aligns every
     member): its pages are read as they are used, and are the page cache's to drop, so a trace
-    need not fit in memory. None when it cannot be mapped (it is then read)."""
+    need not fit in memory. None when it cannot be mapped (it is then read). Read and mapped
+    through ``z``'s open file: a file renamed over the path meanwhile is not mixed in."""
     member = f"{name}.npy" if f"{name}.npy" in z.zip.NameToInfo else name
     info = z.zip.getinfo(member)
     if info.compress_type != zipfile.ZIP_STORED:
         return None
-    with open(path, "rb") as f:
-        f.seek(info.header_offset)
-        local = f.read(30)  # the member's local header: its name and extra field lengths follow
-        if len(local) < 30 or local[:4] != b"PK\x03\x04":
-            raise ValueError(f"{member}: bad zip local header")
-        n_name, n_extra = struct.unpack("<HH", local[26:30])
-        f.seek(info.header_offset + 30 + n_name + n_extra)
-        version = np.lib.format.read_magic(f)
-        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        shape, fortran, dtype = read_header(f)
-        start = f.tell()
+    f = z.fid
+    f.seek(info.header_offset)
+    local = f.read(30)  # the member's local header: its name and extra field lengths follow
+    if len(local) < 30 or local[:4] != b"PK\x03\x04":
+        raise ValueError(f"{member}: bad zip local header")
+    n_name, n_extra = struct.unpack("<HH", local[26:30])
+    f.seek(info.header_offset + 30 + n_name + n_extra)
+    version = np.lib.format.read_magic(f)
+    read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    shape, fortran, dtype = read_header(f)
+    start = f.tell()
     if dtype.hasobject or len(shape) != 1 or start % dtype.itemsize:
         return None
-    if start + dtype.itemsize * shape[0] > path.stat().st_size:
+    if start + dtype.itemsize * shape[0] > os.fstat(f.fileno()).st_size:
         raise ValueError(f"{member}: the file is shorter than its array")
     if shape[0] == 0:
         return np.zeros(0, dtype=dtype)
-    return np.asarray(np.memmap(path, dtype=dtype, mode="r", offset=start, shape=shape, order="F" if fortran else "C"))
+    return np.asarray(np.memmap(f, dtype=dtype, mode="r", offset=start, shape=shape, order="F" if fortran else "C"))
 
 
-def _member(path: Path, z, name: str) -> np.ndarray:
-    mapped = _stored_member(path, z, name)
+def _member(z, name: str) -> np.ndarray:
+    mapped = _stored_member(z, name)
     return z[name] if mapped is None else mapped
 
 
@@ -123,10 +125,10 @@ def load_npz(path: str | Path) -> BlockTrace:
     """A trace saved by ``save_npz``; its arrays are mapped from the file when stored uncompressed."""
     path = Path(path)
     try:
-        z = np.load(path)
-        kw = {k: _member(path, z, k) for k in ("ts", "input_length", "output_length", "offsets", "hash_ids")}
-        session = _member(path, z, "session") if "session" in z.files else None
-        bs = int(z["block_size"])
+        with np.load(path) as z:  # the maps outlive the file object (they hold their own handle)
+            kw = {k: _member(z, k) for k in ("ts", "input_length", "output_length", "offsets", "hash_ids")}
+            session = _member(z, "session") if "session" in z.files else None
+            bs = int(z["block_size"])
     except (OSError, ValueError, KeyError, zipfile.BadZipFile) as e:
         raise BadTraceInput(
             path,
