@@ -197,9 +197,7 @@ def make_fleet(
     ids = np.empty(int(offsets[-1]), dtype=ids_dtype)
     chain_ids(pos, offsets, chain_prev, head, np.zeros(n, np.int64), inherit, ids)
     del chain_prev, head, inherit, pos
-    trace = BlockTrace(ts, prompt_o, output, offsets, ids[:0].astype(np.int64), B, session=sess_o, name=f"fleet-{n}")
-    trace.hash_ids = ids  # as made (BlockTrace would widen int32 ids to int64)
-    return trace
+    return BlockTrace(ts, prompt_o, output, offsets, ids, B, session=sess_o, name=f"fleet-{n}")
 
 
 def _save_fleet(n: int, path: str) -> dict:

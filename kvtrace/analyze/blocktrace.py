@@ -23,7 +23,7 @@ class BlockTrace:
         input_length: prompt tokens per request (int64).
         output_length: output tokens per request (int64).
         offsets: int64, length n+1; request i's blocks are ``hash_ids[offsets[i]:offsets[i+1]]``.
-        hash_ids: int64 block ids, prefix-chained (head first).
+        hash_ids: int64 (or int32, kept as given) block ids, prefix-chained (head first).
         block_size: tokens per block.
         session: optional integer session / thread id per request (for reuse profiles).
         name: a label (trace file stem, warehouse name).
@@ -44,7 +44,8 @@ class BlockTrace:
         self.input_length = np.asarray(self.input_length, dtype=np.int64)
         self.output_length = np.asarray(self.output_length, dtype=np.int64)
         self.offsets = np.asarray(self.offsets, dtype=np.int64)
-        self.hash_ids = np.asarray(self.hash_ids, dtype=np.int64)
+        ids = np.asarray(self.hash_ids)  # int32 ids stay int32: a fleet's ids are its largest array
+        self.hash_ids = ids if ids.dtype in (np.int32, np.int64) else ids.astype(np.int64)
         n = len(self.ts)
         if len(self.offsets) != n + 1 or len(self.input_length) != n or len(self.output_length) != n:
             raise ValueError("BlockTrace arrays disagree in length")

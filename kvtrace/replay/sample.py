@@ -443,12 +443,11 @@ class Split:
             tok.astype(np.int64),
             tr.output_length[idx],
             offsets,
-            self.ids[:0].astype(np.int64),
+            self.ids[self.acc_at[p] : self.acc_at[p + 1]],
             tr.block_size,
             session=None if tr.session is None else tr.session[idx],
             name=tr.name,
         )
-        st.hash_ids = self.ids[self.acc_at[p] : self.acc_at[p + 1]]  # the trace's width (BlockTrace widens)
         return st, int(st.input_length.sum())
 
 
@@ -694,11 +693,12 @@ def sampled_replay(
         # sample 0 also needs the grid one light block (1 / rate blocks) larger: both in one pass
         # over its runs (a grid's rows at given capacities do not depend on the other rows)
         wider = base and T < MODULUS
-        both = np.union1d(caps, caps + -(-MODULUS // T)) if wider else caps
+        up = caps + -(-MODULUS // T)
+        both = np.union1d(caps, up) if wider else caps
+        rows = [np.r_[np.searchsorted(both, c), len(both)] for c in (caps, up)]  # + the unlimited row
 
         def grid(d):  # the grid at caps, and with ``wider`` the one at caps + 1 / rate blocks
             hb, ht = hit_grid(d, st.input_length, bs, both, ttl_arr)
-            rows = [np.r_[np.searchsorted(both, c), len(both)] for c in (caps, caps + -(-MODULUS // T))]
             return [(hb[r], ht[r]) for r in rows] if wider else [(hb, ht)]
 
         light = grid(sd.light)

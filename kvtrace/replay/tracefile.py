@@ -136,29 +136,25 @@ def load_npz(path: str | Path) -> BlockTrace:
             f"not a kvtrace .npz trace ({e})",
             hint="it needs ts, input_length, output_length, offsets, hash_ids, block_size",
         ) from e
-    ids = kw.pop("hash_ids")
     try:
         trace = BlockTrace(
             kw["ts"],
             kw["input_length"],
             kw["output_length"],
             kw["offsets"],
-            np.zeros(0, dtype=np.int64),
+            kw["hash_ids"],  # int32 ids stay int32 (the replay engines take either width)
             bs,
             session=session,
             name=_stem(path),
         )
     except ValueError as e:
         raise BadTraceInput(path, None, str(e), hint="offsets has one more entry than requests") from e
-    if len(ids) != trace.n_blocks:
+    if len(trace.hash_ids) != trace.n_blocks:
         raise BadTraceInput(
             path,
             None,
-            f"{len(ids)} hash_ids for {trace.n_blocks} blocks in offsets",
+            f"{len(trace.hash_ids)} hash_ids for {trace.n_blocks} blocks in offsets",
             field="hash_ids",
             hint="offsets[-1] must equal len(hash_ids)",
         )
-    # Ids stored as int32 stay int32 (BlockTrace would widen them to int64): a 10 M-request
-    # trace's ids are its largest array, and the replay engines take either width.
-    trace.hash_ids = ids
     return trace
