@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kvtrace.cli import app
+from kvtrace.errors import ConfigError
 from kvtrace.simulate.run import load_scenario, parse_config
 
 FIXTURES = Path(__file__).parent / "fixtures" / "kv-cache-tester"
@@ -271,3 +272,121 @@ def test_html_axes_show_tokens_and_bytes_with_units():
     assert r.exit_code == 0, r.output
     assert '"format": "~s"' not in r.stdout and '"format":"~s"' not in r.stdout
     assert "' GB'" in r.stdout and "' K'" in r.stdout  # the report's byte and token axis labels
+
+
+def _warehouse_rows(n_sessions=40, seed=3):
+    """Rows as ``WarehouseSource`` takes them: sessions over two hours, each a thread of three
+    requests a minute apart (and some with a second thread)."""
+    import random
+
+    rng = random.Random(seed)
+    rows = []
+    for s in range(n_sessions):
+        t0 = rng.uniform(0, 7200) * 1e6
+        for thread in ("main", "agent") if s % 4 == 0 else ("main",):
+            for i in range(3):
+                rows.append((f"s{s}", thread, int(t0 + i * 60e6), 5_000.0, 10_000 + 500 * i, 100))
+    return sorted(rows, key=lambda r: r[2])
+
+
+def _instances(src):
+    """``{(session, copy): {thread: turns}}`` of a warehouse source."""
+    out: dict = {}
+    for (inst, thread), turns in src.threads.items():
+        out.setdefault(inst, {})[thread] = turns
+    return out
+
+
+def test_warehouse_sessions_scale_by_whole_copies_moved_in_time():
+    from kvtrace.simulate.sources import COPY_SPREAD_S, WarehouseSource
+
+    rows = _warehouse_rows()
+    base = WarehouseSource(rows)
+    assert WarehouseSource(rows, scale=1.0, seed=9).threads == base.threads
+    orig = _instances(base)
+    assert len(orig) == 40 and all(copy == 0 for _, copy in orig)
+    tripled = _instances(WarehouseSource(rows, scale=3.0))
+    assert len(tripled) == 120
+    shifted = 0
+    for (session, copy), threads in tripled.items():
+        recorded = orig[(session, 0)]
+        assert threads.keys() == recorded.keys()
+        # one offset moves the whole session (all its threads): sizes and gaps are kept
+        offsets = {round(t[0] - r[0], 6) for th in threads for t, r in zip(threads[th], recorded[th])}
+        offsets |= {round(t[1] - r[1], 6) for th in threads for t, r in zip(threads[th], recorded[th])}
+        assert len(offsets) == 1
+        d = offsets.pop()
+        assert [(p, o) for th in threads for *_, p, o in threads[th]] == [
+            (p, o) for th in recorded for *_, p, o in recorded[th]
+        ]
+        if copy == 0:
+            assert d == 0
+        else:
+            assert abs(d) <= COPY_SPREAD_S and min(t[0][0] for t in threads.values()) >= 0
+            assert max(t[-1][1] for t in threads.values()) <= base.span_s + 1e-6
+            shifted += d != 0
+    assert shifted > 60  # copies do not arrive with their original
+
+
+def test_warehouse_scale_keeps_sessions_at_random_below_one_and_shards_deal_instances():
+    from kvtrace.simulate.sources import WarehouseSource
+
+    rows = _warehouse_rows()
+    orig = _instances(WarehouseSource(rows))
+    half = _instances(WarehouseSource(rows, scale=0.5, seed=1))
+    assert 8 <= len(half) <= 32 and all(orig[k] == v for k, v in half.items())  # kept whole, unmoved
+    assert half == _instances(WarehouseSource(rows, scale=0.5, seed=1))
+    assert half != _instances(WarehouseSource(rows, scale=0.5, seed=2))
+    more = _instances(WarehouseSource(rows, scale=2.5, seed=1))
+    per_session: dict = {}
+    for s, _ in more:
+        per_session[s] = per_session.get(s, 0) + 1
+    assert set(per_session.values()) == {2, 3} and len(per_session) == 40
+    # the shards of a fleet hold every instance once, whatever the number of nodes
+    whole = WarehouseSource(rows, scale=2.5, seed=1).threads
+    parts = [WarehouseSource(rows, scale=2.5, seed=1, shard=(i, 3)).threads for i in range(3)]
+    assert sum(len(p) for p in parts) == len(whole) and {k: v for p in parts for k, v in p.items()} == whole
+    with pytest.raises(ConfigError, match="scale must be > 0"):
+        WarehouseSource(rows, scale=0.0)
+
+
+def test_rate_multiples_on_the_command_line(tmp_path):
+    from kvtrace.store import open_store
+    from tests.report_samples import load_rows
+
+    db = tmp_path / "w.duckdb"
+    rows = [
+        {
+            "request_key": f"r{s}-{i}",
+            "ts": float(5 * s + 2 * i),
+            "session_id": f"s{s}",
+            "duration_ms": 1_000.0,
+            "cache_read_tokens": 8_000 + 300 * i,
+            "input_tokens": 100,
+            "output_tokens": 50,
+        }
+        for s in range(6)
+        for i in range(3)
+    ]
+    with open_store(db) as store:
+        load_rows(store, rows)
+    args = ("--sessions", "warehouse", "--db", str(db), "--config", "gpu=seed-testbed:HBM", "--gpu-kv", "400K")
+    one = json.loads(_run(*args, "--format", "json").stdout)
+    r = _run(*args, "--rate", "2x", "--format", "json")
+    assert r.exit_code == 0, r.output
+    two = json.loads(r.stdout)
+    assert two["rate_scale"] == 2.0 and one["rate_scale"] is None
+    c1, c2 = one["configs"][0], two["configs"][0]
+    assert (c1["sessions"], c1["requests_started"]) == (6, 18)
+    assert (c2["sessions"], c2["requests_started"]) == (12, 36)
+    assert c2["processed_tokens"] == 2 * c1["processed_tokens"]
+    r = _run(*args, "--rate", "5")
+    assert r.exit_code == 1 and "--rate 2x" in r.output
+    for bad in ("fast", "0x", "-2", "nanx"):
+        r = _run(*args, "--rate", bad)
+        assert r.exit_code == 1 and "not a positive number" in r.output, bad
+    # a synth workload: 2x its rate is the same run as its rate doubled
+    synth = ("--config", "gpu=seed-testbed:HBM", "--gpu-kv", "400K", "--duration", "10m", "--format", "json")
+    doubled = json.loads(_run(*synth, "--rate", "5").stdout)["configs"]
+    assert json.loads(_run(*synth, "--rate", "2x").stdout)["configs"] == doubled
+    assert json.loads(_run(*synth).stdout)["configs"] != doubled

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Annotated, Optional
 
@@ -23,6 +24,19 @@ from kvtrace.errors import ConfigError
 from kvtrace.report.simulate_page import render_simulate_html
 from kvtrace.units import parse_duration, parse_tokens
 from kvtrace.synth.config import set_field
+
+
+def _rate(text: str) -> dict:
+    """``--rate``: ``5`` (sessions per minute) or ``2x`` (a multiple of the workload's rate)."""
+    t = text.strip().lower()
+    multiple = t.endswith("x")
+    try:
+        v = float(t[:-1] if multiple else t)
+    except ValueError:
+        v = float("nan")
+    if not (v > 0 and math.isfinite(v)):
+        raise ConfigError(f"--rate {text!r}: not a positive number", hint="e.g. --rate 5 (per minute) or --rate 2x")
+    return {"rate_scale": v} if multiple else {"rate_per_min": v, "rate_scale": None}
 
 
 def simulate(
@@ -51,7 +65,11 @@ def simulate(
     since: SinceOpt = None,
     until: UntilOpt = None,
     rate: Annotated[
-        Optional[float], typer.Option("--rate", help="New sessions per minute (scales the arrival rate).")
+        Optional[str],
+        typer.Option(
+            "--rate",
+            help="New sessions per minute (5), or a multiple of the workload's rate (2x, 0.5x); warehouse sessions take a multiple: their sessions copied, or kept at random.",
+        ),
     ] = None,
     set_: Annotated[
         Optional[list[str]],
@@ -174,6 +192,8 @@ def simulate(
     Example: kvtrace simulate --config dram=seed-testbed:HBM,DRAM --model MiniMax-M2.7 --kv-dtype bf16
 
     Example: kvtrace simulate --scenario seed-study --tier-mode exclusive
+
+    Example: kvtrace simulate --sessions warehouse --db kv.duckdb --since 7d --rate 2x --config h100 --nodes auto --ttft-p90 2
     """
     from kvtrace.simulate.run import Scenario, calibrate as fit_factors, load_scenario, parse_config, simulate as run
 
@@ -186,7 +206,6 @@ def simulate(
         ("db", str(db) if db else None),
         ("since", since),
         ("until", until),
-        ("rate_per_min", rate),
         ("seed", seed),
         ("model", _model(sc.model, model, kv_dtype)),
         ("gpu", gpu),
@@ -200,6 +219,8 @@ def simulate(
     ):
         if value is not None:
             changes[key] = value
+    if rate is not None:
+        changes.update(_rate(rate))
     if duration is not None:
         changes["duration_s"] = parse_duration(duration, what="--duration")
     if gpu_kv is not None:

@@ -99,6 +99,7 @@ class Scenario:
     since: str | None = None
     until: str | None = None
     rate_per_min: float | None = None  # session arrivals per minute (default: the workload's)
+    rate_scale: float | None = None  # a multiple of that rate (warehouse: of the recorded sessions)
     seed: int = 0
     model: str = "MiniMax-M2.7:fp8"
     gpu: str = "RTX-PRO-6000"
@@ -190,15 +191,32 @@ def _source(sc: Scenario, shard: tuple[int, int] = (0, 1), store=None):
     """The sessions of ``sc`` for node ``shard[0]`` of ``shard[1]``; ``store``: an open warehouse to
     read ``warehouse`` sessions from instead of opening ``sc.db``."""
     gap = sc.policy_obj().resume_gap_s
+    scale = 1.0 if sc.rate_scale is None else sc.rate_scale
+    if not scale > 0:
+        raise ConfigError(f"the rate multiple must be > 0, not {scale:g}", hint="e.g. --rate 2x")
     if sc.sessions in PRESETS:
         over = {**sc.workload, "seed": sc.seed, "days": sc.duration_s / 86400.0}
         if sc.rate_per_min is not None:
             over["arrival_rate_per_min"] = sc.rate_per_min
-        return SynthSource(preset(sc.sessions, **over), sc.duration_s, resume_gap_s=gap, shard=shard)
+        cfg = preset(sc.sessions, **over)
+        if scale != 1.0:
+            cfg = cfg.replace(arrival_rate_per_min=cfg.arrival_rate_per_min * scale)
+        return SynthSource(cfg, sc.duration_s, resume_gap_s=gap, shard=shard)
     if sc.sessions == "warehouse":
+        if sc.rate_per_min is not None:
+            raise ConfigError(
+                "warehouse sessions keep their recorded arrivals: a rate per minute does not apply",
+                hint="scale them by a multiple instead, e.g. --rate 2x (twice the sessions) or --rate 0.5x",
+            )
         if store is not None:
             return WarehouseSource.from_store(
-                store, _bound(store, sc.since), _bound(store, sc.until), resume_gap_s=gap, shard=shard
+                store,
+                _bound(store, sc.since),
+                _bound(store, sc.until),
+                resume_gap_s=gap,
+                shard=shard,
+                scale=scale,
+                seed=sc.seed,
             )
         with open_store(sc.db, read_only=True) as opened:
             return _source(sc, shard, opened)
@@ -210,7 +228,8 @@ def _source(sc: Scenario, shard: tuple[int, int] = (0, 1), store=None):
             f"sessions {sc.sessions!r}: not a synth preset and no trace files found",
             hint="use " + ", ".join(PRESETS) + ", warehouse (with --db), or kv-cache-tester trace files / a folder",
         )
-    return TesterSource(files, sc.rate_per_min or 2.5, sc.duration_s, seed=sc.seed, resume_gap_s=gap, shard=shard)
+    rate = (sc.rate_per_min or 2.5) * scale
+    return TesterSource(files, rate, sc.duration_s, seed=sc.seed, resume_gap_s=gap, shard=shard)
 
 
 # Simulated time after a window's last recorded request, for the last responses to finish.
@@ -611,6 +630,7 @@ def simulate(
         "duration_s": sc.duration_s,
         "sessions": sc.sessions,
         "rate_per_min": sc.rate_per_min,
+        "rate_scale": sc.rate_scale,
         "seed": sc.seed,
         "node": {
             **cost.describe(),

@@ -12,7 +12,9 @@
   request): each conversation's next request is sent ``think_time`` after the previous one
   completed; conversations start as a Poisson process, cycling through the files.
 
-Synth and kv-cache-tester sources scale with ``rate`` (sessions per minute). ``shard=(i, n)``
+Synth and kv-cache-tester sources scale with ``rate`` (sessions per minute); warehouse sessions
+scale by a multiple (``scale``): recorded sessions are copied, or kept at random, whole (see
+:class:`WarehouseSource`). ``shard=(i, n)``
 keeps every n-th session from the i-th: the sessions a session-affinity router sends to node i of
 n (round robin over sessions). A turn's cohort is ``new`` (a session's first
 request), ``resumed`` (its thread was idle longer than the policy's resume gap) or ``continuing``.
@@ -200,6 +202,9 @@ def read_tester(path: Path) -> dict:
 # The longest a model request is taken to last (API clients give up well before): a longer
 # recorded duration is cut to this, so that one bad record cannot stretch the simulated time.
 MAX_REQUEST_S = 3600.0
+# A copy of a recorded session (``scale`` > 1) starts up to this much earlier or later than its
+# original: apart from it, and still at the same time of day give or take half an hour.
+COPY_SPREAD_S = 1800.0
 
 
 class WarehouseSource:
@@ -208,13 +213,29 @@ class WarehouseSource:
     A thread's requests form one conversation chain while each prompt extends the previous prompt
     and output; a shorter prompt (a compaction, a new chain) starts a new one. Session starts keep
     their recorded times, from the window's first request.
+
+    ``scale`` multiplies the sessions (traffic growth): each recorded session runs
+    ``floor(scale)`` times, and once more with probability ``scale - floor(scale)`` (below 1: it
+    is kept with probability ``scale``). The first instance keeps the recorded times; each copy is
+    the whole session moved by one offset drawn from ``±COPY_SPREAD_S`` (the other way if that
+    would move it out of the recorded span, not at all if both would). Draws are seeded by
+    ``seed`` and the session's id, so they depend on neither the shard nor the order of rows.
     """
 
-    def __init__(self, rows: list[tuple], resume_gap_s: float = 300.0, shard: tuple[int, int] = (0, 1)):
+    def __init__(
+        self,
+        rows: list[tuple],
+        resume_gap_s: float = 300.0,
+        shard: tuple[int, int] = (0, 1),
+        scale: float = 1.0,
+        seed: int = 0,
+    ):
         if not rows:
             raise ConfigError(
                 "the warehouse has no requests in the window", hint="ingest telemetry first, or widen --since/--until"
             )
+        if not scale > 0:
+            raise ConfigError(f"the session scale must be > 0, not {scale:g}", hint="e.g. --rate 2x")
         self.resume_gap_s = resume_gap_s
         threads: dict = {}
         t0 = None
@@ -224,15 +245,42 @@ class WarehouseSource:
             start = end - min((dur_ms or 0.0) / 1e3, MAX_REQUEST_S)
             t0 = start if t0 is None else min(t0, start)
             threads.setdefault((session, thread), []).append((start, end, int(prompt), int(out)))
-        order = {sid: k for k, sid in enumerate(dict.fromkeys(s for s, _ in threads))}  # by first appearance
         # from the first request's start to the last request's end (every session, whatever the shard)
         self.span_s = max(b for v in threads.values() for _, b, _, _ in v) - t0
-        self.threads = {
-            k: [(a - t0, b - t0, p, o) for a, b, p, o in v]
-            for k, v in threads.items()
-            if order[k[0]] % shard[1] == shard[0]
-        }
+        by_session: dict = {}
+        for (session, thread), v in threads.items():
+            by_session.setdefault(session, []).append((thread, [(a - t0, b - t0, p, o) for a, b, p, o in v]))
+        # instances (session, copy) numbered by first appearance: the shards deal them round robin
+        self.threads = {}
+        k = 0
+        for session, session_threads in by_session.items():
+            for copy, shift in enumerate(self._shifts(session, session_threads, scale, seed)):
+                if k % shard[1] == shard[0]:
+                    for thread, turns in session_threads:
+                        self.threads[((session, copy), thread)] = [(a + shift, b + shift, p, o) for a, b, p, o in turns]
+                k += 1
         self.sessions = 0
+
+    def _shifts(self, session: str, session_threads: list, scale: float, seed: int) -> list[float]:
+        """The offsets of a session's instances (empty when thinning drops it)."""
+        if scale == 1.0:
+            return [0.0]
+        rng = random.Random(f"kvtrace-simulate:{seed}:scale:{session}")
+        whole = int(scale)
+        n = whole + (rng.random() < scale - whole)
+        if not n:
+            return []
+        first = min(t[0][0] for _, t in session_threads)
+        last = max(t[-1][1] for _, t in session_threads)
+        shifts = [0.0]
+        for _ in range(n - 1):
+            d = rng.uniform(-COPY_SPREAD_S, COPY_SPREAD_S)
+            if first + d < 0 or last + d > self.span_s:
+                d = -d
+                if first + d < 0 or last + d > self.span_s:
+                    d = 0.0
+            shifts.append(d)
+        return shifts
 
     @staticmethod
     def rows(store, since=None, until=None) -> list[tuple]:
@@ -244,9 +292,16 @@ class WarehouseSource:
 
     @classmethod
     def from_store(
-        cls, store, since=None, until=None, resume_gap_s: float = 300.0, shard: tuple[int, int] = (0, 1)
+        cls,
+        store,
+        since=None,
+        until=None,
+        resume_gap_s: float = 300.0,
+        shard: tuple[int, int] = (0, 1),
+        scale: float = 1.0,
+        seed: int = 0,
     ) -> "WarehouseSource":
-        return cls(cls.rows(store, since, until), resume_gap_s, shard)
+        return cls(cls.rows(store, since, until), resume_gap_s, shard, scale, seed)
 
     def __call__(self, node: Node) -> None:
         seen = set()
