@@ -390,3 +390,61 @@ def test_rate_multiples_on_the_command_line(tmp_path):
     doubled = json.loads(_run(*synth, "--rate", "5").stdout)["configs"]
     assert json.loads(_run(*synth, "--rate", "2x").stdout)["configs"] == doubled
     assert json.loads(_run(*synth).stdout)["configs"] != doubled
+
+
+def test_a_warm_up_is_simulated_and_left_out_of_every_figure():
+    common = ("--config", "dram=seed-testbed:HBM,DRAM", "--gpu-kv", "300K", "--rate", "6", "--format", "json")
+    whole = json.loads(_run(*common, "--duration", "20m").stdout)
+    r = _run(*common, "--duration", "12m", "--warmup", "8m")
+    assert r.exit_code == 0, r.output
+    warm = json.loads(r.stdout)
+    assert warm["warmup_s"] == 480 and warm["duration_s"] == 720 and whole["warmup_s"] == 0
+    a, b = whole["configs"][0], warm["configs"][0]
+    # the same run, seen from minute 8: its last 12 minutes, bin for bin
+    assert len(b["series"]) == 12
+    for x, y in zip(a["series"][8:], b["series"]):
+        assert y["t_s"] == x["t_s"] - 480
+        for k in ("processed_tokens_per_s", "computed_tokens_per_s", "running", "waiting", "occupancy_bytes"):
+            assert y[k] == pytest.approx(x[k], rel=1e-9), k
+    assert b["processed_tokens"] == pytest.approx(sum(s["processed_tokens_per_s"] * 60 for s in b["series"]))
+    # turns issued in the warm-up are not counted; the sessions are those begun after it
+    assert 0 < b["requests_started"] < a["requests_started"]
+    assert b["ttft"]["new"]["count"] <= b["sessions"] < a["sessions"]
+    gpu_a, gpu_b = a["tiers"][0], b["tiers"][0]
+    assert gpu_b["first_full_s"] == max(gpu_a["first_full_s"] - 480, 0)
+    assert json.loads(_run(*common, "--duration", "20m", "--warmup", "0").stdout)["configs"] == whole["configs"]
+
+
+def test_a_warm_up_reads_the_warehouse_before_the_window(tmp_path):
+    from kvtrace.store import open_store
+    from tests.report_samples import load_rows
+
+    db = tmp_path / "w.duckdb"
+    # four sessions of twenty requests a minute apart, begun at minutes 0-3; the window opens at 10
+    rows = [
+        {
+            "request_key": f"r{s}-{i}",
+            "ts": float(s + i),
+            "session_id": f"s{s}",
+            "duration_ms": 2_000.0,
+            "cache_read_tokens": 8_000 + 300 * i,
+            "input_tokens": 100,
+            "output_tokens": 50,
+        }
+        for s in range(4)
+        for i in range(20)
+    ]
+    with open_store(db) as store:
+        load_rows(store, rows)
+        since = str(store.scalar("SELECT min(ts) + INTERVAL 10 MINUTE FROM requests"))
+    args = ("--sessions", "warehouse", "--db", str(db), "--since", since, "--config", "dram=seed-testbed:HBM,DRAM")
+    args += ("--gpu-kv", "400K", "--duration", "20m", "--format", "json")
+    cold = json.loads(_run(*args).stdout)["configs"][0]
+    r = _run(*args, "--warmup", "15m")
+    assert r.exit_code == 0, r.output
+    warm = json.loads(r.stdout)["configs"][0]
+    # cut by the window, the sessions look new and cold; with the minutes before it, they are not
+    assert (cold["sessions"], cold["ttft"]["new"]["count"], cold["requests_started"]) == (4, 4, 46)
+    assert (warm["sessions"], warm["ttft"]["new"]["count"]) == (0, 0)
+    assert 40 <= warm["requests_started"] <= 46
+    assert warm["tiers"][0]["hit_ratio"] > cold["tiers"][0]["hit_ratio"] + 0.05

@@ -333,3 +333,24 @@ def test_overlapped_loads_in_flight_together_share_the_link_equally():
     # both at half the bandwidth until the smaller finishes, then the rest of the larger at full
     assert ta.ready_t - ta.admit_t == pytest.approx(2 * x / 10e9)
     assert tb.ready_t - tb.admit_t == pytest.approx(2 * x / 10e9 + (y - x) / 10e9)
+
+
+def test_metrics_drop_a_warm_up_from_series_records_and_totals():
+    from kvtrace.simulate.engine import Metrics
+
+    m = Metrics(300.0, ["DRAM"])
+    m.prompt_tok[:] = [1, 2, 3, 4, 5]
+    m.read[0, :] = [10, 20, 30, 40, 50]
+    m.write["new"][0, :] = [5, 6, 7, 8, 9]
+    m.hit_tokens += [100, 10]
+    m.prompt_total, m.preemptions = 200, 3
+    m.ttft = [("new", 30.0, 1.0, 0.0, 0.5), ("continuing", 120.0, 2.0, 0.1, 0.2)]
+    m.mark()
+    m.hit_tokens += [7, 1]
+    m.prompt_total, m.preemptions = 220, 4
+    m.ttft.append(("resumed", 200.0, 0.0, 0.0, 1.0))
+    m.drop_head(120.0)
+    assert m.n == 3 and list(m.prompt_tok) == [3, 4, 5] and list(m.read[0]) == [30, 40, 50]
+    assert list(m.write["new"][0]) == [7, 8, 9] and m.occupancy.shape == (2, 3)
+    assert list(m.hit_tokens) == [7, 1] and (m.prompt_total, m.preemptions) == (20, 1)
+    assert m.ttft == [("continuing", 0.0, 2.0, 0.1, 0.2), ("resumed", 80.0, 0.0, 0.0, 1.0)]

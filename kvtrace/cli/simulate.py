@@ -81,6 +81,13 @@ def simulate(
     duration: Annotated[
         Optional[str], typer.Option("--duration", help="Simulated time: 30m, 2h (sessions arrive throughout).")
     ] = None,
+    warmup: Annotated[
+        Optional[str],
+        typer.Option(
+            "--warmup",
+            help="Simulated before --duration and not measured, so that caches hold what they would and sessions under way are running: 30m, 1h (warehouse sessions: the requests of that time before --since).",
+        ),
+    ] = None,
     seed: Annotated[Optional[int], typer.Option("--seed", help="Random seed of the workload.")] = None,
     model: ModelOpt = None,
     kv_dtype: KvDtypeOpt = None,
@@ -223,6 +230,8 @@ def simulate(
         changes.update(_rate(rate))
     if duration is not None:
         changes["duration_s"] = parse_duration(duration, what="--duration")
+    if warmup is not None:
+        changes["warmup_s"] = parse_duration(warmup, what="--warmup")
     if gpu_kv is not None:
         changes["gpu_kv_tokens"] = parse_tokens(gpu_kv, what="--gpu-kv")
     if config:

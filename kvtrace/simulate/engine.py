@@ -212,9 +212,31 @@ class Metrics:
         self.preemptions = 0
         self.turns: list[Turn] = []
         self.ttft: list[tuple] = []  # (cohort, issue, queue s, load s, prefill s)
+        self._mark = (np.zeros(K + 1), 0, 0)
 
     def bin(self, t: float) -> int:
         return min(max(int(t // self.bin_s), 0), self.n - 1)
+
+    def mark(self) -> None:
+        """Remember the running totals now (the end of a warm-up): :meth:`drop_head` subtracts them."""
+        self._mark = (self.hit_tokens.copy(), self.prompt_total, self.preemptions)
+
+    def drop_head(self, t: float) -> None:
+        """Keep only what follows a warm-up of ``t`` seconds (whole bins; :meth:`mark` was called at
+        ``t``), timed from its end: the series' later bins, the turns issued from ``t`` on, the totals
+        since the mark."""
+        k = int(round(t / self.bin_s))
+        for name in ("prompt_tok", "output_tok", "computed_tok", "busy_s", "steps", "running", "waiting"):
+            setattr(self, name, getattr(self, name)[k:])
+        self.read, self.occupancy = self.read[:, k:], self.occupancy[:, k:]
+        self.write = {c: w[:, k:] for c, w in self.write.items()}
+        self.n -= k
+        hits, prompt, preemptions = self._mark
+        self.hit_tokens = self.hit_tokens - hits
+        self.prompt_total -= prompt
+        self.preemptions -= preemptions
+        self.ttft = [(c, issue - t, *rest) for c, issue, *rest in self.ttft if issue >= t]
+        self.turns = [x for x in self.turns if x.issue_t >= t]
 
     def first_token(self, t: Turn) -> None:
         self.ttft.append((t.cohort, t.issue_t, t.admit_t - t.issue_t, t.ready_t - t.admit_t, t.first_t - t.ready_t))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import tomllib
-from datetime import timedelta
+from datetime import datetime, timedelta
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -100,6 +100,7 @@ class Scenario:
     until: str | None = None
     rate_per_min: float | None = None  # session arrivals per minute (default: the workload's)
     rate_scale: float | None = None  # a multiple of that rate (warehouse: of the recorded sessions)
+    warmup_s: float = 0.0  # simulated before the measured duration, not measured (whole minutes)
     seed: int = 0
     model: str = "MiniMax-M2.7:fp8"
     gpu: str = "RTX-PRO-6000"
@@ -160,8 +161,9 @@ def load_scenario(spec: str) -> Scenario:
         raise ConfigError(f"{where}: not valid TOML: {e}", hint="see docs/simulate.md for the scenario format") from e
     doc = dict(doc)
     configs = [TierConfig(name=c["name"], tiers=c["tiers"], use=c.get("use")) for c in doc.pop("config", [])]
-    if "duration" in doc:
-        doc["duration_s"] = parse_duration(doc.pop("duration"), what=f"{where}: duration")
+    for key in ("duration", "warmup"):
+        if key in doc:
+            doc[f"{key}_s"] = parse_duration(doc.pop(key), what=f"{where}: {key}")
     known = set(Scenario.__dataclass_fields__)
     bad = set(doc) - known
     if bad:
@@ -194,14 +196,15 @@ def _source(sc: Scenario, shard: tuple[int, int] = (0, 1), store=None):
     scale = 1.0 if sc.rate_scale is None else sc.rate_scale
     if not scale > 0:
         raise ConfigError(f"the rate multiple must be > 0, not {scale:g}", hint="e.g. --rate 2x")
+    window = warmup_of(sc) + sc.duration_s  # sessions arrive throughout, warm-up included
     if sc.sessions in PRESETS:
-        over = {**sc.workload, "seed": sc.seed, "days": sc.duration_s / 86400.0}
+        over = {**sc.workload, "seed": sc.seed, "days": window / 86400.0}
         if sc.rate_per_min is not None:
             over["arrival_rate_per_min"] = sc.rate_per_min
         cfg = preset(sc.sessions, **over)
         if scale != 1.0:
             cfg = cfg.replace(arrival_rate_per_min=cfg.arrival_rate_per_min * scale)
-        return SynthSource(cfg, sc.duration_s, resume_gap_s=gap, shard=shard)
+        return SynthSource(cfg, window, resume_gap_s=gap, shard=shard)
     if sc.sessions == "warehouse":
         if sc.rate_per_min is not None:
             raise ConfigError(
@@ -209,14 +212,20 @@ def _source(sc: Scenario, shard: tuple[int, int] = (0, 1), store=None):
                 hint="scale them by a multiple instead, e.g. --rate 2x (twice the sessions) or --rate 0.5x",
             )
         if store is not None:
+            since, origin_us = _bound(store, sc.since), None
+            if since is not None and warmup_of(sc):
+                # the warm-up reads the requests of the time before the window, from its start
+                start = store.scalar("SELECT CAST(? AS TIMESTAMP)", [since]) - timedelta(seconds=warmup_of(sc))
+                since, origin_us = start, (start - datetime(1970, 1, 1)) // timedelta(microseconds=1)
             return WarehouseSource.from_store(
                 store,
-                _bound(store, sc.since),
+                since,
                 _bound(store, sc.until),
                 resume_gap_s=gap,
                 shard=shard,
                 scale=scale,
                 seed=sc.seed,
+                origin_us=origin_us,
             )
         with open_store(sc.db, read_only=True) as opened:
             return _source(sc, shard, opened)
@@ -229,7 +238,14 @@ def _source(sc: Scenario, shard: tuple[int, int] = (0, 1), store=None):
             hint="use " + ", ".join(PRESETS) + ", warehouse (with --db), or kv-cache-tester trace files / a folder",
         )
     rate = (sc.rate_per_min or 2.5) * scale
-    return TesterSource(files, rate, sc.duration_s, seed=sc.seed, resume_gap_s=gap, shard=shard)
+    return TesterSource(files, rate, window, seed=sc.seed, resume_gap_s=gap, shard=shard)
+
+
+def warmup_of(sc: Scenario) -> float:
+    """The scenario's warm-up in seconds, rounded up to whole minutes (the series' bins)."""
+    if not sc.warmup_s >= 0:
+        raise ConfigError(f"the warm-up must be >= 0 s, not {sc.warmup_s:g}", hint="e.g. --warmup 30m")
+    return math.ceil(sc.warmup_s / 60.0) * 60.0
 
 
 # Simulated time after a window's last recorded request, for the last responses to finish.
@@ -300,17 +316,40 @@ def run_node(
     ``shard[1]``-th session, starting with session ``shard[0]``."""
     node = build_node(sc, cfg, cost)
     src = _source(sc, shard, store)
-    node.run(src, sc.duration_s, on_progress)
-    return _node_run(node, src.sessions)
+    warm = warmup_of(sc)
+    node.run(_warmed(src, warm, [node]), warm + sc.duration_s, on_progress)
+    return _node_run(node, src.sessions, warm)
 
 
-def _node_run(node: Node, sessions: int) -> NodeRun:
+def _warmed(src, warm: float, nodes: list[Node]):
+    """``src`` with its sessions counted, and every node's totals marked, from the end of the warm-up."""
+    if not warm:
+        return src
+    src.measure_from = warm
+
+    def start(fleet) -> None:
+        fleet.at(warm, lambda now: [n.metrics.mark() for n in nodes])
+        src(fleet)
+
+    return start
+
+
+def _node_run(node: Node, sessions: int, warm: float = 0.0) -> NodeRun:
+    """What a node's run leaves, from the end of its warm-up of ``warm`` seconds (times from there;
+    a tier already full then has ``first_full`` 0)."""
+    m = node.metrics
+    if warm:
+        m.drop_head(warm)
+
+    def since(t):
+        return None if t is None else max(t - warm, 0.0)
+
     return NodeRun(
-        node.metrics,
+        m,
         node.gpu.capacity,
-        node.gpu.first_full_at,
+        since(node.gpu.first_full_at),
         [r.capacity for r in node.res],
-        [r.first_full_at for r in node.res],
+        [since(r.first_full_at) for r in node.res],
         [r.used for r in node.res],
         len(node.waiting) + sum(1 for s in node.running if s.turn.first_t is None),
         sessions,
@@ -324,8 +363,9 @@ def run_fleet(
     (round-robin or least-loaded): every session, any node."""
     fleet = Fleet([build_node(sc, cfg, cost) for _ in range(nodes)], sc.router)
     src = _source(sc, store=store)
-    fleet.run(src, sc.duration_s, on_progress)
-    return replace(_merge([_node_run(n, 0) for n in fleet.nodes]), sessions=src.sessions)
+    warm = warmup_of(sc)
+    fleet.run(_warmed(src, warm, fleet.nodes), warm + sc.duration_s, on_progress)
+    return replace(_merge([_node_run(n, 0, warm) for n in fleet.nodes]), sessions=src.sessions)
 
 
 def _merge(runs: list[NodeRun]) -> NodeRun:
@@ -631,6 +671,7 @@ def simulate(
         "sessions": sc.sessions,
         "rate_per_min": sc.rate_per_min,
         "rate_scale": sc.rate_scale,
+        "warmup_s": warmup_of(sc),
         "seed": sc.seed,
         "node": {
             **cost.describe(),

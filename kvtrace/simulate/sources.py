@@ -43,7 +43,8 @@ class SynthSource:
         self.heads: dict = {}
         self.chains: dict = {}  # synth Thread -> Chain
         self.last_done: dict = {}  # synth Thread -> completion time of its previous request
-        self.sessions = 0
+        self.sessions = 0  # started from measure_from on (the end of a warm-up)
+        self.measure_from = 0.0
         self.driver: Driver | None = None
 
     def __call__(self, node: Node) -> None:
@@ -62,7 +63,7 @@ class SynthSource:
                 node.at(at, self._arrive, node, i)
 
     def _arrive(self, now: float, node: Node, idx: int) -> None:
-        self.sessions += 1
+        self.sessions += now >= self.measure_from
         proc = self.world.session(idx, int(now * 1000) + self.cfg.start_ms)
         self.driver.step(proc, None)
 
@@ -119,7 +120,8 @@ class TesterSource:
         self.convs = [read_tester(p) for p in paths]
         self.rate, self.window_s, self.seed, self.resume_gap_s = rate_per_min, window_s, seed, resume_gap_s
         self.shard = shard
-        self.sessions = 0
+        self.sessions = 0  # started from measure_from on (the end of a warm-up)
+        self.measure_from = 0.0
 
     def __call__(self, node: Node) -> None:
         rng = random.Random(f"kvtrace-simulate:{self.seed}:arrivals")
@@ -133,7 +135,7 @@ class TesterSource:
             i += 1
 
     def _start(self, now: float, node: Node, conv: dict) -> None:
-        self.sessions += 1
+        self.sessions += now >= self.measure_from
         self._send(node, conv, 0, {}, None)
 
     def _send(self, node: Node, conv: dict, i: int, chains: dict, last: float | None) -> None:
@@ -229,6 +231,7 @@ class WarehouseSource:
         shard: tuple[int, int] = (0, 1),
         scale: float = 1.0,
         seed: int = 0,
+        origin_us: int | None = None,
     ):
         if not rows:
             raise ConfigError(
@@ -239,13 +242,18 @@ class WarehouseSource:
         self.resume_gap_s = resume_gap_s
         threads: dict = {}
         t0 = None
+        origin = None if origin_us is None else origin_us / 1e6
         for session, thread, ts_us, dur_ms, prompt, out in rows:
             end = ts_us / 1e6
             # a recorded duration longer than any API call can last is not trusted to move the start
             start = end - min((dur_ms or 0.0) / 1e3, MAX_REQUEST_S)
+            if origin is not None:
+                start = max(start, origin)
             t0 = start if t0 is None else min(t0, start)
             threads.setdefault((session, thread), []).append((start, end, int(prompt), int(out)))
-        # from the first request's start to the last request's end (every session, whatever the shard)
+        t0 = t0 if origin is None else origin
+        # from the first request's start (or the origin) to the last request's end (every session,
+        # whatever the shard)
         self.span_s = max(b for v in threads.values() for _, b, _, _ in v) - t0
         by_session: dict = {}
         for (session, thread), v in threads.items():
@@ -259,7 +267,8 @@ class WarehouseSource:
                     for thread, turns in session_threads:
                         self.threads[((session, copy), thread)] = [(a + shift, b + shift, p, o) for a, b, p, o in turns]
                 k += 1
-        self.sessions = 0
+        self.sessions = 0  # started from measure_from on (the end of a warm-up)
+        self.measure_from = 0.0
 
     def _shifts(self, session: str, session_threads: list, scale: float, seed: int) -> list[float]:
         """The offsets of a session's instances (empty when thinning drops it)."""
@@ -300,8 +309,9 @@ class WarehouseSource:
         shard: tuple[int, int] = (0, 1),
         scale: float = 1.0,
         seed: int = 0,
+        origin_us: int | None = None,
     ) -> "WarehouseSource":
-        return cls(cls.rows(store, since, until), resume_gap_s, shard, scale, seed)
+        return cls(cls.rows(store, since, until), resume_gap_s, shard, scale, seed, origin_us)
 
     def __call__(self, node: Node) -> None:
         seen = set()
@@ -314,7 +324,7 @@ class WarehouseSource:
         if i >= len(turns):
             return
         if i == 0 and new:
-            self.sessions += 1
+            self.sessions += node.now >= self.measure_from
         start, end, prompt, out = turns[i]
         prev = turns[i - 1] if i else None
         if ch is None or prev is None or prompt < prev[2] + prev[3]:
