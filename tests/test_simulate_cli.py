@@ -342,12 +342,42 @@ def test_warehouse_scale_keeps_sessions_at_random_below_one_and_shards_deal_inst
     for s, _ in more:
         per_session[s] = per_session.get(s, 0) + 1
     assert set(per_session.values()) == {2, 3} and len(per_session) == 40
-    # the shards of a fleet hold every instance once, whatever the number of nodes
+    # the shards of a fleet hold every instance once, all its threads on one node
     whole = WarehouseSource(rows, scale=2.5, seed=1).threads
     parts = [WarehouseSource(rows, scale=2.5, seed=1, shard=(i, 3)).threads for i in range(3)]
     assert sum(len(p) for p in parts) == len(whole) and {k: v for p in parts for k, v in p.items()} == whole
-    with pytest.raises(ConfigError, match="scale must be > 0"):
+    owners = [{inst for inst, _ in p} for p in parts]
+    assert all(owners[i].isdisjoint(owners[j]) for i in range(3) for j in range(i + 1, 3))
+    assert all(len(o) >= 30 for o in owners)
+    # the draws of a session depend on its id and the seed, not on where its rows come
+    assert _instances(WarehouseSource(rows[::-1], scale=2.5, seed=1)) == more
+    with pytest.raises(ConfigError, match="must be > 0"):
         WarehouseSource(rows, scale=0.0)
+    with pytest.raises(ConfigError, match="keeps none of the 40 recorded sessions"):
+        WarehouseSource(rows, scale=0.001)
+
+
+def test_warehouse_copies_multiply_the_traffic_evenly_to_the_ends_of_the_span():
+    import random
+
+    from kvtrace.simulate.sources import WarehouseSource
+
+    rng = random.Random(5)
+    rows = sorted(
+        ((f"s{k}", "main", int(rng.uniform(0, 6 * 3600) * 1e6), 1_000.0, 5_000, 50) for k in range(20_000)),
+        key=lambda r: r[2],
+    )
+    src = WarehouseSource(rows, scale=2.0, seed=3)
+    starts = {copy: [] for copy in (0, 1)}
+    for ((_, copy), _), turns in src.threads.items():
+        starts[copy].append(turns[0][0])
+    bins = 36  # of 10 minutes
+    count = [[0] * bins for _ in (0, 1)]
+    for copy in (0, 1):
+        for t in starts[copy]:
+            count[copy][min(int(t / src.span_s * bins), bins - 1)] += 1
+    ratios = [c / o for c, o in zip(count[1], count[0])]
+    assert min(ratios) > 0.8 and max(ratios) < 1.2, ratios
 
 
 def test_rate_multiples_on_the_command_line(tmp_path):
@@ -385,11 +415,49 @@ def test_rate_multiples_on_the_command_line(tmp_path):
     for bad in ("fast", "0x", "-2", "nanx"):
         r = _run(*args, "--rate", bad)
         assert r.exit_code == 1 and "not a positive number" in r.output, bad
+    # copies are drawn from --seed
+    frac = ("--rate", "1.5x", "--format", "json")
+    runs = [json.loads(_run(*args[:-2], *frac, "--seed", str(k)).stdout)["configs"] for k in (1, 1, 2)]
+    assert runs[0] == runs[1] != runs[2]
+    # without --duration, warehouse sessions run over the window and 5 minutes more
+    assert one["duration_s"] == 2100.0  # the last request ends 29 min 1 s after the first began
     # a synth workload: 2x its rate is the same run as its rate doubled
     synth = ("--config", "gpu=seed-testbed:HBM", "--gpu-kv", "400K", "--duration", "10m", "--format", "json")
     doubled = json.loads(_run(*synth, "--rate", "5").stdout)["configs"]
     assert json.loads(_run(*synth, "--rate", "2x").stdout)["configs"] == doubled
     assert json.loads(_run(*synth).stdout)["configs"] != doubled
+    # kv-cache-tester conversations: 2x their default of 2.5 a minute
+    files = ",".join(str(p) for p in sorted(FIXTURES.glob("trace_000*.json.gz")))
+    tester = ("--sessions", files, "--config", "gpu=h100:HBM", "--duration", "10m", "--model", "Llama-3.1-70B")
+    tester += ("--gpu", "H100", "--gpus", "8", "--format", "json")
+    five = json.loads(_run(*tester, "--rate", "5").stdout)["configs"]
+    assert json.loads(_run(*tester, "--rate", "2x").stdout)["configs"] == five
+
+
+@pytest.mark.parametrize(
+    "line, error",
+    [
+        ('rate = "2x"', None),
+        ("rate = 5", None),
+        ("rate_scale = true", "rate_scale must be a positive number"),
+        ('rate_scale = "2x"', "rate_scale must be a positive number"),
+        ("rate = 0", "rate 0: not a positive number"),
+        ('warmup = "10m"', None),
+    ],
+)
+def test_scenario_files_take_a_rate_and_a_warm_up(tmp_path, line, error):
+    path = tmp_path / "s.toml"
+    path.write_text(f'name = "t"\nduration = "10m"\n{line}\n[[config]]\nname = "gpu"\ntiers = "seed-testbed"\n')
+    if error:
+        with pytest.raises(ConfigError, match=error):
+            load_scenario(str(path))
+        return
+    sc = load_scenario(str(path))
+    assert (sc.rate_scale, sc.rate_per_min, sc.warmup_s) == {
+        'rate = "2x"': (2.0, None, 0.0),
+        "rate = 5": (None, 5.0, 0.0),
+        'warmup = "10m"': (None, None, 600.0),
+    }[line]
 
 
 def test_a_warm_up_is_simulated_and_left_out_of_every_figure():

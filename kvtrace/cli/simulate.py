@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from typing import Annotated, Optional
 
@@ -24,19 +23,6 @@ from kvtrace.errors import ConfigError
 from kvtrace.report.simulate_page import render_simulate_html
 from kvtrace.units import parse_duration, parse_tokens
 from kvtrace.synth.config import set_field
-
-
-def _rate(text: str) -> dict:
-    """``--rate``: ``5`` (sessions per minute) or ``2x`` (a multiple of the workload's rate)."""
-    t = text.strip().lower()
-    multiple = t.endswith("x")
-    try:
-        v = float(t[:-1] if multiple else t)
-    except ValueError:
-        v = float("nan")
-    if not (v > 0 and math.isfinite(v)):
-        raise ConfigError(f"--rate {text!r}: not a positive number", hint="e.g. --rate 5 (per minute) or --rate 2x")
-    return {"rate_scale": v} if multiple else {"rate_per_min": v, "rate_scale": None}
 
 
 def simulate(
@@ -79,7 +65,11 @@ def simulate(
         ),
     ] = None,
     duration: Annotated[
-        Optional[str], typer.Option("--duration", help="Simulated time: 30m, 2h (sessions arrive throughout).")
+        Optional[str],
+        typer.Option(
+            "--duration",
+            help="Measured simulated time: 30m, 2h (sessions arrive throughout); default 2h, for warehouse sessions the window's (its first request to 5 minutes after its last).",
+        ),
     ] = None,
     warmup: Annotated[
         Optional[str],
@@ -88,7 +78,9 @@ def simulate(
             help="Simulated before --duration and not measured, so that caches hold what they would and sessions under way are running: 30m, 1h (warehouse sessions: the requests of that time before --since).",
         ),
     ] = None,
-    seed: Annotated[Optional[int], typer.Option("--seed", help="Random seed of the workload.")] = None,
+    seed: Annotated[
+        Optional[int], typer.Option("--seed", help="Random seed of the workload (and of --rate Nx copies).")
+    ] = None,
     model: ModelOpt = None,
     kv_dtype: KvDtypeOpt = None,
     gpu: Annotated[
@@ -200,9 +192,10 @@ def simulate(
 
     Example: kvtrace simulate --scenario seed-study --tier-mode exclusive
 
-    Example: kvtrace simulate --sessions warehouse --db kv.duckdb --since 7d --rate 2x --config h100 --nodes auto --ttft-p90 2
+    Example: kvtrace simulate --sessions warehouse --db kv.duckdb --since 1d --warmup 1h --rate 2x --config h100 --nodes auto --ttft-p90 2
     """
-    from kvtrace.simulate.run import Scenario, calibrate as fit_factors, load_scenario, parse_config, simulate as run
+    from kvtrace.simulate.run import Scenario, calibrate as fit_factors, load_scenario, parse_config, parse_rate
+    from kvtrace.simulate.run import simulate as run
 
     if format not in ("table", "json", "html"):
         raise ConfigError(f"unknown --format '{format}'", hint="choose table, json or html")
@@ -227,7 +220,7 @@ def simulate(
         if value is not None:
             changes[key] = value
     if rate is not None:
-        changes.update(_rate(rate))
+        changes.update(parse_rate(rate))
     if duration is not None:
         changes["duration_s"] = parse_duration(duration, what="--duration")
     if warmup is not None:
@@ -249,6 +242,8 @@ def simulate(
         policy["write_back"] = False
     changes["policy"] = policy
     sc = replace(sc, **changes)
+    if duration is None and scenario is None and sc.sessions == "warehouse":
+        sc = replace(sc, duration_s=_window_span(sc))
     sc.policy_obj()
     sc.cost()
     if calibrate is not None:
@@ -321,3 +316,17 @@ def _emit(res: dict, format: str, out, table) -> None:
 
 def register(app: typer.Typer) -> None:
     app.command("simulate")(guarded(simulate))
+
+
+def _window_span(sc) -> float:
+    """Warehouse sessions run, by default, from the window's first request to just after its last."""
+    from kvtrace.simulate.run import warehouse_span_s
+    from kvtrace.store import open_store
+
+    with open_store(sc.db, read_only=True) as store:
+        span = warehouse_span_s(store, sc.since, sc.until)
+    if span is None:
+        raise ConfigError(
+            "the warehouse has no requests in the window", hint="ingest telemetry first, or widen --since/--until"
+        )
+    return span

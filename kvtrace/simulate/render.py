@@ -50,8 +50,8 @@ def render_table(res: dict, console: Console) -> None:
             str(c.get("nodes", 1)),
             f"{c['peak_tokens_per_s']:,.0f}",
             f"{c['steady_tokens_per_s']:,.0f}",
-            f"{c['ratio_peak']:.2f}x",
-            f"{c['ratio_steady']:.2f}x",
+            _ratio(c["ratio_peak"]),
+            _ratio(c["ratio_steady"]),
             f"{c['computed_steady_tokens_per_s']:,.0f}",
             f"{c['gpu_busy']:.0%}",
             str(c["preemptions"]),
@@ -106,3 +106,8 @@ def render_table(res: dict, console: Console) -> None:
                 _s(v["prefill_p50_s"]),
             )
     console.print(t)
+
+
+def _ratio(v) -> str:
+    """A ratio to the first configuration; none when that one served nothing."""
+    return "-" if v is None else f"{v:.2f}x"

@@ -141,6 +141,20 @@ class Scenario:
         )
 
 
+def parse_rate(value, what: str = "--rate") -> dict:
+    """A session rate as typed: ``5`` (sessions per minute) or ``2x`` (a multiple of the workload's
+    own rate); the Scenario fields it sets."""
+    text = str(value).strip().lower()
+    multiple = text.endswith("x")
+    try:
+        v = float(text[:-1] if multiple else text) if not isinstance(value, bool) else math.nan
+    except ValueError:
+        v = math.nan
+    if not (v > 0 and math.isfinite(v)):
+        raise ConfigError(f"{what} {value!r}: not a positive number", hint="e.g. 5 (sessions per minute) or 2x")
+    return {"rate_scale": v} if multiple else {"rate_per_min": v, "rate_scale": None}
+
+
 def scenario_names() -> list[str]:
     files = resources.files("kvtrace.simulate").joinpath("data/scenarios")
     return sorted(p.name[:-5] for p in files.iterdir() if p.name.endswith(".toml"))
@@ -164,6 +178,12 @@ def load_scenario(spec: str) -> Scenario:
     for key in ("duration", "warmup"):
         if key in doc:
             doc[f"{key}_s"] = parse_duration(doc.pop(key), what=f"{where}: {key}")
+    if "rate" in doc:  # 5 (per minute) or "2x"
+        doc.update(parse_rate(doc.pop("rate"), what=f"{where}: rate"))
+    for key in ("rate_per_min", "rate_scale"):
+        v = doc.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf):
+            raise ConfigError(f"{where}: {key} must be a positive number, not {v!r}", hint='or write rate = 5 or "2x"')
     known = set(Scenario.__dataclass_fields__)
     bad = set(doc) - known
     if bad:
@@ -208,7 +228,8 @@ def _source(sc: Scenario, shard: tuple[int, int] = (0, 1), store=None):
     if sc.sessions == "warehouse":
         if sc.rate_per_min is not None:
             raise ConfigError(
-                "warehouse sessions keep their recorded arrivals: a rate per minute does not apply",
+                f"a rate of {sc.rate_per_min:g} sessions a minute (--rate, or the scenario's rate) does not apply"
+                " to warehouse sessions: they keep their recorded arrivals",
                 hint="scale them by a multiple instead, e.g. --rate 2x (twice the sessions) or --rate 0.5x",
             )
         if store is not None:

@@ -15,9 +15,10 @@
 Synth and kv-cache-tester sources scale with ``rate`` (sessions per minute); warehouse sessions
 scale by a multiple (``scale``): recorded sessions are copied, or kept at random, whole (see
 :class:`WarehouseSource`). ``shard=(i, n)``
-keeps every n-th session from the i-th: the sessions a session-affinity router sends to node i of
-n (round robin over sessions). A turn's cohort is ``new`` (a session's first
-request), ``resumed`` (its thread was idle longer than the policy's resume gap) or ``continuing``.
+keeps every n-th session (for warehouse sessions: every n-th instance, copies included) from the
+i-th: the sessions a session-affinity router sends to node i of n (round robin over sessions).
+A turn's cohort is ``new`` (a session's first request), ``resumed`` (its thread was idle longer
+than the policy's resume gap) or ``continuing``.
 """
 
 from __future__ import annotations
@@ -207,6 +208,8 @@ MAX_REQUEST_S = 3600.0
 # A copy of a recorded session (``scale`` > 1) starts up to this much earlier or later than its
 # original: apart from it, and still at the same time of day give or take half an hour.
 COPY_SPREAD_S = 1800.0
+# The largest session multiple (``--rate 1000x``): copies are held in memory.
+MAX_SCALE = 1000.0
 
 
 class WarehouseSource:
@@ -219,9 +222,10 @@ class WarehouseSource:
     ``scale`` multiplies the sessions (traffic growth): each recorded session runs
     ``floor(scale)`` times, and once more with probability ``scale - floor(scale)`` (below 1: it
     is kept with probability ``scale``). The first instance keeps the recorded times; each copy is
-    the whole session moved by one offset drawn from ``±COPY_SPREAD_S`` (the other way if that
-    would move it out of the recorded span, not at all if both would). Draws are seeded by
-    ``seed`` and the session's id, so they depend on neither the shard nor the order of rows.
+    the whole session moved by one offset drawn from ``±COPY_SPREAD_S`` (mirrored back at an end
+    of the recorded span it would pass; not moved if it still does not fit). Draws are seeded by
+    ``seed`` and the session's id, so they depend on neither the shard nor other sessions. The
+    shards deal instances in the order of their sessions' first rows (time order).
     """
 
     def __init__(
@@ -237,8 +241,10 @@ class WarehouseSource:
             raise ConfigError(
                 "the warehouse has no requests in the window", hint="ingest telemetry first, or widen --since/--until"
             )
-        if not scale > 0:
-            raise ConfigError(f"the session scale must be > 0, not {scale:g}", hint="e.g. --rate 2x")
+        if not 0 < scale <= MAX_SCALE:
+            raise ConfigError(
+                f"the session multiple must be > 0 and at most {MAX_SCALE:g}, not {scale:g}", hint="e.g. --rate 2x"
+            )
         self.resume_gap_s = resume_gap_s
         threads: dict = {}
         t0 = None
@@ -257,6 +263,7 @@ class WarehouseSource:
         self.span_s = max(b for v in threads.values() for _, b, _, _ in v) - t0
         by_session: dict = {}
         for (session, thread), v in threads.items():
+            v.sort(key=lambda turn: turn[1])  # by end, as recorded
             by_session.setdefault(session, []).append((thread, [(a - t0, b - t0, p, o) for a, b, p, o in v]))
         # instances (session, copy) numbered by first appearance: the shards deal them round robin
         self.threads = {}
@@ -267,6 +274,11 @@ class WarehouseSource:
                     for thread, turns in session_threads:
                         self.threads[((session, copy), thread)] = [(a + shift, b + shift, p, o) for a, b, p, o in turns]
                 k += 1
+        if not k:
+            raise ConfigError(
+                f"a multiple of {scale:g} keeps none of the {len(by_session)} recorded sessions",
+                hint="raise the multiple (--rate)",
+            )
         self.sessions = 0  # started from measure_from on (the end of a warm-up)
         self.measure_from = 0.0
 
@@ -284,10 +296,13 @@ class WarehouseSource:
         shifts = [0.0]
         for _ in range(n - 1):
             d = rng.uniform(-COPY_SPREAD_S, COPY_SPREAD_S)
+            # past an end of the span, mirrored back at that end (the density near it stays even)
+            if first + d < 0:
+                d = -2 * first - d
+            elif last + d > self.span_s:
+                d = 2 * (self.span_s - last) - d
             if first + d < 0 or last + d > self.span_s:
-                d = -d
-                if first + d < 0 or last + d > self.span_s:
-                    d = 0.0
+                d = 0.0
             shifts.append(d)
         return shifts
 
