@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvtrace.errors import ConfigError
+from kvtrace.errors import BadTraceInput, ConfigError
 from kvtrace.replay import replay
 from kvtrace.replay.catalog import resolve_model
 from kvtrace.replay.tiers import tiers_from_dict
@@ -354,3 +354,57 @@ def test_metrics_drop_a_warm_up_from_series_records_and_totals():
     assert list(m.write["new"][0]) == [7, 8, 9] and m.occupancy.shape == (2, 3)
     assert list(m.hit_tokens) == [7, 1] and (m.prompt_total, m.preemptions) == (20, 1)
     assert m.ttft == [("continuing", 0.0, 2.0, 0.1, 0.2), ("resumed", 80.0, 0.0, 0.0, 1.0)]
+
+
+def test_kv_cache_tester_think_times_and_sub_agents_as_kv_cache_tester_replays_them(tmp_path):
+    import json
+
+    from kvtrace.simulate.sources import TesterSource, read_tester
+
+    def req(n, think, out=10):
+        return {"t": 0.0, "type": "n", "in": n, "out": out, "hash_ids": list(range(n // 64)), "think_time": think}
+
+    conv = {
+        "block_size": 64,
+        "requests": [
+            req(1_000, 0.0),
+            req(1_100, 30.0),  # its think time: 30 s after the request before it completed
+            {"type": "subagent", "t": 40.0, "requests": [req(500, 0.0), req(600, 5.0)]},
+            {"type": "subagent", "t": 41.0, "requests": [req(700, 0.0)]},
+            req(1_200, 3.0),  # waits for both sub-agents, longer than its think time
+            req(1_300, 400.0),  # idle longer than the resume gap
+            {"type": "subagent", "t": 900.0, "requests": [req(800, 0.0)]},
+            req(1_400, 50.0),  # its think time outlasts the sub-agent
+        ],
+    }
+    path = tmp_path / "trace_0001.json"
+    path.write_text(json.dumps(conv))
+    src = TesterSource([path], 1.0, 3600.0)
+    node = Node(FixedCost(0.1), 100_000, [], Policy(), keep_turns=True)
+    m = node.run(lambda n: n.at(0.0, src._start, n, read_tester(path)), 3600)
+    by = {t.prompt: t for t in m.turns}
+    assert sorted(by) == [500, 600, 700, 800, 1_000, 1_100, 1_200, 1_300, 1_400]
+    main0, main1, a0, a1, b0, main2, main3 = (by[k] for k in (1_000, 1_100, 500, 600, 700, 1_200, 1_300))
+    assert main0.issue_t == 0.0 and main1.issue_t == pytest.approx(main0.done_t + 30.0)
+    assert a0.issue_t == b0.issue_t == pytest.approx(main1.done_t)  # started together
+    assert a1.issue_t == pytest.approx(a0.done_t + 5.0)
+    assert main2.issue_t == pytest.approx(max(a1.done_t, b0.done_t))
+    assert main2.issue_t > main1.done_t + 3.0
+    assert main3.issue_t == pytest.approx(main2.done_t + 400.0)
+    assert by[800].issue_t == pytest.approx(main3.done_t) and by[800].done_t < main3.done_t + 50.0
+    assert by[1_400].issue_t == pytest.approx(main3.done_t + 50.0)
+    assert [t.cohort for t in (main0, main1, a0, a1, b0, main2, main3)] == [
+        "new",
+        "continuing",
+        "continuing",
+        "continuing",
+        "continuing",
+        "continuing",
+        "resumed",
+    ]
+    assert src.sessions == 1
+    # a sub-agent entry without its requests' fields names where it is
+    conv["requests"][3]["requests"][0].pop("in")
+    path.write_text(json.dumps(conv))
+    with pytest.raises(BadTraceInput, match="request 3.0 lacks it"):
+        read_tester(path)

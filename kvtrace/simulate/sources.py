@@ -9,8 +9,9 @@
   thread of a session is a client that starts at its recorded first request and then sends each
   next request after the gap it recorded (next start, i.e. end minus duration, minus this end).
 - :class:`TesterSource` replays kv-cache-tester conversations (``api_time``/``think_time`` per
-  request): each conversation's next request is sent ``think_time`` after the previous one
-  completed; conversations start as a Poisson process, cycling through the files.
+  request): each request is sent its own ``think_time`` after the previous one completed, and
+  sub-agent entries run as conversations of their own that the thread waits for; conversations
+  start as a Poisson process, cycling through the files.
 
 Synth and kv-cache-tester sources scale with ``rate`` (sessions per minute); warehouse sessions
 scale by a multiple (``scale``): recorded sessions are copied, or kept at random, whole (see
@@ -137,16 +138,50 @@ class TesterSource:
 
     def _start(self, now: float, node: Node, conv: dict) -> None:
         self.sessions += now >= self.measure_from
-        self._send(node, conv, 0, {}, None)
+        self._after(node, _Conversation(conv["requests"], conv["block_size"]), 0, now)
 
-    def _send(self, node: Node, conv: dict, i: int, chains: dict, last: float | None) -> None:
-        reqs = conv["requests"]
+    def _after(self, node: Node, c: "_Conversation", i: int, t: float) -> None:
+        """Request ``i`` of ``c`` comes next; its previous one completed at ``t``. As kv-cache-tester
+        replays (``think-only``): a request is sent its own ``think_time`` after the previous one
+        completed; a run of ``subagent`` entries starts its sub-agents at once, each a conversation of
+        its own, and the thread's next request waits for all of them (and for its think time)."""
+        reqs = c.reqs
         if i >= len(reqs):
+            if c.on_end is not None:
+                c.on_end(t)
             return
-        r = reqs[i]
+        if reqs[i].get("type") != "subagent":
+            delay = float(reqs[i].get("think_time") or 0.0) if i else 0.0
+            node.at(t + delay, lambda now: self._send(node, c, i))
+            return
+        j = i
+        while j < len(reqs) and reqs[j].get("type") == "subagent":
+            j += 1
+        subs = [r["requests"] for r in reqs[i:j] if r.get("requests")]
+        left = [len(subs)]
+
+        def sub_done(t_end: float) -> None:
+            left[0] -= 1
+            if left[0]:
+                return
+            if j >= len(reqs):  # the sub-agents were the last of the thread
+                self._after(node, c, j, t_end)
+                return
+            # the thread goes on when they have all ended, and its think time since its own last
+            # request has passed
+            ready = (t if c.last is None else c.last) + float(reqs[j].get("think_time") or 0.0)
+            node.at(max(t_end, ready), lambda now: self._send(node, c, j))
+
+        if not subs:
+            self._after(node, c, j, t)
+            return
+        for sub in subs:
+            self._after(node, _Conversation(sub, c.bt, sub=True, on_end=sub_done), 0, t)
+
+    def _send(self, node: Node, c: "_Conversation", i: int) -> None:
+        r = c.reqs[i]
         key = r["type"]
-        ch, prev = chains.get(key, (None, None))
-        bt = conv["block_size"]
+        ch, prev = c.chains.get(key, (None, None))
         if ch is None:
             ch, keep = Chain(None), 0
         else:
@@ -155,18 +190,27 @@ class TesterSource:
                 if a != b:
                     break
                 same += 1
-            keep = min(same * bt, ch.valid)
-        chains[key] = (ch, r["hash_ids"])
-        cohort = (
-            "new"
-            if i == 0
-            else ("resumed" if last is not None and node.now - last > self.resume_gap_s else "continuing")
-        )
+            keep = min(same * c.bt, ch.valid)
+        c.chains[key] = (ch, r["hash_ids"])
+        if c.last is None:
+            cohort = "continuing" if c.sub else "new"
+        else:
+            cohort = "resumed" if node.now - c.last > self.resume_gap_s else "continuing"
 
         def done(t: float) -> None:
-            node.at(t + float(r.get("think_time") or 0.0), lambda now: self._send(node, conv, i + 1, chains, t))
+            c.last = t
+            self._after(node, c, i + 1, t)
 
         node.issue(Turn(ch, r["in"], r["out"], keep=keep, cohort=cohort, on_done=done))
+
+
+class _Conversation:
+    """One kv-cache-tester thread being replayed: a conversation's requests, or a sub-agent's."""
+
+    def __init__(self, reqs: list, bt: int, sub: bool = False, on_end=None):
+        self.reqs, self.bt, self.sub, self.on_end = reqs, bt, sub, on_end
+        self.chains: dict = {}  # request type -> (Chain, its last hash_ids)
+        self.last: float | None = None  # when its previous request completed
 
 
 def read_tester(path: Path) -> dict:
@@ -185,21 +229,35 @@ def read_tester(path: Path) -> dict:
         raise BadTraceInput(
             str(path), None, "no requests list", field="requests", hint="pass trace_NNNN.json files of kv-cache-tester"
         )
-    for k, r in enumerate(doc["requests"]):
+    _check_requests(str(path), doc["requests"], "request ")
+    doc.setdefault("block_size", 64)
+    return doc
+
+
+def _check_requests(path: str, reqs: list, where: str) -> None:
+    """Every request carries whole ``in``/``out`` counts and ``hash_ids``; a ``subagent`` entry
+    carries its own ``requests`` (``where``: how an error names the request, e.g. "request 16.2 ")."""
+    for k, r in enumerate(reqs):
+        name = f"{where}{k}"
+        if not isinstance(r, dict):
+            raise BadTraceInput(path, None, f"{name} is not an object", field="requests")
+        if r.get("type") == "subagent":
+            if not isinstance(r.get("requests", []), list):
+                raise BadTraceInput(path, None, f"{name}: a subagent entry's requests must be a list", field="requests")
+            _check_requests(path, r.get("requests", []), f"{name}.")
+            continue
         for f in ("in", "out", "hash_ids"):
             if f not in r:
                 raise BadTraceInput(
-                    str(path),
+                    path,
                     None,
-                    f"request {k} lacks it",
+                    f"{name} lacks it",
                     field=f,
-                    hint="kv-cache-tester requests carry in, out, hash_ids, think_time",
+                    hint="kv-cache-tester requests carry in, out, hash_ids, think_time (or type subagent and requests)",
                 )
         if not isinstance(r["in"], int) or r["in"] < 1 or not isinstance(r["out"], int) or r["out"] < 0:
-            raise BadTraceInput(str(path), None, f"request {k}: in/out must be whole token counts", field="in")
+            raise BadTraceInput(path, None, f"{name}: in/out must be whole token counts", field="in")
         r.setdefault("type", "n")
-    doc.setdefault("block_size", 64)
-    return doc
 
 
 # The longest a model request is taken to last (API clients give up well before): a longer
