@@ -289,6 +289,31 @@ def _warehouse_rows(n_sessions=40, seed=3):
     return sorted(rows, key=lambda r: r[2])
 
 
+def _sessions_db(tmp_path, sessions, requests, start_min, every_min, took_ms):
+    """A warehouse of ``sessions`` sessions (the k-th begins at minute ``k * start_min``), each of
+    ``requests`` requests ``every_min`` minutes apart that took ``took_ms`` and grow by 300 tokens."""
+    from kvtrace.store import open_store
+    from tests.report_samples import load_rows
+
+    db = tmp_path / "w.duckdb"
+    rows = [
+        {
+            "request_key": f"r{s}-{i}",
+            "ts": float(start_min * s + every_min * i),
+            "session_id": f"s{s}",
+            "duration_ms": took_ms,
+            "cache_read_tokens": 8_000 + 300 * i,
+            "input_tokens": 100,
+            "output_tokens": 50,
+        }
+        for s in range(sessions)
+        for i in range(requests)
+    ]
+    with open_store(db) as store:
+        load_rows(store, rows)
+    return db
+
+
 def _instances(src):
     """``{(session, copy): {thread: turns}}`` of a warehouse source."""
     out: dict = {}
@@ -381,25 +406,7 @@ def test_warehouse_copies_multiply_the_traffic_evenly_to_the_ends_of_the_span():
 
 
 def test_rate_multiples_on_the_command_line(tmp_path):
-    from kvtrace.store import open_store
-    from tests.report_samples import load_rows
-
-    db = tmp_path / "w.duckdb"
-    rows = [
-        {
-            "request_key": f"r{s}-{i}",
-            "ts": float(5 * s + 2 * i),
-            "session_id": f"s{s}",
-            "duration_ms": 1_000.0,
-            "cache_read_tokens": 8_000 + 300 * i,
-            "input_tokens": 100,
-            "output_tokens": 50,
-        }
-        for s in range(6)
-        for i in range(3)
-    ]
-    with open_store(db) as store:
-        load_rows(store, rows)
+    db = _sessions_db(tmp_path, sessions=6, requests=3, start_min=5, every_min=2, took_ms=1_000.0)
     args = ("--sessions", "warehouse", "--db", str(db), "--config", "gpu=seed-testbed:HBM", "--gpu-kv", "400K")
     one = json.loads(_run(*args, "--format", "json").stdout)
     r = _run(*args, "--rate", "2x", "--format", "json")
@@ -485,25 +492,10 @@ def test_a_warm_up_is_simulated_and_left_out_of_every_figure():
 
 def test_a_warm_up_reads_the_warehouse_before_the_window(tmp_path):
     from kvtrace.store import open_store
-    from tests.report_samples import load_rows
 
-    db = tmp_path / "w.duckdb"
     # four sessions of twenty requests a minute apart, begun at minutes 0-3; the window opens at 10
-    rows = [
-        {
-            "request_key": f"r{s}-{i}",
-            "ts": float(s + i),
-            "session_id": f"s{s}",
-            "duration_ms": 2_000.0,
-            "cache_read_tokens": 8_000 + 300 * i,
-            "input_tokens": 100,
-            "output_tokens": 50,
-        }
-        for s in range(4)
-        for i in range(20)
-    ]
-    with open_store(db) as store:
-        load_rows(store, rows)
+    db = _sessions_db(tmp_path, sessions=4, requests=20, start_min=1, every_min=1, took_ms=2_000.0)
+    with open_store(db, read_only=True) as store:
         since = str(store.scalar("SELECT min(ts) + INTERVAL 10 MINUTE FROM requests"))
     args = ("--sessions", "warehouse", "--db", str(db), "--since", since, "--config", "dram=seed-testbed:HBM,DRAM")
     args += ("--gpu-kv", "400K", "--duration", "20m", "--format", "json")
