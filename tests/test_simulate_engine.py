@@ -408,3 +408,22 @@ def test_kv_cache_tester_think_times_and_sub_agents_as_kv_cache_tester_replays_t
     path.write_text(json.dumps(conv))
     with pytest.raises(BadTraceInput, match="request 3.0 lacks it"):
         read_tester(path)
+
+
+def test_kv_cache_tester_requests_of_either_type_extend_one_chain():
+    """In trace_0112 a streaming request (type s) extends the non-streaming ones around it: it
+    hits their prefix, and the next one hits it."""
+    from pathlib import Path
+
+    from kvtrace.simulate.sources import TesterSource, read_tester
+
+    path = Path(__file__).parent / "fixtures" / "kv-cache-tester" / "trace_0112.json.gz"
+    conv = read_tester(path)
+    assert [r["type"] for r in conv["requests"]].count("s") == 1
+    src = TesterSource([path], 1.0, 36_000.0)
+    node = Node(FixedCost(0.01), 2_000_000, [], Policy(), keep_turns=True)
+    m = node.run(lambda n: n.at(0.0, src._start, n, conv), 36_000)
+    turns = sorted(m.turns, key=lambda t: t.issue_t)
+    assert [t.prompt for t in turns] == [r["in"] for r in conv["requests"]]
+    for before, t in zip(turns, turns[1:]):
+        assert t.hits[0] >= before.prompt - 64, (before.prompt, t.prompt, t.hits)

@@ -180,18 +180,21 @@ class TesterSource:
 
     def _send(self, node: Node, c: "_Conversation", i: int) -> None:
         r = c.reqs[i]
-        key = r["type"]
-        ch, prev = c.chains.get(key, (None, None))
-        if ch is None:
+        ids = r["hash_ids"]
+        # the chain whose last request shares the longest prefix with this one (streaming or not,
+        # ``type`` s or n, requests of a thread extend each other); none shared: a new chain
+        best, same = None, 0
+        for k, (ch, prev) in enumerate(c.chains):
+            n = _common_prefix(prev, ids)
+            if n > same:
+                best, same = k, n
+        if best is None:
             ch, keep = Chain(None), 0
+            c.chains.append([ch, ids])
         else:
-            same = 0
-            for a, b in zip(prev, r["hash_ids"]):
-                if a != b:
-                    break
-                same += 1
+            ch = c.chains[best][0]
             keep = min(same * c.bt, ch.valid)
-        c.chains[key] = (ch, r["hash_ids"])
+            c.chains[best][1] = ids
         if c.last is None:
             cohort = "continuing" if c.sub else "new"
         else:
@@ -209,8 +212,18 @@ class _Conversation:
 
     def __init__(self, reqs: list, bt: int, sub: bool = False, on_end=None):
         self.reqs, self.bt, self.sub, self.on_end = reqs, bt, sub, on_end
-        self.chains: dict = {}  # request type -> (Chain, its last hash_ids)
+        self.chains: list = []  # [Chain, the hash_ids of its last request]
         self.last: float | None = None  # when its previous request completed
+
+
+def _common_prefix(a: list, b: list) -> int:
+    """How many leading block hashes ``a`` and ``b`` share."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 def read_tester(path: Path) -> dict:
