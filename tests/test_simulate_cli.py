@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -487,7 +489,21 @@ def test_a_warm_up_is_simulated_and_left_out_of_every_figure():
     assert b["ttft"]["new"]["count"] <= b["sessions"] < a["sessions"]
     gpu_a, gpu_b = a["tiers"][0], b["tiers"][0]
     assert gpu_b["first_full_s"] == max(gpu_a["first_full_s"] - 480, 0)
-    assert json.loads(_run(*common, "--duration", "20m", "--warmup", "0").stdout)["configs"] == whole["configs"]
+    # every array of the node's metrics, and totals counted from the warm-up's end
+    from kvtrace.simulate.run import Scenario, parse_config, run_node
+
+    sc = Scenario(duration_s=1200.0, rate_per_min=6.0, gpu_kv_tokens=300_000)
+    cfg = parse_config("dram=seed-testbed:HBM,DRAM")
+    m_whole = run_node(sc, cfg).metrics
+    m_warm = run_node(replace(sc, duration_s=720.0, warmup_s=480.0), cfg).metrics
+    for name in ("prompt_tok", "output_tok", "computed_tok", "busy_s", "steps", "running", "waiting"):
+        assert getattr(m_warm, name) == pytest.approx(getattr(m_whole, name)[8:], rel=1e-12), name
+    assert m_warm.read == pytest.approx(m_whole.read[:, 8:], rel=1e-12)
+    assert m_warm.occupancy == pytest.approx(m_whole.occupancy[:, 8:], rel=1e-12)
+    for cause, w in m_warm.write.items():
+        assert w == pytest.approx(m_whole.write[cause][:, 8:], rel=1e-12), cause
+    assert 0 < m_warm.prompt_total < m_whole.prompt_total and (m_warm.hit_tokens < m_whole.hit_tokens).all()
+    assert [r[1] + 480 for r in m_warm.ttft] == pytest.approx([r[1] for r in m_whole.ttft if r[1] >= 480])
 
 
 def test_a_warm_up_reads_the_warehouse_before_the_window(tmp_path):
@@ -508,3 +524,13 @@ def test_a_warm_up_reads_the_warehouse_before_the_window(tmp_path):
     assert (warm["sessions"], warm["ttft"]["new"]["count"]) == (0, 0)
     assert 40 <= warm["requests_started"] <= 46
     assert warm["tiers"][0]["hit_ratio"] > cold["tiers"][0]["hit_ratio"] + 0.05
+    # the measured window starts at --since, however long before the first request it is
+    early = str(datetime.fromisoformat(since) - timedelta(hours=1))
+    late = ("--sessions", "warehouse", "--db", str(db), "--since", early, "--config", "gpu=seed-testbed:HBM")
+    r = _run(*late, "--gpu-kv", "400K", "--warmup", "10m", "--format", "json")
+    doc = json.loads(r.stdout)
+    # from 50 min before the first request to 5 min after the last (at minute 22)
+    assert doc["configs"][0]["requests_started"] == 80 and doc["duration_s"] == 60 * (50 + 22 + 5)
+    # a warm-up of warehouse sessions needs the time before --since
+    r = _run("--sessions", "warehouse", "--db", str(db), "--config", "gpu=seed-testbed:HBM", "--warmup", "10m")
+    assert r.exit_code == 1 and "give --since" in r.output

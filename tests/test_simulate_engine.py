@@ -340,6 +340,8 @@ def test_metrics_drop_a_warm_up_from_series_records_and_totals():
 
     m = Metrics(300.0, ["DRAM"])
     m.prompt_tok[:] = [1, 2, 3, 4, 5]
+    for k, name in enumerate(("output_tok", "computed_tok", "busy_s", "steps", "running", "waiting")):
+        getattr(m, name)[:] = [10 * k + b for b in range(5)]
     m.read[0, :] = [10, 20, 30, 40, 50]
     m.write["new"][0, :] = [5, 6, 7, 8, 9]
     m.hit_tokens += [100, 10]
@@ -351,6 +353,8 @@ def test_metrics_drop_a_warm_up_from_series_records_and_totals():
     m.ttft.append(("resumed", 200.0, 0.0, 0.0, 1.0))
     m.drop_head(120.0)
     assert m.n == 3 and list(m.prompt_tok) == [3, 4, 5] and list(m.read[0]) == [30, 40, 50]
+    for k, name in enumerate(("output_tok", "computed_tok", "busy_s", "steps", "running", "waiting")):
+        assert list(getattr(m, name)) == [10 * k + b for b in (2, 3, 4)], name
     assert list(m.write["new"][0]) == [7, 8, 9] and m.occupancy.shape == (2, 3)
     assert list(m.hit_tokens) == [7, 1] and (m.prompt_total, m.preemptions) == (20, 1)
     assert m.ttft == [("continuing", 0.0, 2.0, 0.1, 0.2), ("resumed", 80.0, 0.0, 0.0, 1.0)]
@@ -403,11 +407,51 @@ def test_kv_cache_tester_think_times_and_sub_agents_as_kv_cache_tester_replays_t
         "resumed",
     ]
     assert src.sessions == 1
-    # a sub-agent entry without its requests' fields names where it is
-    conv["requests"][3]["requests"][0].pop("in")
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda c: c["requests"][1]["requests"][0].pop("in"), "field 'in': request 1.0: lacks it"),
+        (lambda c: c["requests"][0].update(hash_ids=None), "field 'hash_ids': request 0: must be a list"),
+        (lambda c: c["requests"][0].update(out=True), "field 'out': request 0: must be a whole number"),
+        (lambda c: c["requests"][2].update(think_time="abc"), "field 'think_time': request 2: must be seconds"),
+        (lambda c: c["requests"][2].update(think_time=-1), "field 'think_time': request 2: must be seconds"),
+        (
+            lambda c: c["requests"][1].update(requests={}),
+            "field 'requests': request 1: a subagent entry's requests must be a list",
+        ),
+        (lambda c: c.update(block_size="64"), "field 'block_size': block_size must be a whole number"),
+    ],
+)
+def test_bad_kv_cache_tester_traces_name_the_file_request_and_field(tmp_path, change, message):
+    import json
+
+    from kvtrace.simulate.sources import read_tester
+
+    def req(n, **kw):
+        return {"type": "n", "in": n, "out": 5, "hash_ids": [1, 2], "think_time": 1.0, **kw}
+
+    conv = {"block_size": 64, "requests": [req(100), {"type": "subagent", "requests": [req(50)]}, req(120)]}
+    path = tmp_path / "trace_0009.json"
     path.write_text(json.dumps(conv))
-    with pytest.raises(BadTraceInput, match="request 3.0 lacks it"):
+    read_tester(path)
+    change(conv)
+    path.write_text(json.dumps(conv))
+    with pytest.raises(BadTraceInput, match=message) as e:
         read_tester(path)
+    assert "trace_0009.json" in str(e.value)
+
+
+def test_a_missing_think_time_is_the_gap_the_trace_records():
+    """trace_0074's second request has no think_time: its t less the first's t and api_time (none)."""
+    from pathlib import Path
+
+    from kvtrace.simulate.sources import read_tester
+
+    conv = read_tester(Path(__file__).parent / "fixtures" / "kv-cache-tester" / "trace_0074.json.gz")
+    a, b = conv["requests"][:2]
+    assert "think_time" in b and b["think_time"] == pytest.approx(b["t"] - a["t"] - a.get("api_time", 0.0)) == 18.0
 
 
 def test_kv_cache_tester_requests_of_either_type_extend_one_chain():

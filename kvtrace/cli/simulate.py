@@ -68,7 +68,7 @@ def simulate(
         Optional[str],
         typer.Option(
             "--duration",
-            help="Measured simulated time: 30m, 2h (sessions arrive throughout); default 2h, for warehouse sessions the window's (its first request to 5 minutes after its last).",
+            help="Measured simulated time: 30m, 2h (sessions arrive throughout); default: the scenario's, else 2h, for warehouse sessions the window's (from its first request, or --since after a warm-up, to 5 minutes after its last).",
         ),
     ] = None,
     warmup: Annotated[
@@ -323,8 +323,8 @@ def _window_span(sc) -> float:
     from kvtrace.simulate.run import warehouse_span_s
     from kvtrace.store import open_store
 
-    with open_store(sc.db, read_only=True) as store:
-        span = warehouse_span_s(store, sc.since, sc.until)
+    with open_store(sc.db, read_only=True) as store:  # after a warm-up, the window starts at --since
+        span = warehouse_span_s(store, sc.since, sc.until, from_since=sc.warmup_s > 0)
     if span is None:
         raise ConfigError(
             "the warehouse has no requests in the window", hint="ingest telemetry first, or widen --since/--until"

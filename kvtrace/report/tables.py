@@ -570,9 +570,12 @@ def sim_ttft_table(res: dict, title: str | None = None) -> TableSpec:
 
 def sim_run_line(res: dict) -> str:
     """What was simulated: the span, the sessions, the node."""
+    from kvtrace.simulate.render import warmup_note
+
     node = res["node"]
     return (
-        f"{res['duration_s'] / 3600:.3g} h of {res['sessions']} sessions on {node['gpus']} x {node['gpu']}, "
+        f"{res['duration_s'] / 3600:.3g} h of {res['sessions']} sessions{warmup_note(res)} on "
+        f"{node['gpus']} x {node['gpu']}, "
         f"{node['model']} ({node['kv_dtype']} KV); efficiencies prefill {node['prefill_efficiency']:g}, "
         f"decode {node['decode_efficiency']:g}"
     )

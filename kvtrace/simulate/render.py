@@ -25,7 +25,8 @@ def causes_text(tier: dict) -> str:
 def render_table(res: dict, console: Console) -> None:
     node = res["node"]
     console.print(
-        f"[bold]{res['scenario']}[/bold]: {res['duration_s'] / 3600:.3g} h of {res['sessions']} sessions; "
+        f"[bold]{res['scenario']}[/bold]: {res['duration_s'] / 3600:.3g} h of {res['sessions']} sessions"
+        f"{warmup_note(res)}; "
         f"{node['gpus']} x {node['gpu']}, {node['model']} ({node['kv_dtype']} KV), "
         f"efficiencies prefill {node['prefill_efficiency']:g} / decode {node['decode_efficiency']:g}"
     )
@@ -111,3 +112,9 @@ def render_table(res: dict, console: Console) -> None:
 def _ratio(v) -> str:
     """A ratio to the first configuration; none when that one served nothing."""
     return "-" if v is None else f"{v:.2f}x"
+
+
+def warmup_note(res: dict) -> str:
+    """`` after a warm-up of 30 min`` when the run had one."""
+    w = res.get("warmup_s") or 0
+    return f" after a warm-up of {w / 60:g} min" if w else ""

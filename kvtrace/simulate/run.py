@@ -236,7 +236,7 @@ def _source(sc: Scenario, shard: tuple[int, int] = (0, 1), store=None):
             since, origin_us = _bound(store, sc.since), None
             if since is not None and warmup_of(sc):
                 # the warm-up reads the requests of the time before the window, from its start
-                start = store.scalar("SELECT CAST(? AS TIMESTAMP)", [since]) - timedelta(seconds=warmup_of(sc))
+                start = _instant_of(store, since) - timedelta(seconds=warmup_of(sc))
                 since, origin_us = start, (start - datetime(1970, 1, 1)) // timedelta(microseconds=1)
             return WarehouseSource.from_store(
                 store,
@@ -264,8 +264,15 @@ def _source(sc: Scenario, shard: tuple[int, int] = (0, 1), store=None):
 
 def warmup_of(sc: Scenario) -> float:
     """The scenario's warm-up in seconds, rounded up to whole minutes (the series' bins)."""
+    if not sc.duration_s > 0:
+        raise ConfigError(f"the duration must be > 0, not {sc.duration_s:g} s", hint="e.g. --duration 2h")
     if not sc.warmup_s >= 0:
         raise ConfigError(f"the warm-up must be >= 0 s, not {sc.warmup_s:g}", hint="e.g. --warmup 30m")
+    if sc.warmup_s and sc.sessions == "warehouse" and sc.since is None:
+        raise ConfigError(
+            "a warm-up of warehouse sessions simulates the requests before --since: give --since",
+            hint="e.g. --since 1d --warmup 1h",
+        )
     return math.ceil(sc.warmup_s / 60.0) * 60.0
 
 
@@ -273,14 +280,29 @@ def warmup_of(sc: Scenario) -> float:
 WAREHOUSE_TAIL_S = 300.0
 
 
-def warehouse_span_s(store, since: str | None = None, until: str | None = None) -> float | None:
+def warehouse_span_s(
+    store, since: str | None = None, until: str | None = None, from_since: bool = False
+) -> float | None:
     """The simulated time that covers the warehouse sessions of a window: from its first request's
-    start to its last request's end, plus ``WAREHOUSE_TAIL_S``, rounded up to whole minutes (the
-    series' bins); ``None`` when the window holds no request."""
-    rows = WarehouseSource.rows(store, _bound(store, since), _bound(store, until))
+    start (``from_since``: from ``since`` itself, where a warm-up ends) to its last request's end,
+    plus ``WAREHOUSE_TAIL_S``, rounded up to whole minutes (the series' bins); ``None`` when the
+    window holds no request."""
+    since = _bound(store, since)
+    rows = WarehouseSource.rows(store, since, _bound(store, until))
     if not rows:
         return None
-    return math.ceil((WarehouseSource(rows).span_s + WAREHOUSE_TAIL_S) / 60.0) * 60.0
+    origin_us = None
+    if from_since and since is not None:
+        origin_us = (_instant_of(store, since) - datetime(1970, 1, 1)) // timedelta(microseconds=1)
+    return math.ceil((WarehouseSource(rows, origin_us=origin_us).span_s + WAREHOUSE_TAIL_S) / 60.0) * 60.0
+
+
+def _instant_of(store, bound) -> datetime:
+    """A window bound (ISO text or a datetime) as the warehouse query reads it: a naive UTC datetime."""
+    try:
+        return store.scalar("SELECT CAST(? AS TIMESTAMP)", [bound])
+    except Exception as e:  # DuckDB's conversion error, whatever its class
+        raise ConfigError(f"--since {bound!r}: not a time", hint="e.g. --since 2026-03-02T09:00 or --since 1d") from e
 
 
 def _bound(store, v: str | None):

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import random
 from pathlib import Path
 
@@ -181,8 +182,8 @@ class TesterSource:
     def _send(self, node: Node, c: "_Conversation", i: int) -> None:
         r = c.reqs[i]
         ids = r["hash_ids"]
-        # the chain whose last request shares the longest prefix with this one (streaming or not,
-        # ``type`` s or n, requests of a thread extend each other); none shared: a new chain
+        # the chain whose last request shares the longest prefix with this one (whatever its
+        # ``type``, s or n: requests of a thread extend each other); none shared: a new chain
         best, same = None, 0
         for k, (ch, prev) in enumerate(c.chains):
             n = _common_prefix(prev, ids)
@@ -243,34 +244,58 @@ def read_tester(path: Path) -> dict:
             str(path), None, "no requests list", field="requests", hint="pass trace_NNNN.json files of kv-cache-tester"
         )
     _check_requests(str(path), doc["requests"], "request ")
-    doc.setdefault("block_size", 64)
+    bt = doc.setdefault("block_size", 64)
+    if isinstance(bt, bool) or not isinstance(bt, int) or bt < 1:
+        raise BadTraceInput(
+            str(path), None, f"block_size must be a whole number of tokens >= 1, not {bt!r}", field="block_size"
+        )
     return doc
 
 
 def _check_requests(path: str, reqs: list, where: str) -> None:
-    """Every request carries whole ``in``/``out`` counts and ``hash_ids``; a ``subagent`` entry
-    carries its own ``requests`` (``where``: how an error names the request, e.g. "request 16.2 ")."""
+    """Every request carries whole ``in``/``out`` counts, ``hash_ids`` and a ``think_time`` (a
+    missing one is estimated from ``t`` and ``api_time``); a ``subagent`` entry carries its own
+    ``requests`` (``where``: how an error names the request, e.g. "request 16.")."""
+    hint = "kv-cache-tester requests carry in, out, hash_ids, think_time (or type subagent and requests)"
+    prev = None
     for k, r in enumerate(reqs):
         name = f"{where}{k}"
+
+        def bad(why: str, field: str) -> BadTraceInput:
+            return BadTraceInput(path, None, f"{name}: {why}", field=field, hint=hint)
+
         if not isinstance(r, dict):
-            raise BadTraceInput(path, None, f"{name} is not an object", field="requests")
+            raise bad("not an object", "requests")
         if r.get("type") == "subagent":
-            if not isinstance(r.get("requests", []), list):
-                raise BadTraceInput(path, None, f"{name}: a subagent entry's requests must be a list", field="requests")
-            _check_requests(path, r.get("requests", []), f"{name}.")
+            if r.get("requests") is None:
+                r["requests"] = []
+            if not isinstance(r["requests"], list):
+                raise bad("a subagent entry's requests must be a list", "requests")
+            _check_requests(path, r["requests"], f"{name}.")
             continue
         for f in ("in", "out", "hash_ids"):
             if f not in r:
-                raise BadTraceInput(
-                    path,
-                    None,
-                    f"{name} lacks it",
-                    field=f,
-                    hint="kv-cache-tester requests carry in, out, hash_ids, think_time (or type subagent and requests)",
-                )
-        if not isinstance(r["in"], int) or r["in"] < 1 or not isinstance(r["out"], int) or r["out"] < 0:
-            raise BadTraceInput(path, None, f"{name}: in/out must be whole token counts", field="in")
+                raise bad("lacks it", f)
+        for f, low in (("in", 1), ("out", 0)):
+            if isinstance(r[f], bool) or not isinstance(r[f], int) or r[f] < low:
+                raise bad(f"must be a whole number of tokens >= {low}, not {r[f]!r}", f)
+        ids = r["hash_ids"]
+        if not isinstance(ids, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in ids):
+            raise bad("must be a list of whole block hashes", "hash_ids")
+        think = r.get("think_time")
+        if think is None:  # t[k] = t[k-1] + api_time[k-1] + think_time[k]
+            think = 0.0
+            if prev is not None and _number(r.get("t")) and _number(prev.get("t")):
+                think = max(float(r["t"]) - float(prev["t"]) - float(prev.get("api_time") or 0.0), 0.0)
+            r["think_time"] = think
+        elif not (_number(think) and 0 <= think < math.inf):
+            raise bad(f"must be seconds >= 0, not {think!r}", "think_time")
         r.setdefault("type", "n")
+        prev = r
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 # The longest a model request is taken to last (API clients give up well before): a longer
