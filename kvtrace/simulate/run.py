@@ -263,7 +263,9 @@ def _source(sc: Scenario, shard: tuple[int, int] = (0, 1), store=None):
 
 
 def warmup_of(sc: Scenario) -> float:
-    """The scenario's warm-up in seconds, rounded up to whole minutes (the series' bins)."""
+    """The scenario's warm-up in seconds, rounded up to whole minutes (the series' bins). Every run
+    asks for it first, so it also refuses what no run can measure: a duration <= 0, a negative
+    warm-up, a warm-up of warehouse sessions without --since."""
     if not sc.duration_s > 0:
         raise ConfigError(f"the duration must be > 0, not {sc.duration_s:g} s", hint="e.g. --duration 2h")
     if not sc.warmup_s >= 0:
