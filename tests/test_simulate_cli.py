@@ -534,3 +534,15 @@ def test_a_warm_up_reads_the_warehouse_before_the_window(tmp_path):
     # a warm-up of warehouse sessions needs the time before --since
     r = _run("--sessions", "warehouse", "--db", str(db), "--config", "gpu=seed-testbed:HBM", "--warmup", "10m")
     assert r.exit_code == 1 and "give --since" in r.output
+
+
+def test_warehouse_sessions_give_one_answer_whatever_the_workers(tmp_path):
+    """The recorded sessions are read once and handed to every node, in worker processes too."""
+    db = _sessions_db(tmp_path, sessions=9, requests=4, start_min=2, every_min=1, took_ms=1_500.0)
+    args = ("--sessions", "warehouse", "--db", str(db), "--config", "gpu=seed-testbed:HBM", "--gpu-kv", "100K")
+    args += ("--rate", "1.5x", "--nodes", "3", "--format", "json")
+    one, two = _run(*args), _run(*args, "--jobs", "2")
+    assert one.exit_code == 0, one.output
+    assert one.stdout == two.stdout
+    c = json.loads(one.stdout)["configs"][0]
+    assert c["nodes"] == 3 and c["requests_started"] == 4 * c["sessions"] > 4 * 9

@@ -209,9 +209,9 @@ def check_configs(configs: list[TierConfig], option: str = "--config") -> None:
         c.resolve(option)
 
 
-def _source(sc: Scenario, shard: tuple[int, int] = (0, 1), store=None):
-    """The sessions of ``sc`` for node ``shard[0]`` of ``shard[1]``; ``store``: an open warehouse to
-    read ``warehouse`` sessions from instead of opening ``sc.db``."""
+def _source(sc: Scenario, shard: tuple[int, int] = (0, 1), recorded: "Recorded | None" = None):
+    """The sessions of ``sc`` for node ``shard[0]`` of ``shard[1]``; ``recorded``: the warehouse
+    sessions already read (:func:`read_recorded`), else ``sc.db`` is read."""
     gap = sc.policy_obj().resume_gap_s
     scale = 1.0 if sc.rate_scale is None else sc.rate_scale
     if not scale > 0:
@@ -226,30 +226,8 @@ def _source(sc: Scenario, shard: tuple[int, int] = (0, 1), store=None):
             cfg = cfg.replace(arrival_rate_per_min=cfg.arrival_rate_per_min * scale)
         return SynthSource(cfg, window, resume_gap_s=gap, shard=shard)
     if sc.sessions == "warehouse":
-        if sc.rate_per_min is not None:
-            raise ConfigError(
-                f"a rate of {sc.rate_per_min:g} sessions a minute (--rate, or the scenario's rate) does not apply"
-                " to warehouse sessions: they keep their recorded arrivals",
-                hint="scale them by a multiple instead, e.g. --rate 2x (twice the sessions) or --rate 0.5x",
-            )
-        if store is not None:
-            since, origin_us = _bound(store, sc.since), None
-            if since is not None and warmup_of(sc):
-                # the warm-up reads the requests of the time before the window, from its start
-                start = _instant_of(store, since) - timedelta(seconds=warmup_of(sc))
-                since, origin_us = start, (start - datetime(1970, 1, 1)) // timedelta(microseconds=1)
-            return WarehouseSource.from_store(
-                store,
-                since,
-                _bound(store, sc.until),
-                resume_gap_s=gap,
-                shard=shard,
-                scale=scale,
-                seed=sc.seed,
-                origin_us=origin_us,
-            )
-        with open_store(sc.db, read_only=True) as opened:
-            return _source(sc, shard, opened)
+        rec = recorded if recorded is not None else read_recorded(sc)
+        return WarehouseSource(rec.rows, gap, shard, scale, sc.seed, rec.origin_us)
     p = Path(sc.sessions)
     files = sorted(p.glob("*.json*")) if p.is_dir() else [Path(x) for x in sc.sessions.split(",")]
     missing = [str(f) for f in files if not f.exists()]
@@ -276,6 +254,37 @@ def warmup_of(sc: Scenario) -> float:
             hint="e.g. --since 1d --warmup 1h",
         )
     return math.ceil(sc.warmup_s / 60.0) * 60.0
+
+
+@dataclass
+class Recorded:
+    """Warehouse sessions as read once for every node and run of a simulation (picklable: worker
+    processes take them): the rows of :meth:`WarehouseSource.rows` and the time origin."""
+
+    rows: list
+    origin_us: int | None = None
+
+
+def read_recorded(sc: Scenario, store=None) -> Recorded | None:
+    """The warehouse rows of the scenario's window, and of its warm-up before it (``None`` unless
+    its sessions are ``warehouse``); ``store``: an open warehouse, else ``sc.db`` is opened."""
+    if sc.sessions != "warehouse":
+        return None
+    if sc.rate_per_min is not None:
+        raise ConfigError(
+            f"a rate of {sc.rate_per_min:g} sessions a minute (--rate, or the scenario's rate) does not apply"
+            " to warehouse sessions: they keep their recorded arrivals",
+            hint="scale them by a multiple instead, e.g. --rate 2x (twice the sessions) or --rate 0.5x",
+        )
+    if store is None:
+        with open_store(sc.db, read_only=True) as opened:
+            return read_recorded(sc, opened)
+    since, origin_us = _bound(store, sc.since), None
+    if since is not None and warmup_of(sc):
+        # the warm-up reads the requests of the time before the window, from its start
+        start = _instant_of(store, since) - timedelta(seconds=warmup_of(sc))
+        since, origin_us = start, (start - datetime(1970, 1, 1)) // timedelta(microseconds=1)
+    return Recorded(WarehouseSource.rows(store, since, _bound(store, sc.until)), origin_us)
 
 
 # Simulated time after a window's last recorded request, for the last responses to finish.
@@ -355,12 +364,12 @@ def run_node(
     shard: tuple[int, int] = (0, 1),
     cost: StepCost | None = None,
     on_progress=None,
-    store=None,
+    recorded: Recorded | None = None,
 ) -> NodeRun:
     """Simulate one node of a fleet of ``shard[1]`` under session affinity: it serves every
-    ``shard[1]``-th session, starting with session ``shard[0]``."""
+    ``shard[1]``-th session, starting with session ``shard[0]`` (``recorded``: as for :func:`_source`)."""
     node = build_node(sc, cfg, cost)
-    src = _source(sc, shard, store)
+    src = _source(sc, shard, recorded)
     warm = warmup_of(sc)
     node.run(_warmed(src, warm, [node]), warm + sc.duration_s, on_progress)
     return _node_run(node, src.sessions, warm)
@@ -402,12 +411,17 @@ def _node_run(node: Node, sessions: int, warm: float = 0.0) -> NodeRun:
 
 
 def run_fleet(
-    sc: Scenario, cfg: TierConfig, nodes: int, cost: StepCost | None = None, on_progress=None, store=None
+    sc: Scenario,
+    cfg: TierConfig,
+    nodes: int,
+    cost: StepCost | None = None,
+    on_progress=None,
+    recorded: Recorded | None = None,
 ) -> NodeRun:
     """Simulate ``nodes`` nodes on one event clock behind the scenario's per-request router
     (round-robin or least-loaded): every session, any node."""
     fleet = Fleet([build_node(sc, cfg, cost) for _ in range(nodes)], sc.router)
-    src = _source(sc, store=store)
+    src = _source(sc, recorded=recorded)
     warm = warmup_of(sc)
     fleet.run(_warmed(src, warm, fleet.nodes), warm + sc.duration_s, on_progress)
     return replace(_merge([_node_run(n, 0, warm) for n in fleet.nodes]), sessions=src.sessions)
@@ -465,35 +479,38 @@ def run_config(
     nodes: int = 1,
     jobs: int = 1,
     on_progress=None,
-    store=None,
+    recorded: Recorded | None = None,
 ) -> dict:
     """Simulate one configuration on ``nodes`` nodes behind the scenario's router; its ``configs[]``
     entry. Under session affinity the nodes are independent: with ``jobs`` > 1 they run in that
     many worker processes (same results). Other routers share one event clock in this process.
     ``on_progress``: called with the share of the work done (simulated time over the nodes).
-    ``store``: an open warehouse for ``warehouse`` sessions (it stays in this process: the nodes
-    then run here whatever ``jobs`` says)."""
+    ``recorded``: warehouse sessions already read (:func:`read_recorded`); else they are read here,
+    once for all the nodes."""
     if nodes < 1:
         raise ConfigError("--nodes must be >= 1", hint="e.g. --nodes 4, or --nodes auto with --ttft-p90")
     sc.check_router()
     shards = [(i, nodes) for i in range(nodes)]
+    if recorded is None:
+        recorded = read_recorded(sc)
 
     def node_share(i: int):  # node i of the nodes run one after the other
         return None if on_progress is None else (lambda f: on_progress((i + f) / nodes))
 
     if sc.router != "affinity" and nodes > 1:
-        runs = [run_fleet(sc, cfg, nodes, cost, on_progress, store)]
-    elif jobs > 1 and nodes > 1 and store is None:
+        runs = [run_fleet(sc, cfg, nodes, cost, on_progress, recorded)]
+    elif jobs > 1 and nodes > 1:
         from concurrent.futures import ProcessPoolExecutor
 
         with ProcessPoolExecutor(max_workers=min(jobs, nodes)) as ex:
             runs = []
-            for run in ex.map(run_node, [sc] * nodes, [cfg] * nodes, shards, [cost] * nodes):
+            args = [sc] * nodes, [cfg] * nodes, shards, [cost] * nodes, [None] * nodes, [recorded] * nodes
+            for run in ex.map(run_node, *args):
                 runs.append(run)
                 if on_progress is not None:
                     on_progress(len(runs) / nodes)
     else:
-        runs = [run_node(sc, cfg, sh, cost, node_share(i), store) for i, sh in enumerate(shards)]
+        runs = [run_node(sc, cfg, sh, cost, node_share(i), recorded) for i, sh in enumerate(shards)]
     merged = _merge(runs)
     merged.nodes = nodes
     out = summarize(merged, sc, cfg, cost or sc.cost())
@@ -508,15 +525,17 @@ def size_fleet(
     cost: StepCost | None = None,
     jobs: int = 1,
     max_nodes: int = 256,
-    store=None,
+    recorded: Recorded | None = None,
 ) -> dict:
     """The fewest nodes whose pooled p90 TTFT (every cohort) is at most ``ttft_p90_s`` (doubling,
     then bisection); that fleet's ``configs[]`` entry with the sizes tried."""
     tried: dict[int, dict] = {}
+    if recorded is None:
+        recorded = read_recorded(sc)
 
     def p90(n: int) -> float:
         if n not in tried:
-            tried[n] = run_config(sc, cfg, cost, nodes=n, jobs=jobs, store=store)
+            tried[n] = run_config(sc, cfg, cost, nodes=n, jobs=jobs, recorded=recorded)
         v = tried[n]["ttft"]["all"]["p90_s"]
         return math.inf if v is None or tried[n]["ttft"]["unserved"] else v
 
@@ -690,16 +709,17 @@ def simulate(
     sc.check_router()
     for c in sc.configs:  # every configuration is checked before any runs
         build_node(sc, c, cost)
-    _source(sc, store=store)
+    recorded = read_recorded(sc, store)  # read once for every configuration and node
+    _source(sc, recorded=recorded)
     out = []
     for c in sc.configs:
         if progress:
             progress(c.name, 0.0)
         if ttft_p90_s is not None:
-            out.append(size_fleet(sc, c, ttft_p90_s, cost, jobs=jobs, store=store))
+            out.append(size_fleet(sc, c, ttft_p90_s, cost, jobs=jobs, recorded=recorded))
         else:
             within = (lambda f, name=c.name: progress(name, f)) if progress else None
-            out.append(run_config(sc, c, cost, nodes=nodes, jobs=jobs, on_progress=within, store=store))
+            out.append(run_config(sc, c, cost, nodes=nodes, jobs=jobs, on_progress=within, recorded=recorded))
     base = out[0]
     for o in out:
         o["ratio_peak"] = o["peak_tokens_per_s"] / base["peak_tokens_per_s"] if base["peak_tokens_per_s"] else None
@@ -756,6 +776,7 @@ def calibrate(
         )
     p0, d0 = sc.prefill_efficiency, sc.decode_efficiency
     key = f"{metric}_tokens_per_s"
+    recorded = read_recorded(sc)  # once for every trial
     trail = []
 
     def factors(x: float) -> tuple[float, float]:
@@ -768,7 +789,7 @@ def calibrate(
 
     def at(x: float) -> float:
         pe, de = factors(x)
-        v = run_config(replace(sc, prefill_efficiency=pe, decode_efficiency=min(de, 1.0)), cfg)[key]
+        v = run_config(replace(sc, prefill_efficiency=pe, decode_efficiency=min(de, 1.0)), cfg, recorded=recorded)[key]
         trail.append({"prefill_efficiency": round(pe, 4), "decode_efficiency": round(de, 4), key: round(v, 1)})
         return v
 

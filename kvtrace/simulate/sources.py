@@ -410,20 +410,6 @@ class WarehouseSource:
         rows = store.query(load_query("simulate_turns").sql, {"since": since, "until": until})
         return [r for r in rows if r[4] and r[4] > 0]
 
-    @classmethod
-    def from_store(
-        cls,
-        store,
-        since=None,
-        until=None,
-        resume_gap_s: float = 300.0,
-        shard: tuple[int, int] = (0, 1),
-        scale: float = 1.0,
-        seed: int = 0,
-        origin_us: int | None = None,
-    ) -> "WarehouseSource":
-        return cls(cls.rows(store, since, until), resume_gap_s, shard, scale, seed, origin_us)
-
     def __call__(self, node: Node) -> None:
         seen = set()
         for (session, thread), turns in sorted(self.threads.items(), key=lambda kv: (kv[1][0][0], kv[0])):
