@@ -546,3 +546,28 @@ def test_warehouse_sessions_give_one_answer_whatever_the_workers(tmp_path):
     assert one.stdout == two.stdout
     c = json.loads(one.stdout)["configs"][0]
     assert c["nodes"] == 3 and c["requests_started"] == 4 * c["sessions"] > 4 * 9
+
+
+def test_a_command_reads_the_warehouse_once(tmp_path, monkeypatch):
+    from kvtrace.simulate.sources import WarehouseSource
+
+    db = _sessions_db(tmp_path, sessions=6, requests=3, start_min=2, every_min=1, took_ms=1_000.0)
+    reads = []
+    rows = WarehouseSource.rows
+    monkeypatch.setattr(WarehouseSource, "rows", staticmethod(lambda *a, **k: reads.append(1) or rows(*a, **k)))
+    base = ("--sessions", "warehouse", "--db", str(db), "--config", "gpu=seed-testbed:HBM", "--gpu-kv", "100K")
+    for extra in ((), ("--nodes", "auto", "--ttft-p90", "5"), ("--calibrate", "100"), ("--nodes", "3")):
+        reads.clear()
+        r = _run(*base, *extra, "--format", "json")
+        assert r.exit_code == 0, r.output
+        assert len(reads) == 1, extra
+    # refusals come before any read
+    reads.clear()
+    for extra, message in (
+        (("--warmup", "10m"), "give --since"),
+        (("--duration", "0s"), "duration must be > 0"),
+        (("--since", "not-a-time"), "not a time"),
+    ):
+        r = _run(*base, *extra)
+        assert r.exit_code == 1 and message in r.output, (extra, r.output)
+    assert not reads

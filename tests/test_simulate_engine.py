@@ -443,6 +443,30 @@ def test_bad_kv_cache_tester_traces_name_the_file_request_and_field(tmp_path, ch
     assert "trace_0009.json" in str(e.value)
 
 
+def test_a_missing_think_time_is_the_gap_less_the_previous_api_time(tmp_path):
+    import json
+
+    from kvtrace.simulate.sources import read_tester
+
+    def req(t, api=None, **kw):
+        r = {"t": t, "in": 100, "out": 5, "hash_ids": [1]}
+        return {**r, **({} if api is None else {"api_time": api}), **kw}
+
+    conv = {
+        "requests": [
+            req(0.0, 4.0, think_time=0.0),
+            req(30.0, 6.0),  # 30 - 0 - 4
+            {"type": "subagent", "requests": [req(0.0, 1.0, think_time=0.0)]},
+            req(50.0, "abc"),  # 50 - 30 - 6, past the sub-agent entry
+            req(70.0),  # a previous api_time that is not a number counts as none: 70 - 50
+        ]
+    }
+    path = tmp_path / "trace_0001.json"
+    path.write_text(json.dumps(conv))
+    got = read_tester(path)["requests"]
+    assert [got[k]["think_time"] for k in (1, 3, 4)] == [26.0, 14.0, 20.0]
+
+
 def test_a_missing_think_time_is_the_gap_the_trace_records():
     """trace_0074's second request has no think_time: its t less the first's t and api_time (none)."""
     from pathlib import Path

@@ -195,7 +195,7 @@ def simulate(
     Example: kvtrace simulate --sessions warehouse --db kv.duckdb --since 1d --warmup 1h --rate 2x --config h100 --nodes auto --ttft-p90 2
     """
     from kvtrace.simulate.run import Scenario, calibrate as fit_factors, load_scenario, parse_config, parse_rate
-    from kvtrace.simulate.run import simulate as run
+    from kvtrace.simulate.run import read_recorded, simulate as run
 
     if format not in ("table", "json", "html"):
         raise ConfigError(f"unknown --format '{format}'", hint="choose table, json or html")
@@ -242,12 +242,18 @@ def simulate(
         policy["write_back"] = False
     changes["policy"] = policy
     sc = replace(sc, **changes)
-    if duration is None and scenario is None and sc.sessions == "warehouse":
-        sc = replace(sc, duration_s=_window_span(sc))
     sc.policy_obj()
     sc.cost()
+    recorded = read_recorded(sc)  # warehouse sessions: read once, here
+    if recorded is not None and duration is None and scenario is None:
+        span = recorded.span_s()
+        if span is None:
+            raise ConfigError(
+                "the warehouse has no requests in the window", hint="ingest telemetry first, or widen --since/--until"
+            )
+        sc = replace(sc, duration_s=span)
     if calibrate is not None:
-        res = fit_factors(sc, calibrate, fit=fit)
+        res = fit_factors(sc, calibrate, fit=fit, recorded=recorded)
         _emit(
             res,
             format,
@@ -275,7 +281,7 @@ def simulate(
     with progress_bar("simulating", total=len(names), count=True, step=names[0]) as report:
         # a configuration's share of its simulated time, on a bar over the configurations
         progress = (lambda name, share: report(names.index(name) + share, name)) if report else None
-        res = run(sc, progress=progress, nodes=n_nodes, ttft_p90_s=target, jobs=jobs)
+        res = run(sc, progress=progress, nodes=n_nodes, ttft_p90_s=target, jobs=jobs, recorded=recorded)
 
     def table(console):
         from kvtrace.simulate.render import render_table
@@ -316,17 +322,3 @@ def _emit(res: dict, format: str, out, table) -> None:
 
 def register(app: typer.Typer) -> None:
     app.command("simulate")(guarded(simulate))
-
-
-def _window_span(sc) -> float:
-    """Warehouse sessions run, by default, from the window's first request to just after its last."""
-    from kvtrace.simulate.run import warehouse_span_s
-    from kvtrace.store import open_store
-
-    with open_store(sc.db, read_only=True) as store:  # after a warm-up, the window starts at --since
-        span = warehouse_span_s(store, sc.since, sc.until, from_since=sc.warmup_s > 0)
-    if span is None:
-        raise ConfigError(
-            "the warehouse has no requests in the window", hint="ingest telemetry first, or widen --since/--until"
-        )
-    return span

@@ -99,12 +99,13 @@ MAX_SIMULATED_S = 31 * 86400.0
 def simulate_section(store, opts, win) -> dict | None:
     """The ``simulate`` section: ``kvtrace simulate``'s serving model (a ``kvtrace.simulate/1``
     dict) of the window's warehouse sessions, from its first request to 5 minutes after its last
-    (``warehouse_span_s``), under each ``--simulate`` configuration; ``--model`` is the served
+    (``Recorded.span_s``), under each ``--simulate`` configuration; ``--model`` is the served
     model (default: kvtrace simulate's)."""
-    from kvtrace.simulate.run import Scenario, parse_config, simulate, warehouse_span_s
+    from kvtrace.simulate.run import Scenario, parse_config, read_recorded, simulate
 
     since, until = _bound_text(win["since"]), _bound_text(win["until"])
-    span = warehouse_span_s(store, since, until)
+    recorded = read_recorded(Scenario(sessions="warehouse", since=since, until=until), store)
+    span = recorded.span_s() if recorded.rows else None
     if span is None:
         return None
     if span > MAX_SIMULATED_S:
@@ -122,4 +123,4 @@ def simulate_section(store, opts, win) -> dict | None:
     )
     if opts.model:
         sc.model = opts.model
-    return simulate(sc, store=store)
+    return simulate(sc, store=store, recorded=recorded)

@@ -263,6 +263,17 @@ class Recorded:
 
     rows: list
     origin_us: int | None = None
+    since_us: int | None = None  # the window's start (--since), when it has one
+
+    def span_s(self) -> float | None:
+        """The simulated time that covers the window: from its first request's start (after a
+        warm-up: from ``--since``, where the warm-up ends) to its last request's end, plus
+        ``WAREHOUSE_TAIL_S``, in whole minutes; ``None`` when the window holds no request."""
+        origin = self.since_us if self.origin_us is not None else None
+        rows = self.rows if origin is None else [r for r in self.rows if r[2] >= origin]
+        if not rows:
+            return None
+        return math.ceil((WarehouseSource(rows, origin_us=origin).span_s + WAREHOUSE_TAIL_S) / 60.0) * 60.0
 
 
 def read_recorded(sc: Scenario, store=None) -> Recorded | None:
@@ -270,6 +281,7 @@ def read_recorded(sc: Scenario, store=None) -> Recorded | None:
     its sessions are ``warehouse``); ``store``: an open warehouse, else ``sc.db`` is opened."""
     if sc.sessions != "warehouse":
         return None
+    warm = warmup_of(sc)  # its refusals come before anything is read
     if sc.rate_per_min is not None:
         raise ConfigError(
             f"a rate of {sc.rate_per_min:g} sessions a minute (--rate, or the scenario's rate) does not apply"
@@ -280,32 +292,20 @@ def read_recorded(sc: Scenario, store=None) -> Recorded | None:
         with open_store(sc.db, read_only=True) as opened:
             return read_recorded(sc, opened)
     since, origin_us = _bound(store, sc.since), None
-    if since is not None and warmup_of(sc):
+    window_us = None if since is None else _epoch_us(_instant_of(store, since))
+    if since is not None and warm:
         # the warm-up reads the requests of the time before the window, from its start
-        start = _instant_of(store, since) - timedelta(seconds=warmup_of(sc))
-        since, origin_us = start, (start - datetime(1970, 1, 1)) // timedelta(microseconds=1)
-    return Recorded(WarehouseSource.rows(store, since, _bound(store, sc.until)), origin_us)
+        start = _instant_of(store, since) - timedelta(seconds=warm)
+        since, origin_us = start, _epoch_us(start)
+    return Recorded(WarehouseSource.rows(store, since, _bound(store, sc.until)), origin_us, window_us)
+
+
+def _epoch_us(t: datetime) -> int:
+    return (t - datetime(1970, 1, 1)) // timedelta(microseconds=1)
 
 
 # Simulated time after a window's last recorded request, for the last responses to finish.
 WAREHOUSE_TAIL_S = 300.0
-
-
-def warehouse_span_s(
-    store, since: str | None = None, until: str | None = None, from_since: bool = False
-) -> float | None:
-    """The simulated time that covers the warehouse sessions of a window: from its first request's
-    start (``from_since``: from ``since`` itself, where a warm-up ends) to its last request's end,
-    plus ``WAREHOUSE_TAIL_S``, rounded up to whole minutes (the series' bins); ``None`` when the
-    window holds no request."""
-    since = _bound(store, since)
-    rows = WarehouseSource.rows(store, since, _bound(store, until))
-    if not rows:
-        return None
-    origin_us = None
-    if from_since and since is not None:
-        origin_us = (_instant_of(store, since) - datetime(1970, 1, 1)) // timedelta(microseconds=1)
-    return math.ceil((WarehouseSource(rows, origin_us=origin_us).span_s + WAREHOUSE_TAIL_S) / 60.0) * 60.0
 
 
 def _instant_of(store, bound) -> datetime:
@@ -313,12 +313,18 @@ def _instant_of(store, bound) -> datetime:
     try:
         return store.scalar("SELECT CAST(? AS TIMESTAMP)", [bound])
     except Exception as e:  # DuckDB's conversion error, whatever its class
-        raise ConfigError(f"--since {bound!r}: not a time", hint="e.g. --since 2026-03-02T09:00 or --since 1d") from e
+        raise ConfigError(
+            f"window bound {bound!r}: not a time", hint="e.g. --since 2026-03-02T09:00 or --since 1d"
+        ) from e
 
 
 def _bound(store, v: str | None):
-    """A window bound: ISO text as is, a span (``7d``) back from the last request."""
-    if v is None or not is_span(v):
+    """A window bound: ISO text as is (refused unless it is a time), a span (``7d``) back from the
+    last request."""
+    if v is None:
+        return v
+    if not is_span(v):
+        _instant_of(store, v)
         return v
     last = store.scalar("SELECT max(ts) FROM request_usage")
     return None if last is None else last - timedelta(seconds=parse_duration(v, what="--since"))
@@ -373,6 +379,11 @@ def run_node(
     warm = warmup_of(sc)
     node.run(_warmed(src, warm, [node]), warm + sc.duration_s, on_progress)
     return _node_run(node, src.sessions, warm)
+
+
+def _run_nodes(sc: Scenario, cfg: TierConfig, shards: list, cost, recorded) -> list[NodeRun]:
+    """Several nodes of a fleet one after the other (a worker process's share)."""
+    return [run_node(sc, cfg, sh, cost, None, recorded) for sh in shards]
 
 
 def _warmed(src, warm: float, nodes: list[Node]):
@@ -502,13 +513,16 @@ def run_config(
     elif jobs > 1 and nodes > 1:
         from concurrent.futures import ProcessPoolExecutor
 
-        with ProcessPoolExecutor(max_workers=min(jobs, nodes)) as ex:
-            runs = []
-            args = [sc] * nodes, [cfg] * nodes, shards, [cost] * nodes, [None] * nodes, [recorded] * nodes
-            for run in ex.map(run_node, *args):
-                runs.append(run)
+        workers = min(jobs, nodes)
+        groups = [shards[w::workers] for w in range(workers)]  # one task a worker: its rows sent once
+        by_shard: dict = {}
+        with ProcessPoolExecutor(max_workers=workers) as ex:
+            args = [sc] * workers, [cfg] * workers, groups, [cost] * workers, [recorded] * workers
+            for group, group_runs in zip(groups, ex.map(_run_nodes, *args)):
+                by_shard.update(zip(group, group_runs))
                 if on_progress is not None:
-                    on_progress(len(runs) / nodes)
+                    on_progress(len(by_shard) / nodes)
+        runs = [by_shard[sh] for sh in shards]
     else:
         runs = [run_node(sc, cfg, sh, cost, node_share(i), recorded) for i, sh in enumerate(shards)]
     merged = _merge(runs)
@@ -693,7 +707,13 @@ def _capex(t, kv_bytes: float) -> float | None:
 
 
 def simulate(
-    sc: Scenario, progress=None, nodes: int = 1, ttft_p90_s: float | None = None, jobs: int = 1, store=None
+    sc: Scenario,
+    progress=None,
+    nodes: int = 1,
+    ttft_p90_s: float | None = None,
+    jobs: int = 1,
+    store=None,
+    recorded: Recorded | None = None,
 ) -> dict:
     """Run every configuration of ``sc`` on the same sessions; ratios are to the first.
 
@@ -703,13 +723,14 @@ def simulate(
     ``nodes``: identical nodes behind the scenario's router; ``ttft_p90_s``: instead, find for
     each configuration the fewest nodes meeting that p90 TTFT; ``jobs``: worker processes.
     ``store``: an open warehouse that ``warehouse`` sessions are read from (``kvtrace report``'s);
-    else ``sc.db`` is opened."""
+    else ``sc.db`` is opened; ``recorded``: those sessions already read (:func:`read_recorded`)."""
     check_configs(sc.configs)
     cost = sc.cost()
     sc.check_router()
     for c in sc.configs:  # every configuration is checked before any runs
         build_node(sc, c, cost)
-    recorded = read_recorded(sc, store)  # read once for every configuration and node
+    if recorded is None:
+        recorded = read_recorded(sc, store)  # read once for every configuration and node
     _source(sc, recorded=recorded)
     out = []
     for c in sc.configs:
@@ -757,6 +778,7 @@ def calibrate(
     fit: str = "prefill",
     tol: float = 0.01,
     max_iter: int = 14,
+    recorded: Recorded | None = None,
 ) -> dict:
     """Fit the efficiency factors to one measured throughput of one configuration (the GPU-only one).
 
@@ -776,7 +798,8 @@ def calibrate(
         )
     p0, d0 = sc.prefill_efficiency, sc.decode_efficiency
     key = f"{metric}_tokens_per_s"
-    recorded = read_recorded(sc)  # once for every trial
+    if recorded is None:
+        recorded = read_recorded(sc)  # once for every trial
     trail = []
 
     def factors(x: float) -> tuple[float, float]:

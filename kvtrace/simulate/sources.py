@@ -286,7 +286,8 @@ def _check_requests(path: str, reqs: list, where: str) -> None:
         if think is None:  # t[k] = t[k-1] + api_time[k-1] + think_time[k]
             think = 0.0
             if prev is not None and _number(r.get("t")) and _number(prev.get("t")):
-                think = max(float(r["t"]) - float(prev["t"]) - float(prev.get("api_time") or 0.0), 0.0)
+                api = prev.get("api_time")
+                think = max(float(r["t"]) - float(prev["t"]) - (float(api) if _number(api) else 0.0), 0.0)
             r["think_time"] = think
         elif not (_number(think) and 0 <= think < math.inf):
             raise bad(f"must be seconds >= 0, not {think!r}", "think_time")
