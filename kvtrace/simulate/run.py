@@ -213,9 +213,7 @@ def _source(sc: Scenario, shard: tuple[int, int] = (0, 1), recorded: "Recorded |
     """The sessions of ``sc`` for node ``shard[0]`` of ``shard[1]``; ``recorded``: the warehouse
     sessions already read (:func:`read_recorded`), else ``sc.db`` is read."""
     gap = sc.policy_obj().resume_gap_s
-    scale = 1.0 if sc.rate_scale is None else sc.rate_scale
-    if not scale > 0:
-        raise ConfigError(f"the rate multiple must be > 0, not {scale:g}", hint="e.g. --rate 2x")
+    scale = 1.0 if sc.rate_scale is None else sc.rate_scale  # checked where it is read
     window = warmup_of(sc) + sc.duration_s  # sessions arrive throughout, warm-up included
     if sc.sessions in PRESETS:
         over = {**sc.workload, "seed": sc.seed, "days": window / 86400.0}
@@ -273,7 +271,7 @@ class Recorded:
         rows = self.rows if origin is None else [r for r in self.rows if r[2] >= origin]
         if not rows:
             return None
-        return math.ceil((WarehouseSource(rows, origin_us=origin).span_s + WAREHOUSE_TAIL_S) / 60.0) * 60.0
+        return math.ceil((WarehouseSource.span_of(rows, origin) + WAREHOUSE_TAIL_S) / 60.0) * 60.0
 
 
 def read_recorded(sc: Scenario, store=None) -> Recorded | None:
@@ -291,12 +289,12 @@ def read_recorded(sc: Scenario, store=None) -> Recorded | None:
     if store is None:
         with open_store(sc.db, read_only=True) as opened:
             return read_recorded(sc, opened)
-    since, origin_us = _bound(store, sc.since), None
-    window_us = None if since is None else _epoch_us(_instant_of(store, since))
-    if since is not None and warm:
-        # the warm-up reads the requests of the time before the window, from its start
-        start = _instant_of(store, since) - timedelta(seconds=warm)
-        since, origin_us = start, _epoch_us(start)
+    since, origin_us, window_us = _bound(store, sc.since), None, None
+    if since is not None:
+        at = _instant_of(store, since)
+        window_us = _epoch_us(at)
+        if warm:  # the warm-up reads the requests of the time before the window, from its start
+            since, origin_us = at - timedelta(seconds=warm), window_us - int(warm * 1e6)
     return Recorded(WarehouseSource.rows(store, since, _bound(store, sc.until)), origin_us, window_us)
 
 

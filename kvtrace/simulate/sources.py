@@ -299,6 +299,15 @@ def _number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
+def _start_end(ts_us: int, dur_ms, origin: float | None) -> tuple[float, float]:
+    """A recorded request's start and end in seconds: the end is its time stamp; a recorded
+    duration longer than any API call can last is not trusted to move the start; none starts
+    before ``origin``."""
+    end = ts_us / 1e6
+    start = end - min((dur_ms or 0.0) / 1e3, MAX_REQUEST_S)
+    return (start if origin is None else max(start, origin)), end
+
+
 # The longest a model request is taken to last (API clients give up well before): a longer
 # recorded duration is cut to this, so that one bad record cannot stretch the simulated time.
 MAX_REQUEST_S = 3600.0
@@ -347,11 +356,7 @@ class WarehouseSource:
         t0 = None
         origin = None if origin_us is None else origin_us / 1e6
         for session, thread, ts_us, dur_ms, prompt, out in rows:
-            end = ts_us / 1e6
-            # a recorded duration longer than any API call can last is not trusted to move the start
-            start = end - min((dur_ms or 0.0) / 1e3, MAX_REQUEST_S)
-            if origin is not None:
-                start = max(start, origin)
+            start, end = _start_end(ts_us, dur_ms, origin)
             t0 = start if t0 is None else min(t0, start)
             threads.setdefault((session, thread), []).append((start, end, int(prompt), int(out)))
         t0 = t0 if origin is None else origin
@@ -378,6 +383,13 @@ class WarehouseSource:
             )
         self.sessions = 0  # started from measure_from on (the end of a warm-up)
         self.measure_from = 0.0
+
+    @staticmethod
+    def span_of(rows: list, origin_us: int | None = None) -> float:
+        """The ``span_s`` a source of ``rows`` has, without building it."""
+        origin = None if origin_us is None else origin_us / 1e6
+        ends = [_start_end(r[2], r[3], origin) for r in rows]
+        return max(e for _, e in ends) - (origin if origin is not None else min(a for a, _ in ends))
 
     def _shifts(self, session: str, session_threads: list, scale: float, seed: int) -> list[float]:
         """The offsets of a session's instances (empty when thinning drops it)."""
