@@ -278,16 +278,18 @@ def run_times(t, req, prev, nxt, never, age, eff_age, next_gap):  # pragma: no c
 
 
 @numba.njit(cache=True, nogil=True)
-def chain_read_tokens(t, tau, cached, head, chain_prev, head_prev, shared, out):  # pragma: no cover
-    """Per request of a derived trace, the cache-read tokens under an idle TTL of ``tau`` µs
-    (see ``kvtrace.analyze.chains.chain_reads``), into ``out``; no temporary of every request."""
+def chain_read_tokens(t, lo, tau, cached, head, chain_prev, head_prev, shared, out):  # pragma: no cover
+    """Per request ``lo + i`` of a derived trace (``t``: every request's time; the others: the
+    range's slices), the cache-read tokens under an idle TTL of ``tau`` µs (see
+    ``kvtrace.analyze.chains.chain_reads``), into ``out``; no temporary of every request."""
     for i in range(len(out)):
         got = 0
+        ti = t[lo + i]
         hp = head_prev[i]
-        if hp >= 0 and t[i] - t[hp] <= tau:
+        if hp >= 0 and ti - t[hp] <= tau:
             got = min(head[i], cached[i])
         cp = chain_prev[i]
-        if cp >= 0 and t[i] - t[cp] <= tau:
+        if cp >= 0 and ti - t[cp] <= tau:
             got = max(min(shared[i], cached[i]), got)
         out[i] = got
 

@@ -51,6 +51,7 @@ import numpy as np
 
 from kvtrace.analyze.access import AccessRuns, compact_ints, tokens_of_runs
 from kvtrace.analyze.blocktrace import BlockTrace
+from kvtrace.analyze.spill import read, spill
 from kvtrace.errors import ConfigError
 
 
@@ -511,25 +512,30 @@ def _finish(w: dict, hgroup, session, thread, thread_names, model_names, p: Chai
     hprev[holders[1:][same]] = holders[:-1][same]
     del holders, same
     hnext = _next_of(hprev)
+    # Every per-request array but the times goes to disk (kvtrace.analyze.spill): the passes
+    # after this read them a range at a time.
     trace = BlockTrace(
         ts_us / 1e6, prompt, w["output_tokens"], offsets, np.zeros(0, np.int64), B, session=c(session), name="derived"
     )
-    del prompt
+    del prompt, offsets
+    for name in ("ts", "input_length", "output_length", "offsets", "session"):
+        setattr(trace, name, spill(getattr(trace, name)))
+    w = {k: v if k == "ts_us" else spill(v) for k, v in w.items()}
     w["output_tokens"] = trace.output_length
     compaction, compact_req = w.pop("compaction"), w.pop("compact_req")
-    h, inherit = c(h), c(inherit)
+    h, inherit, chain_prev, hprev = spill(c(h)), spill(c(inherit)), spill(chain_prev), spill(hprev)
     trace.meta.update(
         {
             "_ts_us": ts_us,
             "columns": w,
             "model_names": model_names,
-            "chain": chain,
-            "thread": c(thread),
+            "chain": spill(chain),
+            "thread": spill(c(thread)),
             "thread_names": thread_names,
-            "cached": c(cached),
-            "head": c(head),
+            "cached": spill(c(cached)),
+            "head": spill(c(head)),
             "chain_prev": chain_prev,
-            "shared": c(depth),
+            "shared": spill(c(depth)),
             "head_prev": hprev,
             "compaction": compaction,
             "compact_request": compact_req,
@@ -538,9 +544,9 @@ def _finish(w: dict, hgroup, session, thread, thread_names, model_names, p: Chai
         }
     )
     trace.meta["_run_source"] = _ChainRuns(
-        trace, h, inherit, c(inherited_by_next), chain_prev, chain_next, hprev, hnext
+        trace, h, inherit, spill(c(inherited_by_next)), chain_prev, spill(chain_next), hprev, spill(hnext)
     )
-    trace.meta["_ids_plan"] = (h, inherit, c(hgroup), heads)
+    trace.meta["_ids_plan"] = (h, inherit, spill(c(hgroup)), heads)
     if materialize:
         materialize_ids(trace)
     return trace
@@ -580,14 +586,15 @@ class _ChainRuns:
         """The runs of requests ``[lo, hi)``."""
         from kvtrace.analyze._kernels import chain_runs
 
-        n_blocks = np.diff(self.offsets[lo : hi + 1])
-        req, first, blocks, prev, nxt = chain_runs(*(a[lo:hi] for a in self.arrays), n_blocks)
+        n_blocks = np.diff(read(self.offsets, lo, hi + 1))
+        req, first, blocks, prev, nxt = chain_runs(*(read(a, lo, hi) for a in self.arrays), n_blocks)
+        tokens = tokens_of_runs(read(self.input_length, lo, hi), self.block_size, req, first, blocks)
         req += lo
         return AccessRuns(
             req=req,
             first=first,
             blocks=blocks,
-            tokens=tokens_of_runs(self.input_length, self.block_size, req, first, blocks),
+            tokens=tokens,
             prev=prev,
             next=nxt,
             dup=np.zeros(len(req), dtype=bool),
@@ -619,8 +626,9 @@ def materialize_ids(trace: BlockTrace) -> BlockTrace:
     return trace
 
 
-def chain_reads(trace: BlockTrace, ttl_s: float | None) -> np.ndarray:
-    """Cache-read tokens per request of a derived trace under an idle TTL, token-exact.
+def chain_reads(trace: BlockTrace, ttl_s: float | None, lo: int = 0, hi: int | None = None) -> np.ndarray:
+    """Cache-read tokens per request ``lo..hi`` (default: all) of a derived trace under an idle
+    TTL, token-exact.
 
     A hosted prompt cache reads a request's whole cached prefix from the previous request of
     its chain if that one started no more than ``ttl_s`` before; else the shared head if a
@@ -637,8 +645,8 @@ def chain_reads(trace: BlockTrace, ttl_s: float | None) -> np.ndarray:
         )
     from kvtrace.analyze._kernels import chain_read_tokens
 
-    out = np.empty(trace.n_requests, dtype=np.int64)
-    chain_read_tokens(
-        ts_us(trace), seconds_to_us(ttl_s), m["cached"], m["head"], m["chain_prev"], m["head_prev"], m["shared"], out
-    )
+    hi = trace.n_requests if hi is None else hi
+    out = np.empty(hi - lo, dtype=np.int64)
+    cols = (read(m[k], lo, hi) for k in ("cached", "head", "chain_prev", "head_prev", "shared"))
+    chain_read_tokens(ts_us(trace), lo, seconds_to_us(ttl_s), *cols, out)
     return out

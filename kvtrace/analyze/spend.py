@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from kvtrace.analyze.blocktrace import BlockTrace
+from kvtrace.analyze.spill import ranges, read
 from kvtrace.analyze.pricing import WHATIF_TTLS, ModelPrice, Pricing, load_pricing  # noqa: F401 (re-exported)
 from kvtrace.errors import ConfigError
 
@@ -57,10 +58,14 @@ def spend_whatif(trace: BlockTrace, pricing: Pricing | None = None, model: str |
     p_out = np.array([p.output if p else 0.0 for p in prices])
 
     def per_model(x) -> np.ndarray:
-        """Per-model sums of a per-request count of tokens, exact."""
+        """Per-model sums of a per-request count of tokens (an array, or a function of a range
+        of requests), exact; a range at a time, so spilled arrays stay on disk."""
         from kvtrace.analyze._kernels import sums_by_code
 
-        return sums_by_code(code, x, len(names))
+        out = np.zeros(len(names), dtype=np.int64)
+        for lo, hi in ranges(n):
+            out += sums_by_code(read(code, lo, hi), x(lo, hi) if callable(x) else read(x, lo, hi), len(names))
+        return out
 
     prompt = trace.input_length
     if derived:
@@ -80,7 +85,7 @@ def spend_whatif(trace: BlockTrace, pricing: Pricing | None = None, model: str |
         if derived:
             from kvtrace.analyze.chains import chain_reads
 
-            read_m = per_model(chain_reads(trace, ttl))
+            read_m = per_model(lambda lo, hi, ttl=ttl: chain_reads(trace, ttl, lo, hi))
         else:
             from kvtrace.analyze.ttl import request_hits
 
@@ -123,7 +128,7 @@ def spend_whatif(trace: BlockTrace, pricing: Pricing | None = None, model: str |
     result["writes_that_would_be_reads"] = int((w5 - w1)[priced].sum())
     result["net_difference_usd"] = s1 - s5
     result["cheaper"] = "1h" if s1 < s5 else "5m"
-    requests = np.bincount(code, minlength=len(names))
+    requests = per_model(lambda lo, hi: np.ones(hi - lo, dtype=np.int64))
     result["by_model"] = [
         {
             "model": str(name),

@@ -19,6 +19,7 @@ import numpy as np
 
 from kvtrace.analyze.access import CHUNK_REQUESTS, WeightAtOrBelow, run_chunks, seconds_to_us
 from kvtrace.analyze.blocktrace import BlockTrace
+from kvtrace.analyze.spill import total
 from kvtrace.analyze.working_set import working_sets
 
 
@@ -54,7 +55,7 @@ class _Hits:
         self.hits.add(c.times.eff_age, c.runs.tokens, c.runs.blocks)
 
     def result(self, trace: BlockTrace) -> list[dict]:
-        total_tok = int(trace.input_length.sum())
+        total_tok = total(trace.input_length)
         total_blk = trace.n_blocks
         cum_tok, cum_blk = self.hits.at_or_below()
         rank = np.empty(len(self.order), dtype=np.int64)

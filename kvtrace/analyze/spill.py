@@ -1,0 +1,115 @@
+"""Per-request arrays kept on disk: a fleet's derived trace need not fit in memory.
+
+A month of a large organisation is 100 M requests; each per-request array of a derived trace is
+400-800 MB of it. :func:`spill` moves such an array into a temporary file that is unlinked at
+once (nothing is left behind, even if the process is killed) and maps it back: it still reads
+as a numpy array, so every consumer works unchanged, but its pages belong to the page cache,
+which the kernel reclaims under pressure, not to the process.
+
+A pass over a spilled array takes it a range at a time (:func:`read`) and gives the range's
+pages back as it goes, so the process's resident memory follows the range, not the array.
+Where a pass looks up other requests at random (a chain's previous request), it gives every
+page it touched back after each range (:func:`release`).
+
+The files go where Python's ``tempfile`` puts them: ``TMPDIR``, else ``/tmp``. Their space is
+reserved when they are made, so a full disk is an error then, not a crash on a later write.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import tempfile
+
+import numpy as np
+
+from kvtrace.errors import KvtraceError
+
+# Requests per range of a pass over spilled arrays: a few MB each, many passes per array.
+RANGE_ROWS = 1 << 20
+
+
+def _mapped(dtype, n: int, write: bool) -> np.ndarray:
+    dtype = np.dtype(dtype)
+    size = max(1, dtype.itemsize * n)
+    fd, path = tempfile.mkstemp(prefix="kvtrace-spill-")
+    try:
+        os.unlink(path)
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as e:
+            raise KvtraceError(
+                f"no room for {size / 2**20:,.0f} MiB of per-request numbers in {os.path.dirname(path)}: {e.strerror}",
+                hint="free disk space there, or point TMPDIR at a disk with room",
+            ) from None
+        mm = mmap.mmap(fd, size, access=mmap.ACCESS_WRITE if write else mmap.ACCESS_READ)
+    finally:
+        os.close(fd)  # the mapping holds the file
+    return np.frombuffer(mm, dtype=dtype, count=n)
+
+
+def empty(n: int, dtype) -> np.ndarray:
+    """A writable spilled array of ``n`` zeros."""
+    return _mapped(dtype, n, write=True)
+
+
+def spill(a: np.ndarray) -> np.ndarray:
+    """``a`` copied to a spilled, read-only array (written a range at a time)."""
+    a = np.asarray(a)
+    if spilled(a):
+        return a
+    out = empty(len(a), a.dtype)
+    for lo, hi in ranges(len(a)):
+        out[lo:hi] = a[lo:hi]
+        release(out)
+    return frozen(out)
+
+
+def frozen(a: np.ndarray) -> np.ndarray:
+    """A writable spilled array as read-only from here on (the pages stay where they are)."""
+    a.flags.writeable = False
+    return a
+
+
+def spilled(a) -> bool:
+    """Whether ``a`` is a whole spilled array (made by this module)."""
+    return isinstance(a, np.ndarray) and _mapping(a) is not None
+
+
+def _mapping(a: np.ndarray):
+    base = a.base
+    if isinstance(base, memoryview) and isinstance(base.obj, mmap.mmap) and len(a) * a.itemsize <= len(base.obj):
+        return base.obj
+    return None
+
+
+def release(*arrays) -> None:
+    """Give back the pages of spilled arrays that a range of a pass touched (a no-op for an
+    array in memory); the numbers stay in their files."""
+    for a in arrays:
+        mm = _mapping(a) if isinstance(a, np.ndarray) else None
+        if mm is not None:
+            mm.madvise(mmap.MADV_DONTNEED)
+
+
+def read(a: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """``a[lo:hi]`` as an array in memory; for a spilled ``a``, the range's pages are given back."""
+    out = np.array(a[lo:hi])
+    mm = _mapping(a)
+    if mm is not None and hi > lo:
+        page = mmap.PAGESIZE
+        start = lo * a.itemsize // page * page
+        end = min(len(mm), -(-hi * a.itemsize // page) * page)
+        mm.madvise(mmap.MADV_DONTNEED, start, end - start)
+    return out
+
+
+def ranges(n: int, rows: int = RANGE_ROWS):
+    """``(lo, hi)`` ranges of ``rows`` covering ``0..n``."""
+    for lo in range(0, n, max(1, rows)):
+        yield lo, min(n, lo + rows)
+
+
+def total(a: np.ndarray) -> int:
+    """The exact integer sum of ``a``, a range at a time."""
+    return sum(int(read(a, lo, hi).sum(dtype=np.int64)) for lo, hi in ranges(len(a)))
