@@ -35,8 +35,10 @@ DATA = ROOT / "bench" / "data"
 KVTRACE = [sys.executable, "-m", "kvtrace"]
 
 
-def build_warehouse(path: Path, n: int) -> dict:
-    """The bench warehouse (reused when it already holds ``n`` requests)."""
+def build_warehouse(path: Path, n: int, weeks: int = 1) -> dict:
+    """The bench warehouse of ``n`` requests a week (reused when it already holds them all).
+    Each further week is another fleet (its own seed, request keys and sessions) starting 3 days
+    after the previous one, so weeks overlap as a growing organisation's would."""
     import duckdb
 
     from kvtrace.store import Store
@@ -44,7 +46,7 @@ def build_warehouse(path: Path, n: int) -> dict:
     if path.exists():
         try:
             with duckdb.connect(str(path), read_only=True) as con:
-                same = con.execute("SELECT count(*) FROM requests").fetchone()[0] == n
+                same = con.execute("SELECT count(*) FROM requests").fetchone()[0] == n * weeks
         except duckdb.Error:
             same = False
         if same:
@@ -53,26 +55,32 @@ def build_warehouse(path: Path, n: int) -> dict:
         path.unlink()
     from bench.bench_reuse import make_telemetry
 
-    t = time.perf_counter()
-    tel = make_telemetry(n).to_arrow()
-    gen_s = time.perf_counter() - t
-    t = time.perf_counter()
+    gen_s = insert_s = 0.0
     with Store(path) as store:
-        store.con.register("tel", tel)
-        store.run("""
-            INSERT INTO requests BY NAME
-            SELECT request_key, make_timestamp(ts_us) AS ts, 'bench' AS source, 'claude-code' AS agent,
-                   session_id, thread_id, 'u' || (hash(session_id) % 400) AS user_id, org_id, model,
-                   query_source, input_tokens, read_tokens AS cache_read_tokens,
-                   write_5m_tokens AS cache_write_5m_tokens, write_1h_tokens AS cache_write_1h_tokens,
-                   0 AS cache_write_unknown_tokens, output_tokens, 'bench:' || request_key AS ingested_from
-            FROM tel""")
-        store.con.unregister("tel")
-        store.run("CHECKPOINT")
+        for week in range(weeks):
+            t = time.perf_counter()
+            tel = make_telemetry(n, seed=1 + week).to_arrow()
+            gen_s += time.perf_counter() - t
+            t = time.perf_counter()
+            store.con.register("tel", tel)
+            key, sess = (f"'{week}:' || ", f"'{week}-' || ") if week else ("", "")  # week 0 as a 1-week warehouse
+            store.run(f"""
+                INSERT INTO requests BY NAME
+                SELECT {key}request_key AS request_key, make_timestamp(ts_us + {week * 3 * 86400_000_000}) AS ts,
+                       'bench' AS source, 'claude-code' AS agent, {sess}session_id AS session_id, thread_id,
+                       'u' || (hash(session_id) % 400) AS user_id, org_id, model,
+                       query_source, input_tokens, read_tokens AS cache_read_tokens,
+                       write_5m_tokens AS cache_write_5m_tokens, write_1h_tokens AS cache_write_1h_tokens,
+                       0 AS cache_write_unknown_tokens, output_tokens, 'bench:' || request_key AS ingested_from
+                FROM tel""")
+            store.con.unregister("tel")
+            del tel
+            store.run("CHECKPOINT")
+            insert_s += time.perf_counter() - t
     return {
         "reused": False,
         "generate_s": round(gen_s, 2),
-        "insert_s": round(time.perf_counter() - t, 2),
+        "insert_s": round(insert_s, 2),
         "file_mb": round(path.stat().st_size / 1e6, 1),
     }
 

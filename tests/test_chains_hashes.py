@@ -48,7 +48,7 @@ def test_the_fixtures_hold_the_three_patterns(conversations):
     linked = prev >= 0
     rewrite = linked & (shared < cached[p]) & (prompt >= cached[p]) & (read > 0)
     shrink = linked & (prompt < cached[p]) & (read > 0)
-    threads = np.array([name.rsplit("/", 1)[-1] for name in tr.meta["thread_names"]])[tr.meta["thread"]]
+    threads = np.array([name.rsplit("/", 1)[-1] for name in tr.meta["thread_names"].to_pylist()])[tr.meta["thread"]]
     across = linked & (threads != threads[p])
     assert rewrite.sum() >= 2 and shrink.sum() >= 2 and across.sum() >= 2
 

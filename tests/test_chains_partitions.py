@@ -92,7 +92,7 @@ def assert_same(a, b) -> None:
     np.testing.assert_array_equal(a.session, b.session)
     for k in META:
         np.testing.assert_array_equal(a.meta[k], b.meta[k], err_msg=k)
-    assert a.meta["thread_names"] == b.meta["thread_names"]
+    assert a.meta["thread_names"].to_pylist() == b.meta["thread_names"].to_pylist()
     assert a.meta["model_names"] == b.meta["model_names"]
     for k, v in a.meta["columns"].items():
         np.testing.assert_array_equal(v, b.meta["columns"][k], err_msg=k)
@@ -366,3 +366,34 @@ def test_the_thread_table_of_arbitrary_session_ids_does_not_depend_on_its_slices
         assert row["requests"] == len(mine) and row["prompt_tokens"] == prompt[mine].sum()
         assert row["idle_periods"] == int((gap > 300).sum())
         assert row["max_gap_s"] == (gap.max() if len(gap) else None)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("range_rows", [1, 2, 7, 50])
+def test_the_steps_over_all_requests_do_not_depend_on_their_range(seed, range_rows):
+    """Chains, heads, head links and runs derived a few requests at a time (the steps after
+    linking read and write their numbers on disk a range at a time) equal those of one range."""
+    f = random_rows(seed, sessions=24)
+    params = ChainParams(block_size=64, head_min_chains=2)
+    whole = derive_chains(f, params, materialize=False)
+    assert whole.meta["head"].any() and (whole.meta["head_prev"] >= 0).any()
+    assert_same(derive_chains(f, params, materialize=False, range_rows=range_rows), whole)
+    parts = next(splits(f, np.random.default_rng(seed)))  # one partition per session
+    got = derive_partitioned(parts, f.height, params, materialize=False, range_rows=range_rows)
+    assert_same(got, whole)
+
+
+def test_a_token_count_beyond_32_bits_in_a_later_partition_is_kept_exact():
+    big = 3_000_000_000
+    f = frame(
+        dict(t=0, read=0, write=5000, session_id="a"),
+        dict(t=10, read=5000, write=200, session_id="a"),
+        dict(t=20, read=0, write=big, session_id="b"),
+        dict(t=30, read=big, write=100, session_id="b"),
+    ).with_row_index("gidx")
+    parts = [f.filter(pl.col("session_id") == s) for s in ("a", "b")]  # the small one first
+    got = derive_partitioned(parts, f.height, materialize=False, range_rows=1)
+    assert got.meta["columns"]["write_tokens"].tolist() == [5000, 200, big, 100]
+    assert got.meta["cached"].tolist() == [5000, 5200, big, big + 100]
+    assert got.input_length.tolist() == [5002, 5202, big + 2, big + 102]
+    assert_same(got, derive_chains(f.drop("gidx"), materialize=False))

@@ -474,3 +474,27 @@ def log_bins(v, bits, out):  # pragma: no cover - compiled
         if b > most:
             most = b
     return most
+
+
+@numba.njit(cache=True, nogil=True)
+def along_chains(pred, lo, start_value, out):  # pragma: no cover
+    """For requests ``lo + i`` in time order: ``out[lo + i]`` is ``start_value[i]`` at a chain's
+    start (``pred[i] < 0``), else its predecessor's (``out[pred[i]]``; predecessors come
+    earlier, so ranges taken in order see them filled)."""
+    for i in range(len(pred)):
+        p = pred[i]
+        out[lo + i] = start_value[i] if p < 0 else out[p]
+
+
+@numba.njit(cache=True, nogil=True)
+def head_links(holds, group, lo, last, prev):  # pragma: no cover
+    """For requests ``lo + i`` in time order: ``prev[i]``, the last earlier request of the same
+    head group that holds the head (-1 if none, or if this one does not hold it); ``last``
+    carries each group's last holder from range to range."""
+    for i in range(len(holds)):
+        if holds[i]:
+            g = group[i]
+            prev[i] = last[g]
+            last[g] = lo + i
+        else:
+            prev[i] = -1

@@ -48,10 +48,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 import numpy as np
+import pyarrow as pa
 
-from kvtrace.analyze.access import AccessRuns, compact_ints, tokens_of_runs
+from kvtrace.analyze.access import AccessRuns, compact_dtype, compact_ints, tokens_of_runs
 from kvtrace.analyze.blocktrace import BlockTrace
-from kvtrace.analyze.spill import read, spill
+from kvtrace.analyze import spill
+from kvtrace.analyze.spill import read
 from kvtrace.errors import ConfigError
 
 
@@ -187,25 +189,19 @@ def _prev_in_group(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return group_order(code, int(code.max()) + 1 if len(code) else 0)
 
 
-def _next_of(prev: np.ndarray) -> np.ndarray:
-    nxt = np.full(len(prev), -1, dtype=np.int64 if len(prev) >= 2**31 else np.int32)
-    has = prev >= 0
-    nxt[prev[has]] = np.flatnonzero(has)
-    return nxt
-
-
-def _detect_heads(group: np.ndarray, start: np.ndarray, read: np.ndarray, p: ChainParams) -> np.ndarray:
-    """Head tokens per head group: the most common non-zero read at chain starts."""
-    n_groups = int(group.max()) + 1 if len(group) else 0
+def _detect_heads(pairs: list, n_groups: int, p: ChainParams) -> np.ndarray:
+    """Head tokens per head group: the most common non-zero read at chain starts, from
+    ``(pairs, counts)`` of ``(group, read)`` at chain starts (``np.unique`` of ranges of them)."""
     heads = np.zeros(n_groups, dtype=np.int64)
     if p.head_tokens is not None:
         heads[:] = p.head_tokens
         return heads
-    sel = start & (read > 0)
-    if not sel.any():
+    pairs = [(g, c) for g, c in pairs if c.size]
+    if not pairs:
         return heads
-    g, r = group[sel], read[sel]
-    pairs, counts = np.unique(np.stack((g, r)), axis=1, return_counts=True)
+    got, inv = np.unique(np.concatenate([g for g, _ in pairs], axis=1), axis=1, return_inverse=True)
+    counts = np.bincount(inv.ravel(), weights=np.concatenate([c for _, c in pairs])).astype(np.int64)
+    pairs = got
     # Per group the pair with the most chains (the smaller read on a tie).
     order = np.lexsort((pairs[1], -counts, pairs[0]))
     pairs, counts = pairs[:, order], counts[order]
@@ -215,7 +211,9 @@ def _detect_heads(group: np.ndarray, start: np.ndarray, read: np.ndarray, p: Cha
     return heads
 
 
-def derive_chains(frame, params: ChainParams | None = None, materialize: bool = True) -> BlockTrace:
+def derive_chains(
+    frame, params: ChainParams | None = None, materialize: bool = True, range_rows: int = spill.RANGE_ROWS
+) -> BlockTrace:
     """A block trace from per-request token counts.
 
     Args:
@@ -226,6 +224,8 @@ def derive_chains(frame, params: ChainParams | None = None, materialize: bool = 
         params: the assumptions (see :class:`ChainParams`).
         materialize: write the block ids (needed by export and replay). Without them the trace
             still answers every reuse, TTL and working-set question, from its access runs.
+        range_rows: requests per range of the steps over all requests (the result does not
+            depend on it).
 
     Returns:
         A :class:`BlockTrace` (name ``derived``); see :func:`derive_partitioned`.
@@ -236,7 +236,7 @@ def derive_chains(frame, params: ChainParams | None = None, materialize: bool = 
         if frame.height > 1 and not _in_order(frame):
             frame = frame.sort(["ts_us", "request_key"], maintain_order=True)
         frame = frame.with_row_index("gidx")
-    return derive_partitioned([frame], frame.height, params, materialize)
+    return derive_partitioned([frame], frame.height, params, materialize, range_rows=range_rows)
 
 
 # Requests per partition of the chain derivation: each partition's text columns and scratch
@@ -268,7 +268,12 @@ LINK_COLUMNS = (
 
 
 def derive_partitioned(
-    parts, n: int, params: ChainParams | None = None, materialize: bool = True, times: np.ndarray | None = None
+    parts,
+    n: int,
+    params: ChainParams | None = None,
+    materialize: bool = True,
+    times: np.ndarray | None = None,
+    range_rows: int = spill.RANGE_ROWS,
 ) -> BlockTrace:
     """A block trace from per-request token counts that arrive in partitions of whole sessions.
 
@@ -290,12 +295,14 @@ def derive_partitioned(
     Returns:
         A :class:`BlockTrace` (name ``derived``) whose ``meta`` also holds the per-request
         ``columns`` (the token counts of ``queries/chain_requests.sql`` and ``model``, a code
-        into ``model_names``), ``chain`` ids, ``thread`` codes (into ``thread_names``),
+        into ``model_names``), ``chain`` ids, ``thread`` codes (into ``thread_names``, an Arrow
+        string array),
         ``cached`` (read + write), ``head`` tokens, ``chain_prev`` (the request a chain
         continues from, -1 at a start) and ``shared`` (the tokens it shares with that request).
     """
     p = params or ChainParams()
-    return derive_linked((link_partition(part, p) for part in parts if part.height), n, p, materialize, times)
+    linked = (link_partition(part, p) for part in parts if part.height)
+    return derive_linked(linked, n, p, materialize, times, range_rows)
 
 
 class PartitionError(ValueError):
@@ -322,18 +329,30 @@ class Linked:
 
 
 def derive_linked(
-    linked, n: int, params: ChainParams | None = None, materialize: bool = True, times: np.ndarray | None = None
+    linked,
+    n: int,
+    params: ChainParams | None = None,
+    materialize: bool = True,
+    times: np.ndarray | None = None,
+    range_rows: int = spill.RANGE_ROWS,
 ) -> BlockTrace:
     """A block trace from linked partitions (:class:`Linked`, in any order) of ``n`` requests:
     the steps of :func:`derive_partitioned` after linking. With ``times`` (every row's
     ``ts_us`` in time order, as a warehouse reader knows them before the first partition) the
-    trace keeps that array, and each partition's times are checked against it."""
+    trace keeps that array, and each partition's times are checked against it.
+
+    Each partition's numbers go to disk at their places as they arrive (``kvtrace.analyze.spill``),
+    and the steps over all requests take them a range at a time: memory holds the times and a
+    range, not every request's numbers."""
     p = params or ChainParams()
-    models, hgroups, names = _Labels(), _Labels(), {}
+    models, hgroups = _Labels(), _Labels()
+    thread_keys, thread_labels = [], []  # each partition's threads: first rows and labels
     if times is not None and len(times) != n:
         raise PartitionError(f"{len(times)} times given for {n} rows")
-    whole: dict[str, np.ndarray] = {} if times is None else {"ts_us": times}
+    ts_us = times if times is not None else np.zeros(n, dtype=np.int64)
+    cols: dict[str, np.ndarray] = {}
     filled = np.zeros(n, dtype=bool)
+    sessions = []  # each partition's sessions (named by their first row)
     for part in linked:
         got = dict(part.numbers)
         at = got.pop("gidx")
@@ -341,38 +360,42 @@ def derive_linked(
             continue
         if at[0] < 0 or at[-1] >= n or filled[at].any() or (np.diff(at) <= 0).any():
             raise PartitionError(f"the partitions hold a row twice, or one outside 0..{n - 1}")
-        if times is not None and not np.array_equal(times[at], got.pop("ts_us")):
+        t = got.pop("ts_us")
+        if times is None:
+            ts_us[at] = t
+        elif not np.array_equal(times[at], t):
             raise PartitionError("the partitions' times are not the times given for their places")
         filled[at] = True
         got["model"] = models.codes(part.model_labels)[got["model"]]
         got["hgroup"] = hgroups.codes(part.hgroup_labels)[got["hgroup"]]
-        names.update(part.thread_names)
-        got = {k: v if k == "ts_us" else compact_ints(v) for k, v in got.items()}
-        if len(at) == n and not whole.keys() & got.keys():
-            whole.update(got)  # one partition of every row, in order: no copy
-        else:
-            for k, v in got.items():
-                if k not in whole:
-                    whole[k] = np.zeros(n, dtype=v.dtype)
-                elif whole[k].dtype != v.dtype and np.can_cast(whole[k].dtype, v.dtype):
-                    whole[k] = whole[k].astype(v.dtype)  # a partition's numbers outgrew 32 bits
-                whole[k][at] = v
+        thread_keys.append(np.fromiter(part.thread_names.keys(), dtype=np.int64, count=len(part.thread_names)))
+        thread_labels.append(pa.array(list(part.thread_names.values()), pa.large_string()))
+        sessions.append(np.unique(got["session"]))
+        for k, v in got.items():
+            v = compact_ints(v)
+            if k not in cols:
+                cols[k] = spill.empty(n, v.dtype)
+            elif not np.can_cast(v.dtype, cols[k].dtype):
+                cols[k] = spill.widened(cols[k], v.dtype)  # a partition's numbers outgrew 32 bits
+            cols[k][at] = v
+        spill.release(*cols.values())
     if not filled.all():
         raise PartitionError(f"the partitions hold {int(filled.sum())} rows, not {n}")
     del filled
     if not n:
-        whole = {k: np.zeros(0, np.int64) for k in (*_NUMBERS, "pred", "depth", "model", "hgroup", "thread", "session")}
-        whole["compact_req"] = whole["compaction"] = np.zeros(0, bool)
-    remap, model_names = models.canonical()
-    whole["model"] = compact_ints(remap[whole["model"]])
-    remap, _ = hgroups.canonical()
-    hgroup = compact_ints(remap[whole.pop("hgroup")])
-    # Sessions and threads numbered in the order they first appear.
-    session = compact_ints(np.unique(whole.pop("session"), return_inverse=True)[1].astype(np.int64).ravel())
-    firsts, thread = np.unique(whole.pop("thread"), return_inverse=True)
-    thread = compact_ints(thread.astype(np.int64).ravel())
-    thread_names = [names[int(f)] for f in firsts]
-    return _finish(whole, hgroup, session, thread, thread_names, model_names, p, materialize)
+        for k in (*_NUMBERS[1:], "pred", "depth", "model", "hgroup", "thread", "session"):
+            cols[k] = spill.empty(0, np.int64)
+        cols["compact_req"] = cols["compaction"] = spill.empty(0, bool)
+    model_remap, model_names = models.canonical()
+    hgroup_remap, _ = hgroups.canonical()
+    # Sessions and threads numbered in the order they first appear: by their first row.
+    session_firsts = np.unique(np.concatenate(sessions)) if sessions else np.zeros(0, np.int64)
+    # Thread labels as one Arrow array (a fleet has millions of threads), in thread code order.
+    keys = np.concatenate(thread_keys) if thread_keys else np.zeros(0, np.int64)
+    order = np.argsort(keys, kind="stable")
+    labels = pa.concat_arrays(thread_labels).take(order) if thread_labels else pa.array([], pa.large_string())
+    codes = {"model": model_remap, "hgroup": hgroup_remap, "session": session_firsts, "thread": keys[order]}
+    return _finish(ts_us, cols, codes, labels, model_names, p, materialize, range_rows)
 
 
 class _Labels:
@@ -469,84 +492,153 @@ def link_partition(frame, p: ChainParams) -> Linked:
     return Linked(out, model_labels, hlabels, dict(zip(first.tolist(), thread_labels)))
 
 
-def _finish(w: dict, hgroup, session, thread, thread_names, model_names, p: ChainParams, materialize: bool):
+def _finish(ts_us, w: dict, codes: dict, thread_names, model_names, p: ChainParams, materialize: bool, range_rows: int):
     """The derivation's steps over all requests (numbers only, in time order): shared heads,
-    chains, head links, and what makes the access runs a chunk at a time. Arrays of every request
-    are the memory here: each is let go as soon as it has served, and kept as 32-bit integers
-    where values fit."""
+    chains, head links, and what makes the access runs a chunk at a time.
+
+    ``w`` holds the linked numbers of every request (spilled), ``codes`` what renumbers their
+    codes (``model``, ``hgroup``: new code per old; ``session``, ``thread``: the sorted first
+    rows that name them). Every step runs a range of requests at a time, in time order; what it
+    looks up in other ranges (a chain's start or predecessor, a head group's last holder) is
+    on disk too, or a value per group. Results are kept as 32-bit integers where values fit."""
+    from kvtrace.analyze._kernels import along_chains, head_links
+
     B = p.block_size
-    n = len(session)
-    c = compact_ints
-    ts_us, read, pred, depth = w["ts_us"], w["read_tokens"], w.pop("pred"), w.pop("depth")
-    cached = c(read.astype(np.int64) + w["write_tokens"])
-    prompt = cached.astype(np.int64) + w["input_tokens"]
+    n = len(ts_us)
+    ix = np.int32 if n < 2**31 else np.int64
+    get = lambda name, lo, hi: spill.read(w[name], lo, hi)  # noqa: E731
+    i32, c = np.int32, compact_dtype  # narrow types are widened where values outgrow them (spill.put)
+    kinds = {
+        **{k: c(codes[k]) for k in ("model", "hgroup", "session", "thread")},
+        **dict(cached=i32, prompt=np.int64, chain_prev=w["pred"].dtype, shared=i32, h=i32, head=i32),
+        **dict(inherit=i32, head_prev=ix, by_next=i32, ts=np.float64, output_tokens=np.int64),
+    }
+    out = {k: spill.empty(n, dtype) for k, dtype in kinds.items()}
 
-    # Shared heads, per (org, model[, thread kind]).
-    heads = _detect_heads(hgroup, pred < 0, read, p)
-    H = c(heads)[hgroup]
-    first_read = read[_chain_root(pred)]
-    has_head = (H >= B) & ((first_read == 0) | (first_read >= H)) & (prompt >= H)
+    def put(name, lo, values):
+        out[name] = spill.put(out[name], lo, values)
+
+    # Each request alone: codes in label order, what it caches, its prompt; the chain starts'
+    # reads, for the heads.
+    pairs = []
+    for lo, hi in spill.ranges(n, range_rows):
+        put("model", lo, codes["model"][get("model", lo, hi)])
+        group = codes["hgroup"][get("hgroup", lo, hi)]
+        put("hgroup", lo, group)
+        r = get("read_tokens", lo, hi).astype(np.int64)
+        cached = r + get("write_tokens", lo, hi)
+        put("cached", lo, cached)
+        put("prompt", lo, cached + get("input_tokens", lo, hi))
+        sel = (get("pred", lo, hi) < 0) & (r > 0)
+        pairs.append(np.unique(np.stack((group[sel], r[sel])), axis=1, return_counts=True))
+    heads = _detect_heads(pairs, len(codes["hgroup"]), p)
+    Hc = compact_ints(heads)
+
+    # Whether each request holds its group's head: it does unless its chain began reading less.
+    first_read = spill.empty(n, w["read_tokens"].dtype)
+    holds = spill.empty(n, bool)
+    for lo, hi in spill.ranges(n, range_rows):
+        along_chains(get("pred", lo, hi), lo, get("read_tokens", lo, hi), first_read)
+        fr = spill.read(first_read, lo, hi)
+        spill.release(first_read)
+        H = Hc[spill.read(out["hgroup"], lo, hi)]
+        prompt = spill.read(out["prompt"], lo, hi)
+        spill.put(holds, lo, (H >= B) & ((fr == 0) | (fr >= H)) & (prompt >= H))
     del first_read
-    pred = np.where((pred >= 0) & (has_head != has_head[np.maximum(pred, 0)]), -1, pred)
-    depth = np.where(pred >= 0, depth, 0)
-    # Chains numbered by their first request (a chain's root is its start, in time order).
-    starts = np.cumsum(pred < 0) - 1
-    chain = c(starts[_chain_root(pred)])
-    del starts
-    chain_prev = pred
 
-    h = np.where(has_head, H // B, 0)
-    head = np.where(has_head, H, 0)
-    del H
-    inherit = np.where(chain_prev >= 0, np.maximum(h, depth // B), h)
-    chain_next = _next_of(chain_prev)
-    inherited_by_next = np.where(chain_next >= 0, np.maximum(h, inherit[np.maximum(chain_next, 0)]), h)
+    # A chain also ends where the head comes or goes; chains are numbered by their start (a
+    # chain's start is its first request in time order). Head links: the previous request of
+    # the same head group that holds the head.
+    chain, chain_next, head_next = spill.empty(n, ix), spill.filled(n, ix, -1), spill.filled(n, ix, -1)
+    offsets = spill.empty(n + 1, np.int64)
+    last_holder = np.full(len(heads), -1, dtype=np.int64)
+    chains = 0
+    for lo, hi in spill.ranges(n, range_rows):
+        pred = get("pred", lo, hi)
+        hh = spill.read(holds, lo, hi)
+        cut = (pred >= 0) & (hh != holds[np.maximum(pred, 0)])
+        spill.release(holds)
+        pred = np.where(cut, -1, pred)
+        put("chain_prev", lo, pred)
+        depth = np.where(pred >= 0, get("depth", lo, hi), 0)
+        put("shared", lo, depth)
+        starts = pred < 0
+        along_chains(pred, lo, chains + np.cumsum(starts) - 1, chain)
+        spill.release(chain)
+        chains += int(starts.sum())
+        H = Hc[spill.read(out["hgroup"], lo, hi)]
+        h = np.where(hh, H // B, 0)
+        put("h", lo, h)
+        put("head", lo, np.where(hh, H, 0))
+        put("inherit", lo, np.where(pred >= 0, np.maximum(h, depth // B), h))
+        has = pred >= 0
+        chain_next[pred[has]] = lo + np.flatnonzero(has)
+        spill.release(chain_next)
+        blocks = -(-spill.read(out["prompt"], lo, hi) // B)
+        spill.put(offsets, lo + 1, offsets[lo] + np.cumsum(blocks))
+        hprev = np.empty(hi - lo, dtype=ix)
+        head_links(hh, spill.read(out["hgroup"], lo, hi), lo, last_holder, hprev)
+        put("head_prev", lo, hprev)
+        has = hprev >= 0
+        head_next[hprev[has]] = lo + np.flatnonzero(has)
+        spill.release(head_next)
+    del holds
 
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(-(-prompt // B), out=offsets[1:])
-    # Head links: the previous and next request of the same head group that holds the head.
-    hprev = np.full(n, -1, dtype=np.int64 if n >= 2**31 else np.int32)
-    holders = np.flatnonzero(has_head)
-    holders = holders[np.argsort(hgroup[holders], kind="stable")]
-    same = hgroup[holders[1:]] == hgroup[holders[:-1]]
-    hprev[holders[1:][same]] = holders[:-1][same]
-    del holders, same
-    hnext = _next_of(hprev)
-    # Every per-request array but the times goes to disk (kvtrace.analyze.spill): the passes
-    # after this read them a range at a time.
+    # What the next request of a chain takes; times in seconds; sessions and threads numbered.
+    for lo, hi in spill.ranges(n, range_rows):
+        nxt = spill.read(chain_next, lo, hi)
+        h = spill.read(out["h"], lo, hi)
+        put("by_next", lo, np.where(nxt >= 0, np.maximum(h, out["inherit"][np.maximum(nxt, 0)]), h))
+        spill.release(out["inherit"])
+        put("ts", lo, ts_us[lo:hi] / 1e6)
+        for name in ("session", "thread"):
+            put(name, lo, np.searchsorted(codes[name], get(name, lo, hi)))
+        put("output_tokens", lo, get("output_tokens", lo, hi))
+
+    o = {k: spill.frozen(v) for k, v in out.items()}
     trace = BlockTrace(
-        ts_us / 1e6, prompt, w["output_tokens"], offsets, np.zeros(0, np.int64), B, session=c(session), name="derived"
+        o["ts"],
+        o["prompt"],
+        o["output_tokens"],
+        spill.frozen(offsets),
+        np.zeros(0, np.int64),
+        B,
+        session=o["session"],
+        name="derived",
     )
-    del prompt, offsets
-    for name in ("ts", "input_length", "output_length", "offsets", "session"):
-        setattr(trace, name, spill(getattr(trace, name)))
-    w = {k: v if k == "ts_us" else spill(v) for k, v in w.items()}
-    w["output_tokens"] = trace.output_length
-    compaction, compact_req = w.pop("compaction"), w.pop("compact_req")
-    h, inherit, chain_prev, hprev = spill(c(h)), spill(c(inherit)), spill(chain_prev), spill(hprev)
+    columns = {"ts_us": ts_us}
+    columns.update({k: spill.frozen(w[k]) for k in _NUMBERS[1:-1]})
+    columns.update(output_tokens=o["output_tokens"], model=o["model"])
     trace.meta.update(
         {
             "_ts_us": ts_us,
-            "columns": w,
+            "columns": columns,
             "model_names": model_names,
-            "chain": spill(chain),
-            "thread": spill(c(thread)),
+            "chain": spill.frozen(chain),
+            "thread": o["thread"],
             "thread_names": thread_names,
-            "cached": spill(c(cached)),
-            "head": spill(c(head)),
-            "chain_prev": chain_prev,
-            "shared": spill(c(depth)),
-            "head_prev": hprev,
-            "compaction": compaction,
-            "compact_request": compact_req,
+            "cached": o["cached"],
+            "head": o["head"],
+            "chain_prev": o["chain_prev"],
+            "shared": o["shared"],
+            "head_prev": o["head_prev"],
+            "compaction": spill.frozen(w["compaction"]),
+            "compact_request": spill.frozen(w["compact_req"]),
             "params": p,
             "materialized": False,
         }
     )
     trace.meta["_run_source"] = _ChainRuns(
-        trace, h, inherit, spill(c(inherited_by_next)), chain_prev, spill(chain_next), hprev, spill(hnext)
+        trace,
+        o["h"],
+        o["inherit"],
+        o["by_next"],
+        o["chain_prev"],
+        spill.frozen(chain_next),
+        o["head_prev"],
+        spill.frozen(head_next),
     )
-    trace.meta["_ids_plan"] = (h, inherit, spill(c(hgroup)), heads)
+    trace.meta["_ids_plan"] = (o["h"], o["inherit"], o["hgroup"], heads)
     if materialize:
         materialize_ids(trace)
     return trace
@@ -559,16 +651,6 @@ def _in_order(frame) -> bool:
     step = pl.col("ts_us").diff()
     later_key = pl.col("request_key") > pl.col("request_key").shift()
     return bool(frame.select(((step > 0) | ((step == 0) & later_key)).slice(1).all()).item())
-
-
-def _chain_root(pred: np.ndarray) -> np.ndarray:
-    """The first request of each request's chain (pointer jumping; predecessors come earlier)."""
-    root = np.where(pred >= 0, pred, np.arange(len(pred), dtype=np.int64 if len(pred) >= 2**31 else np.int32))
-    while True:
-        nxt = root[root]
-        if np.array_equal(nxt, root):
-            return root
-        root = nxt
 
 
 class _ChainRuns:

@@ -265,8 +265,8 @@ def _threads(trace: BlockTrace, p: ReuseParams, slice_rows: int = THREAD_SLICE_R
     tab = tab.with_columns(span_us=pl.Series(span_s)).rename({"span_us": "span_s"})
     names = trace.meta.get("thread_names")
     if names is not None:
-        labels = np.asarray(names, dtype=object)[tab.get_column("thread").to_numpy()]
-        tab = tab.with_columns(pl.Series("name", labels, dtype=pl.Utf8))
+        labels = pl.Series("name", names.take(tab.get_column("thread").to_arrow()), dtype=pl.Utf8)
+        tab = tab.with_columns(labels)
     # ties in the order threads first appear, so the table never depends on the sort's threads
     return tab.sort(["prompt_tokens", "thread"], descending=[True, False]), gaps
 

@@ -60,8 +60,7 @@ def spill(a: np.ndarray) -> np.ndarray:
         return a
     out = empty(len(a), a.dtype)
     for lo, hi in ranges(len(a)):
-        out[lo:hi] = a[lo:hi]
-        release(out)
+        put(out, lo, a[lo:hi])
     return frozen(out)
 
 
@@ -92,15 +91,48 @@ def release(*arrays) -> None:
             mm.madvise(mmap.MADV_DONTNEED)
 
 
-def read(a: np.ndarray, lo: int, hi: int) -> np.ndarray:
-    """``a[lo:hi]`` as an array in memory; for a spilled ``a``, the range's pages are given back."""
-    out = np.array(a[lo:hi])
+def _give_back(a: np.ndarray, lo: int, hi: int) -> None:
     mm = _mapping(a)
     if mm is not None and hi > lo:
         page = mmap.PAGESIZE
         start = lo * a.itemsize // page * page
         end = min(len(mm), -(-hi * a.itemsize // page) * page)
         mm.madvise(mmap.MADV_DONTNEED, start, end - start)
+
+
+def read(a: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """``a[lo:hi]`` as an array in memory; for a spilled ``a``, the range's pages are given back."""
+    out = np.array(a[lo:hi])
+    _give_back(a, lo, hi)
+    return out
+
+
+def put(a: np.ndarray, lo: int, values) -> np.ndarray:
+    """``values`` written at ``a[lo:]`` (a writable spilled array), the range's pages given back.
+    An integer ``a`` too narrow for them is widened first (a copy, returned instead of ``a``)."""
+    values = np.asarray(values)
+    if len(values) and values.dtype.kind in "iu" and a.dtype.kind == "i" and values.dtype.itemsize > a.itemsize:
+        info = np.iinfo(a.dtype)
+        if int(values.min()) < info.min or int(values.max()) > info.max:
+            a = widened(a, values.dtype)
+    a[lo : lo + len(values)] = values
+    _give_back(a, lo, lo + len(values))
+    return a
+
+
+def widened(a: np.ndarray, dtype) -> np.ndarray:
+    """A writable spilled copy of ``a`` as ``dtype``."""
+    out = empty(len(a), dtype)
+    for lo, hi in ranges(len(a)):
+        put(out, lo, read(a, lo, hi))
+    return out
+
+
+def filled(n: int, dtype, value) -> np.ndarray:
+    """A writable spilled array of ``n`` times ``value``."""
+    out = empty(n, dtype)
+    for lo, hi in ranges(n):
+        put(out, lo, np.full(hi - lo, value, dtype=dtype))
     return out
 
 
