@@ -96,3 +96,19 @@ def test_log_bins_follow_their_definition_and_ranges():
     for x, k in zip(v.tolist(), b.tolist()):
         lo, hi = _log_bin_range(k)
         assert lo <= x <= hi
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(0, 10**12), min_size=1, max_size=400),
+    st.lists(st.floats(0, 1), min_size=1, max_size=5),
+)
+def test_linear_quantiles_are_numpys_to_the_bit(values, qs):
+    from kvtrace.analyze import spill
+    from kvtrace.analyze.quantile import linear_quantiles
+
+    v = np.array(values, dtype=np.int64)
+    want = np.quantile(v / 1e6, qs).tolist()
+    assert linear_quantiles(spill.spill(v), qs, scale=1e6) == want
+    assert linear_quantiles(v, [0.5, 0.99]) == np.quantile(v.astype(float), [0.5, 0.99]).tolist()
+    assert linear_quantiles(v[:0], [0.5]) == [None]

@@ -135,6 +135,32 @@ def smallest_reaching(
     return out
 
 
+def linear_quantiles(values: np.ndarray, qs: list[float], scale: float = 1.0) -> list[float | None]:
+    """``np.quantile(values / scale, qs)`` (its default, linear method) to the bit, for integer
+    ``values >= 0`` that may be on disk (``kvtrace.analyze.spill``): only the order statistics
+    each quantile interpolates between are found (:func:`smallest_reaching`, a range at a time),
+    and numpy interpolates between them as it would over the whole. None for no values."""
+    from kvtrace.analyze.spill import ranges, read
+
+    m = len(values)
+    if not m:
+        return [None] * len(qs)
+    spots = []
+    for q in qs:
+        v = (m - 1) * q  # numpy's virtual index, in its float arithmetic
+        i = int(np.floor(v))
+        spots.append((i, min(i + 1, m - 1), v - i))
+    ranks = sorted({r for i, j, _ in spots for r in (i, j)})
+
+    def pieces():
+        for lo, hi in ranges(m):
+            yield [(read(values, lo, hi), np.ones(hi - lo))]
+
+    found = dict(zip(ranks, smallest_reaching(pieces, [[r + 1 for r in ranks]])[0]))
+    # between two values, at the same fraction: numpy's own interpolation of the pair
+    return [float(np.quantile(np.array([found[i] / scale, found[j] / scale]), g)) for i, j, g in spots]
+
+
 # Values a TopQuantile buffers before it drops those that can no longer be its answer.
 TOP_BUFFER = 1 << 20
 

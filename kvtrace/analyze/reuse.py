@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
+from kvtrace.analyze import spill
 from kvtrace.analyze.spill import ranges, read, release, spilled
 from kvtrace.analyze.spill import total as spill_total
 from kvtrace.analyze.access import (
@@ -32,7 +33,7 @@ from kvtrace.analyze.access import (
     ts_us,
 )
 from kvtrace.analyze.blocktrace import BlockTrace
-from kvtrace.analyze.quantile import LogHistogram, smallest_reaching
+from kvtrace.analyze.quantile import LogHistogram, linear_quantiles, smallest_reaching
 
 CDF_POINTS_S = (1, 5, 10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400, 172800, 604800)
 WITHIN = {"1m": 60, "5m": 300, "1h": 3600}
@@ -206,7 +207,7 @@ def _threads(trace: BlockTrace, p: ReuseParams, slice_rows: int = THREAD_SLICE_R
     else:
         values, counts = np.unique(thread, return_counts=True)
     ends = np.cumsum(counts)
-    gaps, at = np.empty(n - len(counts)), 0  # a gap per request but each thread's first
+    gaps, at = spill.empty(n - len(counts), np.int64), 0  # µs: a gap per request but each thread's first
     del counts
     firsts = np.unique(np.searchsorted(ends, np.arange(0, n, slice_rows), side="right"))
     edges = [*values[firsts].tolist(), None]
@@ -232,10 +233,10 @@ def _threads(trace: BlockTrace, p: ReuseParams, slice_rows: int = THREAD_SLICE_R
         # Gaps to the thread's previous request (NaN at a thread's first): numpy's division,
         # correctly rounded (Polars' may multiply by the reciprocal, differently by frame size).
         same = cols["thread"][1:] == cols["thread"][:-1]
+        got = (cols["ts_us"][1:] - cols["ts_us"][:-1])[same]  # in thread, then time order
         gap = np.full(len(same) + 1, np.nan)
-        gap[1:][same] = (cols["ts_us"][1:] - cols["ts_us"][:-1])[same] / 1e6
-        got = gap[1:][same]  # in thread, then time order
-        gaps[at : at + len(got)] = got
+        gap[1:][same] = got / 1e6
+        spill.put(gaps, at, got)
         at += len(got)
         del got, same
         df = pl.DataFrame(cols).with_columns(gap=pl.Series(gap, nan_to_null=True))
@@ -268,7 +269,7 @@ def _threads(trace: BlockTrace, p: ReuseParams, slice_rows: int = THREAD_SLICE_R
         labels = pl.Series("name", names.take(tab.get_column("thread").to_arrow()), dtype=pl.Utf8)
         tab = tab.with_columns(labels)
     # ties in the order threads first appear, so the table never depends on the sort's threads
-    return tab.sort(["prompt_tokens", "thread"], descending=[True, False]), gaps
+    return tab.sort(["prompt_tokens", "thread"], descending=[True, False]), spill.frozen(gaps)
 
 
 def thread_summary(trace: BlockTrace, params: ReuseParams | None = None) -> dict | None:
@@ -284,8 +285,8 @@ def thread_summary(trace: BlockTrace, params: ReuseParams | None = None) -> dict
     def q(a, x):
         return float(np.quantile(a, x)) if len(a) else None
 
-    # every gap of every thread: partitioned in place (the table's own copy is not needed again)
-    gap_q = np.quantile(gaps, [0.5, 0.9, 0.99], overwrite_input=True).tolist() if len(gaps) else [None] * 3
+    # every gap of every thread, exactly as np.quantile would give them, from the gaps on disk
+    gap_q = linear_quantiles(gaps, [0.5, 0.9, 0.99], scale=1e6)
     del gaps
     top = tab.head(p.top_threads).drop("thread").to_dicts()
     return {
