@@ -61,13 +61,18 @@ FROM (
     FROM metric_deltas m
     WHERE CASE
         WHEN m.session_id IS NOT NULL THEN
-            NOT EXISTS (SELECT 1 FROM requests r WHERE r.session_id = m.session_id AND r.agent = m.agent)
+            NOT EXISTS (SELECT 1 FROM requests r
+                        WHERE r.session_id = m.session_id AND r.agent = m.agent
+                          -- only the requests of sessions that have points: the join then holds
+                          -- those, not every request (8 GB at 100 M requests)
+                          AND r.session_id IN (SELECT session_id FROM metric_points))
         ELSE
             -- only the same agent's requests of the same user and org, inside the point's own
             -- window widened by 10 min (clients stamp a request before or after the export window
             -- that counts it): another user's requests that day say nothing about this point
             NOT EXISTS (SELECT 1 FROM requests r
                         WHERE r.agent = m.agent
+                          AND r.agent IN (SELECT agent FROM metric_points WHERE session_id IS NULL)
                           AND r.user_id IS NOT DISTINCT FROM m.user_id
                           AND r.org_id IS NOT DISTINCT FROM m.org_id
                           AND r.ts > coalesce(m.window_start, date_trunc('day', m.ts)) - INTERVAL 10 MINUTE
