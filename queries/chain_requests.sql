@@ -5,8 +5,10 @@
 --   bounds are open. Every reuse analysis takes the rows in time, then request key order: `tie`
 --   is a row's place by request key among the rows of its exact time (0 for a time of one row), so
 --   (ts_us, tie) is that order, and a row's place in it is the number of rows of an earlier time
---   plus its tie. Rows come session by session (by session id, then that order), so a reader can
---   take them in partitions of whole sessions.
+--   plus its tie. Rows come session by session (sessions in order of their first request, then
+--   by id; a session's rows in that order), so a reader can take them in partitions of whole
+--   sessions that started about the same time: a partition's rows then lie close together in
+--   time order, and so do the places its numbers are written to.
 --   Cheap at fleet scale: no window runs over every row (it would hold and spill them all once
 --   more); a row's organization, where it lacks one, comes from any row of its session
 --   (transcripts do not carry it, telemetry does) by a join to one row per session.
@@ -15,7 +17,7 @@ WITH w AS NOT MATERIALIZED (
     WHERE ($since IS NULL OR ts >= CAST($since AS TIMESTAMP))
       AND ($until IS NULL OR ts < CAST($until AS TIMESTAMP))
 ),
-session_org AS (SELECT session_id, max(org_id) AS org_id FROM w GROUP BY session_id),
+session_org AS (SELECT session_id, max(org_id) AS org_id, min(ts) AS session_start FROM w GROUP BY session_id),
 tied AS (
     SELECT request_key, row_number() OVER (PARTITION BY ts ORDER BY request_key) - 1 AS tie
     FROM w WHERE ts IN (SELECT ts FROM w GROUP BY ts HAVING count(*) > 1)
@@ -39,4 +41,4 @@ SELECT
 FROM w u
 LEFT JOIN session_org o ON o.session_id IS NOT DISTINCT FROM u.session_id
 LEFT JOIN tied t ON t.request_key = u.request_key
-ORDER BY session_id, ts_us, tie
+ORDER BY o.session_start, session_id, ts_us, tie

@@ -196,12 +196,9 @@ def _detect_heads(pairs: list, n_groups: int, p: ChainParams) -> np.ndarray:
     if p.head_tokens is not None:
         heads[:] = p.head_tokens
         return heads
-    pairs = [(g, c) for g, c in pairs if c.size]
-    if not pairs:
+    pairs, counts = _merged_pairs(pairs)
+    if not counts.size:
         return heads
-    got, inv = np.unique(np.concatenate([g for g, _ in pairs], axis=1), axis=1, return_inverse=True)
-    counts = np.bincount(inv.ravel(), weights=np.concatenate([c for _, c in pairs])).astype(np.int64)
-    pairs = got
     # Per group the pair with the most chains (the smaller read on a tie).
     order = np.lexsort((pairs[1], -counts, pairs[0]))
     pairs, counts = pairs[:, order], counts[order]
@@ -209,6 +206,15 @@ def _detect_heads(pairs: list, n_groups: int, p: ChainParams) -> np.ndarray:
     ok = first & (counts >= p.head_min_chains)
     heads[pairs[0, ok]] = pairs[1, ok]
     return heads
+
+
+def _merged_pairs(pairs: list) -> tuple[np.ndarray, np.ndarray]:
+    """``(pairs, counts)`` from ``np.unique`` of several pieces, as one."""
+    pairs = [(g, c) for g, c in pairs if c.size]
+    if not pairs:
+        return np.zeros((2, 0), np.int64), np.zeros(0, np.int64)
+    got, inv = np.unique(np.concatenate([g for g, _ in pairs], axis=1), axis=1, return_inverse=True)
+    return got, np.bincount(inv.ravel(), weights=np.concatenate([c for _, c in pairs])).astype(np.int64)
 
 
 def derive_chains(
@@ -531,6 +537,8 @@ def _finish(ts_us, w: dict, codes: dict, thread_names, model_names, p: ChainPara
         put("prompt", lo, cached + get("input_tokens", lo, hi))
         sel = (get("pred", lo, hi) < 0) & (r > 0)
         pairs.append(np.unique(np.stack((group[sel], r[sel])), axis=1, return_counts=True))
+        if len(pairs) >= 16:  # merged as they come: as many as distinct (group, read) pairs
+            pairs = [_merged_pairs(pairs)]
     heads = _detect_heads(pairs, len(codes["hgroup"]), p)
     Hc = compact_ints(heads)
 

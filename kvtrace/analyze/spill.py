@@ -2,17 +2,20 @@
 
 A month of a large organisation is 100 M requests; each per-request array of a derived trace is
 400-800 MB of it. :func:`spill` moves such an array into a temporary file that is unlinked at
-once (nothing is left behind, even if the process is killed) and maps it back: it still reads
-as a numpy array, so every consumer works unchanged, but its pages belong to the page cache,
-which the kernel reclaims under pressure, not to the process.
+once (nothing is left behind, even if the process is killed) and maps it back, shared: it still
+reads as a numpy array, so every consumer works unchanged, but its pages belong to the page
+cache, which the kernel writes back and reclaims under pressure, not to the process. (Each
+mapping keeps one file descriptor open until its array is gone.)
 
 A pass over a spilled array takes it a range at a time (:func:`read`) and gives the range's
 pages back as it goes, so the process's resident memory follows the range, not the array.
 Where a pass looks up other requests at random (a chain's previous request), it gives every
 page it touched back after each range (:func:`release`).
 
-The files go where Python's ``tempfile`` puts them: ``TMPDIR``, else ``/tmp``. Their space is
-reserved when they are made, so a full disk is an error then, not a crash on a later write.
+The files go where Python's ``tempfile`` puts them: ``TMPDIR``, else ``/tmp``. That must be a
+disk: on a RAM-backed ``/tmp`` (tmpfs) the numbers stay in memory, so set ``TMPDIR`` there. Their
+space is reserved when they are made (where the system can), so a full disk is an error then,
+not a crash on a later write.
 """
 
 from __future__ import annotations
@@ -29,20 +32,25 @@ from kvtrace.errors import KvtraceError
 RANGE_ROWS = 1 << 20
 
 
-def _mapped(dtype, n: int, write: bool) -> np.ndarray:
+def _mapped(dtype, n: int) -> np.ndarray:
     dtype = np.dtype(dtype)
     size = max(1, dtype.itemsize * n)
     fd, path = tempfile.mkstemp(prefix="kvtrace-spill-")
     try:
         os.unlink(path)
         try:
-            os.posix_fallocate(fd, 0, size)
+            if hasattr(os, "posix_fallocate"):
+                os.posix_fallocate(fd, 0, size)
+            else:  # (macOS) a sparse file: a full disk shows on a later write
+                os.ftruncate(fd, size)
         except OSError as e:
             raise KvtraceError(
-                f"no room for {size / 2**20:,.0f} MiB of per-request numbers in {os.path.dirname(path)}: {e.strerror}",
+                f"cannot reserve {size / 2**20:,.0f} MiB of per-request numbers in {os.path.dirname(path)}: "
+                f"{e.strerror}",
                 hint="free disk space there, or point TMPDIR at a disk with room",
             ) from None
-        mm = mmap.mmap(fd, size, access=mmap.ACCESS_WRITE if write else mmap.ACCESS_READ)
+        # shared, so that pages given back (madvise) keep their numbers in the file
+        mm = mmap.mmap(fd, size, access=mmap.ACCESS_WRITE)
     finally:
         os.close(fd)  # the mapping holds the file
     return np.frombuffer(mm, dtype=dtype, count=n)
@@ -50,7 +58,7 @@ def _mapped(dtype, n: int, write: bool) -> np.ndarray:
 
 def empty(n: int, dtype) -> np.ndarray:
     """A writable spilled array of ``n`` zeros."""
-    return _mapped(dtype, n, write=True)
+    return _mapped(dtype, n)
 
 
 def spill(a: np.ndarray) -> np.ndarray:
@@ -111,10 +119,10 @@ def put(a: np.ndarray, lo: int, values) -> np.ndarray:
     """``values`` written at ``a[lo:]`` (a writable spilled array), the range's pages given back.
     An integer ``a`` too narrow for them is widened first (a copy, returned instead of ``a``)."""
     values = np.asarray(values)
-    if len(values) and values.dtype.kind in "iu" and a.dtype.kind == "i" and values.dtype.itemsize > a.itemsize:
+    if len(values) and a.dtype.kind == "i" and values.dtype.kind in "iu" and not np.can_cast(values.dtype, a.dtype):
         info = np.iinfo(a.dtype)
         if int(values.min()) < info.min or int(values.max()) > info.max:
-            a = widened(a, values.dtype)
+            a = widened(a, np.int64)
     a[lo : lo + len(values)] = values
     _give_back(a, lo, lo + len(values))
     return a

@@ -128,21 +128,25 @@ def token_mix_report(
     if metric_points is None:
         metric_points = store.scalar("SELECT count(*) FROM metric_points")
     usage = "requests" if metric_points == 0 else None
-    rows = store.named(
-        "token_mix_groups",
-        {
-            "since": since,
-            "until": until,
-            "groups": ",".join(groups),
-            "hourly_max_s": hourly_max_s,
-            "usage": usage,
-            "tz": tz,
-            "prices": price_rows(pricing),
-            "write_5m": pricing.write_5m,
-            "write_1h": pricing.write_1h,
-            "read": pricing.read,
-        },
-    ).fetchall()
+    from kvtrace.store.store import ROLLUP_MEMORY
+
+    with store.memory_capped(ROLLUP_MEMORY):  # the rollup per hour and session spills beyond it
+        rows = store.named(
+            "token_mix_groups",
+            {
+                "since": since,
+                "until": until,
+                "groups": ",".join(groups),
+                "hourly_max_s": hourly_max_s,
+                "usage": usage,
+                "tz": tz,
+                "prices": price_rows(pricing),
+                "write_5m": pricing.write_5m,
+                "write_1h": pricing.write_1h,
+                "read": pricing.read,
+            },
+        ).fetchall()
+
     out = TokenMix(groups={g: [] for g in groups}, cost=_cost(None, 0, None))
     for grp, key, requests, sessions, *classes, cost, unpriced, reported, first_ts, last_ts in rows:
         totals = dict(zip(CLASSES, classes))
