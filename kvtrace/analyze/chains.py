@@ -506,7 +506,10 @@ def _finish(ts_us, w: dict, codes: dict, thread_names, model_names, p: ChainPara
     codes (``model``, ``hgroup``: new code per old; ``session``, ``thread``: the sorted first
     rows that name them). Every step runs a range of requests at a time, in time order; what it
     looks up in other ranges (a chain's start or predecessor, a head group's last holder) is
-    on disk too, or a value per group. Results are kept as 32-bit integers where values fit."""
+    on disk too, or a value per group (``along_chains`` relies on a predecessor coming earlier in
+    time order, as linking makes it). Token counts are kept as 32-bit integers until a value
+    needs more (``spill.put`` widens the column); request indexes (``chain``, ``chain_next``,
+    ``head_next``) as 32 bits below 2**31 requests."""
     from kvtrace.analyze._kernels import along_chains, head_links
 
     B = p.block_size
