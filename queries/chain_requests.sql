@@ -17,7 +17,12 @@ WITH w AS NOT MATERIALIZED (
     WHERE ($since IS NULL OR ts >= CAST($since AS TIMESTAMP))
       AND ($until IS NULL OR ts < CAST($until AS TIMESTAMP))
 ),
-session_org AS (SELECT session_id, max(org_id) AS org_id, min(ts) AS session_start FROM w GROUP BY session_id),
+session_org AS (
+    -- a session's start as the rows below name it (a missing id is ''), so none is split in two
+    SELECT session_id, max(org_id) AS org_id,
+           min(min(ts)) OVER (PARTITION BY coalesce(session_id, '')) AS session_start
+    FROM w GROUP BY session_id
+),
 tied AS (
     SELECT request_key, row_number() OVER (PARTITION BY ts ORDER BY request_key) - 1 AS tie
     FROM w WHERE ts IN (SELECT ts FROM w GROUP BY ts HAVING count(*) > 1)

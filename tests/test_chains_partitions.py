@@ -152,6 +152,34 @@ def test_the_warehouse_reader_partitions_whole_sessions(sample_store, rows):
         derive_partitioned(parts, n, times=np.append(times, times[-1]))
 
 
+def test_a_missing_session_id_and_an_empty_one_are_one_session_in_one_partition():
+    """Rows without a session id are read as session '': with sessions ordered by their start,
+    both kinds are one session, never split by another that starts between them."""
+    from kvtrace.store import Store
+
+    sessions = [None, "a", "", "a", None]
+    with Store(memory=True) as store:
+        store.run(
+            """
+            INSERT INTO requests BY NAME
+            SELECT 'k' || i AS request_key, make_timestamp(1767225600000000 + 60000000 * i) AS ts,
+                   'test' AS source, 'claude-code' AS agent, s AS session_id, 'main' AS thread_id,
+                   'm' AS model, 'main' AS query_source, 10 AS input_tokens, 1000 * i AS cache_read_tokens,
+                   1000 AS cache_write_5m_tokens, 0 AS cache_write_1h_tokens, 0 AS cache_write_unknown_tokens,
+                   5 AS output_tokens, 'test' AS ingested_from
+            FROM (SELECT unnest(range(?)) AS i, unnest(?) AS s)
+            """,
+            [len(sessions), sessions],
+        )
+        for rows in (1, 2, 100):
+            times, parts = chain_partitions(store, rows=rows)
+            parts = list(parts)
+            names = [set(p.get_column("session_id").unique()) for p in parts]
+            assert sum(len(x) for x in names) == len(set().union(*names)) == 2  # '' and 'a', each whole
+            got = derive_partitioned(parts, len(times), times=times, materialize=False)
+            assert got.session.tolist() == [0, 1, 0, 1, 0]
+
+
 def test_compaction_marks_come_from_the_requests_attributes():
     from kvtrace.store import Store
 
