@@ -61,11 +61,11 @@ FROM (
     FROM metric_deltas m
     WHERE CASE
         WHEN m.session_id IS NOT NULL THEN
-            NOT EXISTS (SELECT 1 FROM requests r
-                        WHERE r.session_id = m.session_id AND r.agent = m.agent
-                          -- only the requests of sessions that have points: the join then holds
-                          -- those, not every request (8 GB at 100 M requests)
-                          AND r.session_id IN (SELECT session_id FROM metric_points))
+            -- against the distinct (session, agent) pairs of requests of sessions that have
+            -- points: the join holds those pairs, not every request (8 GB at 100 M requests)
+            NOT EXISTS (SELECT 1 FROM (SELECT DISTINCT session_id, agent FROM requests
+                                       WHERE session_id IN (SELECT session_id FROM metric_points)) r
+                        WHERE r.session_id = m.session_id AND r.agent = m.agent)
         ELSE
             -- only the same agent's requests of the same user and org, inside the point's own
             -- window widened by 10 min (clients stamp a request before or after the export window
