@@ -53,7 +53,6 @@ import pyarrow as pa
 from kvtrace.analyze.access import AccessRuns, compact_dtype, compact_ints, tokens_of_runs
 from kvtrace.analyze.blocktrace import BlockTrace
 from kvtrace.analyze import spill
-from kvtrace.analyze.spill import read
 from kvtrace.errors import ConfigError
 
 
@@ -679,9 +678,9 @@ class _ChainRuns:
         """The runs of requests ``[lo, hi)``."""
         from kvtrace.analyze._kernels import chain_runs
 
-        n_blocks = np.diff(read(self.offsets, lo, hi + 1))
-        req, first, blocks, prev, nxt = chain_runs(*(read(a, lo, hi) for a in self.arrays), n_blocks)
-        tokens = tokens_of_runs(read(self.input_length, lo, hi), self.block_size, req, first, blocks)
+        n_blocks = np.diff(spill.read(self.offsets, lo, hi + 1))
+        req, first, blocks, prev, nxt = chain_runs(*(spill.read(a, lo, hi) for a in self.arrays), n_blocks)
+        tokens = tokens_of_runs(spill.read(self.input_length, lo, hi), self.block_size, req, first, blocks)
         req += lo
         return AccessRuns(
             req=req,
@@ -740,6 +739,6 @@ def chain_reads(trace: BlockTrace, ttl_s: float | None, lo: int = 0, hi: int | N
 
     hi = trace.n_requests if hi is None else hi
     out = np.empty(hi - lo, dtype=np.int64)
-    cols = (read(m[k], lo, hi) for k in ("cached", "head", "chain_prev", "head_prev", "shared"))
+    cols = (spill.read(m[k], lo, hi) for k in ("cached", "head", "chain_prev", "head_prev", "shared"))
     chain_read_tokens(ts_us(trace), lo, seconds_to_us(ttl_s), *cols, out)
     return out

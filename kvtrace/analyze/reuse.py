@@ -21,8 +21,6 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 
 from kvtrace.analyze import spill
-from kvtrace.analyze.spill import ranges, read, release, spilled
-from kvtrace.analyze.spill import total as spill_total
 from kvtrace.analyze.access import (
     CHUNK_REQUESTS,
     NEVER,
@@ -133,7 +131,7 @@ def reuse_profile(trace: BlockTrace, params: ReuseParams | None = None, requests
         the TTL that captures 90/95/99% of the reuse), and ``threads`` (None without sessions).
     """
     p = params or ReuseParams()
-    total = spill_total(trace.input_length)
+    total = spill.total(trace.input_length)
     t = ts_us(trace)
     age, eff = _Distribution("age", p), _Distribution("eff_age", p)
     unique, same = 0, True
@@ -152,7 +150,7 @@ def reuse_profile(trace: BlockTrace, params: ReuseParams | None = None, requests
         "blocks": trace.n_blocks,
         "block_size": trace.block_size,
         "prompt_tokens": total,
-        "output_tokens": spill_total(trace.output_length),
+        "output_tokens": spill.total(trace.output_length),
         "unique_blocks": unique,
         "span_s": float(t[-1] - t[0]) / 1e6 if len(t) else 0.0,
     }
@@ -196,10 +194,10 @@ def _threads(trace: BlockTrace, p: ReuseParams, slice_rows: int = THREAD_SLICE_R
     # (a longer thread alone): only a slice's rows are ever gathered in thread order.
     # At most MAX_THREAD_SLICES: each slice is a pass over every request's code.
     slice_rows = max(1, slice_rows, -(-n // MAX_THREAD_SLICES))
-    if spilled(thread):  # a derived trace's codes, dense: counted a range at a time
+    if spill.spilled(thread):  # a derived trace's codes, dense: counted a range at a time
         counts = np.zeros(0, dtype=np.int64)
-        for lo, hi in ranges(n):
-            got = np.bincount(read(thread, lo, hi))
+        for lo, hi in spill.ranges(n):
+            got = np.bincount(spill.read(thread, lo, hi))
             counts = np.pad(counts, (0, max(0, len(got) - len(counts))))
             counts[: len(got)] += got
         values = np.flatnonzero(counts)
@@ -217,8 +215,8 @@ def _threads(trace: BlockTrace, p: ReuseParams, slice_rows: int = THREAD_SLICE_R
     tabs = []
     for lo, hi in zip(edges[:-1], edges[1:]):
         rows = []
-        for r0, r1 in ranges(n):  # the slice's rows, found a range of the codes at a time
-            code = read(thread, r0, r1)
+        for r0, r1 in spill.ranges(n):  # the slice's rows, found a range of the codes at a time
+            code = spill.read(thread, r0, r1)
             rows.append(r0 + np.flatnonzero((code >= lo) if hi is None else ((code >= lo) & (code < hi))))
         rows = np.concatenate(rows)
         del code
@@ -229,7 +227,7 @@ def _threads(trace: BlockTrace, p: ReuseParams, slice_rows: int = THREAD_SLICE_R
         cols["compaction"] = compaction[rows] if compaction is not None else np.zeros(len(rows), bool)
         cols["chain"] = compact_ints(chain[rows]) if chain is not None else np.zeros(len(rows), np.int32)
         del rows
-        release(thread, session, trace.input_length, compaction, chain)  # the pages the gathers touched
+        spill.release(thread, session, trace.input_length, compaction, chain)  # the pages the gathers touched
         # Gaps to the thread's previous request (NaN at a thread's first): numpy's division,
         # correctly rounded (Polars' may multiply by the reciprocal, differently by frame size).
         same = cols["thread"][1:] == cols["thread"][:-1]
