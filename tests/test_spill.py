@@ -40,3 +40,21 @@ def test_ranges_cover_every_row_once(rows):
     got = list(spill.ranges(2500, rows))
     assert got[0][0] == 0 and got[-1][1] == 2500
     assert all(a[1] == b[0] for a, b in zip(got, got[1:]))
+
+
+def test_spilled_files_go_to_tmpdir_or_off_a_ram_backed_tmp(monkeypatch, tmp_path):
+    import os
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # tempfile reads TMPDIR again
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    assert spill.folder() == str(tmp_path)  # set by the user: used as it is
+    a = spill.spill(np.arange(10))
+    assert os.listdir(tmp_path) == [] and a.tolist() == list(range(10))  # unlinked at once
+    if not spill.in_memory("/dev/shm"):
+        pytest.skip("no tmpfs at /dev/shm to stand for a RAM-backed /tmp")
+    monkeypatch.delenv("TMPDIR")
+    monkeypatch.setattr(tempfile, "tempdir", "/dev/shm")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert spill.folder() == str(tmp_path / "cache" / "kvtrace" / "spill")
+    assert spill.spill(np.arange(3)).tolist() == [0, 1, 2]

@@ -12,10 +12,11 @@ pages back as it goes, so the process's resident memory follows the range, not t
 Where a pass looks up other requests at random (a chain's previous request), it gives every
 page it touched back after each range (:func:`release`).
 
-The files go where Python's ``tempfile`` puts them: ``TMPDIR``, else ``/tmp``. That must be a
-disk: on a RAM-backed ``/tmp`` (tmpfs) the numbers stay in memory, so set ``TMPDIR`` there. Their
-space is reserved when they are made (where the system can), so a full disk is an error then,
-not a crash on a later write.
+The files go to ``TMPDIR`` when it is set, else to the system's temporary folder (``/tmp``)
+unless that is held in memory (tmpfs, as on Debian 13, Fedora and Arch), where the numbers
+would stay in RAM: then to the user's cache folder (``~/.cache/kvtrace/spill``). Their space is
+reserved when they are made (where the system can), so a full disk is an error then, not a
+crash on a later write.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import mmap
 import os
 import tempfile
+from pathlib import Path
 
 import numpy as np
 
@@ -32,10 +34,37 @@ from kvtrace.errors import KvtraceError
 RANGE_ROWS = 1 << 20
 
 
+def folder() -> str:
+    """Where spilled files go (see the module's docstring)."""
+    tmp = tempfile.gettempdir()
+    if os.environ.get("TMPDIR") or not in_memory(tmp):
+        return tmp
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kvtrace" / "spill"
+    cache.mkdir(parents=True, exist_ok=True)
+    return str(cache)
+
+
+def in_memory(path: str) -> bool:
+    """Whether ``path`` lies on a file system held in memory (tmpfs, ramfs), per /proc/mounts."""
+    try:
+        with open("/proc/mounts") as f:
+            mounts = [line.split() for line in f]
+    except OSError:
+        return False
+    real, best, kind = os.path.realpath(path), "", ""
+    for m in mounts:
+        if len(m) < 3:
+            continue
+        point = m[1].replace("\\040", " ")
+        if (real == point or real.startswith(point.rstrip("/") + "/")) and len(point) >= len(best):
+            best, kind = point, m[2]
+    return kind in ("tmpfs", "ramfs")
+
+
 def _mapped(dtype, n: int) -> np.ndarray:
     dtype = np.dtype(dtype)
     size = max(1, dtype.itemsize * n)
-    fd, path = tempfile.mkstemp(prefix="kvtrace-spill-")
+    fd, path = tempfile.mkstemp(prefix="kvtrace-spill-", dir=folder())
     try:
         os.unlink(path)
         try:
