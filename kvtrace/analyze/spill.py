@@ -21,6 +21,7 @@ crash on a later write.
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 import tempfile
@@ -36,10 +37,15 @@ RANGE_ROWS = 1 << 20
 
 def folder() -> str:
     """Where spilled files go (see the module's docstring)."""
-    tmp = tempfile.gettempdir()
-    if os.environ.get("TMPDIR") or not in_memory(tmp):
+    return _folder(os.environ.get("TMPDIR"), tempfile.gettempdir(), os.environ.get("XDG_CACHE_HOME"))
+
+
+@functools.cache
+def _folder(tmpdir: str | None, tmp: str, cache_home: str | None) -> str:
+    # cached on what it reads but the mounts and HOME: /proc/mounts is read once, not per array
+    if tmpdir or not in_memory(tmp):
         return tmp
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kvtrace" / "spill"
+    cache = Path(cache_home or Path.home() / ".cache") / "kvtrace" / "spill"
     cache.mkdir(parents=True, exist_ok=True)
     return str(cache)
 
@@ -61,10 +67,11 @@ def in_memory(path: str) -> bool:
     return kind in ("tmpfs", "ramfs")
 
 
-def _mapped(dtype, n: int) -> np.ndarray:
+def empty(n: int, dtype) -> np.ndarray:
+    """A writable spilled array of ``n`` zeros."""
     dtype = np.dtype(dtype)
     size = max(1, dtype.itemsize * n)
-    fd, path = tempfile.mkstemp(prefix="kvtrace-spill-", dir=folder())
+    fd, path = tempfile.mkstemp(prefix="kvtrace-numbers-", dir=folder())
     try:
         os.unlink(path)
         try:
@@ -83,11 +90,6 @@ def _mapped(dtype, n: int) -> np.ndarray:
     finally:
         os.close(fd)  # the mapping holds the file
     return np.frombuffer(mm, dtype=dtype, count=n)
-
-
-def empty(n: int, dtype) -> np.ndarray:
-    """A writable spilled array of ``n`` zeros."""
-    return _mapped(dtype, n)
 
 
 def spill(a: np.ndarray) -> np.ndarray:
