@@ -495,3 +495,22 @@ def test_kv_cache_tester_requests_of_either_type_extend_one_chain():
     assert [t.prompt for t in turns] == [r["in"] for r in conv["requests"]]
     for before, t in zip(turns, turns[1:]):
         assert t.hits[0] >= before.prompt - 64, (before.prompt, t.prompt, t.hits)
+
+
+def test_a_step_that_preempts_admits_nothing_as_vllm_v1():
+    # four requests on a small cache: the third admitted is preempted twice for the others' blocks.
+    # Admitting in the step that preempted would take the victim straight back, to be preempted
+    # again the next step (three preemptions); vLLM V1 admits nothing in such a step.
+    node = Node(FixedCost(0.01), 2_048, [], Policy(block_tokens=16, max_num_batched_tokens=512), keep_turns=True)
+    turns = [Turn(Chain(), p, o) for p, o in ((337, 281), (451, 92), (612, 68), (881, 176))]
+    m = node.run(_script(list(zip((0.048, 0.083, 0.114, 0.13), turns))), 60)
+    assert m.preemptions == 2
+    assert all(t.done_t is not None for t in turns)
+    assert m.prompt_tok.sum() == 337 + 451 + 612 + 881
+    assert node.gpu.pinned == 0
+
+
+def test_a_turn_whose_prompt_and_output_exceed_the_gpu_cache_is_refused_when_sent():
+    node = Node(FixedCost(0.01), 1_024, [], Policy(block_tokens=16))
+    with pytest.raises(ConfigError, match="791 prompt and 256 output tokens does not fit the GPU KV cache of 1024"):
+        node.run(_script([(0.0, Turn(Chain(), 791, 256))]), 10)

@@ -85,7 +85,7 @@ def test_least_loaded_sends_each_request_to_a_node_with_the_fewest_outstanding()
                 f.at(0.5 * i, lambda now, turn=turn: send(f, turn))
 
         metrics = fleet.run(start, 600)
-        ttft = np.array([q + ld + pf for m in metrics for _, _, q, ld, pf in m.ttft])
+        ttft = np.array([q + ld + pf for m in metrics for _, _, q, ld, pf, _ in m.ttft])
         return seen, ttft
 
     seen, ll_ttft = run("least-loaded")
@@ -158,10 +158,9 @@ def test_an_unknown_router_is_a_one_line_error():
     assert r.exit_code == 1 and "unknown router 'random'" in r.output
 
 
-def test_a_prompt_admitted_chunk_by_chunk_that_outgrows_the_gpu_is_a_clear_error_on_any_node():
-    """Chunked prefill admits a prompt larger than the cache a budget at a time; once it cannot
-    grow, nothing can run: an error, not a node stuck forever (two of them at the same instant
-    must not hold the fleet's clock either)."""
+def test_a_prompt_larger_than_the_gpu_is_a_clear_error_on_any_node():
+    """Chunked prefill would admit a prompt larger than the cache a budget at a time, and it could
+    never finish: it is refused when sent, on one node or two at the same instant."""
     for n in (1, 2):
         fleet = Fleet(
             [Node(FixedCost(0.1), 5_000, [], Policy(max_num_batched_tokens=2_048)) for _ in range(n)], "round-robin"
@@ -171,7 +170,9 @@ def test_a_prompt_admitted_chunk_by_chunk_that_outgrows_the_gpu_is_a_clear_error
             for _ in range(n):
                 f.at(0.0, lambda now: f.issue(Turn(Chain(), 10_000, 1)))
 
-        with pytest.raises(ConfigError, match="a prompt of 10000 tokens does not fit the GPU KV cache of 4992"):
+        with pytest.raises(
+            ConfigError, match="a turn of 10000 prompt and 1 output tokens does not fit the GPU KV cache of 4992"
+        ):
             fleet.run(start, 60)
 
 

@@ -148,6 +148,13 @@ def simulate(
             help="How a fleet's requests find a node: affinity (a session stays on one node; nodes run independently), round-robin or least-loaded (per request, fewest outstanding requests; a session's turns may land on other nodes, whose caches miss them).",
         ),
     ] = None,
+    max_in_flight: Annotated[
+        Optional[int],
+        typer.Option(
+            "--max-in-flight",
+            help="A load generator's admission control: at most this many requests in flight per node (kv-cache-tester --max-concurrent-requests, vllm bench --max-concurrency); later turns wait at the client and TTFT is timed from when they are sent (the client wait is reported apart). 0: no cap.",
+        ),
+    ] = None,
     ttft_p90: Annotated[
         Optional[float],
         typer.Option("--ttft-p90", help="With --nodes auto: the p90 TTFT target in seconds, over every request."),
@@ -192,6 +199,8 @@ def simulate(
 
     Example: kvtrace simulate --scenario seed-study --tier-mode exclusive
 
+    Example: kvtrace simulate --scenario seed-study --max-in-flight 16
+
     Example: kvtrace simulate --sessions warehouse --db kv.duckdb --since 1d --warmup 1h --rate 2x --config h100 --nodes auto --ttft-p90 2
     """
     from kvtrace.simulate.run import Scenario, calibrate as fit_factors, load_scenario, parse_config, parse_rate
@@ -215,6 +224,7 @@ def simulate(
         ("max_num_seqs", max_num_seqs),
         ("gpu_usd_per_hour", gpu_usd_hour),
         ("router", router),
+        ("max_in_flight", max_in_flight),
         ("max_num_batched_tokens", max_batched_tokens),
     ):
         if value is not None:

@@ -5,7 +5,8 @@ rest of the token budget (``max_num_batched_tokens``) on chunked prefill: first 
 sequences still in prefill, then waiting requests admitted first come, first served while fewer
 than ``max_num_seqs`` run and their blocks can be allocated. Running sequences pin their GPU KV;
 freed blocks stay as a prefix cache evicted LRU (:mod:`kvtrace.simulate.tiers`). When a running
-sequence cannot get a block, the most recently admitted one is preempted and recomputed later.
+sequence cannot get a block, the most recently admitted one is preempted and recomputed later,
+and that step admits no waiting request.
 
 Below the GPU, tiers (DRAM, NVMe, ...) follow LMCache by default: ``chunk_tokens`` chunks; after
 a request's prefill every tier is given the prompt's full chunks it lacks (write-through); a lookup
@@ -127,6 +128,7 @@ class Turn:
         "keep",
         "cohort",
         "on_done",
+        "want_t",
         "issue_t",
         "admit_t",
         "ready_t",
@@ -151,7 +153,7 @@ class Turn:
         self.chain, self.prompt, self.output = chain, int(prompt), max(int(output), 1)
         self.keep = chain.valid if keep is None else int(keep)
         self.cohort, self.on_done, self.label = cohort, on_done, label
-        self.issue_t = self.admit_t = self.ready_t = self.first_t = self.done_t = None
+        self.want_t = self.issue_t = self.admit_t = self.ready_t = self.first_t = self.done_t = None
         self.hits: list[int] | None = None  # tokens per tier (GPU first) at the first admission
         self.seq = 0  # issue order
         self.node = 0  # the node of the fleet that served it
@@ -211,7 +213,7 @@ class Metrics:
         self.prompt_total = 0
         self.preemptions = 0
         self.turns: list[Turn] = []
-        self.ttft: list[tuple] = []  # (cohort, issue, queue s, load s, prefill s)
+        self.ttft: list[tuple] = []  # (cohort, issue, queue s, load s, prefill s, client wait s)
         self._mark = (np.zeros(K + 1), 0, 0)
 
     def bin(self, t: float) -> int:
@@ -239,7 +241,10 @@ class Metrics:
         self.turns = [x for x in self.turns if x.issue_t >= t]
 
     def first_token(self, t: Turn) -> None:
-        self.ttft.append((t.cohort, t.issue_t, t.admit_t - t.issue_t, t.ready_t - t.admit_t, t.first_t - t.ready_t))
+        wait = t.issue_t - t.want_t if t.want_t is not None else 0.0
+        self.ttft.append(
+            (t.cohort, t.issue_t, t.admit_t - t.issue_t, t.ready_t - t.admit_t, t.first_t - t.ready_t, wait)
+        )
 
 
 class Node:
@@ -299,6 +304,12 @@ class Node:
         if not self.running and not self.waiting and t > self.now:
             self._sample_to(max(self.now, prev_t))
             self._set_now(t)
+        if turn.prompt + turn.output - 1 > self.gpu.capacity:  # vLLM refuses to start with such a max length
+            raise ConfigError(
+                f"a turn of {turn.prompt} prompt and {turn.output} output tokens does not fit the GPU KV cache "
+                f"of {self.gpu.capacity} tokens",
+                hint="raise the GPU KV capacity (--gpu-kv)",
+            )
         turn.issue_t = t
         self._uid += 1
         turn.seq = self._uid
@@ -322,11 +333,15 @@ class Node:
 
     # -- the loop ---------------------------------------------------------------------------
     def run(
-        self, start: Callable[["Fleet"], None], duration_s: float, on_progress: Callable[[float], None] | None = None
+        self,
+        start: Callable[["Fleet"], None],
+        duration_s: float,
+        on_progress: Callable[[float], None] | None = None,
+        max_in_flight: int = 0,
     ) -> Metrics:
         """Run clients (``start(fleet)`` schedules their first turns) on this node alone for
-        ``duration_s`` seconds (``on_progress`` as for :meth:`Fleet.run`)."""
-        return Fleet([self]).run(start, duration_s, on_progress)[0]
+        ``duration_s`` seconds (``on_progress``, ``max_in_flight`` as for :class:`Fleet`)."""
+        return Fleet([self], max_in_flight=max_in_flight).run(start, duration_s, on_progress)[0]
 
     def _begin(self, duration_s: float) -> None:
         self.metrics = Metrics(duration_s, [t.name for t in self.lower])
@@ -760,6 +775,7 @@ class Node:
         m = self.metrics
         budget = p.max_num_batched_tokens
         scheduled: set = set()
+        preempted0 = m.preemptions
         # decode tokens first: each decoding sequence needs room for one more token
         while self.decoding and not self.gpu.make_room(len(self.decoding)):
             if not self._preempt(scheduled):
@@ -784,7 +800,8 @@ class Node:
             budget -= c
         step_bytes = [0] * len(self.res)
         admitted_now = []
-        while self.waiting and budget > 0 and len(self.running) < p.max_num_seqs:
+        # as vLLM V1, a step that had to preempt admits nothing (it would only preempt again)
+        while self.waiting and budget > 0 and len(self.running) < p.max_num_seqs and m.preemptions == preempted0:
             s = self.waiting[0]
             admitted, c = self._admit(s, budget, len(self.decoding), step_bytes)
             if not admitted:
@@ -807,16 +824,17 @@ class Node:
                 s.turn.ready_t = self.now + load_s
         B = len(self.decoding)
         if not B and not chunks:
+            if m.preemptions != preempted0:  # everything was preempted: the next step admits
+                return
             if self.loading:  # only loads in flight: wait for the first
                 self._set_now(max(self.now, min(s.ready_t for s in self.loading)))
                 return
-            # nothing can run: a prompt that cannot be admitted, or one admitted a chunk at a time
-            # that has outgrown the whole cache
-            big = next((x for x in self.prefilling if x.target > self.gpu.capacity), None)
-            if big is not None or (self.waiting and not self.running):
-                target = big.target if big is not None else self.waiting[0].target
+            # nothing runs and the queue's head cannot be admitted (turns that do not fit are refused
+            # when sent): an error rather than a node stuck forever
+            if self.waiting and not self.running:
                 raise ConfigError(
-                    f"a prompt of {target} tokens does not fit the GPU KV cache of {self.gpu.capacity} tokens",
+                    f"a prompt of {self.waiting[0].target} tokens cannot be admitted to the GPU KV cache of "
+                    f"{self.gpu.capacity} tokens",
                     hint="raise the GPU KV capacity (--gpu-kv)",
                 )
             self._set_now(max(self.now, next_event))
@@ -939,12 +957,22 @@ class Fleet:
     decode steps stops where another node may make a client act. One node alone is the same run
     whatever the router (``Node.run``); session affinity keeps nodes independent, so it runs each
     node on its own share of the sessions instead (:func:`kvtrace.simulate.run.run_config`).
+
+    ``max_in_flight`` (0: none) is a load generator's admission control, per node: while that many
+    requests per node are in flight (sent, not completed), a client's next turn waits at the
+    client, first come first served, and is sent when one completes. A turn's ``want_t`` is when
+    its client wanted to send it, ``issue_t`` when it was sent (what TTFT is timed from).
     """
 
-    def __init__(self, nodes: list[Node], router: str = "round-robin"):
+    def __init__(self, nodes: list[Node], router: str = "round-robin", max_in_flight: int = 0):
         if router not in ROUTERS[1:] and len(nodes) > 1:
             raise ConfigError(f"router {router!r} on one event clock", hint="use round-robin or least-loaded")
+        if max_in_flight < 0:
+            raise ConfigError(f"max in flight {max_in_flight}", hint="a number of requests >= 1, or 0 for no cap")
         self.nodes, self.router = nodes, router
+        self.cap = max_in_flight * len(nodes)
+        self.in_flight = 0
+        self.held: deque[Turn] = deque()  # turns waiting at the client for a free slot
         self.now = 0.0
         self._events: list = []
         self._n = 0
@@ -961,7 +989,31 @@ class Fleet:
         return [len(n.running) + len(n.waiting) for n in self.nodes]
 
     def issue(self, turn: Turn) -> None:
-        """A client sends ``turn`` now: what every node holds of its chain past ``turn.keep`` is stale."""
+        """A client sends ``turn`` now, or holds it while ``max_in_flight`` requests are in flight."""
+        turn.want_t = self.now
+        if self.cap:
+            then = turn.on_done
+
+            def done(t: float, then=then) -> None:
+                self.at(t, self._slot_freed)
+                if then is not None:
+                    then(t)
+
+            turn.on_done = done
+            if self.in_flight >= self.cap:
+                self.held.append(turn)
+                return
+            self.in_flight += 1
+        self._send(turn)
+
+    def _slot_freed(self, now: float) -> None:
+        self.in_flight -= 1
+        if self.held:
+            self.in_flight += 1
+            self._send(self.held.popleft())
+
+    def _send(self, turn: Turn) -> None:
+        """Send ``turn`` to a node now: what every node holds of its chain past ``turn.keep`` is stale."""
         ch = turn.chain
         if turn.keep < ch.valid:
             for n in self.nodes:

@@ -88,13 +88,17 @@ def render_table(res: dict, console: Console) -> None:
                 "-" if dwpd is None else f"{dwpd:.2f}",
             )
     console.print(t)
-    t = Table(title="TTFT by cohort, seconds (p50 / p90 / p99 / max; p50 of queue, load, prefill)")
-    for col in ("config", "cohort", "requests", "p50", "p90", "p99", "max", "queue", "load", "prefill"):
+    capped = bool(res.get("max_in_flight"))
+    title = "TTFT by cohort, seconds (p50 / p90 / p99 / max; p50 of queue, load, prefill"
+    title += "; from when sent, after the p50 / max wait at the client)" if capped else ")"
+    t = Table(title=title)
+    cols = ["config", "cohort", "requests", "p50", "p90", "p99", "max", "queue", "load", "prefill"]
+    for col in cols + (["client p50", "client max"] if capped else []):
         t.add_column(col, justify="right" if col not in ("config", "cohort") else "left")
     for c in res["configs"]:
         for k in ("new", "continuing", "resumed"):
             v = c["ttft"][k]
-            t.add_row(
+            row = [
                 c["name"],
                 k,
                 str(v["count"]),
@@ -105,7 +109,10 @@ def render_table(res: dict, console: Console) -> None:
                 _s(v["queue_p50_s"]),
                 _s(v["load_p50_s"]),
                 _s(v["prefill_p50_s"]),
-            )
+            ]
+            if capped:
+                row += [_s(v["client_wait_p50_s"]), _s(v["client_wait_max_s"])]
+            t.add_row(*row)
     console.print(t)
 
 

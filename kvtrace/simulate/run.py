@@ -112,6 +112,7 @@ class Scenario:
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
     router: str = "affinity"  # affinity | round-robin | least-loaded (fleets)
+    max_in_flight: int = 0  # a load generator's cap on requests in flight per node (0: none)
     policy: dict = field(default_factory=dict)
     configs: list[TierConfig] = field(default_factory=list)
     gpu_usd_per_hour: float | None = None  # per GPU; default: the hardware catalog's
@@ -372,11 +373,11 @@ def run_node(
 ) -> NodeRun:
     """Simulate one node of a fleet of ``shard[1]`` under session affinity: it serves every
     ``shard[1]``-th session, starting with session ``shard[0]`` (``recorded``: as for :func:`_source`)."""
-    node = build_node(sc, cfg, cost)
+    fleet = Fleet([build_node(sc, cfg, cost)], max_in_flight=sc.max_in_flight)
     src = _source(sc, shard, recorded)
     warm = warmup_of(sc)
-    node.run(_warmed(src, warm, [node]), warm + sc.duration_s, on_progress)
-    return _node_run(node, src.sessions, warm)
+    fleet.run(_warmed(src, warm, fleet.nodes), warm + sc.duration_s, on_progress)
+    return replace(_node_run(fleet.nodes[0], src.sessions, warm), unserved=_unserved(fleet))
 
 
 def _run_nodes(sc: Scenario, cfg: TierConfig, shards: list, cost, recorded) -> list[NodeRun]:
@@ -397,6 +398,12 @@ def _warmed(src, warm: float, nodes: list[Node]):
     return start
 
 
+def _unserved(fleet: Fleet) -> int:
+    """Requests sent or held at the client that had no first token by the end of the run."""
+    sent = sum(len(n.waiting) + sum(1 for s in n.running if s.turn.first_t is None) for n in fleet.nodes)
+    return sent + len(fleet.held)
+
+
 def _node_run(node: Node, sessions: int, warm: float = 0.0) -> NodeRun:
     """What a node's run leaves, from the end of its warm-up of ``warm`` seconds (times from there;
     a tier already full then has ``first_full`` 0)."""
@@ -414,7 +421,7 @@ def _node_run(node: Node, sessions: int, warm: float = 0.0) -> NodeRun:
         [r.capacity for r in node.res],
         [since(r.first_full_at) for r in node.res],
         [r.used for r in node.res],
-        len(node.waiting) + sum(1 for s in node.running if s.turn.first_t is None),
+        0,  # unserved: set from the fleet (:func:`_unserved`)
         sessions,
     )
 
@@ -429,11 +436,13 @@ def run_fleet(
 ) -> NodeRun:
     """Simulate ``nodes`` nodes on one event clock behind the scenario's per-request router
     (round-robin or least-loaded): every session, any node."""
-    fleet = Fleet([build_node(sc, cfg, cost) for _ in range(nodes)], sc.router)
+    fleet = Fleet([build_node(sc, cfg, cost) for _ in range(nodes)], sc.router, sc.max_in_flight)
     src = _source(sc, recorded=recorded)
     warm = warmup_of(sc)
     fleet.run(_warmed(src, warm, fleet.nodes), warm + sc.duration_s, on_progress)
-    return replace(_merge([_node_run(n, 0, warm) for n in fleet.nodes]), sessions=src.sessions)
+    return replace(
+        _merge([_node_run(n, 0, warm) for n in fleet.nodes]), sessions=src.sessions, unserved=_unserved(fleet)
+    )
 
 
 def _merge(runs: list[NodeRun]) -> NodeRun:
@@ -541,6 +550,11 @@ def size_fleet(
 ) -> dict:
     """The fewest nodes whose pooled p90 TTFT (every cohort) is at most ``ttft_p90_s`` (doubling,
     then bisection); that fleet's ``configs[]`` entry with the sizes tried."""
+    if sc.max_in_flight:
+        raise ConfigError(
+            "a cap on requests in flight hides the queue from the TTFT target",
+            hint="size the fleet without --max-in-flight (users' clients have no such cap)",
+        )
     tried: dict[int, dict] = {}
     if recorded is None:
         recorded = read_recorded(sc)
@@ -646,7 +660,7 @@ def summarize(run: NodeRun, sc: Scenario, cfg: TierConfig, cost: StepCost) -> di
     for c in (*COHORTS, "all"):
         sel = [r for r in rows if r[0] == c or c == "all"]
         tot = np.array([r[2] + r[3] + r[4] for r in sel])
-        q, ld, pf = (np.array([r[i] for r in sel]) for i in (2, 3, 4))
+        q, ld, pf, cw = (np.array([r[i] for r in sel]) for i in (2, 3, 4, 5))
         ttft[c] = {
             "count": len(sel),
             "p50_s": _pct(tot, 50),
@@ -660,6 +674,9 @@ def summarize(run: NodeRun, sc: Scenario, cfg: TierConfig, cost: StepCost) -> di
             "queue_mean_s": float(q.mean()) if len(q) else None,
             "load_mean_s": float(ld.mean()) if len(ld) else None,
             "prefill_mean_s": float(pf.mean()) if len(pf) else None,
+            "client_wait_p50_s": _pct(cw, 50),
+            "client_wait_p90_s": _pct(cw, 90),
+            "client_wait_max_s": float(cw.max()) if len(cw) else None,
         }
     ttft["unserved"] = run.unserved
     total_processed = float((m.prompt_tok + m.output_tok).sum())
@@ -750,6 +767,7 @@ def simulate(
         "scenario": sc.name,
         "nodes": "auto" if ttft_p90_s is not None else nodes,
         "router": "session-affinity" if sc.router == "affinity" else sc.router,
+        "max_in_flight": sc.max_in_flight,
         "description": sc.description,
         "duration_s": sc.duration_s,
         "sessions": sc.sessions,
