@@ -514,3 +514,21 @@ def test_a_turn_whose_prompt_and_output_exceed_the_gpu_cache_is_refused_when_sen
     node = Node(FixedCost(0.01), 1_024, [], Policy(block_tokens=16))
     with pytest.raises(ConfigError, match="791 prompt and 256 output tokens does not fit the GPU KV cache of 1024"):
         node.run(_script([(0.0, Turn(Chain(), 791, 256))]), 10)
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_a_sessions_first_turn_hits_the_head_only_when_heads_are_shared(shared):
+    cost = StepCost(MODEL, load_gpu("RTX-PRO-6000"), 4, 0.5, 0.56)
+    node = Node(cost, 400_000, [], Policy(), keep_turns=True)
+    src = SynthSource(
+        preset("seed-study", days=600 / 86400, shared_heads=shared, subagent_prob=0.0, model_switch_prob=0.0), 600
+    )
+    m = node.run(src, 20_000)
+    first = [t for t in m.turns if t.cohort == "new"]
+    assert len(first) == src.sessions > 10
+    hit = [t.hits[0] for t in first]
+    if shared:  # one head per model: after its first session, every session's first turn hits it
+        assert sum(h > 0 for h in hit) >= len(first) - len({t.label.model for t in first})
+    else:
+        assert hit == [0] * len(first)
+        assert len(src.heads) == len(first)

@@ -178,14 +178,14 @@ def test_ledger_equals_transcripts_after_dedup(run):
 
 
 # -- cache, TTL, chains ------------------------------------------------------------------------
-def _oracle(rows: list[dict], ttl_ms: int) -> None:
+def _oracle(rows: list[dict], ttl_ms: int, shared_heads: bool = True) -> None:
     """Re-derive every request's cache read from the rules, independently of the engine."""
     last: dict[str, dict] = {}
     head_touch: dict[tuple, int] = {}
     for r in sorted(rows, key=lambda r: r["seq"]):
         spec = MODELS[r["model"]]
         prev = last.get(r["thread_id"])
-        key = (r["org_id"], r["model"], r["is_sidechain"])
+        key = (r["org_id"] if shared_heads else r["session_id"], r["model"], r["is_sidechain"])
         assert r["input_tokens"] + r["cache_read_tokens"] + r["cache_creation_tokens"] == r["prompt_tokens"]
         if r["prompt_tokens"] - r["input_tokens"] < spec.min_cacheable_tokens and r["cache_read_tokens"] == 0:
             assert r["cache_creation_tokens"] == 0
@@ -241,6 +241,12 @@ def test_gap_over_ttl_rewrites_the_prefix_except_a_warm_head():
     # With a 1 h TTL the same pauses are served from the cache.
     rows_1h = {r["request_id"]: r for r in simulate(cfg.replace(cache_ttl_s=3600)).to_dicts()}
     assert all(rows_1h[r["request_id"]]["read_source"] == "prefix" for r in resumed)
+    # With a head of its own per session, no other session keeps it warm: a pause rewrites it all.
+    own = cfg.replace(shared_heads=False)
+    rows_own = simulate(own).to_dicts()
+    _oracle(rows_own, own.cache_ttl_s * 1000, shared_heads=False)
+    by_id = {r["request_id"]: r for r in rows_own}
+    assert all(by_id[r["request_id"]]["cache_read_tokens"] == 0 for r in resumed)
 
 
 def test_account_unit_cases():

@@ -82,7 +82,7 @@ class SynthSource:
         th = r.thread
         new = sum(p[1] for p in r.parts)
         prompt = th.next_prompt(new)
-        key = (th.model, th.kind)
+        key = (th.model, th.kind) if self.cfg.shared_heads else (th.session.id, th.model, th.kind)
         head = self.heads.get(key)
         if head is None:
             head = self.heads[key] = Head(key, th.head)

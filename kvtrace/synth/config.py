@@ -39,6 +39,11 @@ class SynthConfig:
         {"claude-sonnet-4-6": 0.6, "claude-opus-4-6": 0.3, "claude-haiku-4-5": 0.1},
         "Share of sessions per main model (names from kvtrace.synth.catalog).",
     )
+    shared_heads: bool = _f(
+        True,
+        "Whether sessions of a model share its prompt head (system prompt + tools), as Claude Code's do; "
+        "false gives each session a head of its own, as a load generator's random prompts do.",
+    )
     cache_ttl_s: int = _f(300, "Prompt-cache idle TTL in seconds, refreshed on use: 300 (5m) or 3600 (1h).")
     context_cap_tokens: int = _f(64_000, "Context size at which the session compacts.")
     session_turns: tuple[float, float] = _f((18.0, 0.6), "Requests per session: log-normal (median, sigma).")
@@ -95,6 +100,8 @@ class SynthConfig:
             raise bad("arrival_rate_per_min", "must be > 0")
         if self.users < 1 or self.orgs < 1 or self.orgs > self.users:
             raise bad("users", "need users >= orgs >= 1")
+        if not isinstance(self.shared_heads, bool):
+            raise bad("shared_heads", "must be true or false")
         if self.cache_ttl_s <= 0:
             raise bad("cache_ttl_s", "must be > 0")
         for mix_name in ("model_mix", "subagent_model_mix"):

@@ -305,7 +305,7 @@ class Engine:
         r.head = head = th.head
         r.chain_reason = th.break_reason
         prev_cached = 0 if th.break_reason is not None else th.cached
-        key = (sess.user.org_id, th.model, th.kind)
+        key = (sess.user.org_id, th.model, th.kind) if self.cfg.shared_heads else (sess.id, th.model, th.kind)
         r.read, r.write, r.input, r.source = account(
             r.prompt_tokens,
             r.tail,
