@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from kvtrace.cli import app
 from kvtrace.errors import ConfigError
 from kvtrace.simulate.engine import Chain, Fleet, Node, Policy, Turn
-from kvtrace.simulate.run import Scenario, parse_config, run_config
+from kvtrace.simulate.run import Scenario, _unserved, parse_config, run_config
 
 from tests.simulate_support import FixedCost
 
@@ -80,3 +80,16 @@ def test_the_cli_reports_client_waits_and_refuses_a_cap_when_sizing_a_fleet():
     assert r.exit_code == 1 and "hides the queue" in r.output
     with pytest.raises(ConfigError, match="max in flight -1"):
         Fleet([Node(FixedCost(0.01), 1_000, [], Policy())], max_in_flight=-1)
+
+
+def test_a_request_sent_in_the_last_instants_is_unserved_with_the_wait_it_had():
+    # one session, one long turn sent 1 s before the end of a 60 s run: unserved, waited 1 s
+    fleet = Fleet([Node(FixedCost(0.5), 100_000, [], Policy())], max_in_flight=1)
+    late, held = Turn(Chain(), 30_000, 10), Turn(Chain(), 100, 1)
+
+    def start(f):
+        f.at(59.0, lambda now: f.issue(late))
+        f.at(59.5, lambda now: f.issue(held))  # behind the cap: held at the client
+
+    fleet.run(start, 60)
+    assert _unserved(fleet, 60.0) == {"unserved": 2, "unserved_wait": pytest.approx(1.0)}

@@ -218,8 +218,11 @@ def test_nodes_auto_finds_the_fewest_nodes_meeting_the_ttft_target():
     c = json.loads(r.stdout)["configs"][0]
     tried = {t["nodes"]: t for t in c["sizing"]["tried"]}
     n = c["nodes"]
-    assert tried[n]["ttft_p90_s"] <= 2 and tried[n]["unserved"] == 0
-    assert n == 1 or tried[n - 1]["ttft_p90_s"] > 2 or tried[n - 1]["unserved"]
+    late = {k: (v["unserved_max_wait_s"] or 0) > 2 for k, v in tried.items()}
+    assert tried[n]["ttft_p90_s"] <= 2 and not late[n]
+    assert n == 1 or tried[n - 1]["ttft_p90_s"] > 2 or late[n - 1]
+    # a request still waiting at the end counts as a miss only once it has waited past the target
+    assert all(v["unserved"] > 0 or v["unserved_max_wait_s"] is None for v in tried.values())
     assert n > 1  # one node is overloaded at this rate: the search ran
     r = _run("--config", "seed-testbed", "--nodes", "auto")
     assert r.exit_code == 1 and "--ttft-p90" in r.output

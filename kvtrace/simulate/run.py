@@ -361,6 +361,7 @@ class NodeRun:
     unserved: int
     sessions: int
     nodes: int = 1
+    unserved_wait: float | None = None  # the longest an unserved request had waited by the end
 
 
 def run_node(
@@ -377,7 +378,7 @@ def run_node(
     src = _source(sc, shard, recorded)
     warm = warmup_of(sc)
     fleet.run(_warmed(src, warm, fleet.nodes), warm + sc.duration_s, on_progress)
-    return replace(_node_run(fleet.nodes[0], src.sessions, warm), unserved=_unserved(fleet))
+    return replace(_node_run(fleet.nodes[0], src.sessions, warm), **_unserved(fleet, warm + sc.duration_s))
 
 
 def _run_nodes(sc: Scenario, cfg: TierConfig, shards: list, cost, recorded) -> list[NodeRun]:
@@ -398,10 +399,16 @@ def _warmed(src, warm: float, nodes: list[Node]):
     return start
 
 
-def _unserved(fleet: Fleet) -> int:
-    """Requests sent or held at the client that had no first token by the end of the run."""
-    sent = sum(len(n.waiting) + sum(1 for s in n.running if s.turn.first_t is None) for n in fleet.nodes)
-    return sent + len(fleet.held)
+def _unserved(fleet: Fleet, end: float) -> dict:
+    """Requests sent or held at the client by the ``end`` of the run that had no first token by
+    then: how many, and the longest any had waited (since its client wanted to send it). A node
+    busy at the end lets clients act a little past it; what they send then is not counted."""
+    turns = [t for t in fleet.held]
+    for n in fleet.nodes:
+        turns += [s.turn for s in n.waiting] + [s.turn for s in n.running if s.turn.first_t is None]
+    waits = [end - (t.want_t if t.want_t is not None else t.issue_t) for t in turns]
+    waits = [w for w in waits if w >= 0]
+    return {"unserved": len(waits), "unserved_wait": max(waits, default=None)}
 
 
 def _node_run(node: Node, sessions: int, warm: float = 0.0) -> NodeRun:
@@ -441,7 +448,9 @@ def run_fleet(
     warm = warmup_of(sc)
     fleet.run(_warmed(src, warm, fleet.nodes), warm + sc.duration_s, on_progress)
     return replace(
-        _merge([_node_run(n, 0, warm) for n in fleet.nodes]), sessions=src.sessions, unserved=_unserved(fleet)
+        _merge([_node_run(n, 0, warm) for n in fleet.nodes]),
+        sessions=src.sessions,
+        **_unserved(fleet, warm + sc.duration_s),
     )
 
 
@@ -487,6 +496,7 @@ def _merge(runs: list[NodeRun]) -> NodeRun:
         sum(r.unserved for r in runs),
         sum(r.sessions for r in runs),
         len(runs),
+        max((r.unserved_wait for r in runs if r.unserved_wait is not None), default=None),
     )
 
 
@@ -548,8 +558,10 @@ def size_fleet(
     max_nodes: int = 256,
     recorded: Recorded | None = None,
 ) -> dict:
-    """The fewest nodes whose pooled p90 TTFT (every cohort) is at most ``ttft_p90_s`` (doubling,
-    then bisection); that fleet's ``configs[]`` entry with the sizes tried."""
+    """The fewest nodes whose pooled p90 TTFT (every cohort) is at most ``ttft_p90_s`` with no
+    request left without a first token for longer than that at the end (one sent in the last
+    instants is not a miss; doubling, then bisection); that fleet's ``configs[]`` entry with the
+    sizes tried."""
     if sc.max_in_flight:
         raise ConfigError(
             "a cap on requests in flight hides the queue from the TTFT target",
@@ -562,8 +574,9 @@ def size_fleet(
     def p90(n: int) -> float:
         if n not in tried:
             tried[n] = run_config(sc, cfg, cost, nodes=n, jobs=jobs, recorded=recorded)
-        v = tried[n]["ttft"]["all"]["p90_s"]
-        return math.inf if v is None or tried[n]["ttft"]["unserved"] else v
+        t = tried[n]["ttft"]
+        late = t["unserved_max_wait_s"] is not None and t["unserved_max_wait_s"] > ttft_p90_s
+        return math.inf if t["all"]["p90_s"] is None or late else t["all"]["p90_s"]
 
     lo, hi = 0, 1
     while p90(hi) > ttft_p90_s:
@@ -580,7 +593,12 @@ def size_fleet(
     out["sizing"] = {
         "ttft_p90_target_s": ttft_p90_s,
         "tried": [
-            {"nodes": n, "ttft_p90_s": tried[n]["ttft"]["all"]["p90_s"], "unserved": tried[n]["ttft"]["unserved"]}
+            {
+                "nodes": n,
+                "ttft_p90_s": tried[n]["ttft"]["all"]["p90_s"],
+                "unserved": tried[n]["ttft"]["unserved"],
+                "unserved_max_wait_s": tried[n]["ttft"]["unserved_max_wait_s"],
+            }
             for n in sorted(tried)
         ],
     }
@@ -679,6 +697,7 @@ def summarize(run: NodeRun, sc: Scenario, cfg: TierConfig, cost: StepCost) -> di
             "client_wait_max_s": float(cw.max()) if len(cw) else None,
         }
     ttft["unserved"] = run.unserved
+    ttft["unserved_max_wait_s"] = run.unserved_wait
     total_processed = float((m.prompt_tok + m.output_tok).sum())
     gpu_usd_h = sc.gpu_usd_per_hour if sc.gpu_usd_per_hour is not None else cost.gpu.usd_per_hour
     capex = {t.name: _capex(t, float(cap) * bpt / run.nodes) for t, cap in zip(lower, run.tier_capacity)}
