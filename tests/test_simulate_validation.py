@@ -8,6 +8,8 @@ them, so the table in the docs gets updated.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from kvtrace.simulate.run import load_scenario, simulate
@@ -72,3 +74,16 @@ def test_after_the_dram_fill_flash_serves_at_least_1_5x_dram_only(seed):
 def test_resumed_ttft_medians_within_30_percent(seed):
     for k, want in (("dram", 0.6), ("flash", 0.8), ("gpu", 1.4)):
         assert seed[k]["ttft"]["resumed"]["p50_s"] == pytest.approx(want, rel=0.30)
+
+
+def test_a_client_side_cap_moves_the_queue_to_the_client_not_the_throughput(seed):
+    """docs/simulate.md, "The study's figures against each other": at 16 requests in flight the
+    server queues (almost) nothing and the resumed TTFTs fall to seconds, while the turns wait at
+    the client and the peak ratios move little."""
+    capped = {c["name"]: c for c in simulate(replace(load_scenario("seed-study"), max_in_flight=16))["configs"]}
+    for k in ("gpu", "dram", "flash"):
+        r = capped[k]["ttft"]["resumed"]
+        assert r["queue_p50_s"] < 0.1 and r["client_wait_p50_s"] > 10
+        assert abs(capped[k]["ratio_peak"] - seed[k]["ratio_peak"]) < 0.15
+    assert capped["gpu"]["ttft"]["resumed"]["max_s"] < 20 < seed["gpu"]["ttft"]["resumed"]["max_s"]
+    assert capped["dram"]["ttft"]["resumed"]["p50_s"] < 1 < seed["dram"]["ttft"]["resumed"]["p50_s"]
