@@ -63,7 +63,7 @@ def test_a_cap_no_load_reaches_changes_nothing_and_a_reached_one_moves_the_queue
     assert max(s["running"] + s["waiting"] for s in capped["series"]) <= 2
 
 
-def test_the_cli_reports_client_waits_and_refuses_a_cap_when_sizing_a_fleet():
+def test_the_cli_reports_client_waits_and_refuses_a_cap_when_sizing_a_fleet(tmp_path):
     base = ["simulate", "--config", "gpu=seed-testbed:HBM", "--gpu-kv", "200K", "--duration", "10m", "--rate", "5"]
     r = runner.invoke(app, [*base, "--max-in-flight", "2", "--format", "json"])
     assert r.exit_code == 0, r.output
@@ -76,20 +76,48 @@ def test_the_cli_reports_client_waits_and_refuses_a_cap_when_sizing_a_fleet():
     }
     r = runner.invoke(app, [*base, "--max-in-flight", "2"])
     assert r.exit_code == 0 and "client p50" in r.output
+    page = tmp_path / "sim.html"
+    r = runner.invoke(app, [*base, "--max-in-flight", "2", "--format", "html", "--out", str(page)])
+    assert r.exit_code == 0, r.output
+    html = page.read_text()
+    assert "at most 2 requests in flight per node" in html and "client wait p50" in html
     r = runner.invoke(app, [*base, "--max-in-flight", "2", "--nodes", "auto", "--ttft-p90", "2"])
     assert r.exit_code == 1 and "hides the queue" in r.output
-    with pytest.raises(ConfigError, match="max in flight -1"):
+    r = runner.invoke(app, [*base, "--max-in-flight", "-1"])
+    assert r.exit_code == 1 and "--max-in-flight must be a whole number" in r.output
+    bad = tmp_path / "bad.toml"
+    bad.write_text('max_in_flight = "16"\n')
+    r = runner.invoke(app, ["simulate", "--scenario", str(bad)])
+    assert r.exit_code == 1 and "bad.toml: max_in_flight must be a whole number" in r.output
+    with pytest.raises(ConfigError, match="a cap of -1 requests in flight"):
         Fleet([Node(FixedCost(0.01), 1_000, [], Policy())], max_in_flight=-1)
 
 
-def test_a_request_sent_in_the_last_instants_is_unserved_with_the_wait_it_had():
-    # one session, one long turn sent 1 s before the end of a 60 s run: unserved, waited 1 s
+def test_unserved_counts_the_turns_without_a_first_token_sent_by_the_end_with_their_waits():
+    # a long turn sent 0.8 s before the end; one held behind the cap of 1; one its client sends at
+    # 60.1 s, while the node finishes its step past the end: two unserved, the longest waited 0.8 s
     fleet = Fleet([Node(FixedCost(0.5), 100_000, [], Policy())], max_in_flight=1)
-    late, held = Turn(Chain(), 30_000, 10), Turn(Chain(), 100, 1)
+    late, held, after = Turn(Chain(), 30_000, 10), Turn(Chain(), 100, 1), Turn(Chain(), 100, 1)
 
     def start(f):
-        f.at(59.0, lambda now: f.issue(late))
-        f.at(59.5, lambda now: f.issue(held))  # behind the cap: held at the client
+        f.at(59.2, lambda now: f.issue(late))
+        f.at(59.5, lambda now: f.issue(held))
+        f.at(60.1, lambda now: f.issue(after))
 
     fleet.run(start, 60)
-    assert _unserved(fleet, 60.0) == {"unserved": 2, "unserved_wait": pytest.approx(1.0)}
+    assert after.want_t == pytest.approx(60.1) and late.first_t is None
+    assert _unserved(fleet, 60.0) == {"unserved": 2, "unserved_wait": pytest.approx(0.8)}
+
+
+def test_a_preempted_turn_that_had_its_first_token_is_not_unserved():
+    node = Node(FixedCost(0.01), 1_024, [], Policy(block_tokens=16))
+    fleet = Fleet([node])
+    turns = [Turn(Chain(), 400, 300) for _ in range(2)]
+
+    def start(f):
+        for t in turns:
+            f.at(0.0, lambda now, t=t: f.issue(t))
+
+    fleet.run(start, 2.0)  # the second was preempted after its first token and waits for the first
+    assert node.metrics.preemptions >= 1 and node.waiting and all(t.first_t is not None for t in turns)
+    assert _unserved(fleet, 2.0) == {"unserved": 0, "unserved_wait": None}

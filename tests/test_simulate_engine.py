@@ -346,18 +346,18 @@ def test_metrics_drop_a_warm_up_from_series_records_and_totals():
     m.write["new"][0, :] = [5, 6, 7, 8, 9]
     m.hit_tokens += [100, 10]
     m.prompt_total, m.preemptions = 200, 3
-    m.ttft = [("new", 30.0, 1.0, 0.0, 0.5), ("continuing", 120.0, 2.0, 0.1, 0.2)]
+    m.ttft = [("new", 30.0, 1.0, 0.0, 0.5, 0.0), ("continuing", 120.0, 2.0, 0.1, 0.2, 3.0)]
     m.mark()
     m.hit_tokens += [7, 1]
     m.prompt_total, m.preemptions = 220, 4
-    m.ttft.append(("resumed", 200.0, 0.0, 0.0, 1.0))
+    m.ttft.append(("resumed", 200.0, 0.0, 0.0, 1.0, 0.0))
     m.drop_head(120.0)
     assert m.n == 3 and list(m.prompt_tok) == [3, 4, 5] and list(m.read[0]) == [30, 40, 50]
     for k, name in enumerate(("output_tok", "computed_tok", "busy_s", "steps", "running", "waiting")):
         assert list(getattr(m, name)) == [10 * k + b for b in (2, 3, 4)], name
     assert list(m.write["new"][0]) == [7, 8, 9] and m.occupancy.shape == (2, 3)
     assert list(m.hit_tokens) == [7, 1] and (m.prompt_total, m.preemptions) == (20, 1)
-    assert m.ttft == [("continuing", 0.0, 2.0, 0.1, 0.2), ("resumed", 80.0, 0.0, 0.0, 1.0)]
+    assert m.ttft == [("continuing", 0.0, 2.0, 0.1, 0.2, 3.0), ("resumed", 80.0, 0.0, 0.0, 1.0, 0.0)]
 
 
 def test_kv_cache_tester_think_times_and_sub_agents_as_kv_cache_tester_replays_them(tmp_path):

@@ -152,7 +152,7 @@ def simulate(
         Optional[int],
         typer.Option(
             "--max-in-flight",
-            help="A load generator's admission control: at most this many requests in flight per node (kv-cache-tester --max-concurrent-requests, vllm bench --max-concurrency); later turns wait at the client and TTFT is timed from when they are sent (the client wait is reported apart). 0: no cap.",
+            help="A load generator's admission control: at most this many requests in flight per node (kv-cache-tester --max-concurrent-requests, vllm bench --max-concurrency); later turns wait at the client and TTFT is timed from when they are sent (the client wait is reported apart). Under --router affinity each node has its own cap; round-robin and least-loaded share one of N x nodes. 0: no cap.",
         ),
     ] = None,
     ttft_p90: Annotated[
@@ -204,7 +204,7 @@ def simulate(
     Example: kvtrace simulate --sessions warehouse --db kv.duckdb --since 1d --warmup 1h --rate 2x --config h100 --nodes auto --ttft-p90 2
     """
     from kvtrace.simulate.run import Scenario, calibrate as fit_factors, load_scenario, parse_config, parse_rate
-    from kvtrace.simulate.run import read_recorded, simulate as run
+    from kvtrace.simulate.run import check_max_in_flight, read_recorded, simulate as run
 
     if format not in ("table", "json", "html"):
         raise ConfigError(f"unknown --format '{format}'", hint="choose table, json or html")
@@ -229,6 +229,8 @@ def simulate(
     ):
         if value is not None:
             changes[key] = value
+    if max_in_flight is not None:
+        check_max_in_flight(max_in_flight)
     if rate is not None:
         changes.update(parse_rate(rate))
     if duration is not None:

@@ -533,22 +533,17 @@ def sim_tier_table(res: dict, title: str | None = None) -> TableSpec:
 
 
 def sim_ttft_table(res: dict, title: str | None = None) -> TableSpec:
-    """Per configuration and cohort: TTFT p50 / p90 / p99 / max and the p50 of its parts."""
+    """Per configuration and cohort: TTFT p50 / p90 / p99 / max and the p50 of its parts (with a
+    client-side cap, and the wait at the client before a request was sent)."""
+    keys = ["p50_s", "p90_s", "p99_s", "max_s", "queue_p50_s", "load_p50_s", "prefill_p50_s"]
+    capped = bool(res.get("max_in_flight"))
+    if capped:
+        keys += ["client_wait_p50_s", "client_wait_max_s"]
     rows = []
     for c in res["configs"]:
         for key, label in SIM_COHORTS:
             v = c["ttft"][key]
-            rows.append(
-                (
-                    c["name"],
-                    label,
-                    str(v["count"]),
-                    *(
-                        _s2(v[k])
-                        for k in ("p50_s", "p90_s", "p99_s", "max_s", "queue_p50_s", "load_p50_s", "prefill_p50_s")
-                    ),
-                )
-            )
+            rows.append((c["name"], label, str(v["count"]), *(_s2(v[k]) for k in keys)))
     return TableSpec(
         "simulate",
         title,
@@ -563,6 +558,7 @@ def sim_ttft_table(res: dict, title: str | None = None) -> TableSpec:
             "queue p50",
             "load p50",
             "prefill p50",
+            *(("client wait p50", "client wait max") if capped else ()),
         ),
         rows,
     )
@@ -578,6 +574,11 @@ def sim_run_line(res: dict) -> str:
         f"{node['gpus']} x {node['gpu']}, "
         f"{node['model']} ({node['kv_dtype']} KV); efficiencies prefill {node['prefill_efficiency']:g}, "
         f"decode {node['decode_efficiency']:g}"
+        + (
+            f"; at most {res['max_in_flight']} requests in flight per node, TTFT timed from sending"
+            if res.get("max_in_flight")
+            else ""
+        )
     )
 
 

@@ -308,7 +308,8 @@ class Node:
             raise ConfigError(
                 f"a turn of {turn.prompt} prompt and {turn.output} output tokens does not fit the GPU KV cache "
                 f"of {self.gpu.capacity} tokens",
-                hint="raise the GPU KV capacity (--gpu-kv)",
+                hint="raise the GPU KV capacity (--gpu-kv), or for synth sessions lower their context cap "
+                "(--set context_cap_tokens=32000)",
             )
         turn.issue_t = t
         self._uid += 1
@@ -968,7 +969,9 @@ class Fleet:
         if router not in ROUTERS[1:] and len(nodes) > 1:
             raise ConfigError(f"router {router!r} on one event clock", hint="use round-robin or least-loaded")
         if max_in_flight < 0:
-            raise ConfigError(f"max in flight {max_in_flight}", hint="a number of requests >= 1, or 0 for no cap")
+            raise ConfigError(
+                f"a cap of {max_in_flight} requests in flight (--max-in-flight)", hint="e.g. 16, or 0 for no cap"
+            )
         self.nodes, self.router = nodes, router
         self.cap = max_in_flight * len(nodes)
         self.in_flight = 0

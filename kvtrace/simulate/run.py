@@ -185,11 +185,19 @@ def load_scenario(spec: str) -> Scenario:
         v = doc.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf):
             raise ConfigError(f"{where}: {key} must be a positive number, not {v!r}", hint='or write rate = 5 or "2x"')
+    if "max_in_flight" in doc:
+        check_max_in_flight(doc["max_in_flight"], f"{where}: max_in_flight")
     known = set(Scenario.__dataclass_fields__)
     bad = set(doc) - known
     if bad:
         raise ConfigError(f"{where}: field '{sorted(bad)[0]}' is unknown", hint="known: " + ", ".join(sorted(known)))
     return Scenario(**doc, configs=configs)
+
+
+def check_max_in_flight(v, what: str = "--max-in-flight") -> None:
+    """A load generator's cap: a whole number of requests, 0 for none."""
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ConfigError(f"{what} must be a whole number of requests >= 0, not {v!r}", hint="e.g. 16, or 0 for no cap")
 
 
 def _as(option: str, value: str) -> str:
@@ -405,7 +413,7 @@ def _unserved(fleet: Fleet, end: float) -> dict:
     busy at the end lets clients act a little past it; what they send then is not counted."""
     turns = [t for t in fleet.held]
     for n in fleet.nodes:
-        turns += [s.turn for s in n.waiting] + [s.turn for s in n.running if s.turn.first_t is None]
+        turns += [s.turn for s in (*n.waiting, *n.running) if s.turn.first_t is None]  # a preempted turn may have one
     waits = [end - (t.want_t if t.want_t is not None else t.issue_t) for t in turns]
     waits = [w for w in waits if w >= 0]
     return {"unserved": len(waits), "unserved_wait": max(waits, default=None)}
@@ -565,7 +573,7 @@ def size_fleet(
     if sc.max_in_flight:
         raise ConfigError(
             "a cap on requests in flight hides the queue from the TTFT target",
-            hint="size the fleet without --max-in-flight (users' clients have no such cap)",
+            hint="pass --max-in-flight 0 to size the fleet (users' own clients have no such cap)",
         )
     tried: dict[int, dict] = {}
     if recorded is None:
