@@ -334,15 +334,11 @@ class Node:
 
     # -- the loop ---------------------------------------------------------------------------
     def run(
-        self,
-        start: Callable[["Fleet"], None],
-        duration_s: float,
-        on_progress: Callable[[float], None] | None = None,
-        max_in_flight: int = 0,
+        self, start: Callable[["Fleet"], None], duration_s: float, on_progress: Callable[[float], None] | None = None
     ) -> Metrics:
         """Run clients (``start(fleet)`` schedules their first turns) on this node alone for
-        ``duration_s`` seconds (``on_progress``, ``max_in_flight`` as for :class:`Fleet`)."""
-        return Fleet([self], max_in_flight=max_in_flight).run(start, duration_s, on_progress)[0]
+        ``duration_s`` seconds (``on_progress`` as for :meth:`Fleet.run`)."""
+        return Fleet([self]).run(start, duration_s, on_progress)[0]
 
     def _begin(self, duration_s: float) -> None:
         self.metrics = Metrics(duration_s, [t.name for t in self.lower])
